@@ -1,0 +1,22 @@
+"""PANAMA in Python: in-network gradient aggregation for shared ML clusters.
+
+Layers (imports point downward only):
+
+- ``panama.core``: pure protocol logic (packet model and codec, aggregation
+  accelerator, worker transport and congestion control, controller logic).
+- ``panama.fabric``, ``panama.sim``, ``panama.runtime``: drivers of that core
+  (in-memory fabric, packet-level simulator, real UDP runtime).
+- ``panama.cli``, ``panama.experiments``: commands and experiments on top.
+"""
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # The communicator pulls in sockets and (optionally) torch; import it lazily so
+    # ``import panama`` stays cheap and the core stays usable without the runtime.
+    if name == "Communicator":
+        from panama.runtime.communicator import Communicator
+
+        return Communicator
+    raise AttributeError(f"module 'panama' has no attribute {name!r}")

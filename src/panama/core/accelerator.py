@@ -1,0 +1,517 @@
+"""The aggregation accelerator of a PSwitch: sums float32 contributions of many jobs.
+
+Contract
+--------
+Inputs (the only ones): ``install_tree`` / ``remove_tree`` / ``remove_job`` from the
+controller, and ``receive(packet, from_node)`` for every PANAMA packet the switch hands
+to it. ``from_node`` is the neighbour the packet came from (ingress port in hardware,
+source address in the UDP runtime); it is how the accelerator knows which child sent a
+contribution. ``receive`` returns the packets to emit as ``(to_node, packet)`` pairs.
+The accelerator keeps no time and no timers: retransmissions are the workers' job.
+
+Slots and exactly-once
+----------------------
+A slot holds the running sum of one ``(job, tree, seq)``. Each slot has a bitmap of
+the children that contributed, so a duplicate is never added twice. A complete slot is
+sent to the parent (``PARTIAL_SENT``) or, at the root, becomes the result and is sent to
+every child (``RESULT``). Intermediate switches store the result when it comes down
+and relay it. Every slot is retained until every child's ``ack`` (the cumulative
+acknowledgement carried by its contributions) has passed it, i.e. until every worker
+below holds the result; until then a retransmitted contribution is answered from the
+slot (the result, unicast; or the partial, re-sent upward). A packet whose ``seq`` is
+below that floor is stale and dropped. Since a worker sends ``seq`` only below
+``ack + window``, at most ``2 * window`` slots of a tree are live, which is why the
+advertised ``cwnd_cap`` is half of the tree's share.
+
+Memory shares
+-------------
+``packet_memory`` slots are split evenly between installed jobs (``memory // jobs``)
+and a job's share evenly between its trees that cross this accelerator. A tree's
+*limit* (what it may allocate) follows its target share, but never drops below what
+it holds: when a new job arrives, existing trees shrink as their slots free up and the
+newcomer grows into the freed memory, so the sum of limits never exceeds
+``packet_memory``. Contributions that would need a slot beyond the limit are dropped
+(``share_exceeded``) and never change state.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Hashable, Sequence
+from enum import IntEnum
+
+import numpy as np
+
+from panama.core.codec import DEFAULT_PAYLOAD_ELEMS
+from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, Packet
+
+# Drop reasons (named constants; counters and plots group by them).
+UNKNOWN_JOB = "unknown_job"
+UNKNOWN_TREE = "unknown_tree"
+NOT_CHILD = "not_child"
+NOT_PARENT = "not_parent"
+STALE = "stale"
+GENERATION_MISMATCH = "generation_mismatch"
+COUNT_MISMATCH = "count_mismatch"
+TOO_LARGE = "too_large"
+BAD_ACK = "bad_ack"
+SHARE_EXCEEDED = "share_exceeded"
+DUPLICATE = "duplicate"
+DUPLICATE_RESULT = "duplicate_result"
+UNEXPECTED_RESULT = "unexpected_result"
+DROP_REASONS = (
+    UNKNOWN_JOB,
+    UNKNOWN_TREE,
+    NOT_CHILD,
+    NOT_PARENT,
+    STALE,
+    GENERATION_MISMATCH,
+    COUNT_MISMATCH,
+    TOO_LARGE,
+    BAD_ACK,
+    SHARE_EXCEEDED,
+    DUPLICATE,
+    DUPLICATE_RESULT,
+    UNEXPECTED_RESULT,
+)
+
+_NOTHING: tuple = ()
+
+
+class AcceleratorError(ValueError):
+    """Invalid control-plane request (installing or removing job state)."""
+
+
+class SlotState(IntEnum):
+    FREE = 0
+    AGGREGATING = 1  # waiting for contributions of some children
+    PARTIAL_SENT = 2  # complete, sum sent to the parent, waiting for the result
+    RESULT = 3  # holds the result; retained until every child acknowledged it
+
+
+class _Slot:
+    __slots__ = ("index", "row", "seq", "generation", "count", "seen", "nseen", "ce", "cap", "state")
+
+    def __init__(self, index: int, row: np.ndarray | None):
+        self.index = index
+        self.row = row
+        self.seq = -1
+        self.generation = 0
+        self.count = 0
+        self.seen = 0
+        self.nseen = 0
+        self.ce = False
+        self.cap = MAX_CWND_CAP
+        self.state = SlotState.FREE
+
+
+class _Tree:
+    """Per-(job, tree) state at one accelerator."""
+
+    __slots__ = (
+        "job_id",
+        "tree_id",
+        "children",
+        "child_bit",
+        "nchildren",
+        "parent",
+        "slots",
+        "child_ack",
+        "floor",
+        "used",
+        "peak_used",
+        "target",
+        "limit",
+        "cap",
+    )
+
+    def __init__(self, job_id: int, tree_id: int, children: tuple, parent: Hashable | None):
+        self.job_id = job_id
+        self.tree_id = tree_id
+        self.children = children
+        self.child_bit = {child: 1 << i for i, child in enumerate(children)}
+        self.nchildren = len(children)
+        self.parent = parent
+        self.slots: dict[int, _Slot] = {}
+        self.child_ack = {child: 0 for child in children}
+        self.floor = 0
+        self.used = 0
+        self.peak_used = 0
+        self.target = 0
+        self.limit = 0
+        self.cap = 1
+
+
+class Accelerator:
+    """Software model of a PANAMA aggregation accelerator (one per PSwitch).
+
+    ``packet_memory``: slots of ``payload_elems`` float32 each. With
+    ``store_payloads=False`` no memory is allocated and payloads are ignored (the
+    simulator moves sizes only). ``copy_payloads=False`` lets emitted packets share
+    the slot's memory; only drivers that serialise emitted packets immediately may
+    use it.
+    """
+
+    def __init__(
+        self,
+        packet_memory: int,
+        payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
+        *,
+        name: Hashable = "acc",
+        store_payloads: bool = True,
+        copy_payloads: bool = True,
+    ):
+        if packet_memory < 1:
+            raise AcceleratorError(f"packet_memory must be >= 1 slot, got {packet_memory}")
+        if payload_elems < 1:
+            raise AcceleratorError(f"payload_elems must be >= 1, got {payload_elems}")
+        self.name = name
+        self.packet_memory = packet_memory
+        self.payload_elems = payload_elems
+        self.store_payloads = store_payloads
+        self.copy_payloads = copy_payloads
+        if store_payloads:
+            self._memory = np.zeros((packet_memory, payload_elems), dtype=np.float32)
+            rows: Sequence[np.ndarray | None] = list(self._memory)  # views made once
+        else:
+            self._memory = None
+            rows = [None] * packet_memory
+        self._free = [_Slot(i, rows[i]) for i in range(packet_memory - 1, -1, -1)]
+        self._trees: dict[tuple[int, int], _Tree] = {}
+        self._jobs: dict[int, list[_Tree]] = {}
+        self.used_slots = 0
+        self.peak_used_slots = 0
+        self.drops: Counter[str] = Counter()
+        self.contributions = 0
+        self.results_in = 0
+        self.partials_out = 0
+        self.results_out = 0
+        self.retransmits_answered = 0
+        self.partials_resent = 0
+        self.slots_freed = 0
+
+    # ------------------------------------------------------------------ control plane
+    def install_tree(self, job_id: int, tree_id: int, children: Sequence[Hashable], parent: Hashable | None) -> None:
+        """Install the state of one tree of a job: its children here and its parent (None at the root)."""
+        key = (job_id, tree_id)
+        if key in self._trees:
+            raise AcceleratorError(f"{self.name}: job {job_id} tree {tree_id} is already installed")
+        children = tuple(children)
+        if not children:
+            raise AcceleratorError(f"{self.name}: job {job_id} tree {tree_id} needs at least one child")
+        if len(set(children)) != len(children):
+            raise AcceleratorError(f"{self.name}: job {job_id} tree {tree_id} has duplicate children {children}")
+        if parent is not None and parent in children:
+            raise AcceleratorError(f"{self.name}: parent {parent!r} of job {job_id} tree {tree_id} is also a child")
+        tree = _Tree(job_id, tree_id, children, parent)
+        self._trees[key] = tree
+        self._jobs.setdefault(job_id, []).append(tree)
+        self._rebalance()
+
+    def remove_tree(self, job_id: int, tree_id: int) -> None:
+        tree = self._trees.pop((job_id, tree_id), None)
+        if tree is None:
+            raise AcceleratorError(f"{self.name}: job {job_id} tree {tree_id} is not installed")
+        self._release(tree)
+        trees = self._jobs[job_id]
+        trees.remove(tree)
+        if not trees:
+            del self._jobs[job_id]
+        self._rebalance()
+
+    def remove_job(self, job_id: int) -> None:
+        """Free every slot and entry of ``job_id``."""
+        trees = self._jobs.pop(job_id, None)
+        if trees is None:
+            raise AcceleratorError(f"{self.name}: job {job_id} is not installed")
+        for tree in trees:
+            del self._trees[(job_id, tree.tree_id)]
+            self._release(tree)
+        self._rebalance()
+
+    def jobs(self) -> list[int]:
+        return list(self._jobs)
+
+    def has_tree(self, job_id: int, tree_id: int) -> bool:
+        return (job_id, tree_id) in self._trees
+
+    def children_of(self, job_id: int, tree_id: int) -> tuple:
+        return self._trees[(job_id, tree_id)].children
+
+    def parent_of(self, job_id: int, tree_id: int) -> Hashable | None:
+        return self._trees[(job_id, tree_id)].parent
+
+    # ------------------------------------------------------------------ shares
+    def job_share(self) -> int:
+        """Nominal slots per job: ``packet_memory // number of installed jobs``."""
+        return self.packet_memory // max(1, len(self._jobs))
+
+    def _rebalance(self) -> None:
+        share = self.job_share()
+        for trees in self._jobs.values():
+            per_tree = share // len(trees)
+            for tree in trees:
+                tree.target = per_tree
+                tree.cap = max(1, min(MAX_CWND_CAP, per_tree // 2))
+                if tree.limit > per_tree:
+                    tree.limit = max(per_tree, tree.used)
+        self._grow()
+
+    def _grow(self) -> None:
+        spare = self.packet_memory - sum(t.limit for t in self._trees.values())
+        for tree in self._trees.values():
+            if spare <= 0:
+                break
+            if tree.limit < tree.target:
+                extra = min(spare, tree.target - tree.limit)
+                tree.limit += extra
+                spare -= extra
+
+    def _release(self, tree: _Tree) -> None:
+        for slot in tree.slots.values():
+            self._free_slot(slot)
+        tree.slots.clear()
+        tree.used = 0
+        tree.limit = 0
+
+    def _free_slot(self, slot: _Slot) -> None:
+        slot.state = SlotState.FREE
+        slot.seq = -1
+        self._free.append(slot)
+        self.used_slots -= 1
+        self.slots_freed += 1
+
+    # ------------------------------------------------------------------ data plane
+    def receive(self, packet: Packet, from_node: Hashable) -> Sequence[tuple[Hashable, Packet]]:
+        """Process one PANAMA packet from neighbour ``from_node``; return what to emit."""
+        tree = self._trees.get((packet.job_id, packet.tree_id))
+        if tree is None:
+            self.drops[UNKNOWN_JOB if packet.job_id not in self._jobs else UNKNOWN_TREE] += 1
+            return _NOTHING
+        if packet.flags & FLAG_RESULT:
+            return self._receive_result(tree, packet, from_node)
+        bit = tree.child_bit.get(from_node)
+        if bit is None:
+            self.drops[NOT_CHILD] += 1
+            return _NOTHING
+        count = packet.count
+        if count > self.payload_elems:
+            self.drops[TOO_LARGE] += 1
+            return _NOTHING
+        seq = packet.seq
+        if packet.ack > seq:
+            self.drops[BAD_ACK] += 1
+            return _NOTHING
+        slot = tree.slots.get(seq)
+        if slot is None:
+            if seq < tree.floor:
+                self.drops[STALE] += 1
+                return _NOTHING
+            if tree.used >= tree.limit:
+                self.drops[SHARE_EXCEEDED] += 1
+                return _NOTHING
+            slot = self._free.pop()
+            slot.seq = seq
+            slot.generation = packet.generation
+            slot.count = count
+            slot.seen = bit
+            slot.nseen = 1
+            slot.ce = packet.ecn == CE
+            cap = packet.cwnd_cap
+            slot.cap = cap if cap < tree.cap else tree.cap
+            slot.state = SlotState.AGGREGATING
+            tree.slots[seq] = slot
+            tree.used += 1
+            if tree.used > tree.peak_used:
+                tree.peak_used = tree.used
+            self.used_slots += 1
+            if self.used_slots > self.peak_used_slots:
+                self.peak_used_slots = self.used_slots
+            payload = packet.payload
+            if payload is not None and slot.row is not None:
+                slot.row[:count] = payload
+        else:
+            if slot.generation != packet.generation:
+                self.drops[GENERATION_MISMATCH] += 1
+                return _NOTHING
+            if slot.count != count:
+                self.drops[COUNT_MISMATCH] += 1
+                return _NOTHING
+            if slot.seen & bit:
+                return self._duplicate(tree, slot, packet, from_node)
+            slot.seen |= bit
+            slot.nseen += 1
+            if packet.ecn == CE:
+                slot.ce = True
+            if packet.cwnd_cap < slot.cap:
+                slot.cap = packet.cwnd_cap
+            payload = packet.payload
+            row = slot.row
+            if payload is not None and row is not None:
+                if count == self.payload_elems:
+                    np.add(row, payload, out=row)
+                else:
+                    part = row[:count]
+                    np.add(part, payload, out=part)
+        self.contributions += 1
+        ack = packet.ack
+        acks = tree.child_ack
+        old_ack = acks[from_node]
+        if ack > old_ack:
+            acks[from_node] = ack
+            if old_ack == tree.floor:
+                self._advance_floor(tree)
+        if slot.nseen == tree.nchildren:
+            return self._complete(tree, slot)
+        return _NOTHING
+
+    def _complete(self, tree: _Tree, slot: _Slot) -> list[tuple[Hashable, Packet]]:
+        payload = self._payload_out(slot)
+        if tree.parent is None:
+            slot.state = SlotState.RESULT
+            self.results_out += 1
+            return self._results_to(tree, slot, payload, tree.children)
+        slot.state = SlotState.PARTIAL_SENT
+        self.partials_out += 1
+        return [(tree.parent, self._partial(tree, slot, payload, 0))]
+
+    def _payload_out(self, slot: _Slot) -> np.ndarray | None:
+        row = slot.row
+        if row is None:
+            return None
+        view = row if slot.count == self.payload_elems else row[: slot.count]
+        return view.copy() if self.copy_payloads else view
+
+    def _partial(self, tree: _Tree, slot: _Slot, payload: np.ndarray | None, flags: int) -> Packet:
+        return Packet(
+            tree.job_id,
+            tree.tree_id,
+            slot.seq,
+            slot.generation,
+            slot.count,
+            flags,
+            slot.cap,
+            tree.floor,
+            CE if slot.ce else ECT0,
+            payload,
+        )
+
+    def _results_to(
+        self, tree: _Tree, slot: _Slot, payload: np.ndarray | None, children: Sequence[Hashable]
+    ) -> list[tuple[Hashable, Packet]]:
+        flags = FLAG_RESULT | FLAG_ECE if slot.ce else FLAG_RESULT
+        cap = slot.cap if slot.cap < tree.cap else tree.cap
+        job_id, tree_id, seq, generation, count = tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count
+        return [
+            (child, Packet(job_id, tree_id, seq, generation, count, flags, cap, 0, ECT0, payload)) for child in children
+        ]
+
+    def _duplicate(self, tree: _Tree, slot: _Slot, packet: Packet, from_node: Hashable):
+        if not packet.flags & FLAG_RETRANSMIT or slot.state == SlotState.AGGREGATING:
+            self.drops[DUPLICATE] += 1
+            return _NOTHING
+        ack = packet.ack
+        if ack > tree.child_ack[from_node]:
+            old = tree.child_ack[from_node]
+            tree.child_ack[from_node] = ack
+            if old == tree.floor:
+                self._advance_floor(tree)
+        if slot.state == SlotState.RESULT:
+            self.retransmits_answered += 1
+            return self._results_to(tree, slot, self._payload_out(slot), (from_node,))
+        self.partials_resent += 1
+        return [(tree.parent, self._partial(tree, slot, self._payload_out(slot), FLAG_RETRANSMIT))]
+
+    def _receive_result(self, tree: _Tree, packet: Packet, from_node: Hashable):
+        if tree.parent is None or from_node != tree.parent:
+            self.drops[NOT_PARENT] += 1
+            return _NOTHING
+        slot = tree.slots.get(packet.seq)
+        if slot is None:
+            self.drops[STALE if packet.seq < tree.floor else UNEXPECTED_RESULT] += 1
+            return _NOTHING
+        if slot.generation != packet.generation:
+            self.drops[GENERATION_MISMATCH] += 1
+            return _NOTHING
+        if slot.count != packet.count:
+            self.drops[COUNT_MISMATCH] += 1
+            return _NOTHING
+        if slot.state == SlotState.RESULT:
+            self.drops[DUPLICATE_RESULT] += 1
+            return _NOTHING
+        if slot.state != SlotState.PARTIAL_SENT:
+            self.drops[UNEXPECTED_RESULT] += 1
+            return _NOTHING
+        self.results_in += 1
+        slot.state = SlotState.RESULT
+        slot.ce = bool(packet.flags & FLAG_ECE)
+        slot.cap = packet.cwnd_cap
+        payload = packet.payload
+        if payload is not None and slot.row is not None:
+            slot.row[: slot.count] = payload
+        self.results_out += 1
+        return self._results_to(tree, slot, payload, tree.children)
+
+    def _advance_floor(self, tree: _Tree) -> None:
+        new_floor = min(tree.child_ack.values())
+        old_floor = tree.floor
+        if new_floor <= old_floor:
+            return
+        tree.floor = new_floor
+        slots = tree.slots
+        if new_floor - old_floor <= len(slots):
+            stale = [s for s in range(old_floor, new_floor) if s in slots]
+        else:
+            stale = [s for s in slots if s < new_floor]
+        for seq in stale:
+            self._free_slot(slots.pop(seq))
+        tree.used -= len(stale)
+        if tree.limit > tree.target:
+            tree.limit = max(tree.target, tree.used)
+            self._grow()
+
+    # ------------------------------------------------------------------ reporting
+    def occupancy(self) -> dict[int, int]:
+        """Slots in use per job."""
+        return {job: sum(t.used for t in trees) for job, trees in self._jobs.items()}
+
+    def tree_status(self, job_id: int, tree_id: int) -> dict:
+        tree = self._trees[(job_id, tree_id)]
+        return {
+            "used": tree.used,
+            "peak_used": tree.peak_used,
+            "target": tree.target,
+            "limit": tree.limit,
+            "cwnd_cap": tree.cap,
+            "floor": tree.floor,
+        }
+
+    def stats(self) -> dict:
+        """Counters and occupancy as plain data (for reports, logs and metrics)."""
+        return {
+            "name": str(self.name),
+            "packet_memory": self.packet_memory,
+            "used_slots": self.used_slots,
+            "peak_used_slots": self.peak_used_slots,
+            "jobs": len(self._jobs),
+            "contributions": self.contributions,
+            "results_in": self.results_in,
+            "partials_out": self.partials_out,
+            "results_out": self.results_out,
+            "retransmits_answered": self.retransmits_answered,
+            "partials_resent": self.partials_resent,
+            "slots_freed": self.slots_freed,
+            "drops": dict(self.drops),
+            "occupancy": self.occupancy(),
+        }
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if memory accounting is inconsistent (used by tests and debug runs)."""
+        used = sum(t.used for t in self._trees.values())
+        assert used == self.used_slots, (used, self.used_slots)
+        assert used + len(self._free) == self.packet_memory, (used, len(self._free), self.packet_memory)
+        limits = sum(t.limit for t in self._trees.values())
+        assert limits <= self.packet_memory, (limits, self.packet_memory)
+        for t in self._trees.values():
+            assert t.used <= t.limit, (t.job_id, t.tree_id, t.used, t.limit)
+            assert len(t.slots) == t.used, (t.job_id, t.tree_id, len(t.slots), t.used)

@@ -1,0 +1,137 @@
+"""Per-tree congestion control of PANAMA workers, chosen by name.
+
+A controller owns one window (in packets) for one aggregation tree of one worker. The
+transport calls ``on_result`` for every result (the implicit ACK of one packet it sent),
+``on_timeout`` when a retransmission timer fired, and reads ``window`` before sending.
+Every window is clamped to the latest ``cwnd_cap`` carried by results, so accelerator
+memory cannot overflow whatever the algorithm does.
+
+Registry: ``dctcp`` (PANAMA's ECN reaction), ``fixed`` (constant window, as in
+switch-ASIC systems without congestion control), ``none`` (always the full cwnd_cap).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from panama.core.packet import MAX_CWND_CAP
+
+
+class CongestionControl(ABC):
+    """Window of one tree, in packets (a float; the transport uses ``int(window)``)."""
+
+    name = "abstract"
+
+    def __init__(self, initial_window: float = 10.0):
+        if initial_window < 1:
+            raise ValueError(f"initial_window must be >= 1, got {initial_window}")
+        self.cwnd = float(initial_window)
+        self.cwnd_cap = MAX_CWND_CAP
+
+    @property
+    def window(self) -> int:
+        return max(1, min(int(self.cwnd), self.cwnd_cap))
+
+    def _clamp(self, cap: int) -> None:
+        self.cwnd_cap = max(1, cap)
+        if self.cwnd > self.cwnd_cap:
+            self.cwnd = float(self.cwnd_cap)
+
+    @abstractmethod
+    def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:
+        """One result arrived: ``seq`` it acknowledges, tree-wide ECN echo, cap, next seq to send."""
+
+    def on_timeout(self) -> None:
+        """A retransmission timer of this tree fired."""
+
+
+class Dctcp(CongestionControl):
+    """DCTCP (RFC 8257) mapped onto a tree; results are the ACKs, ``FLAG_ECE`` the echo.
+
+    - alpha <- (1 - g) * alpha + g * F once per window of results, F the marked
+      fraction of that window (RFC 8257 section 3.3), g = 1/16;
+    - a window with marks cuts cwnd <- cwnd * (1 - alpha / 2) once (section 3.4);
+    - otherwise slow start (+1 per result) below ssthresh, additive increase
+      (+1/cwnd per result) above it (RFC 5681);
+    - timeout: ssthresh <- cwnd / 2, cwnd <- 1 (RFC 5681 section 3.1).
+    All workers of a tree see the same results with the same echo and cap, so their
+    windows evolve in lock-step.
+    """
+
+    name = "dctcp"
+
+    def __init__(self, initial_window: float = 10.0, g: float = 1 / 16, initial_alpha: float = 1.0):
+        super().__init__(initial_window)
+        if not 0 < g <= 1:
+            raise ValueError(f"g must be in (0, 1], got {g}")
+        self.g = g
+        self.alpha = initial_alpha
+        self.ssthresh = float(MAX_CWND_CAP)
+        self._acked = 0
+        self._marked = 0
+        self._window_end = 0
+
+    def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:
+        self._acked += 1
+        if ece:
+            self._marked += 1
+        if seq >= self._window_end:
+            # One observation window (about one RTT of results) is over.
+            fraction = self._marked / self._acked
+            self.alpha = (1 - self.g) * self.alpha + self.g * fraction
+            if self._marked:
+                self.cwnd = max(1.0, self.cwnd * (1 - self.alpha / 2))
+                self.ssthresh = self.cwnd
+            self._acked = 0
+            self._marked = 0
+            self._window_end = snd_nxt
+        elif not ece:
+            if self.cwnd < self.ssthresh:
+                self.cwnd += 1.0
+            else:
+                self.cwnd += 1.0 / self.cwnd
+        self._clamp(cwnd_cap)
+
+    def on_timeout(self) -> None:
+        self.ssthresh = max(2.0, self.cwnd / 2)
+        self.cwnd = 1.0
+
+
+class Fixed(CongestionControl):
+    """Constant window (switch-ASIC style): no ECN reaction, still clamped to cwnd_cap."""
+
+    name = "fixed"
+
+    def __init__(self, initial_window: float = 64.0):
+        super().__init__(initial_window)
+
+    def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:
+        self.cwnd_cap = max(1, cwnd_cap)
+
+
+class NoControl(CongestionControl):
+    """Always the largest window the accelerators allow (the latest cwnd_cap)."""
+
+    name = "none"
+
+    def __init__(self, initial_window: float = 10.0):
+        super().__init__(initial_window)
+
+    @property
+    def window(self) -> int:
+        return self.cwnd_cap if self.cwnd_cap < MAX_CWND_CAP else max(1, int(self.cwnd))
+
+    def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:
+        self.cwnd_cap = max(1, cwnd_cap)
+
+
+REGISTRY: dict[str, type[CongestionControl]] = {cls.name: cls for cls in (Dctcp, Fixed, NoControl)}
+
+
+def make_cc(name: str, **options) -> CongestionControl:
+    """Build a congestion controller by registry name; unknown names raise ValueError."""
+    try:
+        cls = REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown congestion control {name!r}; choose from {sorted(REGISTRY)}") from None
+    return cls(**options)

@@ -1,0 +1,137 @@
+"""Wire format of PANAMA packets (the only place where packets become bytes).
+
+Header, 28 bytes, network byte order, directly after the UDP header::
+
+    offset size field       meaning
+    0      2    magic       0x5041 ("PA")
+    2      1    version     1
+    3      1    flags       bit0 RESULT, bit1 RETRANSMIT, bit2 ECE; other bits must be 0
+    4      4    job_id      job identifier assigned by the controller
+    8      2    tree_id     aggregation tree of the job
+    10     2    cwnd_cap    tree-wide window cap in packets (min over accelerators)
+    12     4    generation  allreduce call number of the job
+    16     4    seq         packet number within (job, tree), increasing across calls
+    20     4    ack         sender holds every result of this tree below this seq
+    24     2    count       float32 elements in the payload
+    26     2    reserved    must be 0
+
+followed by ``count`` little-endian IEEE-754 float32 values and nothing else. The ECN
+codepoint travels in the IP header (IP_TOS / IP_RECVTOS) and is passed in and out
+separately.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from panama.core.packet import KNOWN_FLAGS, Packet
+
+MAGIC = 0x5041
+VERSION = 1
+HEADER = struct.Struct("!HBBIHHIIIHH")
+HEADER_BYTES = HEADER.size  # 28
+FLOAT_BYTES = 4
+# IPv4 (20) + UDP (8) + PANAMA header (28) + payload must fit a 1500-byte MTU.
+IP_UDP_OVERHEAD_BYTES = 28
+DEFAULT_MTU_BYTES = 1500
+DEFAULT_PAYLOAD_ELEMS = (DEFAULT_MTU_BYTES - IP_UDP_OVERHEAD_BYTES - HEADER_BYTES) // FLOAT_BYTES  # 361
+MAX_PAYLOAD_ELEMS = (65507 - HEADER_BYTES) // FLOAT_BYTES  # largest UDP datagram
+
+_F32 = np.dtype("<f4")
+
+# Named reasons; counters and tests group by them.
+SHORT = "short"
+BAD_MAGIC = "bad_magic"
+BAD_VERSION = "bad_version"
+UNKNOWN_FLAGS = "unknown_flags"
+RESERVED_NONZERO = "reserved_nonzero"
+COUNT_MISMATCH = "count_mismatch"
+TRAILING_BYTES = "trailing_bytes"
+BAD_FIELD = "bad_field"
+REASONS = (SHORT, BAD_MAGIC, BAD_VERSION, UNKNOWN_FLAGS, RESERVED_NONZERO, COUNT_MISMATCH, TRAILING_BYTES)
+
+
+class CodecError(ValueError):
+    """A datagram is not a valid PANAMA packet; ``reason`` is one of :data:`REASONS`."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def wire_size(count: int) -> int:
+    """UDP payload bytes of a packet carrying ``count`` floats."""
+    return HEADER_BYTES + FLOAT_BYTES * count
+
+
+def encode(packet: Packet) -> bytes:
+    """Serialise ``packet``; raises :class:`CodecError` (``bad_field``) for out-of-range fields."""
+    buf = bytearray(wire_size(packet.count))
+    encode_into(buf, packet)
+    return bytes(buf)
+
+
+def encode_into(buf: bytearray | memoryview, packet: Packet, offset: int = 0) -> int:
+    """Write ``packet`` into ``buf`` at ``offset``; returns bytes written."""
+    count = packet.count
+    if packet.flags & ~KNOWN_FLAGS & 0xFF or not 0 <= packet.flags <= 0xFF:
+        raise CodecError(BAD_FIELD, f"flags {packet.flags:#x} has unknown bits")
+    try:
+        HEADER.pack_into(
+            buf,
+            offset,
+            MAGIC,
+            VERSION,
+            packet.flags,
+            packet.job_id,
+            packet.tree_id,
+            packet.cwnd_cap,
+            packet.generation,
+            packet.seq,
+            packet.ack,
+            count,
+            0,
+        )
+    except struct.error as exc:
+        raise CodecError(BAD_FIELD, f"header field out of range ({exc}) in {packet!r}") from None
+    end = offset + HEADER_BYTES + FLOAT_BYTES * count
+    if count:
+        payload = packet.payload
+        if payload is None or payload.shape[0] != count:
+            raise CodecError(BAD_FIELD, f"payload does not hold count={count} floats")
+        out = np.frombuffer(buf, dtype=_F32, count=count, offset=offset + HEADER_BYTES)
+        out[:] = payload
+    return end - offset
+
+
+def decode(data: bytes | bytearray | memoryview, ecn: int = 0) -> Packet:
+    """Parse one datagram strictly. The payload is a read-only view into ``data``.
+
+    ``ecn`` is the IP ECN codepoint the driver received the datagram with.
+    """
+    size = len(data)
+    if size < HEADER_BYTES:
+        raise CodecError(SHORT, f"{size} bytes, a header needs {HEADER_BYTES}")
+    magic, version, flags, job_id, tree_id, cwnd_cap, generation, seq, ack, count, reserved = HEADER.unpack_from(
+        data, 0
+    )
+    if magic != MAGIC:
+        raise CodecError(BAD_MAGIC, f"magic {magic:#06x}, expected {MAGIC:#06x}")
+    if version != VERSION:
+        raise CodecError(BAD_VERSION, f"version {version}, expected {VERSION}")
+    if flags & ~KNOWN_FLAGS:
+        raise CodecError(UNKNOWN_FLAGS, f"flags {flags:#04x} has unknown bits")
+    if reserved:
+        raise CodecError(RESERVED_NONZERO, f"reserved field is {reserved:#06x}")
+    body = size - HEADER_BYTES
+    need = FLOAT_BYTES * count
+    if body < need:
+        raise CodecError(COUNT_MISMATCH, f"count {count} needs {need} payload bytes, got {body}")
+    if body > need:
+        raise CodecError(TRAILING_BYTES, f"{body - need} bytes after {count} floats")
+    payload = np.frombuffer(data, dtype=_F32, count=count, offset=HEADER_BYTES) if count else None
+    if payload is not None and payload.flags.writeable:
+        payload.flags.writeable = False
+    return Packet(job_id, tree_id, seq, generation, count, flags, cwnd_cap, ack, ecn & 3, payload)

@@ -1,0 +1,59 @@
+"""The PANAMA packet as an object (the wire format lives in :mod:`panama.core.codec`).
+
+A packet is either a *contribution* (worker -> tree root, summed on the way up) or a
+*result* (root -> workers, flag ``FLAG_RESULT``). ``seq`` numbers packets per
+(job, tree) and keeps increasing across generations (allreduce calls), so ``ack``
+(the sender's cumulative result acknowledgement) is meaningful across calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# IP ECN codepoints (RFC 3168), modelled as a field of the packet object.
+NOT_ECT = 0
+ECT1 = 1
+ECT0 = 2
+CE = 3
+
+# PANAMA header flags.
+FLAG_RESULT = 0x01  # root -> workers: the aggregated result of (job, tree, seq)
+FLAG_RETRANSMIT = 0x02  # this contribution was sent before and timed out
+FLAG_ECE = 0x04  # on results: some contribution of this slot carried CE (tree-wide echo)
+KNOWN_FLAGS = FLAG_RESULT | FLAG_RETRANSMIT | FLAG_ECE
+
+MAX_CWND_CAP = 0xFFFF  # cwnd_cap is a 16-bit header field
+MAX_U32 = 0xFFFFFFFF
+MAX_U16 = 0xFFFF
+
+
+@dataclass(slots=True)
+class Packet:
+    """One PANAMA packet.
+
+    ``payload`` is a float32 vector of ``count`` elements, or ``None`` when a driver
+    (the simulator) moves sizes without data. Receivers treat payloads as read-only.
+    ``ack``: every result of this tree with a sequence number below ``ack`` has reached
+    the sender (for a switch: every worker below it).
+    """
+
+    job_id: int
+    tree_id: int
+    seq: int
+    generation: int
+    count: int
+    flags: int = 0
+    cwnd_cap: int = MAX_CWND_CAP
+    ack: int = 0
+    ecn: int = ECT0
+    payload: np.ndarray | None = None
+
+    @property
+    def is_result(self) -> bool:
+        return bool(self.flags & FLAG_RESULT)
+
+    def payload_bytes(self) -> int:
+        """Bytes of float32 payload this packet carries on the wire."""
+        return self.count * 4

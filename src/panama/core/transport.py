@@ -1,0 +1,359 @@
+"""Worker-side PANAMA transport for one worker (rank) of one job.
+
+Contract
+--------
+Driven by exactly three inputs, each with an explicit ``now`` (integer picoseconds):
+``start(now, data)`` from the application (one allreduce = one *generation*),
+``receive(packet, now)`` for every result packet, and ``handle_timer(now)`` when the
+deadline from ``timer()`` has passed. Outputs are pulled: ``poll(now)`` returns the
+contributions to send now, ``done``/``result()`` the summed vector. It never touches
+sockets, clocks or global randomness.
+
+Protocol
+--------
+The vector is cut into packets of ``payload_elems`` floats; packet ``i`` goes to tree
+``i mod T`` (round robin, the same on every worker, so no coordination is needed) with
+the tree's next sequence number. Per tree a worker may send ``seq`` only while
+``seq < ack + window``, ``ack`` being its lowest sequence number without a result; the
+window comes from the tree's congestion controller and never exceeds the latest
+``cwnd_cap``. A result is the implicit ACK of the packet with the same ``seq``. A
+timed-out packet is retransmitted with ``FLAG_RETRANSMIT`` (RFC 6298 timer, doubled on
+each timeout, reset by a fresh RTT sample); after ``max_retries`` the transport raises
+``TransportError`` naming what was missing.
+
+ECN: contributions leave as ECT(0). A result whose *IP* codepoint is CE was marked on
+the way down, which only this worker saw; the worker echoes it by sending its next
+contribution on that tree as CE, so the accelerators fold it into the tree-wide mark.
+Congestion control reacts only to ``FLAG_ECE`` (the tree-wide OR), which every worker
+of the tree sees identically, so their windows stay in lock-step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from panama.core.cc import CongestionControl, make_cc
+from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, HEADER_BYTES, MAX_PAYLOAD_ELEMS
+from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, MAX_U32, Packet
+from panama.core.units import ms, s
+
+# Reasons a received packet is ignored (counted in ``ignored``).
+IGNORED_NOT_RESULT = "not_result"
+IGNORED_WRONG_JOB = "wrong_job"
+IGNORED_UNKNOWN_TREE = "unknown_tree"
+IGNORED_OLD_GENERATION = "old_generation"
+IGNORED_OUT_OF_RANGE = "out_of_range"
+IGNORED_DUPLICATE = "duplicate"
+IGNORED_BAD_COUNT = "bad_count"
+IGNORED_IDLE = "idle"
+
+
+class TransportError(RuntimeError):
+    """The transport cannot finish the current allreduce (retries exhausted, bad use)."""
+
+
+class WorkerTransport:
+    """One worker of one job: packetisation, tree round robin, windows, timers, reassembly."""
+
+    def __init__(
+        self,
+        job_id: int,
+        rank: int,
+        tree_ids: Sequence[int] | int = 1,
+        *,
+        payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
+        cc: str = "dctcp",
+        cc_options: dict | None = None,
+        initial_rto_ps: int = ms(10),
+        min_rto_ps: int = ms(1),
+        max_rto_ps: int = s(1),
+        max_retries: int = 30,
+        trace_windows: bool = False,
+    ):
+        if isinstance(tree_ids, int):
+            if tree_ids < 1:
+                raise ValueError(f"need at least one tree, got {tree_ids}")
+            tree_ids = list(range(tree_ids))
+        self.tree_ids = list(tree_ids)
+        if not self.tree_ids or len(set(self.tree_ids)) != len(self.tree_ids):
+            raise ValueError(f"tree ids must be distinct and non-empty, got {self.tree_ids}")
+        if not 1 <= payload_elems <= MAX_PAYLOAD_ELEMS:
+            raise ValueError(f"payload_elems must be in [1, {MAX_PAYLOAD_ELEMS}], got {payload_elems}")
+        if not 0 < min_rto_ps <= max_rto_ps:
+            raise ValueError("need 0 < min_rto_ps <= max_rto_ps")
+        self.job_id = job_id
+        self.rank = rank
+        self.payload_elems = payload_elems
+        self.num_trees = len(self.tree_ids)
+        self._tree_index = {tid: t for t, tid in enumerate(self.tree_ids)}
+        self.cc: list[CongestionControl] = [make_cc(cc, **(cc_options or {})) for _ in self.tree_ids]
+        self.cc_name = cc
+        self.min_rto_ps = min_rto_ps
+        self.max_rto_ps = max_rto_ps
+        self.max_retries = max_retries
+        self.rto_ps = max(min_rto_ps, min(initial_rto_ps, max_rto_ps))
+        self._srtt: float | None = None
+        self._rttvar = 0.0
+        self.generation = 0
+        self._base = [0] * self.num_trees  # lowest seq without a result, per tree
+        self._gen_start = [0] * self.num_trees
+        self._gen_len = [0] * self.num_trees
+        self._next_k = [0] * self.num_trees
+        self._echo = [False] * self.num_trees
+        self._inflight: dict[int, int] = {}  # packet index -> last send time (send order)
+        self._retries: dict[int, int] = {}
+        self._retx_queue: list[int] = []
+        self._got: np.ndarray = np.zeros(0, dtype=bool)
+        self._remaining = 0
+        self._npkts = 0
+        self._num_elems = 0
+        self._data: np.ndarray | None = None
+        self._out: np.ndarray | None = None
+        self.active = False
+        self.trace_windows = trace_windows
+        self.window_trace: list[tuple[int, int, int]] = []  # (now_ps, tree index, window)
+        self.stats = {
+            "packets_sent": 0,
+            "bytes_sent": 0,
+            "retransmissions": 0,
+            "timeouts": 0,
+            "results": 0,
+            "ece_results": 0,
+            "ce_results": 0,
+            "ignored": {},
+        }
+
+    # ------------------------------------------------------------------ application input
+    def start(self, now: int, data: np.ndarray | None = None, num_elems: int | None = None) -> None:
+        """Begin the next allreduce of ``data`` (float32, 1-D) or of ``num_elems`` sizes only."""
+        if self.active:
+            raise TransportError(f"job {self.job_id} rank {self.rank}: generation {self.generation} still running")
+        if data is not None:
+            if data.dtype != np.float32 or data.ndim != 1:
+                raise TypeError(f"allreduce needs a 1-D float32 array, got {data.dtype} with shape {data.shape}")
+            num_elems = data.shape[0]
+            self._data = np.ascontiguousarray(data)
+            self._out = np.empty(num_elems, dtype=np.float32)
+        else:
+            if num_elems is None or num_elems < 0:
+                raise ValueError("give data or a non-negative num_elems")
+            self._data = None
+            self._out = None
+        self.generation = (self.generation + 1) & MAX_U32
+        pe = self.payload_elems
+        npkts = -(-num_elems // pe)
+        T = self.num_trees
+        for t in range(T):
+            self._gen_start[t] = self._base[t]
+            self._gen_len[t] = max(0, -(-(npkts - t) // T))
+            self._next_k[t] = 0
+            if self._base[t] + self._gen_len[t] > MAX_U32:
+                raise TransportError(f"job {self.job_id}: sequence space of tree {self.tree_ids[t]} exhausted")
+        self._npkts = npkts
+        self._num_elems = num_elems
+        self._remaining = npkts
+        self._got = np.zeros(npkts, dtype=bool)
+        self._inflight.clear()
+        self._retries.clear()
+        self._retx_queue.clear()
+        self.active = npkts > 0
+
+    @property
+    def done(self) -> bool:
+        return not self.active
+
+    def result(self) -> np.ndarray | None:
+        """The summed vector of the last finished generation (None when run without data)."""
+        if self.active:
+            raise TransportError(f"job {self.job_id} rank {self.rank}: generation {self.generation} not finished")
+        return self._out
+
+    def missing(self) -> list[tuple[int, int]]:
+        """``(tree_id, seq)`` of every packet still without a result (for error messages)."""
+        T = self.num_trees
+        return [
+            (self.tree_ids[i % T], self._gen_start[i % T] + i // T) for i in np.flatnonzero(~self._got).tolist()
+        ]
+
+    # ------------------------------------------------------------------ outputs
+    def poll(self, now: int) -> list[Packet]:
+        """Contributions to send now: due retransmissions first, then new packets as windows allow."""
+        out: list[Packet] = []
+        if not self.active:
+            return out
+        inflight = self._inflight
+        if self._retx_queue:
+            for i in self._retx_queue:
+                if i in inflight:
+                    del inflight[i]
+                    inflight[i] = now
+                    out.append(self._packet(i, FLAG_RETRANSMIT))
+            self.stats["retransmissions"] += len(out)
+            self._retx_queue.clear()
+        T = self.num_trees
+        base, gen_start, gen_len, next_k, ccs = self._base, self._gen_start, self._gen_len, self._next_k, self.cc
+        progress = True
+        while progress:
+            progress = False
+            for t in range(T):
+                k = next_k[t]
+                if k < gen_len[t] and gen_start[t] + k < base[t] + ccs[t].window:
+                    i = t + T * k
+                    next_k[t] = k + 1
+                    inflight[i] = now
+                    out.append(self._packet(i, 0))
+                    progress = True
+        self.stats["packets_sent"] += len(out)
+        self.stats["bytes_sent"] += sum(HEADER_BYTES + 4 * p.count for p in out)
+        return out
+
+    def _packet(self, i: int, flags: int) -> Packet:
+        T = self.num_trees
+        t = i % T
+        pe = self.payload_elems
+        lo = i * pe
+        count = min(pe, self._num_elems - lo)
+        payload = self._data[lo : lo + count] if self._data is not None else None
+        ecn = ECT0
+        if self._echo[t]:
+            ecn = CE
+            self._echo[t] = False
+        return Packet(
+            self.job_id,
+            self.tree_ids[t],
+            self._gen_start[t] + i // T,
+            self.generation,
+            count,
+            flags,
+            MAX_CWND_CAP,
+            self._base[t],
+            ecn,
+            payload,
+        )
+
+    def timer(self) -> int | None:
+        """Deadline (ps) of the oldest unacknowledged packet, or None when nothing waits."""
+        if not self.active or not self._inflight:
+            return None
+        return next(iter(self._inflight.values())) + self.rto_ps
+
+    # ------------------------------------------------------------------ network input
+    def receive(self, packet: Packet, now: int) -> None:
+        """Take one result packet (anything else is counted in ``stats['ignored']``)."""
+        if not packet.flags & FLAG_RESULT:
+            return self._ignore(IGNORED_NOT_RESULT)
+        if packet.job_id != self.job_id:
+            return self._ignore(IGNORED_WRONG_JOB)
+        t = self._tree_index.get(packet.tree_id)
+        if t is None:
+            return self._ignore(IGNORED_UNKNOWN_TREE)
+        if not self.active:
+            return self._ignore(IGNORED_IDLE)
+        if packet.generation != self.generation:
+            return self._ignore(IGNORED_OLD_GENERATION)
+        k = packet.seq - self._gen_start[t]
+        if not 0 <= k < self._gen_len[t]:
+            return self._ignore(IGNORED_OUT_OF_RANGE)
+        T = self.num_trees
+        i = t + T * k
+        if self._got[i]:
+            return self._ignore(IGNORED_DUPLICATE)
+        pe = self.payload_elems
+        lo = i * pe
+        count = min(pe, self._num_elems - lo)
+        if packet.count != count:
+            return self._ignore(IGNORED_BAD_COUNT)
+        if self._out is not None:
+            if packet.payload is None:
+                return self._ignore(IGNORED_BAD_COUNT)
+            self._out[lo : lo + count] = packet.payload
+        self._got[i] = True
+        self._remaining -= 1
+        stats = self.stats
+        stats["results"] += 1
+        sent_at = self._inflight.pop(i, None)
+        if sent_at is not None and i not in self._retries:
+            self._rtt_sample(now - sent_at)  # Karn: only never-retransmitted packets
+        # Advance the cumulative acknowledgement of this tree.
+        base = self._base[t]
+        end = self._gen_start[t] + self._gen_len[t]
+        got = self._got
+        start = self._gen_start[t]
+        while base < end and got[t + T * (base - start)]:
+            base += 1
+        self._base[t] = base
+        ece = bool(packet.flags & FLAG_ECE)
+        if ece:
+            stats["ece_results"] += 1
+        if packet.ecn == CE:
+            stats["ce_results"] += 1
+            self._echo[t] = True
+        cc = self.cc[t]
+        before = cc.window
+        cc.on_result(packet.seq, ece, packet.cwnd_cap, self._gen_start[t] + self._next_k[t])
+        if self.trace_windows and cc.window != before:
+            self.window_trace.append((now, t, cc.window))
+        if self._remaining == 0:
+            self.active = False
+            self._inflight.clear()
+
+    def _ignore(self, reason: str) -> None:
+        ignored = self.stats["ignored"]
+        ignored[reason] = ignored.get(reason, 0) + 1
+
+    # ------------------------------------------------------------------ timers
+    def handle_timer(self, now: int) -> None:
+        """Queue every packet whose timer expired for retransmission (sent by the next ``poll``)."""
+        if not self.active:
+            return
+        rto = self.rto_ps
+        expired = []
+        for i, sent_at in self._inflight.items():
+            if sent_at + rto > now:
+                break
+            expired.append(i)
+        if not expired:
+            return
+        T = self.num_trees
+        trees_hit = set()
+        for i in expired:
+            tries = self._retries.get(i, 0) + 1
+            if tries > self.max_retries:
+                t = i % T
+                raise TransportError(
+                    f"job {self.job_id} rank {self.rank}: no result for tree {self.tree_ids[t]} "
+                    f"seq {self._gen_start[t] + i // T} (generation {self.generation}) after "
+                    f"{self.max_retries} retransmissions; {self._remaining} of {self._npkts} packets missing"
+                )
+            self._retries[i] = tries
+            trees_hit.add(i % T)
+            # Re-stamp now so the timer moves on; poll() re-stamps with the real send time.
+            del self._inflight[i]
+            self._inflight[i] = now
+        self._retx_queue.extend(expired)
+        for t in trees_hit:
+            self.cc[t].on_timeout()
+        self.stats["timeouts"] += 1
+        self.rto_ps = min(self.max_rto_ps, self.rto_ps * 2)  # RFC 6298 (5.5): back off
+
+    def _rtt_sample(self, rtt: int) -> None:
+        # RFC 6298 section 2: SRTT/RTTVAR with alpha = 1/8, beta = 1/4.
+        if self._srtt is None:
+            self._srtt = float(rtt)
+            self._rttvar = rtt / 2
+        else:
+            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
+            self._srtt = 0.875 * self._srtt + 0.125 * rtt
+        self.rto_ps = int(max(self.min_rto_ps, min(self.max_rto_ps, self._srtt + 4 * self._rttvar)))
+
+    @property
+    def srtt_ps(self) -> float | None:
+        return self._srtt
+
+    def windows(self) -> list[int]:
+        return [cc.window for cc in self.cc]
+
+    def alphas(self) -> list[float | None]:
+        return [getattr(cc, "alpha", None) for cc in self.cc]
