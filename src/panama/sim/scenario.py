@@ -1,0 +1,342 @@
+"""Scenario files for ``panama simulate``: one validated model with a default for every value.
+
+A scenario is a TOML (or JSON) document validated by :class:`Scenario` (pydantic v2,
+unknown keys rejected). Errors name the dotted key (``network.pfc``, ``jobs.1.workers``).
+``--set key=value`` overrides use the same dotted keys; values are parsed as TOML
+values (``true``, ``3``, ``"web-search"``, ``[1, 2]``) and fall back to plain strings.
+
+Keys, units and defaults are listed in docs/simulator.md; every field below carries its
+unit in its name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SCHEMES = ("panama", "ina-single", "ina-fixed", "ring")
+Scheme = Literal["panama", "ina-single", "ina-fixed", "ring"]
+
+
+class ScenarioError(ValueError):
+    """A scenario cannot be loaded; ``key`` is the dotted key at fault."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+        self.detail = message
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TopologyConfig(_Model):
+    """Fabric shape. Rates/delay given here override the spec's own ``gbps``/``delay_us``."""
+
+    spec: str = Field(
+        "leaf-spine:leaves=4,spines=2,hosts_per_leaf=4",
+        description="topology spec (fat-tree:k=4, leaf-spine:leaves=..,spines=..,hosts_per_leaf=..) or a file path",
+    )
+    host_rate_gbps: float | None = Field(None, gt=0, description="host-ToR link rate; None keeps the spec's")
+    fabric_rate_gbps: float | None = Field(None, gt=0, description="switch-switch link rate; None keeps the spec's")
+    link_delay_us: float | None = Field(None, ge=0, description="one-way propagation delay per link")
+
+
+class NetworkConfig(_Model):
+    """Switch queues, ECN marking, PFC and host DCTCP."""
+
+    buffer_bytes: int = Field(4_000_000, gt=0, description="shared packet buffer per switch")
+    ecn_k_packets: float | None = Field(
+        None, gt=0, description="DCTCP marking threshold in MTU packets; None = 65 per 10 Gbps of port rate"
+    )
+    pfc: bool = Field(True, description="priority flow control (PAUSE) on every switch ingress port")
+    pfc_alpha: float = Field(0.125, gt=0, description="dynamic PFC threshold: pause when ingress > alpha * free")
+    mtu_bytes: int = Field(1500, ge=256, le=9000, description="IP MTU of TCP segments")
+    host_queue_bytes: int | None = Field(
+        None, gt=0, description="host NIC queue limit (None = unlimited; hosts are paced by their windows)"
+    )
+    dctcp_initial_window_packets: int = Field(10, ge=1, description="initial cwnd of background/ring TCP flows")
+    dctcp_min_rto_us: float = Field(1000.0, gt=0, description="minimum retransmission timeout of TCP flows")
+
+
+class PSwitchConfig(_Model):
+    """The aggregation accelerator attached to every switch."""
+
+    packet_memory_slots: int = Field(4096, ge=1, description="accelerator memory, in packet slots")
+    processing_latency_ns: float = Field(500.0, ge=0, description="per-packet accelerator latency")
+
+
+class PanamaConfig(_Model):
+    """Controller and worker-transport settings of in-network schemes."""
+
+    num_trees: int = Field(4, ge=1, le=64, description="aggregation trees per job (panama, ina-fixed)")
+    threshold_bytes: int = Field(
+        40_000_000, ge=0, description="jobs whose gradient is smaller than this use ring allreduce"
+    )
+    max_jobs_per_switch: int = Field(8, ge=1, description="admission limit of the controller")
+    payload_elems: int = Field(361, ge=1, le=361, description="float32 elements per packet (361 fills 1500 B)")
+    initial_window_packets: float = Field(10.0, ge=1, description="initial per-tree window (dctcp)")
+    fixed_window_packets: float = Field(64.0, ge=1, description="per-tree window of ina-fixed (cc 'fixed')")
+    dctcp_g: float = Field(1 / 16, gt=0, le=1, description="DCTCP gain of the tree congestion control")
+    initial_rto_us: float = Field(1000.0, gt=0, description="initial worker retransmission timeout")
+    min_rto_us: float = Field(500.0, gt=0, description="minimum worker retransmission timeout")
+    max_rto_us: float = Field(100_000.0, gt=0, description="maximum worker retransmission timeout")
+
+
+class BackgroundConfig(_Model):
+    """Background (non-training) flows: Poisson arrivals per host, sizes from a CDF."""
+
+    workload: str = Field(
+        "web-search", description="web-search, data-mining, fb-hadoop, ali-storage, or a CDF file path"
+    )
+    load: float = Field(0.3, ge=0, le=1.5, description="offered load per host, fraction of its link rate")
+    start_ms: float = Field(0.0, ge=0, description="first arrival not before this time")
+    stop_ms: float | None = Field(None, ge=0, description="no arrivals after this time; None = duration_ms")
+    hosts: list[str] | None = Field(None, description="source/destination hosts; None = every host")
+    max_flow_bytes: int | None = Field(None, gt=0, description="truncate sampled sizes (None = no limit)")
+
+
+class JobConfig(_Model):
+    """One data-parallel training job: compute, then allreduce, ``iterations`` times."""
+
+    name: str | None = Field(None, description="job name; None = job<index>")
+    workers: int = Field(4, ge=2, description="number of workers (ignored when hosts are given)")
+    hosts: list[str] | None = Field(None, description="worker hosts; None = drawn at random (seeded)")
+    gradient_bytes: int = Field(1_000_000, ge=4, description="gradient size per worker and iteration")
+    compute_us: float = Field(200.0, ge=0, description="computation time per iteration")
+    iterations: int = Field(5, ge=1, description="training iterations")
+    start_us: float = Field(0.0, ge=0, description="start time of the job")
+    scheme: Scheme | None = Field(None, description="allreduce scheme; None = the scenario's scheme")
+
+    @model_validator(mode="after")
+    def _hosts_distinct(self) -> JobConfig:
+        if self.hosts is not None:
+            if len(self.hosts) < 2:
+                raise ValueError("hosts: a job needs at least two worker hosts")
+            if len(set(self.hosts)) != len(self.hosts):
+                raise ValueError("hosts: worker hosts must be distinct")
+        return self
+
+
+class Scenario(_Model):
+    """A complete simulation: fabric, switches, traffic, jobs, scheme, seed and duration."""
+
+    seed: int = Field(1, ge=0, description="master seed; workload, placement and sim use separate streams")
+    duration_ms: float = Field(10.0, gt=0, description="background arrivals happen in [0, duration_ms)")
+    max_time_ms: float | None = Field(
+        None, gt=0, description="hard stop of simulated time; None = 10 * duration_ms + 100"
+    )
+    scheme: Scheme = Field("panama", description="allreduce scheme of every job without its own")
+    topology: TopologyConfig = TopologyConfig()
+    network: NetworkConfig = NetworkConfig()
+    pswitch: PSwitchConfig = PSwitchConfig()
+    panama: PanamaConfig = PanamaConfig()
+    background: BackgroundConfig = BackgroundConfig()
+    jobs: list[JobConfig] = Field(default_factory=list, description="training jobs ([[jobs]] tables)")
+    sample_interval_us: float = Field(10.0, gt=0, description="queue-occupancy sampling period")
+
+    @model_validator(mode="after")
+    def _check(self) -> Scenario:
+        p = self.panama
+        if not p.min_rto_us <= p.max_rto_us:
+            raise ValueError("panama.min_rto_us: must be <= panama.max_rto_us")
+        names = [j.name for j in self.jobs if j.name is not None]
+        if len(set(names)) != len(names):
+            raise ValueError("jobs: job names must be distinct")
+        return self
+
+    # ------------------------------------------------------------------ helpers
+    def with_scheme(self, scheme: str) -> Scenario:
+        """The same scenario with every job using ``scheme`` (per-job overrides removed)."""
+        if scheme not in SCHEMES:
+            raise ScenarioError("scheme", f"must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+        jobs = [j.model_copy(update={"scheme": None}) for j in self.jobs]
+        return self.model_copy(update={"scheme": scheme, "jobs": jobs})
+
+    def with_overrides(self, sets: Iterable[str]) -> Scenario:
+        """The scenario with ``key=value`` overrides applied (and re-validated)."""
+        data = self.model_dump(mode="json")
+        apply_sets(data, sets)
+        return scenario_from_dict(data)
+
+    def job_name(self, index: int) -> str:
+        name = self.jobs[index].name
+        return name if name is not None else f"job{index}"
+
+    def job_scheme(self, index: int) -> str:
+        return self.jobs[index].scheme or self.scheme
+
+    @property
+    def stop_ps(self) -> int:
+        """Hard stop of simulated time in picoseconds."""
+        limit_ms = self.max_time_ms if self.max_time_ms is not None else 10 * self.duration_ms + 100
+        return round(limit_ms * 1e9)
+
+    def to_toml(self) -> str:
+        """TOML text that loads back to an equal scenario (``None`` values are omitted)."""
+        return dumps_toml(self.model_dump(mode="json"))
+
+
+# ---------------------------------------------------------------------- loading
+def default_scenario() -> Scenario:
+    """The built-in scenario: leaf-spine 4x2x4 at 10 Gbps, web-search at 30% load, two jobs."""
+    return Scenario(
+        jobs=[
+            JobConfig(name="job0", workers=4, gradient_bytes=2_000_000, compute_us=300.0, iterations=5),
+            JobConfig(name="job1", workers=6, gradient_bytes=1_000_000, compute_us=200.0, iterations=5),
+        ],
+        panama=PanamaConfig(threshold_bytes=500_000),
+    )
+
+
+def scenario_from_dict(data: Mapping[str, Any]) -> Scenario:
+    """Validate ``data``; raise :class:`ScenarioError` naming the first bad key."""
+    try:
+        return Scenario.model_validate(dict(data))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err.get("loc", ()))
+        msg = str(err.get("msg", "invalid value"))
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+            head, sep, rest = msg.partition(": ")
+            if sep and " " not in head:
+                loc = f"{loc}.{head}" if loc and not head.startswith(loc) else head
+                msg = rest
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown key"
+        value = err.get("input")
+        if err.get("type") not in ("extra_forbidden", "missing") and not isinstance(value, (dict, list)):
+            msg = f"{msg} (got {value!r})"
+        raise ScenarioError(loc or "scenario", msg) from None
+
+
+def load_scenario(path: str | Path | None = None, sets: Iterable[str] = ()) -> Scenario:
+    """Load a TOML/JSON scenario file (None: the built-in default) and apply ``--set`` overrides."""
+    if path is None:
+        data = default_scenario().model_dump(mode="json")
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise ScenarioError("SCENARIO", f"no such file: {p}")
+        text = p.read_text()
+        try:
+            data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
+        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+            raise ScenarioError(str(p), f"cannot parse: {exc}") from None
+    apply_sets(data, sets)
+    return scenario_from_dict(data)
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: a TOML value if it parses as one, else the raw string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_sets(data: dict[str, Any], sets: Iterable[str]) -> dict[str, Any]:
+    """Apply ``a.b.c=value`` overrides in place; list items are addressed by index (``jobs.0.iterations``)."""
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ScenarioError(item, "expected KEY=VALUE")
+        parts = key.split(".")
+        node: Any = data
+        for depth, part in enumerate(parts[:-1]):
+            where = ".".join(parts[: depth + 1])
+            if isinstance(node, list):
+                node = _list_item(node, part, where)
+            elif isinstance(node, dict):
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+            else:
+                raise ScenarioError(where, "is not a table")
+        last = parts[-1]
+        value = parse_value(raw.strip())
+        if isinstance(node, list):
+            idx = _index(node, last, key)
+            node[idx] = value
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            raise ScenarioError(".".join(parts[:-1]), "is not a table")
+    return data
+
+
+def _index(seq: list, part: str, where: str) -> int:
+    try:
+        idx = int(part)
+    except ValueError:
+        raise ScenarioError(where, "list items are addressed by index (e.g. jobs.0.iterations)") from None
+    if not 0 <= idx < len(seq):
+        raise ScenarioError(where, f"index out of range (list has {len(seq)} items)")
+    return idx
+
+
+def _list_item(seq: list, part: str, where: str) -> Any:
+    return seq[_index(seq, part, where)]
+
+
+# ---------------------------------------------------------------------- TOML writer
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value if v is not None) + "]"
+    if isinstance(value, Mapping):
+        items = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
+        return "{ " + items + " }" if items else "{}"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def dumps_toml(data: Mapping[str, Any]) -> str:
+    """Write nested dicts / lists of dicts as TOML (``None`` values omitted)."""
+    lines: list[str] = []
+    _write_table(lines, data, [])
+    return "\n".join(lines).strip() + "\n"
+
+
+def _write_table(lines: list[str], table: Mapping[str, Any], path: list[str]) -> None:
+    subtables = []
+    arrays = []
+    for key, value in table.items():
+        if value is None:
+            continue
+        if isinstance(value, Mapping):
+            subtables.append((key, value))
+        elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+            arrays.append((key, value))
+        else:
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    for key, value in subtables:
+        lines.append("")
+        lines.append("[" + ".".join(_toml_key(k) for k in [*path, key]) + "]")
+        _write_table(lines, value, [*path, key])
+    for key, items in arrays:
+        for item in items:
+            lines.append("")
+            lines.append("[[" + ".".join(_toml_key(k) for k in [*path, key]) + "]]")
+            _write_table(lines, item, [*path, key])
