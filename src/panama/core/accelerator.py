@@ -31,7 +31,9 @@ and a job's share evenly between its trees that cross this accelerator. A tree's
 it holds: when a new job arrives, existing trees shrink as their slots free up and the
 newcomer grows into the freed memory, so the sum of limits never exceeds
 ``packet_memory``. Contributions that would need a slot beyond the limit are dropped
-(``share_exceeded``) and never change state.
+(``share_exceeded``): they never touch sums or slots; only their cumulative ``ack``
+(validated, from a known child) is taken, since it can only free results every child
+already holds and keeps a shrinking share from stalling.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ class _Tree:
         "slots",
         "child_ack",
         "floor",
+        "at_floor",
         "used",
         "peak_used",
         "target",
@@ -135,6 +138,7 @@ class _Tree:
         self.slots: dict[int, _Slot] = {}
         self.child_ack = {child: 0 for child in children}
         self.floor = 0
+        self.at_floor = len(children)  # children whose ack equals the floor
         self.used = 0
         self.peak_used = 0
         self.target = 0
@@ -308,8 +312,13 @@ class Accelerator:
                 self.drops[STALE] += 1
                 return _NOTHING
             if tree.used >= tree.limit:
-                self.drops[SHARE_EXCEEDED] += 1
-                return _NOTHING
+                # Take the (validated) cumulative ack first: it only frees results every
+                # child already holds, and without it a shrinking share could stall
+                # until retransmission timeouts.
+                self._take_ack(tree, from_node, packet.ack)
+                if tree.used >= tree.limit:
+                    self.drops[SHARE_EXCEEDED] += 1
+                    return _NOTHING
             slot = self._free.pop()
             slot.seq = seq
             slot.generation = packet.generation
@@ -328,8 +337,12 @@ class Accelerator:
             if self.used_slots > self.peak_used_slots:
                 self.peak_used_slots = self.used_slots
             payload = packet.payload
-            if payload is not None and slot.row is not None:
-                slot.row[:count] = payload
+            row = slot.row
+            if payload is not None and row is not None:
+                if count == self.payload_elems:
+                    np.copyto(row, payload)
+                else:
+                    row[:count] = payload
         else:
             if slot.generation != packet.generation:
                 self.drops[GENERATION_MISMATCH] += 1
@@ -360,7 +373,9 @@ class Accelerator:
         if ack > old_ack:
             acks[from_node] = ack
             if old_ack == tree.floor:
-                self._advance_floor(tree)
+                tree.at_floor -= 1
+                if not tree.at_floor:
+                    self._advance_floor(tree)
         if slot.nseen == tree.nchildren:
             return self._complete(tree, slot)
         return _NOTHING
@@ -410,12 +425,7 @@ class Accelerator:
         if not packet.flags & FLAG_RETRANSMIT or slot.state == SlotState.AGGREGATING:
             self.drops[DUPLICATE] += 1
             return _NOTHING
-        ack = packet.ack
-        if ack > tree.child_ack[from_node]:
-            old = tree.child_ack[from_node]
-            tree.child_ack[from_node] = ack
-            if old == tree.floor:
-                self._advance_floor(tree)
+        self._take_ack(tree, from_node, packet.ack)
         if slot.state == SlotState.RESULT:
             self.retransmits_answered += 1
             return self._results_to(tree, slot, self._payload_out(slot), (from_node,))
@@ -452,11 +462,21 @@ class Accelerator:
         self.results_out += 1
         return self._results_to(tree, slot, payload, tree.children)
 
+    def _take_ack(self, tree: _Tree, child: Hashable, ack: int) -> None:
+        old = tree.child_ack[child]
+        if ack > old:
+            tree.child_ack[child] = ack
+            if old == tree.floor:
+                tree.at_floor -= 1
+                if not tree.at_floor:
+                    self._advance_floor(tree)
+
     def _advance_floor(self, tree: _Tree) -> None:
-        new_floor = min(tree.child_ack.values())
+        """Every child's ack passed the floor: raise it and free the slots below it."""
+        acks = tree.child_ack.values()
+        new_floor = min(acks)
+        tree.at_floor = sum(1 for a in acks if a == new_floor)
         old_floor = tree.floor
-        if new_floor <= old_floor:
-            return
         tree.floor = new_floor
         slots = tree.slots
         if new_floor - old_floor <= len(slots):

@@ -1,0 +1,200 @@
+"""Accelerator unit tests with hand-built packets (no time, no network)."""
+
+import numpy as np
+import pytest
+
+from panama.core import accelerator as A
+from panama.core.accelerator import Accelerator, AcceleratorError
+from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, Packet
+
+
+def contrib(seq, values, *, job=1, tree=0, gen=1, ack=0, ecn=ECT0, cap=0xFFFF, flags=0):
+    values = np.asarray(values, dtype=np.float32)
+    return Packet(job, tree, seq, gen, len(values), flags, cap, ack, ecn, values)
+
+
+def test_single_tier_sum_ecn_or_and_cap_min():
+    acc = Accelerator(16, 4)
+    acc.install_tree(1, 0, ["a", "b", "c"], None)
+    assert acc.receive(contrib(0, [1, 2], cap=100), "a") == ()
+    assert acc.receive(contrib(0, [10, 20], ecn=CE), "b") == ()
+    out = acc.receive(contrib(0, [100, 200], cap=3), "c")
+    assert [to for to, _ in out] == ["a", "b", "c"]
+    for _, pkt in out:
+        assert pkt.flags & FLAG_RESULT and pkt.flags & FLAG_ECE
+        assert pkt.cwnd_cap == 3
+        assert pkt.payload.tolist() == [111, 222]
+    # memory share: 16 slots, one job one tree -> target 16, advertised cap 8
+    assert acc.tree_status(1, 0)["cwnd_cap"] == 8
+
+
+def test_duplicate_never_added_twice_and_retransmit_answered_unicast():
+    acc = Accelerator(16, 4)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    acc.receive(contrib(0, [1]), "a")
+    assert acc.receive(contrib(0, [1]), "a") == ()
+    assert acc.receive(contrib(0, [1], flags=FLAG_RETRANSMIT), "a") == ()  # still aggregating: dropped
+    assert acc.drops[A.DUPLICATE] == 2
+    out = acc.receive(contrib(0, [2]), "b")
+    assert [p.payload[0] for _, p in out] == [3, 3]
+    again = acc.receive(contrib(0, [2], flags=FLAG_RETRANSMIT), "b")
+    assert [(to, p.payload[0], p.flags & FLAG_RESULT) for to, p in again] == [("b", 3, FLAG_RESULT)]
+    assert acc.retransmits_answered == 1
+
+
+def test_ecn_or_never_turns_ect_mix_into_ce():
+    acc = Accelerator(4, 2)
+    acc.install_tree(1, 0, ["a", "b"], "up")
+    acc.receive(contrib(0, [1], ecn=1), "a")  # ECT(1)
+    [(to, partial)] = acc.receive(contrib(0, [1], ecn=ECT0), "b")
+    assert to == "up" and partial.ecn == ECT0
+
+
+def two_tier():
+    leaf = Accelerator(32, 4, name="leaf")
+    root = Accelerator(32, 4, name="root")
+    leaf.install_tree(1, 0, ["w0", "w1"], "root")
+    root.install_tree(1, 0, ["leaf", "other"], None)
+    return leaf, root
+
+
+def test_two_tier_partial_up_result_down_and_retransmissions():
+    leaf, root = two_tier()
+    leaf.receive(contrib(5, [1, 1], ack=5), "w0")
+    [(to, partial)] = leaf.receive(contrib(5, [2, 2], ack=5, ecn=CE), "w1")
+    assert to == "root" and partial.payload.tolist() == [3, 3] and partial.ecn == CE and partial.ack == 5
+    assert root.receive(partial, "leaf") == ()
+    out = root.receive(contrib(5, [10, 10], ack=5), "other")
+    to_leaf = [p for to, p in out if to == "leaf"][0]
+    assert to_leaf.flags & FLAG_ECE
+    # worker w1 times out before the result arrives: the leaf re-sends its partial upward
+    [(to, resent)] = leaf.receive(contrib(5, [2, 2], ack=5, flags=FLAG_RETRANSMIT), "w1")
+    assert to == "root" and resent.flags & FLAG_RETRANSMIT
+    # the root already has the result: it answers the leaf alone
+    [(to, answer)] = root.receive(resent, "leaf")
+    assert to == "leaf" and answer.payload.tolist() == [13, 13]
+    down = leaf.receive(to_leaf, "root")
+    assert sorted(to for to, _ in down) == ["w0", "w1"]
+    assert all(p.payload.tolist() == [13, 13] and p.flags & FLAG_ECE for _, p in down)
+    assert leaf.receive(answer, "root") == ()  # duplicate result
+    assert leaf.drops[A.DUPLICATE_RESULT] == 1
+    # results only come from the parent
+    assert leaf.receive(to_leaf, "w0") == ()
+    assert leaf.drops[A.NOT_PARENT] == 1
+
+
+def test_slots_freed_when_every_child_acknowledged_then_stale():
+    acc = Accelerator(8, 2)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    for seq in range(3):
+        acc.receive(contrib(seq, [1]), "a")
+        acc.receive(contrib(seq, [1]), "b")
+    assert acc.used_slots == 3
+    acc.receive(contrib(3, [1], ack=2), "a")
+    assert acc.used_slots == 4  # b has not acknowledged yet
+    acc.receive(contrib(3, [1], ack=3), "b")
+    assert acc.used_slots == 2  # seqs 0 and 1 freed (min ack is 2)
+    assert acc.receive(contrib(0, [1], flags=FLAG_RETRANSMIT), "a") == ()
+    assert acc.drops[A.STALE] == 1
+    acc.check_invariants()
+
+
+@pytest.mark.parametrize(
+    "packet,src,reason",
+    [
+        (contrib(0, [1], job=9), "a", A.UNKNOWN_JOB),
+        (contrib(0, [1], tree=3), "a", A.UNKNOWN_TREE),
+        (contrib(0, [1]), "mallory", A.NOT_CHILD),
+        (contrib(0, [1, 2, 3, 4, 5]), "a", A.TOO_LARGE),
+        (contrib(0, [1], ack=1), "a", A.BAD_ACK),
+        (Packet(1, 0, 0, 1, 1, FLAG_RESULT, 5, 0, ECT0, np.ones(1, np.float32)), "a", A.NOT_PARENT),
+    ],
+)
+def test_foreign_packets_are_counted_drops_without_state_change(packet, src, reason):
+    acc = Accelerator(8, 4)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    acc.receive(contrib(0, [5]), "a")
+    before = acc.stats()
+    assert acc.receive(packet, src) == ()
+    assert acc.drops[reason] == 1
+    after = acc.stats()
+    assert after["used_slots"] == before["used_slots"] and after["contributions"] == before["contributions"]
+    [_, (_, pkt)] = acc.receive(contrib(0, [7]), "b")
+    assert pkt.payload.tolist() == [12]
+
+
+def test_generation_and_count_mismatch_dropped():
+    acc = Accelerator(8, 4)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    acc.receive(contrib(0, [1, 1], gen=4), "a")
+    assert acc.receive(contrib(0, [1, 1], gen=3), "b") == ()
+    assert acc.receive(contrib(0, [1], gen=4), "b") == ()
+    assert acc.drops[A.GENERATION_MISMATCH] == 1 and acc.drops[A.COUNT_MISMATCH] == 1
+
+
+def test_share_exceeded_is_dropped_and_memory_never_overflows():
+    acc = Accelerator(4, 2)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    for seq in range(4):
+        acc.receive(contrib(seq, [1]), "a")
+    assert acc.receive(contrib(4, [1]), "a") == ()
+    assert acc.drops[A.SHARE_EXCEEDED] == 1
+    assert acc.used_slots == 4
+    acc.check_invariants()
+
+
+def test_new_job_grows_only_into_memory_the_old_job_frees():
+    acc = Accelerator(8, 1)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    for seq in range(8):
+        acc.receive(contrib(seq, [1], job=1), "a")
+        acc.receive(contrib(seq, [1], job=1), "b")
+    assert acc.used_slots == 8
+    acc.install_tree(2, 0, ["c", "d"], None)
+    acc.check_invariants()
+    st1, st2 = acc.tree_status(1, 0), acc.tree_status(2, 0)
+    assert st1["target"] == 4 and st1["limit"] == 8 and st2["limit"] == 0 and st2["cwnd_cap"] == 2
+    assert acc.receive(contrib(0, [1], job=2), "c") == ()
+    assert acc.drops[A.SHARE_EXCEEDED] == 1
+    # job 1's workers acknowledge results 0..5: its limit shrinks, job 2 may grow
+    acc.receive(contrib(8, [1], job=1, ack=6), "a")
+    acc.receive(contrib(8, [1], job=1, ack=6), "b")
+    acc.check_invariants()
+    assert acc.tree_status(1, 0)["limit"] == 4 and acc.tree_status(2, 0)["limit"] == 4
+    acc.receive(contrib(0, [1], job=2), "c")
+    assert acc.occupancy() == {1: 3, 2: 1}
+    acc.remove_job(1)
+    assert acc.tree_status(2, 0)["limit"] == 8
+    acc.remove_job(2)
+    assert acc.used_slots == 0
+    acc.check_invariants()
+
+
+def test_trees_of_one_job_split_its_share():
+    acc = Accelerator(100, 1)
+    acc.install_tree(1, 0, ["a"], "r0")
+    acc.install_tree(1, 1, ["a"], "r1")
+    acc.install_tree(2, 0, ["b"], None)
+    assert acc.tree_status(1, 0)["target"] == 25 and acc.tree_status(1, 1)["target"] == 25
+    assert acc.tree_status(2, 0)["target"] == 50 and acc.tree_status(2, 0)["cwnd_cap"] == 25
+
+
+def test_control_plane_errors():
+    acc = Accelerator(8, 1)
+    acc.install_tree(1, 0, ["a"], None)
+    with pytest.raises(AcceleratorError, match="already installed"):
+        acc.install_tree(1, 0, ["a"], None)
+    with pytest.raises(AcceleratorError, match="duplicate children"):
+        acc.install_tree(1, 1, ["a", "a"], None)
+    with pytest.raises(AcceleratorError, match="not installed"):
+        acc.remove_job(5)
+    with pytest.raises(AcceleratorError, match="packet_memory"):
+        Accelerator(0)
+
+
+def test_size_only_mode_keeps_no_payload():
+    acc = Accelerator(4, 361, store_payloads=False)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    acc.receive(Packet(1, 0, 0, 1, 361), "a")
+    out = acc.receive(Packet(1, 0, 0, 1, 361), "b")
+    assert len(out) == 2 and out[0][1].payload is None and out[0][1].count == 361

@@ -1,0 +1,162 @@
+"""Codec: one table drives encoding and decoding; hypothesis round-trips and fuzzes."""
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from panama.core import codec
+from panama.core.codec import HEADER, HEADER_BYTES, MAGIC, VERSION, CodecError, decode, encode
+from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, Packet
+
+
+def _pkt(**kw):
+    base = dict(job_id=7, tree_id=2, seq=1000, generation=3, count=3, flags=0, cwnd_cap=512, ack=990, ecn=ECT0)
+    base.update(kw)
+    if "payload" not in kw:
+        base["payload"] = np.arange(base["count"], dtype=np.float32) + 0.5 if base["count"] else None
+    return Packet(**base)
+
+
+# (description, packet, expected header tuple)
+CASES = [
+    ("contribution", _pkt(), (MAGIC, VERSION, 0, 7, 2, 512, 3, 1000, 990, 3, 0)),
+    ("result with echo", _pkt(flags=FLAG_RESULT | FLAG_ECE), (MAGIC, VERSION, 5, 7, 2, 512, 3, 1000, 990, 3, 0)),
+    ("retransmit", _pkt(flags=FLAG_RETRANSMIT), (MAGIC, VERSION, 2, 7, 2, 512, 3, 1000, 990, 3, 0)),
+    ("empty payload", _pkt(count=0), (MAGIC, VERSION, 0, 7, 2, 512, 3, 1000, 990, 0, 0)),
+    (
+        "max fields",
+        _pkt(job_id=2**32 - 1, tree_id=2**16 - 1, seq=2**32 - 1, generation=2**32 - 1, cwnd_cap=0xFFFF, ack=2**32 - 1),
+        (MAGIC, VERSION, 0, 2**32 - 1, 2**16 - 1, 0xFFFF, 2**32 - 1, 2**32 - 1, 2**32 - 1, 3, 0),
+    ),
+]
+
+
+@pytest.mark.parametrize("desc,packet,header", CASES, ids=[c[0] for c in CASES])
+def test_table_encode_decode(desc, packet, header):
+    data = encode(packet)
+    assert len(data) == HEADER_BYTES + 4 * packet.count
+    assert HEADER.unpack_from(data) == header
+    back = decode(data, ecn=packet.ecn)
+    for name in ("job_id", "tree_id", "seq", "generation", "count", "flags", "cwnd_cap", "ack", "ecn"):
+        assert getattr(back, name) == getattr(packet, name), name
+    if packet.count:
+        assert np.array_equal(back.payload, packet.payload)
+        assert not back.payload.flags.writeable
+    else:
+        assert back.payload is None
+
+
+def test_header_is_28_bytes_and_default_packet_fits_mtu():
+    assert HEADER_BYTES == 28
+    assert 20 + 8 + codec.wire_size(codec.DEFAULT_PAYLOAD_ELEMS) <= 1500
+    assert 20 + 8 + codec.wire_size(codec.DEFAULT_PAYLOAD_ELEMS + 1) > 1500
+
+
+def _raw(magic=MAGIC, version=VERSION, flags=0, count=2, reserved=0, body=8):
+    return HEADER.pack(magic, version, flags, 1, 0, 10, 1, 5, 5, count, reserved) + b"\0" * body
+
+
+BAD = [
+    ("short", b"\x50\x41\x01", codec.SHORT),
+    ("empty", b"", codec.SHORT),
+    ("bad magic", _raw(magic=0x1234), codec.BAD_MAGIC),
+    ("bad version", _raw(version=9), codec.BAD_VERSION),
+    ("unknown flags", _raw(flags=0x80), codec.UNKNOWN_FLAGS),
+    ("reserved", _raw(reserved=1), codec.RESERVED_NONZERO),
+    ("count too big", _raw(count=3, body=8), codec.COUNT_MISMATCH),
+    ("trailing", _raw(count=2, body=9), codec.TRAILING_BYTES),
+]
+
+
+@pytest.mark.parametrize("desc,data,reason", BAD, ids=[b[0] for b in BAD])
+def test_malformed_input_has_specific_reason(desc, data, reason):
+    with pytest.raises(CodecError) as info:
+        decode(data)
+    assert info.value.reason == reason
+    assert reason in str(info.value)
+
+
+def test_encode_rejects_out_of_range_fields():
+    with pytest.raises(CodecError) as info:
+        encode(_pkt(cwnd_cap=70000))
+    assert info.value.reason == codec.BAD_FIELD
+    with pytest.raises(CodecError):
+        encode(_pkt(flags=0x40))
+    with pytest.raises(CodecError):
+        encode(Packet(1, 0, 0, 0, 4, payload=np.zeros(3, np.float32)))
+
+
+packets = st.builds(
+    lambda job, tree, seq, gen, cap, ack, flags, ecn, values: Packet(
+        job,
+        tree,
+        seq,
+        gen,
+        len(values),
+        flags,
+        cap,
+        ack,
+        ecn,
+        np.array(values, dtype=np.float32) if values else None,
+    ),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**16 - 1),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 2**16 - 1),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([0, FLAG_RESULT, FLAG_RETRANSMIT, FLAG_RESULT | FLAG_ECE, 7]),
+    st.sampled_from([0, 1, ECT0, CE]),
+    st.lists(st.floats(width=32, allow_nan=False), max_size=40),
+)
+
+
+@given(packets)
+@settings(max_examples=300)
+def test_roundtrip_property(packet):
+    back = decode(encode(packet), ecn=packet.ecn)
+    assert (back.job_id, back.tree_id, back.seq, back.generation, back.count, back.flags, back.cwnd_cap, back.ack) == (
+        packet.job_id,
+        packet.tree_id,
+        packet.seq,
+        packet.generation,
+        packet.count,
+        packet.flags,
+        packet.cwnd_cap,
+        packet.ack,
+    )
+    if packet.count:
+        assert back.payload.tobytes() == packet.payload.tobytes()
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=1000)
+def test_fuzz_random_bytes_raise_only_codec_error(data):
+    try:
+        decode(data)
+    except CodecError:
+        pass
+
+
+@given(packets, st.integers(0, 60), st.binary(min_size=1, max_size=4))
+@settings(max_examples=300)
+def test_fuzz_mutated_valid_packets(packet, position, junk):
+    data = bytearray(encode(packet))
+    position %= len(data) + 1
+    mutated = bytes(data[:position]) + junk + bytes(data[position + len(junk) :])
+    try:
+        decode(mutated)
+    except CodecError:
+        pass
+    truncated = bytes(data[: max(0, len(data) - 1 - position)])
+    with pytest.raises(CodecError):
+        decode(truncated)
+
+
+def test_struct_header_layout_is_network_order():
+    data = encode(_pkt(job_id=0x01020304))
+    assert data[4:8] == bytes([1, 2, 3, 4])
+    assert struct.unpack("!H", data[:2])[0] == MAGIC
