@@ -1,0 +1,106 @@
+"""PyTorch ``DistributedDataParallel`` communication hook that allreduces through PANAMA.
+
+Usage, on every rank (a gloo process group still serves DDP's own bookkeeping: the
+initial parameter broadcast and shape checks)::
+
+    ddp = DistributedDataParallel(model)
+    comm = panama.Communicator(controller="127.0.0.1:7000", job="j1", rank=r, world_size=w)
+    register_panama_hook(ddp, comm)          # one call; training code is unchanged
+
+Contract of :func:`panama_allreduce_hook` (torch's comm-hook API,
+``hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]``):
+
+- the bucket's flat float32 CPU buffer is divided by ``state.world_size`` *before* the
+  reduction (as torch's default ``allreduce_hook`` does), summed over ranks by
+  ``state.communicator.allreduce`` and written back into the same buffer, so DDP sees the
+  gradient average in place;
+- the returned future is already completed (the communicator call is blocking); an
+  exception from the communicator is set on the future, so it surfaces from ``backward()``;
+- every rank ends with bitwise-identical averaged gradients (the communicator's contract),
+  hence identical optimizer steps.
+
+The hook only needs an object with ``allreduce(tensor) -> tensor`` (elementwise sum over
+ranks), so it also runs on test doubles; :class:`PanamaHookState` counts calls, elements
+and time spent in the reduction.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+
+
+class SumAllreducer(Protocol):
+    """Anything with ``allreduce(x) -> sum of x over ranks`` (e.g. :class:`panama.Communicator`)."""
+
+    def allreduce(self, x: Any) -> Any: ...
+
+
+@dataclass
+class PanamaHookState:
+    """State handed to :func:`panama_allreduce_hook`: the communicator and the divisor."""
+
+    communicator: SumAllreducer
+    world_size: int
+    calls: int = 0
+    elems: int = 0
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.world_size, int) or self.world_size < 1:
+            raise ValueError(f"world_size: must be a positive integer, got {self.world_size!r}")
+        comm_world = getattr(self.communicator, "world_size", None)
+        if comm_world is not None and comm_world != self.world_size:
+            raise ValueError(f"world_size: {self.world_size} differs from the communicator's world_size {comm_world}")
+
+    @property
+    def payload_bytes(self) -> int:
+        """Gradient bytes this rank contributed (float32 payload only, no headers)."""
+        return 4 * self.elems
+
+
+def panama_allreduce_hook(state: PanamaHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average ``bucket`` over ranks through ``state.communicator``, in place; completed future."""
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    buf = bucket.buffer()
+    try:
+        if buf.dtype != torch.float32 or buf.device.type != "cpu":
+            raise TypeError(f"panama_allreduce_hook needs float32 CPU gradients, got {buf.dtype} on {buf.device}")
+        buf.div_(state.world_size)
+        start = time.perf_counter()
+        out = state.communicator.allreduce(buf)
+        state.seconds += time.perf_counter() - start
+        if out is not buf:
+            if tuple(out.shape) != tuple(buf.shape):
+                raise RuntimeError(f"communicator returned shape {tuple(out.shape)} for a bucket of shape {tuple(buf.shape)}")
+            buf.copy_(out)
+        state.calls += 1
+        state.elems += buf.numel()
+    except Exception as exc:  # surfaced by DDP when it waits on the future
+        fut.set_exception(exc)
+        return fut
+    fut.set_result(buf)
+    return fut
+
+
+def register_panama_hook(
+    ddp_model: torch.nn.parallel.DistributedDataParallel,
+    communicator: SumAllreducer,
+    world_size: int | None = None,
+) -> PanamaHookState:
+    """Route ``ddp_model``'s gradient allreduce through ``communicator``; returns the hook state.
+
+    ``world_size`` defaults to the communicator's ``world_size`` (else the default process
+    group's). Call before the first backward pass, as for any DDP comm hook.
+    """
+    if world_size is None:
+        world_size = getattr(communicator, "world_size", None)
+    if world_size is None:
+        world_size = dist.get_world_size()
+    state = PanamaHookState(communicator=communicator, world_size=int(world_size))
+    ddp_model.register_comm_hook(state, panama_allreduce_hook)
+    return state
