@@ -649,7 +649,8 @@ def topology_from_toml(text: str, *, name: str = "topology.toml") -> Topology:
         raise TopologyError("nodes", "must be a table mapping a kind to a list of names")
     for kind, names in nodes.items():
         if kind not in KINDS:
-            raise TopologyError(f"nodes.{kind}", f"unknown kind; use one of {', '.join(KINDS)}")
+            hint = " (keys below [nodes] belong to it: put links before the [nodes] table)" if kind == "links" else ""
+            raise TopologyError(f"nodes.{kind}", f"unknown kind; use one of {', '.join(KINDS)}{hint}")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
             raise TopologyError(f"nodes.{kind}", "must be a list of node names")
         for n in names:
