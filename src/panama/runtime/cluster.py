@@ -1,0 +1,333 @@
+"""A local PANAMA cluster: a controller and switch daemons as background processes on 127.0.0.1.
+
+``LocalCluster`` (a context manager) is what tests, the benchmark and the training
+engineer use; ``panama cluster up|down|status`` wraps it for the shell. Every daemon
+binds port 0 and reports its real addresses in a *ready file*, so ports never race.
+Start-up order: switch daemons (waiting for each ready file and ``/health``), then the
+cluster file for the controller (topology + daemon addresses), then the controller.
+:meth:`LocalCluster.stop` sends SIGTERM, waits, then SIGKILL; it also runs at
+interpreter exit and when ``start`` fails half-way, so no process is left behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from panama.core.topology import leaf_spine
+from panama.runtime.http import HttpError, request_json
+from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, format_addr, parse_addr
+
+
+class ClusterError(RuntimeError):
+    """A local cluster could not be started, reached or stopped; the message says which process."""
+
+
+def default_state_path() -> Path:
+    """Where ``panama cluster up`` records its processes (override with ``--state``)."""
+    base = os.environ.get("PANAMA_CLUSTER_STATE")
+    if base:
+        return Path(base)
+    return Path(tempfile.gettempdir()) / f"panama-cluster-{os.getuid()}" / "cluster.json"
+
+
+@dataclass
+class Proc:
+    """One background process of the cluster."""
+
+    name: str
+    role: str
+    popen: subprocess.Popen | None
+    pid: int
+    log: Path
+    ready_file: Path
+    udp: Address | None = None
+    control: Address | None = None
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return _pid_alive(self.pid)
+
+
+@dataclass
+class LocalCluster:
+    """Controller + leaf/spine switch daemons on 127.0.0.1 (see module docstring).
+
+    ``drop_prob`` applies to every switch, or give ``switch_drop_prob={"spine0": 0.02}``.
+    ``threshold_bytes`` defaults to 0 so every multi-host job aggregates in-network.
+    """
+
+    leaves: int = 2
+    spines: int = 2
+    hosts_per_leaf: int = 4
+    packet_memory: int = 512
+    payload_elems: int = RUNTIME_PAYLOAD_ELEMS
+    ecn_threshold_pkts: int = 48
+    threshold_bytes: int = 0
+    max_jobs_per_switch: int = 8
+    trees: int | None = None
+    heartbeat_timeout_s: float = 3.0
+    drop_prob: float = 0.0
+    switch_drop_prob: dict[str, float] = field(default_factory=dict)
+    seed: int = 0
+    log_level: str = "INFO"
+    workdir: str | Path | None = None
+    startup_timeout_s: float = 30.0
+    python: str = sys.executable
+    procs: dict[str, Proc] = field(default_factory=dict, init=False)
+    controller_addr: Address | None = field(default=None, init=False)
+    _tmp: tempfile.TemporaryDirectory | None = field(default=None, init=False, repr=False)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> LocalCluster:
+        """Start every process and wait until each answers; stops everything on failure."""
+        if self.procs:
+            raise ClusterError("cluster already started")
+        topo = leaf_spine(self.leaves, self.spines, self.hosts_per_leaf)
+        if self.workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="panama-cluster-")
+            self.workdir = self._tmp.name
+        work = Path(self.workdir)
+        work.mkdir(parents=True, exist_ok=True)
+        atexit.register(self.stop)
+        try:
+            for i, name in enumerate(topo.switches):
+                role = "leaf" if topo.tier(name) == "tor" else topo.tier(name)
+                drop = self.switch_drop_prob.get(name, self.drop_prob)
+                args = [
+                    "switch",
+                    "--id", name,
+                    "--udp", "127.0.0.1:0",
+                    "--control", "127.0.0.1:0",
+                    "--packet-memory", str(self.packet_memory),
+                    "--payload-elems", str(self.payload_elems),
+                    "--ecn-threshold", str(self.ecn_threshold_pkts),
+                    "--drop-prob", repr(drop),
+                    "--seed", str(self.seed + i),
+                    "--log-level", self.log_level,
+                ]  # fmt: skip
+                self._spawn(name, role, args, work)
+            for proc in self.procs.values():
+                info = self._wait_ready(proc)
+                proc.udp = parse_addr(info["udp"])
+                proc.control = parse_addr(info["control"])
+            cluster_file = work / "cluster.toml"
+            cluster_file.write_text(self.cluster_toml())
+            args = [
+                "controller", "serve",
+                "--cluster", str(cluster_file),
+                "--listen", "127.0.0.1:0",
+                "--threshold-bytes", str(self.threshold_bytes),
+                "--max-jobs-per-switch", str(self.max_jobs_per_switch),
+                "--heartbeat-timeout", repr(self.heartbeat_timeout_s),
+                "--log-level", self.log_level,
+            ]  # fmt: skip
+            if self.trees is not None:
+                args += ["--trees", str(self.trees)]
+            ctl = self._spawn("controller", "controller", args, work)
+            info = self._wait_ready(ctl)
+            ctl.control = parse_addr(info["listen"])
+            self.controller_addr = ctl.control
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _spawn(self, name: str, role: str, args: list[str], work: Path) -> Proc:
+        log = work / f"{name}.log"
+        ready = work / f"{name}.ready.json"
+        ready.unlink(missing_ok=True)
+        cmd = [self.python, "-m", "panama.runtime.cli", *args, "--ready-file", str(ready)]
+        with open(log, "ab") as out:
+            popen = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        proc = Proc(name, role, popen, popen.pid, log, ready)
+        self.procs[name] = proc
+        return proc
+
+    def _wait_ready(self, proc: Proc) -> dict[str, Any]:
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if proc.ready_file.exists():
+                try:
+                    return json.loads(proc.ready_file.read_text())
+                except json.JSONDecodeError:
+                    pass  # being written
+            if not proc.alive():
+                raise ClusterError(f"{proc.name} exited during start-up (code {proc.popen.returncode}): {_tail(proc.log)}")
+            time.sleep(0.02)
+        raise ClusterError(
+            f"{proc.name} not ready within startup_timeout_s={self.startup_timeout_s:g} (no {proc.ready_file}): {_tail(proc.log)}"
+        )
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM every process, SIGKILL what is still alive after ``timeout_s``. Idempotent."""
+        procs = list(self.procs.values())
+        # Controller first: it removes live jobs from the daemons while they still run.
+        procs.sort(key=lambda p: p.role != "controller")
+        stop_processes(procs, timeout_s)
+        self.procs.clear()
+        try:
+            atexit.unregister(self.stop)
+        except Exception:  # pragma: no cover
+            pass
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def controller(self) -> str:
+        """``HOST:PORT`` of the controller, what ``Communicator(controller=...)`` takes."""
+        if self.controller_addr is None:
+            raise ClusterError("cluster is not running")
+        return format_addr(self.controller_addr)
+
+    @property
+    def switch_names(self) -> list[str]:
+        return [p.name for p in self.procs.values() if p.role != "controller"]
+
+    def cluster_toml(self) -> str:
+        lines = [
+            f"leaves = {self.leaves}",
+            f"spines = {self.spines}",
+            f"hosts_per_leaf = {self.hosts_per_leaf}",
+            "",
+        ]
+        for p in self.procs.values():
+            if p.role == "controller":
+                continue
+            lines += [f"[switches.{p.name}]", f'udp = "{format_addr(p.udp)}"', f'control = "{format_addr(p.control)}"', ""]
+        return "\n".join(lines)
+
+    def status(self) -> dict[str, Any]:
+        """``{"controller": "HOST:PORT", "switches": [{"id", "role", "udp", "control", "pid", "alive", "log"}], ...}``."""
+        ctl = self.procs.get("controller")
+        return {
+            "controller": self.controller if self.controller_addr else None,
+            "controller_pid": ctl.pid if ctl else None,
+            "controller_log": str(ctl.log) if ctl else None,
+            "workdir": str(self.workdir),
+            "switches": [
+                {
+                    "id": p.name,
+                    "role": p.role,
+                    "udp": format_addr(p.udp) if p.udp else None,
+                    "control": format_addr(p.control) if p.control else None,
+                    "pid": p.pid,
+                    "alive": p.alive(),
+                    "log": str(p.log),
+                }
+                for p in self.procs.values()
+                if p.role != "controller"
+            ],
+        }
+
+    def switch_stats(self, name: str | None = None) -> dict[str, Any]:
+        """``GET /stats`` of one daemon, or ``{name: stats}`` of every daemon."""
+        names = [name] if name else self.switch_names
+        out = {}
+        for n in names:
+            p = self.procs[n]
+            status, body = request_json(p.control, "GET", "/stats", timeout_s=5.0, what=f"switch {n}")
+            if status != 200:
+                raise ClusterError(f"switch {n}: /stats answered HTTP {status}")
+            out[n] = body
+        return out[name] if name else out
+
+    def switch_udp(self, name: str) -> Address:
+        return self.procs[name].udp
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Kill one process (fault-injection tests); it stays listed but dead."""
+        proc = self.procs[name]
+        os.kill(proc.pid, sig)
+        if proc.popen is not None:
+            proc.popen.wait(timeout=10)
+
+    def controller_call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return request_json(self.controller_addr, method, path, body, timeout_s=10.0, what="controller")
+
+    def detach(self) -> dict[str, Any]:
+        """Forget the processes without stopping them (``panama cluster up``); returns the state."""
+        state = self.status()
+        state["pids"] = {p.name: p.pid for p in self.procs.values()}
+        self._tmp = None
+        self.procs = {}
+        try:
+            atexit.unregister(self.stop)
+        except Exception:  # pragma: no cover
+            pass
+        return state
+
+
+def stop_processes(procs: list[Proc], timeout_s: float = 5.0) -> None:
+    """SIGTERM, wait up to ``timeout_s``, then SIGKILL."""
+    for p in procs:
+        if p.alive():
+            try:
+                os.kill(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        while p.alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if p.alive():
+            try:
+                os.kill(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if p.popen is not None:
+            try:
+                p.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # pragma: no cover
+                pass
+
+
+def probe_health(addr: Address, path: str, what: str) -> bool:
+    try:
+        status, _ = request_json(addr, "GET", path, timeout_s=1.0, what=what)
+    except HttpError:
+        return False
+    return status == 200
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+    # A zombie child counts as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(text[-lines:]) or "(empty log)"

@@ -1,0 +1,414 @@
+"""Worker library: one rank of one job doing PANAMA allreduce through the switch daemons.
+
+``Communicator`` registers with the controller service (``POST /v1/jobs/{job}/register``,
+a barrier that answers once every rank of the job has registered and the controller has
+installed the job's trees on the daemons), then drives one
+:class:`panama.core.transport.WorkerTransport` over a UDP socket: it sends what the
+transport wants sent to the worker's first-hop (leaf) daemon, feeds it every result
+datagram from that daemon, and fires its timer. Protocol decisions (packetisation, tree
+round robin, windows, retransmissions) stay in the core.
+
+A background thread heart-beats to the controller; when the controller tears the job
+down (a rank stopped heart-beating, a daemon died) the next wait fails at once with the
+controller's reason. Every blocking wait is bounded by ``timeout_s`` and its error says
+what was missing (ranks, packets, the switch that did not answer).
+
+Admission: the controller aggregates in-network only jobs whose gradient size
+(``size_bytes`` hint, else the size of the first ``allreduce``) reaches its threshold.
+A job it refuses (host-based, or no room) raises :class:`CommunicatorError` with the
+controller's reason: this runtime has no host-based fallback (docs/runtime.md); the
+local cluster runs its controller with threshold 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import socket
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from panama.core import codec
+from panama.core.transport import TransportError, WorkerTransport
+from panama.core.units import s as seconds_to_ps
+from panama.runtime.http import HttpError, error_text, request_json
+from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, PacketSocket, format_addr, now_ps, parse_addr
+
+log = logging.getLogger("panama.communicator")
+
+# Reasons a received datagram is ignored by the communicator itself (the transport
+# counts its own reasons in ``transport.stats['ignored']``).
+FOREIGN_SOURCE = "foreign_source"
+
+
+class CommunicatorError(RuntimeError):
+    """An allreduce (or the registration before it) could not complete; the message says why."""
+
+
+class Communicator:
+    """One rank of one job: ``allreduce(x)`` returns the elementwise sum over all ranks.
+
+    ``controller``: ``"HOST:PORT"`` of ``panama controller serve``. ``job``: job name shared
+    by the ranks; ``rank`` in ``[0, world_size)``. Options: ``size_bytes`` (gradient size
+    hint for admission; default: the first allreduce's size), ``timeout_s`` (bound of every
+    wait), ``trees`` (number of aggregation trees to ask for; default: the controller's),
+    ``payload_elems`` (floats per datagram, at most what the daemons hold),
+    ``cc``/``cc_options`` (congestion control by name), ``drop_prob``/``seed`` (drop own
+    outgoing datagrams, for tests), ``heartbeat_s``, RTO bounds in seconds.
+
+    Works for float32 numpy arrays and CPU float32 torch tensors of any shape; the result
+    has the input's shape and type and is bitwise identical on every rank. Not
+    thread-safe: one allreduce at a time.
+    """
+
+    def __init__(
+        self,
+        controller: str,
+        job: str,
+        rank: int,
+        world_size: int,
+        *,
+        size_bytes: int | None = None,
+        timeout_s: float = 30.0,
+        trees: int | None = None,
+        payload_elems: int | None = None,
+        cc: str = "dctcp",
+        cc_options: dict | None = None,
+        drop_prob: float = 0.0,
+        seed: int = 0,
+        heartbeat_s: float = 0.5,
+        initial_rto_s: float = 0.1,
+        min_rto_s: float = 0.03,
+        max_rto_s: float = 1.0,
+        connect: bool = False,
+    ):
+        if not isinstance(job, str) or not job:
+            raise ValueError("job: must be a non-empty string")
+        if not isinstance(world_size, int) or world_size < 1:
+            raise ValueError(f"world_size: must be a positive integer, got {world_size!r}")
+        if not isinstance(rank, int) or not 0 <= rank < world_size:
+            raise ValueError(f"rank: must be an integer in [0, {world_size}), got {rank!r}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
+        if trees is not None and trees < 1:
+            raise ValueError(f"trees: must be >= 1, got {trees}")
+        if payload_elems is not None and not 1 <= payload_elems <= codec.MAX_PAYLOAD_ELEMS:
+            raise ValueError(f"payload_elems: must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {payload_elems}")
+        if not 0.0 <= drop_prob < 1.0:
+            raise ValueError(f"drop_prob: must be in [0, 1), got {drop_prob}")
+        if size_bytes is not None and size_bytes < 0:
+            raise ValueError(f"size_bytes: must be >= 0, got {size_bytes}")
+        self.controller: Address = parse_addr(controller, field="controller")
+        self.job = job
+        self.rank = rank
+        self.world_size = world_size
+        self.size_bytes = size_bytes
+        self.timeout_s = float(timeout_s)
+        self.trees_requested = trees
+        self.payload_elems_requested = payload_elems or RUNTIME_PAYLOAD_ELEMS
+        self.cc = cc
+        self.cc_options = cc_options
+        self.drop_prob = drop_prob
+        self._rng = np.random.default_rng(seed)
+        self.heartbeat_s = heartbeat_s
+        self._rto = (initial_rto_s, min_rto_s, max_rto_s)
+        self.sock = PacketSocket(("127.0.0.1", 0) if self.controller[0] in ("127.0.0.1", "localhost") else ("0.0.0.0", 0))
+        self.addr = self.sock.addr
+        self._recv_buf = bytearray(codec.wire_size(codec.MAX_PAYLOAD_ELEMS) + 1)
+        self._recv_view = memoryview(self._recv_buf)
+        self.transport: WorkerTransport | None = None
+        self.plan: dict[str, Any] | None = None
+        self.first_hop: Address | None = None
+        self.first_hop_name: str | None = None
+        self.job_id: int | None = None
+        self.ignored: dict[str, int] = {}
+        self.malformed: dict[str, int] = {}
+        self.calls = 0
+        self.dropped_sends = 0
+        self._failure: str | None = None
+        self._broken: str | None = None
+        self._closed = False
+        self._hb_stop = threading.Event()
+        self._hb_thread: threading.Thread | None = None
+        if connect or size_bytes is not None:
+            self.connect()
+
+    # ------------------------------------------------------------------ registration
+    def connect(self, size_bytes: int | None = None) -> dict[str, Any]:
+        """Register with the controller and wait (up to ``timeout_s``) for the job's trees."""
+        if self.plan is not None:
+            return self.plan
+        self._check_open()
+        if size_bytes is not None:
+            self.size_bytes = size_bytes
+        body = {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "size_bytes": int(self.size_bytes or 0),
+            "udp": format_addr(self.addr),
+            "trees": self.trees_requested,
+            "payload_elems": self.payload_elems_requested,
+            "wait_s": self.timeout_s,
+        }
+        try:
+            status, reply = request_json(
+                self.controller,
+                "POST",
+                f"/v1/jobs/{self.job}/register",
+                body,
+                timeout_s=self.timeout_s + 5.0,
+                what="controller",
+            )
+        except HttpError as exc:
+            raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
+        if status != 200:
+            raise CommunicatorError(
+                f"job {self.job} rank {self.rank}: controller refused registration (HTTP {status}): {error_text(reply)}"
+            )
+        if not reply.get("admitted"):
+            raise CommunicatorError(
+                f"job {self.job} rank {self.rank}: not admitted for in-network aggregation: {reply.get('reason')}; "
+                "this runtime has no host-based fallback (lower the controller's --threshold-bytes, "
+                "or use torch.distributed for this job)"
+            )
+        self.plan = reply
+        self.job_id = int(reply["job_id"])
+        self.first_hop = parse_addr(reply["first_hop"]["udp"], field="first_hop")
+        self.first_hop_name = reply["first_hop"]["switch"]
+        init_rto, min_rto, max_rto = self._rto
+        self.transport = WorkerTransport(
+            self.job_id,
+            self.rank,
+            [t["tree_id"] for t in reply["trees"]],
+            payload_elems=int(reply["payload_elems"]),
+            cc=self.cc,
+            cc_options=self.cc_options,
+            initial_rto_ps=seconds_to_ps(init_rto),
+            min_rto_ps=seconds_to_ps(min_rto),
+            max_rto_ps=seconds_to_ps(max_rto),
+            max_retries=1_000_000,  # timeout_s bounds every call instead
+        )
+        self._hb_thread = threading.Thread(target=self._heartbeat, name=f"panama-hb-{self.job}-{self.rank}", daemon=True)
+        self._hb_thread.start()
+        log.info(
+            "job %s rank %d: job_id %d, trees %s, first hop %s (%s), payload %d floats",
+            self.job,
+            self.rank,
+            self.job_id,
+            [t["tree_id"] for t in reply["trees"]],
+            self.first_hop_name,
+            format_addr(self.first_hop),
+            reply["payload_elems"],
+        )
+        return reply
+
+    def _heartbeat(self) -> None:
+        path = f"/v1/jobs/{self.job}/heartbeat"
+        body = {"rank": self.rank, "job_id": self.job_id}
+        while not self._hb_stop.wait(self.heartbeat_s):
+            try:
+                status, reply = request_json(self.controller, "POST", path, body, timeout_s=2.0, what="controller")
+            except HttpError as exc:
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            if status == 200 and isinstance(reply, dict) and reply.get("state") == "running":
+                continue
+            reason = reply.get("reason") if isinstance(reply, dict) else None
+            self._failure = f"controller ended job {self.job} (job_id {self.job_id}): {reason or error_text(reply)}"
+            return
+
+    # ------------------------------------------------------------------ allreduce
+    def allreduce(self, x: Any) -> Any:
+        """Elementwise sum of ``x`` over every rank (float32 numpy array or CPU torch tensor)."""
+        self._check_open()
+        arr, wrap = _as_float32_vector(x)
+        if self.plan is None:
+            self.connect(arr.nbytes if self.size_bytes is None else None)
+        if self._broken is not None:
+            raise CommunicatorError(f"job {self.job} rank {self.rank}: communicator unusable after: {self._broken}")
+        try:
+            out = self._run(arr)
+        except CommunicatorError as exc:
+            self._broken = str(exc)
+            raise
+        self.calls += 1
+        return wrap(out)
+
+    def _run(self, flat: np.ndarray) -> np.ndarray:
+        tr = self.transport
+        assert tr is not None and self.first_hop is not None
+        sock = self.sock
+        raw = sock.sock
+        raw.setblocking(True)
+        leaf = self.first_hop
+        view = self._recv_view
+        poller = select.poll()
+        poller.register(raw, select.POLLIN)
+        cmsg_space = socket.CMSG_SPACE(4)
+        dontwait = socket.MSG_DONTWAIT
+        decode = codec.decode
+        drop_prob = self.drop_prob
+        rng = self._rng
+        deadline = time.monotonic() + self.timeout_s
+        tr.start(now_ps(), flat)
+        while not tr.done:
+            now = now_ps()
+            for pkt in tr.poll(now):
+                if drop_prob and rng.random() < drop_prob:
+                    self.dropped_sends += 1
+                    continue
+                sock.send(pkt, leaf)
+            # Drain what has arrived; wait (bounded) only when nothing has.
+            got = 0
+            while True:
+                try:
+                    n, anc, flags, src = raw.recvmsg_into([view], cmsg_space, dontwait)
+                except BlockingIOError:
+                    break
+                got += 1
+                if src != leaf:
+                    self.ignored[FOREIGN_SOURCE] = self.ignored.get(FOREIGN_SOURCE, 0) + 1
+                    continue
+                ecn = anc[0][2][0] & 3 if anc and anc[0][2] else 0
+                try:
+                    pkt = decode(view[:n], ecn)
+                except codec.CodecError as exc:
+                    self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
+                    continue
+                tr.receive(pkt, now_ps())
+                if tr.done:
+                    break
+                if got >= 64:
+                    break
+            if tr.done:
+                break
+            now = now_ps()
+            timer = tr.timer()
+            if timer is not None and timer <= now:
+                try:
+                    tr.handle_timer(now)
+                except TransportError as exc:  # pragma: no cover - max_retries is effectively off
+                    raise CommunicatorError(self._timeout_message(str(exc))) from None
+                continue
+            if self._failure is not None:
+                raise CommunicatorError(f"job {self.job} rank {self.rank}: {self._failure}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CommunicatorError(self._timeout_message(f"allreduce did not finish within timeout_s={self.timeout_s:g}"))
+            if got == 0:
+                wait_s = min(left, 0.05)
+                if timer is not None:
+                    wait_s = min(wait_s, max(0.0, (timer - now) / 1e12))
+                poller.poll(max(1, int(wait_s * 1000)))
+        return tr.result()
+
+    def _timeout_message(self, what: str) -> str:
+        tr = self.transport
+        missing = tr.missing() if tr is not None else []
+        shown = ", ".join(f"tree {t} seq {q}" for t, q in missing[:4])
+        more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+        msg = (
+            f"job {self.job} rank {self.rank}: {what}; {len(missing)} packet(s) without a result "
+            f"({shown}{more}) from first-hop switch {self.first_hop_name} "
+            f"({format_addr(self.first_hop) if self.first_hop else '?'})"
+        )
+        if self._failure is not None:
+            return f"{msg}; {self._failure}"
+        try:
+            status, reply = request_json(
+                self.controller, "GET", f"/v1/jobs/{self.job}?probe=1", timeout_s=2.0, what="controller"
+            )
+        except HttpError as exc:
+            return f"{msg}; controller unreachable: {exc}"
+        if status != 200 or not isinstance(reply, dict):
+            return f"{msg}; controller: {error_text(reply)}"
+        notes = []
+        if reply.get("state") != "running":
+            notes.append(f"controller says job is {reply.get('state')}: {reply.get('reason')}")
+        down = [f"{name} ({info.get('udp')})" for name, info in (reply.get("switches") or {}).items() if not info.get("up")]
+        if down:
+            notes.append("switch(es) not answering: " + ", ".join(down))
+        late = reply.get("stale_ranks") or []
+        if late:
+            notes.append(f"ranks without a recent heartbeat: {late}")
+        return msg + ("; " + "; ".join(notes) if notes else "; every switch and rank looks alive to the controller")
+
+    # ------------------------------------------------------------------ lifecycle
+    def stats(self) -> dict[str, Any]:
+        """Transport counters plus what the communicator itself ignored."""
+        base = dict(self.transport.stats) if self.transport is not None else {}
+        base.update(
+            calls=self.calls,
+            ignored_by_communicator=dict(self.ignored),
+            malformed=dict(self.malformed),
+            dropped_sends=self.dropped_sends,
+            send_errors=self.sock.send_errors,
+        )
+        return base
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CommunicatorError(f"job {self.job} rank {self.rank}: communicator is closed")
+
+    def close(self) -> None:
+        """Leave the job (the controller frees it once every rank left) and release the socket."""
+        if self._closed:
+            return
+        self._closed = True
+        self._hb_stop.set()
+        if self._hb_thread is not None:
+            self._hb_thread.join(timeout=3.0)
+        if self.plan is not None:
+            try:
+                request_json(
+                    self.controller,
+                    "POST",
+                    f"/v1/jobs/{self.job}/leave",
+                    {"rank": self.rank, "job_id": self.job_id},
+                    timeout_s=2.0,
+                    what="controller",
+                )
+            except HttpError as exc:
+                log.warning("leave failed: %s", exc)
+        self.sock.close()
+
+    def __enter__(self) -> Communicator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            if not self._closed:
+                self._hb_stop.set()
+                self.sock.close()
+        except Exception:
+            pass
+
+
+def _as_float32_vector(x: Any) -> tuple[np.ndarray, Any]:
+    """A contiguous 1-D float32 view/copy of ``x`` and a function turning the result back."""
+    if isinstance(x, np.ndarray):
+        if x.dtype != np.float32:
+            raise TypeError(f"allreduce supports float32 arrays only, got dtype {x.dtype}")
+        shape = x.shape
+        flat = np.ascontiguousarray(x).reshape(-1)
+        return flat, lambda out: out.reshape(shape)
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        import torch  # lazy: the runtime works without torch
+
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"allreduce supports numpy arrays and torch tensors, got {type(x).__name__}")
+        if x.dtype != torch.float32:
+            raise TypeError(f"allreduce supports float32 tensors only, got {x.dtype}")
+        if x.device.type != "cpu":
+            raise TypeError(f"allreduce supports CPU tensors only, got device {x.device}")
+        shape = x.shape
+        flat = x.detach().contiguous().reshape(-1).numpy()
+        return flat, lambda out: torch.from_numpy(out).reshape(shape)
+    raise TypeError(f"allreduce supports float32 numpy arrays and CPU torch tensors, got {type(x).__name__}")

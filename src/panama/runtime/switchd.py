@@ -1,0 +1,518 @@
+"""``panama switch``: a UDP daemon that runs one aggregation accelerator (one PSwitch).
+
+Data plane (one thread): datagrams are drained from the UDP socket in batches of up to
+``batch`` (non-blocking ``recvmsg_into`` into preallocated buffers, one ``poll`` when the
+queue is empty), decoded by :mod:`panama.core.codec`, handed to
+:meth:`panama.core.accelerator.Accelerator.receive` with the source address as
+``from_node``, and what it emits is encoded and sent at once (so the accelerator runs
+with ``copy_payloads=False``). Nothing here decides protocol behaviour.
+
+ECN: the daemon reads each datagram's codepoint (``IP_RECVTOS``) and passes it to the
+codec (so the accelerator folds CE into the slot); packets it emits while handling a
+datagram that arrived as CE leave as CE. It marks CE itself when its backlog exceeds
+``ecn_threshold_pkts``. Backlog is measured at dequeue: the datagrams already drained in
+the current batch and not yet processed (a lower bound of the socket's receive queue,
+exact while the queue is shorter than ``batch``). Marking happens on what the daemon
+emits while the backlog is above the threshold (RED-style on the instantaneous queue,
+as in DCTCP's switch rule).
+
+Control plane (HTTP/JSON via aiohttp on ``control``, see docs/runtime.md):
+``GET /health``, ``GET /stats``, ``GET /metrics`` (Prometheus text), ``GET /jobs``,
+``PUT /jobs/{job_id}`` (install trees), ``DELETE /jobs/{job_id}``. Control requests
+and the data plane share the accelerator under one lock.
+
+Faults: malformed datagrams are counted by codec reason (``malformed``), never
+raised; ``drop_prob`` (seeded) drops received datagrams before processing to inject loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import select
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from aiohttp import web
+
+from panama.core import codec
+from panama.core.accelerator import Accelerator, AcceleratorError
+from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
+from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, AddressError, PacketSocket, format_addr, parse_addr
+
+log = logging.getLogger("panama.switch")
+
+# Daemon-level drop reasons (the accelerator's own reasons are added to the same counter).
+DROP_INJECTED = "injected"
+DROP_OVERSIZE = "oversize"
+DROP_SEND_ERROR = "send_error"
+
+
+@dataclass
+class SwitchConfig:
+    """Settings of one switch daemon (``panama switch --help`` lists the same, with units)."""
+
+    switch_id: str
+    udp: Address = ("127.0.0.1", 0)
+    control: Address = ("127.0.0.1", 0)
+    packet_memory: int = 512  # slots of payload_elems float32 each
+    payload_elems: int = RUNTIME_PAYLOAD_ELEMS
+    ecn_threshold_pkts: int = 48  # mark CE when the backlog exceeds this; 0 disables
+    batch: int = 64  # datagrams drained per batch
+    drop_prob: float = 0.0
+    seed: int = 0
+    status_interval_s: float = 10.0  # periodic one-line status in the log; 0 disables
+
+    def validate(self) -> None:
+        if not self.switch_id:
+            raise ValueError("id: must not be empty")
+        if self.packet_memory < 1:
+            raise ValueError(f"packet_memory: must be >= 1 slot, got {self.packet_memory}")
+        if not 1 <= self.payload_elems <= codec.MAX_PAYLOAD_ELEMS:
+            raise ValueError(f"payload_elems: must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {self.payload_elems}")
+        if self.ecn_threshold_pkts < 0:
+            raise ValueError(f"ecn_threshold: must be >= 0, got {self.ecn_threshold_pkts}")
+        if not 1 <= self.batch <= 1024:
+            raise ValueError(f"batch: must be in [1, 1024], got {self.batch}")
+        if not 0.0 <= self.drop_prob < 1.0:
+            raise ValueError(f"drop_prob: must be in [0, 1), got {self.drop_prob}")
+
+
+class SwitchDaemon:
+    """One accelerator behind a UDP socket, with an HTTP control and metrics endpoint."""
+
+    def __init__(self, config: SwitchConfig):
+        config.validate()
+        self.config = config
+        self.acc = Accelerator(
+            config.packet_memory, config.payload_elems, name=config.switch_id, copy_payloads=False
+        )
+        self.lock = threading.Lock()
+        self.sock = PacketSocket(config.udp)
+        self.udp_addr = self.sock.addr
+        self.control_addr: Address | None = None
+        self._stop = threading.Event()
+        self._rng = np.random.default_rng(config.seed)
+        self.started_at = time.monotonic()
+        # Counters (read under ``lock``).
+        self.rx_packets = 0
+        self.rx_bytes = 0
+        self.malformed: Counter[str] = Counter()
+        self.daemon_drops: Counter[str] = Counter()
+        self.retransmits_received = 0
+        self.ce_received = 0
+        self.ce_marked = 0
+        self.batches = 0
+        self.max_backlog_pkts = 0
+        self.jobs_installed: dict[int, list[dict]] = {}
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ data plane
+    def start_data_plane(self) -> None:
+        self._thread = threading.Thread(target=self._serve_udp, name=f"switch-{self.config.switch_id}", daemon=True)
+        self._thread.start()
+
+    def _serve_udp(self) -> None:
+        cfg = self.config
+        sock = self.sock
+        raw = sock.sock
+        raw.setblocking(True)
+        bufs = [bytearray(codec.wire_size(cfg.payload_elems) + 1) for _ in range(cfg.batch)]
+        views = [memoryview(b) for b in bufs]
+        poller = select.poll()
+        poller.register(raw, select.POLLIN)
+        cmsg_space = socket.CMSG_SPACE(4)
+        dontwait = socket.MSG_DONTWAIT
+        ip_tos = socket.IP_TOS
+        decode = codec.decode
+        CodecError = codec.CodecError
+        acc = self.acc
+        send = sock.send
+        drop_prob = cfg.drop_prob
+        rng = self._rng
+        threshold = cfg.ecn_threshold_pkts or 1 << 30
+        batch = cfg.batch
+        items: list[tuple[int, int, int, tuple]] = []
+        while not self._stop.is_set():
+            items.clear()
+            while len(items) < batch:
+                k = len(items)
+                try:
+                    n, anc, flags, src = raw.recvmsg_into([views[k]], cmsg_space, dontwait)
+                except BlockingIOError:
+                    break
+                except OSError as exc:  # pragma: no cover - e.g. socket closed at shutdown
+                    if self._stop.is_set():
+                        return
+                    log.warning("recv failed: %s", exc)
+                    break
+                ecn = 0
+                for _level, kind, data in anc:
+                    if kind == ip_tos and data:
+                        ecn = data[0] & 3
+                if flags & socket.MSG_TRUNC:
+                    n = -1
+                items.append((k, n, ecn, src))
+            if not items:
+                poller.poll(200)  # ms; wakes up to check the stop flag
+                continue
+            count = len(items)
+            with self.lock:
+                self.batches += 1
+                if count - 1 > self.max_backlog_pkts:
+                    self.max_backlog_pkts = count - 1
+                for pos, (k, n, ecn, src) in enumerate(items):
+                    self.rx_packets += 1
+                    if n < 0:
+                        self.daemon_drops[DROP_OVERSIZE] += 1
+                        continue
+                    self.rx_bytes += n
+                    if drop_prob and rng.random() < drop_prob:
+                        self.daemon_drops[DROP_INJECTED] += 1
+                        continue
+                    try:
+                        packet = decode(views[k][:n], ecn)
+                    except CodecError as exc:
+                        self.malformed[exc.reason] += 1
+                        continue
+                    if ecn == CE:
+                        self.ce_received += 1
+                    if packet.flags & FLAG_RETRANSMIT and not packet.flags & FLAG_RESULT:
+                        self.retransmits_received += 1
+                    out = acc.receive(packet, src)
+                    if not out:
+                        continue
+                    mark = ecn == CE or count - 1 - pos > threshold
+                    for to, pkt in out:
+                        tos = pkt.ecn
+                        if mark and tos != CE:
+                            tos = CE
+                            self.ce_marked += 1
+                        if not send(pkt, to, tos):
+                            self.daemon_drops[DROP_SEND_ERROR] += 1
+
+    # ------------------------------------------------------------------ control plane
+    def install_job(self, job_id: int, trees: list[dict]) -> None:
+        """Install every tree of ``job_id`` atomically (all or none); raises ValueError/AcceleratorError."""
+        parsed = []
+        for i, tree in enumerate(trees):
+            where = f"trees[{i}]"
+            if not isinstance(tree, dict):
+                raise ValueError(f"{where}: expected an object")
+            tree_id = tree.get("tree_id")
+            if not isinstance(tree_id, int) or isinstance(tree_id, bool) or not 0 <= tree_id <= 0xFFFF:
+                raise ValueError(f"{where}.tree_id: expected an integer in [0, 65535], got {tree_id!r}")
+            children = tree.get("children")
+            if not isinstance(children, list) or not children:
+                raise ValueError(f"{where}.children: expected a non-empty list of HOST:PORT")
+            kids = tuple(_resolve(c, f"{where}.children") for c in children)
+            parent = tree.get("parent")
+            par = None if parent is None else _resolve(parent, f"{where}.parent")
+            parsed.append((tree_id, kids, par))
+        with self.lock:
+            if job_id in self.acc.jobs():
+                raise AcceleratorError(f"{self.config.switch_id}: job {job_id} is already installed")
+            done = []
+            try:
+                for tree_id, kids, par in parsed:
+                    self.acc.install_tree(job_id, tree_id, kids, par)
+                    done.append(tree_id)
+            except AcceleratorError:
+                for tree_id in done:
+                    self.acc.remove_tree(job_id, tree_id)
+                raise
+            self.jobs_installed[job_id] = trees
+        log.info("installed job %d: %s", job_id, json.dumps(trees))
+
+    def remove_job(self, job_id: int) -> None:
+        with self.lock:
+            self.acc.remove_job(job_id)
+            self.jobs_installed.pop(job_id, None)
+        log.info("removed job %d", job_id)
+
+    def stats(self) -> dict:
+        with self.lock:
+            acc = self.acc.stats()
+            drops = Counter(self.acc.drops)
+            drops.update(self.daemon_drops)
+            return {
+                "id": self.config.switch_id,
+                "udp": format_addr(self.udp_addr),
+                "uptime_s": round(time.monotonic() - self.started_at, 3),
+                "payload_elems": self.config.payload_elems,
+                "packet_memory": self.config.packet_memory,
+                "rx_packets": self.rx_packets,
+                "rx_bytes": self.rx_bytes,
+                "tx_packets": self.sock.sent_packets,
+                "tx_bytes": self.sock.sent_bytes,
+                "drops": dict(drops),
+                "malformed": dict(self.malformed),
+                "retransmits_received": self.retransmits_received,
+                "ce_received": self.ce_received,
+                "ce_marked": self.ce_marked,
+                "batches": self.batches,
+                "max_backlog_pkts": self.max_backlog_pkts,
+                "accelerator": acc,
+                "occupancy": {str(k): v for k, v in acc["occupancy"].items()},
+                "jobs": sorted(self.acc.jobs()),
+            }
+
+    def metrics_text(self) -> str:
+        """Counters in the Prometheus text exposition format (version 0.0.4)."""
+        st = self.stats()
+        sw = _label(st["id"])
+        lines: list[str] = []
+
+        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+            for labels, value in samples:
+                lines.append(f"{name}{{switch={sw}{labels}}} {value}")
+
+        acc = st["accelerator"]
+        metric("panama_switch_rx_packets_total", "counter", "Datagrams received.", [("", st["rx_packets"])])
+        metric("panama_switch_rx_bytes_total", "counter", "UDP payload bytes received.", [("", st["rx_bytes"])])
+        metric("panama_switch_tx_packets_total", "counter", "Datagrams sent.", [("", st["tx_packets"])])
+        metric("panama_switch_tx_bytes_total", "counter", "UDP payload bytes sent.", [("", st["tx_bytes"])])
+        metric(
+            "panama_switch_drops_total",
+            "counter",
+            "Packets dropped, by reason.",
+            [(f",reason={_label(r)}", v) for r, v in sorted(st["drops"].items())],
+        )
+        metric(
+            "panama_switch_malformed_total",
+            "counter",
+            "Datagrams rejected by the codec, by reason.",
+            [(f",reason={_label(r)}", v) for r, v in sorted(st["malformed"].items())],
+        )
+        metric(
+            "panama_switch_retransmits_received_total",
+            "counter",
+            "Contributions received with the retransmit flag.",
+            [("", st["retransmits_received"])],
+        )
+        metric("panama_switch_ce_received_total", "counter", "Datagrams received with ECN CE.", [("", st["ce_received"])])
+        metric("panama_switch_ce_marked_total", "counter", "Packets this daemon marked CE.", [("", st["ce_marked"])])
+        metric("panama_switch_contributions_total", "counter", "Contributions aggregated.", [("", acc["contributions"])])
+        metric("panama_switch_results_out_total", "counter", "Result packets emitted.", [("", acc["results_out"])])
+        metric("panama_switch_used_slots", "gauge", "Accelerator slots in use.", [("", acc["used_slots"])])
+        metric("panama_switch_packet_memory_slots", "gauge", "Accelerator slots.", [("", acc["packet_memory"])])
+        metric(
+            "panama_switch_occupancy_slots",
+            "gauge",
+            "Slots in use per job.",
+            [(f",job={_label(j)}", v) for j, v in sorted(st["occupancy"].items())],
+        )
+        return "\n".join(lines) + "\n"
+
+    # ------------------------------------------------------------------ HTTP
+    def make_app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.get("/health", self._h_health),
+                web.get("/stats", self._h_stats),
+                web.get("/metrics", self._h_metrics),
+                web.get("/jobs", self._h_jobs),
+                web.put("/jobs/{job_id}", self._h_install),
+                web.delete("/jobs/{job_id}", self._h_remove),
+            ]
+        )
+        return app
+
+    async def _h_health(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "id": self.config.switch_id,
+                "udp": format_addr(self.udp_addr),
+                "payload_elems": self.config.payload_elems,
+                "packet_memory": self.config.packet_memory,
+                "status": "ok",
+            }
+        )
+
+    async def _h_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
+
+    async def _h_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics_text(), content_type="text/plain", charset="utf-8")
+
+    async def _h_jobs(self, request: web.Request) -> web.Response:
+        with self.lock:
+            jobs = {str(j): t for j, t in self.jobs_installed.items()}
+        return web.json_response({"jobs": jobs})
+
+    async def _h_install(self, request: web.Request) -> web.Response:
+        job_id = _job_id(request)
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "body: not valid JSON")
+        if not isinstance(body, dict) or not isinstance(body.get("trees"), list):
+            return _error(400, "trees: expected an object with a list 'trees'")
+        try:
+            self.install_job(job_id, body["trees"])
+        except AddressError as exc:
+            return _error(400, str(exc))
+        except AcceleratorError as exc:
+            return _error(409, str(exc))
+        except ValueError as exc:
+            return _error(400, str(exc))
+        return web.json_response({"installed": job_id, "trees": len(body["trees"])})
+
+    async def _h_remove(self, request: web.Request) -> web.Response:
+        job_id = _job_id(request)
+        try:
+            self.remove_job(job_id)
+        except AcceleratorError as exc:
+            return _error(404, str(exc))
+        return web.json_response({"removed": job_id})
+
+    # ------------------------------------------------------------------ lifecycle
+    async def serve(self, ready: asyncio.Event | None = None) -> None:
+        """Run until :meth:`stop` (or SIGTERM/SIGINT when run as the main program)."""
+        runner = web.AppRunner(self.make_app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.control[0], self.config.control[1], reuse_address=True)
+        await site.start()
+        self.control_addr = tuple(runner.addresses[0][:2])
+        self.start_data_plane()
+        log.info(
+            "switch %s: udp %s, control http://%s, packet_memory %d x %d floats, ecn threshold %d, drop_prob %g",
+            self.config.switch_id,
+            format_addr(self.udp_addr),
+            format_addr(self.control_addr),
+            self.config.packet_memory,
+            self.config.payload_elems,
+            self.config.ecn_threshold_pkts,
+            self.config.drop_prob,
+        )
+        if ready is not None:
+            ready.set()
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        self._async_stop = (loop, stop)
+        try:
+            while not stop.is_set() and not self._stop.is_set():
+                interval = self.config.status_interval_s
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=interval if interval > 0 else 3600)
+                except asyncio.TimeoutError:
+                    st = self.stats()
+                    log.info(
+                        "status: rx %d pkts / %d B, tx %d pkts, jobs %s, used slots %d, drops %s, malformed %s",
+                        st["rx_packets"],
+                        st["rx_bytes"],
+                        st["tx_packets"],
+                        st["jobs"],
+                        st["accelerator"]["used_slots"],
+                        st["drops"],
+                        st["malformed"],
+                    )
+        finally:
+            self._stop.set()
+            await runner.cleanup()
+            if self._thread is not None:
+                self._thread.join(timeout=2.0)
+            self.sock.close()
+            log.info("switch %s stopped", self.config.switch_id)
+
+    def stop(self) -> None:
+        """Ask a running :meth:`serve` to return (thread-safe)."""
+        self._stop.set()
+        pending = getattr(self, "_async_stop", None)
+        if pending is not None:
+            loop, event = pending
+            loop.call_soon_threadsafe(event.set)
+
+
+def run_switch(config: SwitchConfig, ready_file: str | None = None) -> None:
+    """Run a daemon in the foreground until SIGTERM or SIGINT.
+
+    ``ready_file``: once both sockets listen, write ``{"id", "udp", "control", "pid"}``
+    there (atomically), so a supervisor learns the ports chosen for port 0.
+    """
+    daemon = SwitchDaemon(config)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, daemon.stop)
+        ready = asyncio.Event()
+        task = asyncio.create_task(daemon.serve(ready))
+        waiter = asyncio.create_task(ready.wait())
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if ready.is_set() and ready_file:
+            write_ready_file(
+                ready_file,
+                {
+                    "id": config.switch_id,
+                    "udp": format_addr(daemon.udp_addr),
+                    "control": format_addr(daemon.control_addr),
+                    "pid": os.getpid(),
+                },
+            )
+        waiter.cancel()
+        await task
+
+    asyncio.run(main())
+
+
+def write_ready_file(path: str, info: dict) -> None:
+    """Write ``info`` as JSON to ``path`` atomically (write a temporary file, then rename)."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(info, f)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------- helpers
+def _resolve(text: object, field: str) -> Address:
+    """Parse ``HOST:PORT`` and resolve the host to the dotted address datagrams come from."""
+    if not isinstance(text, str):
+        raise AddressError(f"{field}: expected HOST:PORT strings, got {text!r}")
+    host, port = parse_addr(text, field=field)
+    try:
+        host = socket.gethostbyname(host)
+    except OSError:
+        raise AddressError(f"{field}: cannot resolve host {host!r}") from None
+    return host, port
+
+
+def _job_id(request: web.Request) -> int:
+    text = request.match_info["job_id"]
+    try:
+        job_id = int(text)
+    except ValueError:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"job_id: expected an integer, got {text!r}"}), content_type="application/json"
+        ) from None
+    if not 1 <= job_id <= 0xFFFFFFFF:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"job_id: must be in [1, 2^32-1], got {job_id}"}), content_type="application/json"
+        )
+    return job_id
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _label(value: object) -> str:
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
+
+
+def config_dict(config: SwitchConfig) -> dict:
+    d = asdict(config)
+    d["udp"] = format_addr(config.udp)
+    d["control"] = format_addr(config.control)
+    return d

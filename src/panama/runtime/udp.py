@@ -1,0 +1,147 @@
+"""The UDP edge of the runtime: addresses, clocks, and a socket that moves PANAMA packets.
+
+Everything that turns packets into datagrams (and back) for the switch daemons and the
+worker communicator lives here, on top of :mod:`panama.core.codec`. ECN travels in the
+IP header: sockets ask for the received TOS byte (``IP_RECVTOS``) and send ECT(0) by
+default (``IP_TOS`` socket option); a packet to be sent with another codepoint (CE)
+carries it as an ``IP_TOS`` control message on that one ``sendmsg``.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import time
+from collections.abc import Hashable
+
+from panama.core import codec
+from panama.core.packet import ECT0, Packet
+
+# Socket buffers: big enough for a window of 64 KB datagrams from several senders.
+DEFAULT_SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
+# Runtime default datagram payload: 8192 float32 = 32 KiB + 28-byte header. Loopback's
+# MTU is 65536, so such datagrams are never fragmented there; see docs/runtime.md.
+RUNTIME_PAYLOAD_ELEMS = 8192
+_MAX_DATAGRAM_BYTES = codec.wire_size(codec.MAX_PAYLOAD_ELEMS)
+_TOS_CMSG_SPACE = socket.CMSG_SPACE(4)
+
+Address = tuple[str, int]
+
+
+class AddressError(ValueError):
+    """A ``HOST:PORT`` string could not be parsed."""
+
+
+def parse_addr(text: str, *, field: str = "address") -> Address:
+    """``"127.0.0.1:5000"`` -> ``("127.0.0.1", 5000)``; raises :class:`AddressError` naming ``field``."""
+    if not isinstance(text, str) or ":" not in text:
+        raise AddressError(f"{field}: expected HOST:PORT, got {text!r}")
+    host, _, port_text = text.rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise AddressError(f"{field}: port of {text!r} is not an integer") from None
+    if not host or not 0 <= port <= 65535:
+        raise AddressError(f"{field}: expected HOST:PORT with port in [0, 65535], got {text!r}")
+    return host, port
+
+
+def format_addr(addr: Address) -> str:
+    return f"{addr[0]}:{addr[1]}"
+
+
+def now_ps() -> int:
+    """Monotonic time in integer picoseconds (the core's time unit)."""
+    return time.monotonic_ns() * 1000
+
+
+def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
+    """A port the OS reports free right now (a race remains; callers retry on EADDRINUSE)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class PacketSocket:
+    """A UDP socket that sends and receives :class:`~panama.core.packet.Packet` objects.
+
+    ``send`` encodes into one preallocated buffer and writes it immediately, so emitted
+    packets may share memory with their producer (``Accelerator(copy_payloads=False)``).
+    ``recv`` fills a caller-owned buffer; the decoded payload is a read-only view into it
+    and is valid until that buffer is reused.
+    """
+
+    def __init__(self, bind: Address = ("127.0.0.1", 0), *, buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, opt, buffer_bytes)
+                except OSError:  # pragma: no cover - capped by the kernel, keep going
+                    pass
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+            sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
+            sock.bind(bind)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+        self.addr: Address = sock.getsockname()
+        self._out = bytearray(_MAX_DATAGRAM_BYTES)
+        self._out_view = memoryview(self._out)
+        self.sent_packets = 0
+        self.sent_bytes = 0
+        self.send_errors = 0
+
+    # ------------------------------------------------------------------ sending
+    def send(self, packet: Packet, to: Hashable, ecn: int | None = None) -> int:
+        """Encode ``packet`` and send it to ``to`` with IP codepoint ``ecn`` (default: ``packet.ecn``).
+
+        Returns the bytes sent (0 when the kernel refused the datagram: counted in
+        ``send_errors``; PANAMA's retransmissions recover from it like from any loss).
+        """
+        n = codec.encode_into(self._out, packet)
+        tos = packet.ecn if ecn is None else ecn
+        try:
+            if tos == ECT0:
+                self.sock.sendto(self._out_view[:n], to)
+            else:
+                self.sock.sendmsg([self._out_view[:n]], [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))], 0, to)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED, errno.EPERM):
+                self.send_errors += 1
+                return 0
+            raise
+        self.sent_packets += 1
+        self.sent_bytes += n
+        return n
+
+    # ------------------------------------------------------------------ receiving
+    def settimeout(self, timeout_s: float | None) -> None:
+        self.sock.settimeout(timeout_s)
+
+    def recv_into(self, buf: bytearray | memoryview) -> tuple[int, int, Address]:
+        """Receive one datagram into ``buf``: ``(nbytes, ecn, source)``.
+
+        Follows the socket's timeout (``socket.timeout`` / ``BlockingIOError``).
+        A datagram longer than ``buf`` (cut by the kernel) comes back with ``nbytes = -1``.
+        """
+        n, anc, flags, addr = self.sock.recvmsg_into([buf], _TOS_CMSG_SPACE)
+        ecn = 0
+        for level, kind, data in anc:
+            if level == socket.IPPROTO_IP and kind == socket.IP_TOS and data:
+                ecn = data[0] & 3
+        if flags & socket.MSG_TRUNC:
+            n = -1
+        return n, ecn, addr
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def new_recv_buffer() -> bytearray:
+    """A buffer large enough for any PANAMA datagram (plus one byte to detect oversize ones)."""
+    return bytearray(_MAX_DATAGRAM_BYTES + 1)
