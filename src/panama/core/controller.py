@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from panama.core.topology import AGG, HOST, TOR, Topology, natural_key
+from panama.core.topology import AGG, TOR, Topology
 
 DEFAULT_THRESHOLD_BYTES = 40_000_000
 DEFAULT_MAX_JOBS_PER_SWITCH = 8
@@ -274,7 +274,7 @@ class Controller:
 
     def root_loads(self) -> dict[str, int]:
         """Live trees rooted at each switch that roots at least one."""
-        return {s: n for s, n in sorted(self._root_load.items(), key=lambda kv: natural_key(kv[0])) if n}
+        return {s: n for s, n in sorted(self._root_load.items(), key=lambda kv: self.topology.rank(kv[0])) if n}
 
     def groups(self) -> dict[str, tuple[str, int]]:
         """Live multicast groups -> (job name, tree id)."""
@@ -350,7 +350,7 @@ class Controller:
                 name, job_id, hosts, size_bytes, False, f"host-based allreduce: {reason}", [], num_trees, tuple(warnings)
             )
 
-        distinct = sorted(set(hosts), key=natural_key)
+        distinct = sorted(set(hosts), key=topo.rank)
         if len(hosts) == 1:
             return host_based("a single worker has nothing to aggregate")
         if len(distinct) == 1:
@@ -364,7 +364,7 @@ class Controller:
         if size_bytes < self.threshold_bytes:
             return host_based(f"size {size_bytes} B is below threshold_bytes {self.threshold_bytes} B")
 
-        tors = sorted({topo.tor_of(h) for h in distinct}, key=natural_key)
+        tors = sorted({topo.tor_of(h) for h in distinct}, key=topo.rank)
         warnings: list[str] = []
         # Every tree crosses every ToR of the job: check the ToRs first.
         tor_trees = num_trees
@@ -477,7 +477,7 @@ class Controller:
         if not common:
             return []
         low = min(topo.level(s) for s in common)
-        roots = sorted((s for s in common if topo.level(s) == low), key=natural_key)
+        roots = sorted((s for s in common if topo.level(s) == low), key=topo.rank)
         relevant = set(tors)
         for t in tors:
             relevant |= self._ancestors_of(t)
@@ -505,7 +505,7 @@ class Controller:
                     p = parent[n]
                     uplinks.add((n, p))
                     n = p
-            switches = sorted(used, key=lambda s: (topo.level(s), natural_key(s))) + [root]
+            switches = sorted(used, key=topo.rank) + [root]
             out.append(_Candidate(root, {s: parent[s] for s in used}, tuple(switches), frozenset(uplinks)))
         return out
 
@@ -526,8 +526,15 @@ class Controller:
         for i, s in enumerate(conflicts):
             s.discard(i)
         load = [self._root_load.get(c.root, 0) for c in candidates]
-        order = [natural_key(c.root) for c in candidates]
+        order = [self.topology.rank(c.root) for c in candidates]
         tor_set = set(tors)
+        room: dict[str, int] = {}  # most trees of this job each intermediate switch can take
+
+        def fits(s: str, n: int) -> bool:
+            if s not in room:
+                room[s] = next((m for m in range(want, 0, -1) if not self._no_room(s, m)), 0)
+            return n <= room[s]
+
         chosen: list[int] = []
         used_edges: set[tuple[str, str]] = set()
         through: dict[str, int] = {}  # trees of this job through each intermediate switch
@@ -537,9 +544,7 @@ class Controller:
             best_key = None
             for i in left:
                 c = candidates[i]
-                if any(
-                    self._no_room(s, through.get(s, 0) + 1) for s in c.switches if s not in tor_set and s in through
-                ):
+                if any(not fits(s, through[s] + 1) for s in c.switches if s in through):
                     continue
                 shared = len(c.uplinks & used_edges)
                 crowd = sum(1 for j in conflicts[i] if j in left and load[j] == load[i])
@@ -574,7 +579,7 @@ class Controller:
                 job_id,
                 tree_id,
                 group,
-                tuple(sorted(children[s], key=natural_key)),
+                tuple(sorted(children[s], key=topo.rank)),
                 cand.parent.get(s),
             )
             for s in cand.switches
@@ -657,7 +662,7 @@ class Controller:
         """
         plans = list(self._plans.values()) if plans is None else list(plans)
         names = {p.job_id: n for n, p in self._plans.items()}
-        busy = sorted(self._state, key=lambda s: (self.topology.level(s), natural_key(s)))
+        busy = sorted(self._state, key=self.topology.rank)
         return {
             "schema_version": 1,
             "topology": self.topology.name,

@@ -116,6 +116,8 @@ class Topology:
             nbrs = sorted(g.adj[n], key=natural_key)
             self._up[n] = tuple(m for m in nbrs if self._level[m] > lv)
             self._down[n] = tuple(m for m in nbrs if self._level[m] < lv)
+        ranked = sorted(g.nodes, key=lambda n: (self._level[n], natural_key(n)))
+        self._rank: dict[str, int] = {n: i for i, n in enumerate(ranked)}
         self._bisection: float | None = None
 
     # ------------------------------------------------------------------ validation
@@ -161,6 +163,10 @@ class Topology:
     def level(self, node: str) -> int:
         """Height in the hierarchy: host 0, ToR 1, agg 2, core 3 (spine 2 or 3)."""
         return self._level[node]
+
+    def rank(self, node: str) -> int:
+        """Position in the order (level, natural name): a fast sort key (``h2`` before ``h10``)."""
+        return self._rank[node]
 
     def is_host(self, node: str) -> bool:
         return self._kind.get(node) == HOST
