@@ -28,12 +28,28 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy_subcommands:
-            module_name, attr = self.lazy_subcommands[cmd_name].split(":")
-            command = getattr(importlib.import_module(module_name), attr)
-            if not isinstance(command, click.Command):
-                raise TypeError(f"{module_name}:{attr} is not a click command")
-            return command
+            try:
+                return self.resolve(cmd_name)
+            except ImportError as exc:
+                return _unavailable(cmd_name, exc)
         return super().get_command(ctx, cmd_name)
+
+    def resolve(self, cmd_name: str) -> click.Command:
+        """Import and return the command behind ``cmd_name`` (ImportError if it cannot load)."""
+        module_name, attr = self.lazy_subcommands[cmd_name].split(":")
+        command = getattr(importlib.import_module(module_name), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{module_name}:{attr} is not a click command")
+        return command
+
+
+def _unavailable(name: str, exc: ImportError) -> click.Command:
+    """Stand-in for a command whose module cannot be imported (e.g. an optional dependency is missing)."""
+
+    def fail() -> None:
+        raise click.ClickException(f"'{name}' is unavailable here: {exc} (install the extras: pip install 'panama-ina[all]')")
+
+    return click.Command(name, callback=fail, help=f"(unavailable: {exc})", add_help_option=True)
 
 
 @click.group(

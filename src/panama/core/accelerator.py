@@ -78,6 +78,7 @@ DROP_REASONS = (
 )
 
 _NOTHING: tuple = ()
+_add = np.add  # positional ``out``: measurably cheaper per call than the keyword
 
 
 class AcceleratorError(ValueError):
@@ -362,10 +363,10 @@ class Accelerator:
             row = slot.row
             if payload is not None and row is not None:
                 if count == self.payload_elems:
-                    np.add(row, payload, out=row)
+                    _add(row, payload, row)
                 else:
                     part = row[:count]
-                    np.add(part, payload, out=part)
+                    _add(part, payload, part)
         self.contributions += 1
         ack = packet.ack
         acks = tree.child_ack

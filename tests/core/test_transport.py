@@ -1,0 +1,123 @@
+"""Worker transport driven by hand with explicit ``now`` (picoseconds)."""
+
+import numpy as np
+import pytest
+
+from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, Packet
+from panama.core.transport import TransportError, WorkerTransport
+from panama.core.units import ms, us
+
+
+def result_for(pkt, payload=None, flags=FLAG_RESULT, cap=0xFFFF, ecn=ECT0):
+    return Packet(pkt.job_id, pkt.tree_id, pkt.seq, pkt.generation, pkt.count, flags, cap, 0, ecn, payload)
+
+
+def test_round_robin_over_trees_and_sequence_numbers():
+    w = WorkerTransport(3, 0, [10, 11, 12], payload_elems=4, cc="fixed", cc_options={"initial_window": 100})
+    data = np.arange(30, dtype=np.float32)
+    w.start(0, data)
+    pkts = w.poll(0)
+    assert [p.tree_id for p in pkts] == [10, 11, 12, 10, 11, 12, 10, 11]  # 8 packets of 4 floats
+    assert [p.seq for p in pkts] == [0, 0, 0, 1, 1, 1, 2, 2]
+    assert pkts[-1].count == 2 and pkts[-1].payload.tolist() == [28, 29]
+    assert all(p.ecn == ECT0 and p.generation == 1 and p.ack == 0 for p in pkts)
+    for p in reversed(pkts):
+        w.receive(result_for(p, p.payload * 2), us(5))
+    assert w.done and np.array_equal(w.result(), data * 2)
+    # next generation continues each tree's sequence numbers; ack says what we hold
+    w.start(us(10), data)
+    again = w.poll(us(10))
+    assert [p.seq for p in again[:3]] == [3, 3, 2] and again[0].ack == 3 and again[2].ack == 2
+
+
+def test_window_limits_sequence_range_and_results_open_it():
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 3})
+    w.start(0, np.ones(10, np.float32))
+    first = w.poll(0)
+    assert [p.seq for p in first] == [0, 1, 2]
+    assert w.poll(1) == []
+    w.receive(result_for(first[1], np.ones(1, np.float32)), 2)  # out of order: seq 1
+    assert w.poll(3) == []  # ack still 0: seq 3 is outside [0, 3)
+    w.receive(result_for(first[0], np.ones(1, np.float32)), 4)
+    assert [p.seq for p in w.poll(5)] == [3, 4]
+
+
+def test_cap_from_results_clamps_window():
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="dctcp", cc_options={"initial_window": 10})
+    w.start(0, np.ones(100, np.float32))
+    pkts = w.poll(0)
+    assert len(pkts) == 10
+    w.receive(result_for(pkts[0], np.ones(1, np.float32), cap=4), 1)
+    assert w.windows() == [4]
+    assert len(w.poll(2)) == 0  # seqs 1..9 outstanding, ack 1 + window 4 -> nothing new
+
+
+def test_timeout_retransmits_with_flag_backs_off_and_gives_up():
+    w = WorkerTransport(1, 0, 1, payload_elems=1, initial_rto_ps=ms(1), min_rto_ps=ms(1), max_retries=2)
+    w.start(0, np.ones(2, np.float32))
+    w.poll(0)
+    assert w.timer() == ms(1)
+    w.handle_timer(ms(1))
+    retx = w.poll(ms(1))
+    assert len(retx) == 2 and all(p.flags & FLAG_RETRANSMIT for p in retx)
+    assert w.timer() == ms(1) + ms(2)  # backed off
+    assert w.windows() == [1]
+    w.handle_timer(ms(3))
+    w.poll(ms(3))
+    with pytest.raises(TransportError, match="after 2 retransmissions"):
+        w.handle_timer(ms(100))
+
+
+def test_downstream_ce_is_echoed_and_only_ece_drives_the_window():
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc_options={"initial_window": 4})
+    w.start(0, np.ones(50, np.float32))
+    pkts = w.poll(0)
+    w.receive(result_for(pkts[0], np.ones(1, np.float32), ecn=CE), 1)
+    nxt = w.poll(2)
+    assert nxt[0].ecn == CE and all(p.ecn == ECT0 for p in nxt[1:])
+    assert w.stats["ce_results"] == 1 and w.stats["ece_results"] == 0
+    w.receive(result_for(pkts[1], np.ones(1, np.float32), flags=FLAG_RESULT | FLAG_ECE), 3)
+    assert w.stats["ece_results"] == 1
+
+
+def test_foreign_and_duplicate_results_are_ignored_and_counted():
+    w = WorkerTransport(1, 0, 1, payload_elems=2)
+    w.start(0, np.ones(4, np.float32))
+    p0, p1 = w.poll(0)
+    good = result_for(p0, np.full(2, 5, np.float32))
+    w.receive(good, 1)
+    w.receive(good, 2)
+    w.receive(Packet(2, 0, 1, 1, 2, FLAG_RESULT, payload=np.zeros(2, np.float32)), 3)
+    w.receive(Packet(1, 9, 1, 1, 2, FLAG_RESULT, payload=np.zeros(2, np.float32)), 3)
+    w.receive(Packet(1, 0, 1, 7, 2, FLAG_RESULT, payload=np.zeros(2, np.float32)), 3)
+    w.receive(Packet(1, 0, 1, 1, 1, FLAG_RESULT, payload=np.zeros(1, np.float32)), 3)
+    w.receive(Packet(1, 0, 99, 1, 2, FLAG_RESULT, payload=np.zeros(2, np.float32)), 3)
+    w.receive(p1, 3)  # a contribution, not a result
+    assert w.stats["ignored"] == {
+        "duplicate": 1,
+        "wrong_job": 1,
+        "unknown_tree": 1,
+        "old_generation": 1,
+        "bad_count": 1,
+        "out_of_range": 1,
+        "not_result": 1,
+    }
+    assert not w.done
+    w.receive(result_for(p1, np.full(2, 6, np.float32)), 4)
+    assert w.result().tolist() == [5, 5, 6, 6]
+
+
+def test_bad_use():
+    with pytest.raises(ValueError):
+        WorkerTransport(1, 0, 0)
+    w = WorkerTransport(1, 0, 1)
+    with pytest.raises(TypeError, match="float32"):
+        w.start(0, np.ones(3))
+    w.start(0, np.ones(3, np.float32))
+    with pytest.raises(TransportError, match="still running"):
+        w.start(0, np.ones(3, np.float32))
+    with pytest.raises(TransportError, match="not finished"):
+        w.result()
+    empty = WorkerTransport(1, 0, 1)
+    empty.start(0, np.ones(0, np.float32))
+    assert empty.done and empty.result().shape == (0,)
