@@ -403,21 +403,24 @@ class Controller:
             if blocked:
                 warnings.append(f"{len(blocked)} roots skipped for lack of accelerator room, e.g. {blocked[0][1]}")
         if want > tor_trees:
+            tor = min(tors, key=self._max_new_trees)
             warnings.append(
-                f"num_trees clamped from {want} to {tor_trees}: a ToR share of "
-                f"{self._share_after_join(tors[0])} slots holds at most {tor_trees} trees of {MIN_SLOTS_PER_TREE} slots"
+                f"num_trees clamped from {want} to {tor_trees}: the job's share of {self._share_after_join(tor)} "
+                f"slots at {tor} holds at most {tor_trees} trees of {MIN_SLOTS_PER_TREE} slots"
             )
             want = tor_trees
+        free_groups = self._pool_size - len(self._groups)
+        if free_groups == 0:
+            return host_based(f"multicast pool {self.group_pool} is exhausted")
+        if want > free_groups:
+            warnings.append(f"num_trees clamped from {want} to {free_groups}: free addresses left in {self.group_pool}")
+            want = free_groups
         chosen = self._choose_roots(candidates, want, tors)
         if len(chosen) < want:
             warnings.append(f"only {len(chosen)} trees fit: intermediate switches lack room for more")
         trees = []
         for tree_id, cand in enumerate(chosen):
             group = self._allocate_group()
-            if group is None:
-                for t in trees:  # give the groups back: nothing is committed yet
-                    self._free_group(t.group)
-                return host_based(f"multicast pool {self.group_pool} is exhausted")
             self._groups[group] = (name, tree_id)  # reserved now; re-set by admit()
             trees.append(self._tree_plan(job_id, tree_id, group, cand, distinct))
         for t in trees:
@@ -596,19 +599,15 @@ class Controller:
         self._next_job_id = jid % MAX_JOB_ID + 1
         return jid
 
-    def _allocate_group(self) -> str | None:
-        if len(self._groups) >= self._pool_size:
-            return None
+    def _allocate_group(self) -> str:
+        """Next free address after the last one handed out (callers checked one is free)."""
         for _ in range(self._pool_size):
             i = self._pool_cursor
             self._pool_cursor = (i + 1) % self._pool_size
             group = str(ipaddress.IPv4Address(self._pool_base + i))
             if group not in self._groups:
                 return group
-        return None  # pragma: no cover - guarded by the size check above
-
-    def _free_group(self, group: str) -> None:
-        self._groups.pop(group, None)
+        raise AssertionError("multicast pool exhausted")  # pragma: no cover - checked in _decide
 
     # ------------------------------------------------------------------ checks and reports
     def _check_switch(self, switch: str) -> None:
