@@ -90,7 +90,7 @@ class Flow:
         "snd_una", "snd_nxt", "max_sent", "cwnd", "ssthresh", "dupacks", "in_recovery",
         "recover", "alpha", "win_end", "win_acked", "win_marked", "cwr_end", "srtt", "rttvar",
         "rto", "backoff", "timer", "retransmits", "timeouts", "fast_retransmits", "ece_acks",
-        "_send", "_on_data_cb", "_on_ack_cb",
+        "_send", "_ack_send", "_on_data_cb", "_on_ack_cb", "_payload", "_ecn", "_eng",
         # receiver
         "rcv_nxt", "ooo", "rcv_ce",
         "ideal_fct_ps",
@@ -138,7 +138,12 @@ class Flow:
         self.timeouts = 0
         self.fast_retransmits = 0
         self.ece_acks = 0
-        self._send = stack.network.hosts[src].send
+        hs, hd = stack.network.hosts[src], stack.network.hosts[dst]
+        self._send = hs.uplink.send if hs.uplink is not None else hs.send
+        self._ack_send = hd.uplink.send if hd.uplink is not None else hd.send
+        self._payload = cfg.mss_bytes + cfg.header_bytes
+        self._ecn = ECT0 if cfg.ecn else NOT_ECT
+        self._eng = stack.network.engine
         self._on_data_cb = self._on_data
         self._on_ack_cb = self._on_ack
         self.rcv_nxt = 0
@@ -226,20 +231,44 @@ class Flow:
         self._send(p)
 
     def _fill(self, spare: SimPacket | None) -> None:
-        """Send new segments while the window allows."""
-        allowed = self.cwnd + (self.dupacks if self.in_recovery else 0)
+        """Send new segments while the window allows (``spare``: a delivered packet to reuse)."""
         nxt = self.snd_nxt
         end = self.num_pkts
+        if nxt >= end:
+            return
+        allowed = self.cwnd + (self.dupacks if self.in_recovery else 0)
         una = self.snd_una
-        sent = False
+        if nxt - una >= allowed:
+            return
+        send = self._send
+        transmit = self._transmit
+        last = end - 1
+        max_sent = self.max_sent
         while nxt < end and nxt - una < allowed:
-            self._transmit(nxt, spare)
-            spare = None
+            if spare is not None and nxt < last and nxt >= max_sent:
+                # Fast path: a new full-size segment in a recycled packet object.
+                p = spare
+                spare = None
+                p.kind = KIND_DATA
+                p.src = self.src
+                p.dst = self.dst
+                p.size_bytes = self._payload
+                p.ecn = self._ecn
+                p.deliver = self._on_data_cb
+                p.seq = nxt
+                p.ts_ps = self._eng.now
+                p.flags = 0
+                max_sent = nxt + 1
+                self.max_sent = max_sent
+                send(p)
+            else:
+                transmit(nxt, spare)
+                spare = None
+                max_sent = self.max_sent
             nxt += 1
-            sent = True
         self.snd_nxt = nxt
-        if sent and self.timer.when is None:
-            self.timer.arm(self.stack.engine.now + self.rto * self.backoff)
+        if self.timer.when is None:
+            self.timer.arm(self._eng.now + self.rto * self.backoff)
 
     def _on_ack(self, pkt: SimPacket) -> None:
         stack = self.stack
@@ -379,7 +408,7 @@ class Flow:
         pkt.ack = nxt
         pkt.flags = FLAG_ECE if ce else 0
         pkt.deliver = self._on_ack_cb
-        self.stack._ack_send[self.dst](pkt)
+        self._ack_send(pkt)
 
 
 class Dctcp:
@@ -399,7 +428,6 @@ class Dctcp:
         self.active = 0
         self.completed = 0
         self.on_complete = on_complete
-        self._ack_send = [h.send for h in network.hosts]
 
     def start_flow(self, src: str | int, dst: str | int, size_bytes: int | None, start_ps: int | None = None,
                    on_complete: Callable[[Flow], Any] | None = None, *, tag: Any = None) -> Flow:

@@ -23,6 +23,7 @@ Contract
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections.abc import Callable
@@ -50,7 +51,7 @@ class Engine:
     ``(time_ps, event, *fields)`` (schema in docs/simulator-network.md).
     """
 
-    __slots__ = ("now", "heap", "_seq", "trace", "progress", "progress_after_s", "events", "_stop_at")
+    __slots__ = ("now", "heap", "counter", "trace", "progress", "progress_after_s", "events")
 
     def __init__(
         self,
@@ -61,12 +62,13 @@ class Engine:
     ):
         self.now: int = 0
         self.heap: list[tuple[int, int, Callable[[], Any]]] = []
-        self._seq: int = 0
+        # Tie-breaking sequence numbers: ``next(counter)``. Hot components push
+        # ``(time, next(counter), callback)`` onto ``heap`` directly (same as push()).
+        self.counter = itertools.count()
         self.trace = trace
         self.progress = progress
         self.progress_after_s = progress_after_s
         self.events: int = 0  # events processed so far (all runs)
-        self._stop_at: int | None = None
 
     # ------------------------------------------------------------------ scheduling
     def at(self, time_ps: int, callback: Callable[[], Any]) -> None:
@@ -74,8 +76,7 @@ class Engine:
         :class:`Timer` for events that may be withdrawn."""
         if time_ps < self.now:
             raise ValueError(f"cannot schedule at {time_ps} ps, before now={self.now} ps")
-        self._seq = seq = self._seq + 1
-        heappush(self.heap, (time_ps, seq, callback))
+        heappush(self.heap, (time_ps, next(self.counter), callback))
 
     def after(self, delay_ps: int, callback: Callable[[], Any]) -> None:
         """Run ``callback()`` ``delay_ps`` (>= 0) after now."""
@@ -83,8 +84,7 @@ class Engine:
 
     def push(self, time_ps: int, callback: Callable[[], Any]) -> None:
         """Unchecked :meth:`at` for hot paths of components that know ``time_ps >= now``."""
-        self._seq = seq = self._seq + 1
-        heappush(self.heap, (time_ps, seq, callback))
+        heappush(self.heap, (time_ps, next(self.counter), callback))
 
     def timer(self, callback: Callable[[], Any]) -> Timer:
         """A re-armable, cancellable timer calling ``callback()``."""

@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from heapq import heappush
 from typing import Any
 
 import networkx as nx
@@ -58,6 +59,7 @@ __all__ = [
     "NetworkConfig",
     "Network",
     "Port",
+    "LosslessPort",
     "Switch",
     "Host",
     "QueueSampler",
@@ -176,23 +178,31 @@ class NetworkConfig:
 class Port:
     """Output queue + serialiser + wire from ``owner`` to ``peer`` (one direction).
 
+    Serialisation takes ``size_bytes x ps_per_byte`` with ``ps_per_byte =
+    ceil(8e12 / rate_bps)``: exact for every rate dividing 8 Tbit/s (1, 2.5, 10, 25, 40,
+    50, 100, 200, 400 Gbps); other rates are rounded down by less than one part in
+    ``ps_per_byte``.
+
     Counters: ``tx_packets``/``tx_bytes`` (accepted for transmission: one packet hop
     each), ``ecn_marks``, ``drops``, ``pauses`` (PAUSE frames received),
     ``paused_ps`` (time spent paused, updated at resume).
     """
 
     __slots__ = (
-        "owner", "peer", "index", "peer_index", "reverse", "name", "tier", "rate_bps", "_rate",
+        "owner", "peer", "index", "peer_index", "reverse", "name", "tier", "rate_bps", "ps_per_byte",
         "delay_ps", "busy_until", "pipe", "armed", "paused", "paused_since", "waiting",
-        "waiting_ps", "limit_ps", "k_ps", "release", "rel_armed", "engine", "_push",
-        "_deliver_cb", "_release_cb", "_recv", "net",
+        "waiting_ps", "limit_ps", "k_ps", "release", "rel_armed", "_eng", "_heap", "_cnt", "_trace",
+        "_deliver_cb", "_release_cb", "net",
         "tx_packets", "tx_bytes", "ecn_marks", "drops", "pauses", "paused_ps",
     )
 
     def __init__(self, net: Network, owner: Node, peer: Node, rate_bps: float, delay_ps: int, tier: str):
         self.net = net
-        self.engine = net.engine
-        self._push = net.engine.push
+        eng = net.engine
+        self._eng = eng
+        self._heap = eng.heap
+        self._cnt = eng.counter
+        self._trace = eng.trace
         self.owner = owner
         self.peer = peer
         self.index = -1
@@ -201,9 +211,9 @@ class Port:
         self.name = f"{owner.name}->{peer.name}"
         self.tier = tier
         self.rate_bps = float(rate_bps)
-        self._rate = int(rate_bps)
-        if self._rate <= 0:
+        if not self.rate_bps >= 1:
             raise ValueError(f"link {owner.name}-{peer.name}: rate_bps must be >= 1, got {rate_bps!r}")
+        self.ps_per_byte = -(-_BITS_PS // int(rate_bps))
         self.delay_ps = int(delay_ps)
         self.busy_until = 0
         self.pipe: deque[tuple[int, SimPacket]] = deque()
@@ -218,7 +228,6 @@ class Port:
         self.rel_armed = False
         self._deliver_cb = self._deliver
         self._release_cb = self._release
-        self._recv = peer.receive
         self.tx_packets = 0
         self.tx_bytes = 0
         self.ecn_marks = 0
@@ -229,30 +238,37 @@ class Port:
     def __repr__(self) -> str:
         return f"Port({self.name}, {self.rate_bps / 1e9:g} Gbps, {self.delay_ps} ps)"
 
+    def _select_delivery(self) -> None:
+        """Pick the arrival handler specialised for the peer (called once the network is built)."""
+        peer = self.peer
+        if isinstance(peer, Host):
+            self._deliver_cb = self._deliver_host
+        elif isinstance(peer, Switch) and not peer.lossless:
+            self._deliver_cb = self._deliver_switch
+        else:
+            self._deliver_cb = self._deliver
+
     # ------------------------------------------------------------------ queries
     def tx_time(self, size_bytes: int) -> int:
-        """Serialisation time of ``size_bytes`` on this port (ps, rounded up)."""
-        return (size_bytes * _BITS_PS + self._rate - 1) // self._rate
+        """Serialisation time of ``size_bytes`` on this port (ps)."""
+        return size_bytes * self.ps_per_byte
 
     def backlog_ps(self) -> int:
         """Transmission time of everything queued (incl. the rest of the packet on the wire)."""
-        b = self.busy_until - self.engine.now
+        b = self.busy_until - self._eng.now
         return (b if b > 0 else 0) + self.waiting_ps
 
     def queue_bytes(self) -> int:
         """Bytes not yet serialised (instantaneous queue occupancy)."""
-        return self.backlog_ps() * self._rate // _BITS_PS
+        return self.backlog_ps() // self.ps_per_byte
 
     # ------------------------------------------------------------------ data path
     def send(self, pkt: SimPacket, in_idx: int = -1) -> bool:
         """Enqueue ``pkt`` (arrived on ingress ``in_idx`` of the owner; -1: local).
         Returns False if it was dropped."""
-        now = self.engine.now
+        now = self._eng.now
         size = pkt.size_bytes
-        rate = self._rate
-        tx = (size * _BITS_PS + rate - 1) // rate
-        if self.paused:
-            return self._send_paused(pkt, in_idx, tx)
+        tx = size * self.ps_per_byte
         bu = self.busy_until
         if bu < now:
             bu = now
@@ -260,48 +276,129 @@ class Port:
         if backlog + tx > self.limit_ps:
             self.net._drop(self, pkt, DROP_QUEUE_FULL)
             return False
-        if backlog > self.k_ps:
-            ecn = pkt.ecn
-            if 0 < ecn < CE:
-                pkt.ecn = CE
-                self.ecn_marks += 1
+        if backlog > self.k_ps and 0 < pkt.ecn < CE:
+            pkt.ecn = CE
+            self.ecn_marks += 1
         end = bu + tx
         self.busy_until = end
         self.tx_packets += 1
         self.tx_bytes += size
         arrive = end + self.delay_ps
         self.pipe.append((arrive, pkt))
-        rel = self.release
-        if rel is not None:
-            rel.append((end, size, in_idx))
-            if not self.rel_armed:
-                self.rel_armed = True
-                self._push(end, self._release_cb)
         if not self.armed:
             self.armed = True
-            self._push(arrive, self._deliver_cb)
-        trace = self.engine.trace
-        if trace is not None:
-            trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog * rate // _BITS_PS))
+            heappush(self._heap, (arrive, next(self._cnt), self._deliver_cb))
+        if self._trace is not None:
+            self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // self.ps_per_byte))
         return True
 
     def _deliver(self) -> None:
+        """Generic arrival: hand due packets to ``peer.receive``."""
         pipe = self.pipe
-        now = self.engine.now
-        recv = self._recv
+        now = self._eng.now
+        recv = self.peer.receive
         idx = self.peer_index
         while pipe:
             head = pipe[0]
             if head[0] > now:
-                self._push(head[0], self._deliver_cb)
+                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
                 return
             pipe.popleft()
             recv(head[1], idx)
         self.armed = False
 
+    def _deliver_host(self) -> None:
+        """Arrival at a host: ``pkt.deliver(pkt)`` or the host's handler."""
+        pipe = self.pipe
+        now = self._eng.now
+        host = self.peer
+        while pipe:
+            head = pipe[0]
+            if head[0] > now:
+                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
+                return
+            pipe.popleft()
+            pkt = head[1]
+            host.rx_packets += 1
+            d = pkt.deliver
+            if d is not None:
+                d(pkt)
+            else:
+                host.receive_unbound(pkt)
+        self.armed = False
+
+    def _deliver_switch(self) -> None:
+        """Arrival at a lossy switch: ECMP forwarding inlined (hooked switches: generic)."""
+        sw = self.peer
+        if sw.hooked:
+            self._deliver()
+            return
+        pipe = self.pipe
+        now = self._eng.now
+        fib = sw.fib
+        nfib = len(fib)
+        salt = sw.salt
+        idx = self.peer_index
+        while pipe:
+            head = pipe[0]
+            if head[0] > now:
+                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
+                return
+            pipe.popleft()
+            pkt = head[1]
+            dst = pkt.dst
+            if 0 <= dst < nfib:
+                ports = fib[dst]
+                n = len(ports)
+                if n == 1:
+                    ports[0].send(pkt, idx)
+                    continue
+                if n:
+                    ports[((((pkt.flow_hash ^ salt) * _GOLDEN) & MASK64) >> 32) % n].send(pkt, idx)
+                    continue
+            self.net._drop(None, pkt, DROP_NO_ROUTE, node=sw)
+        self.armed = False
+
+    # ------------------------------------------------------------------ PFC (LosslessPort)
+    def pause(self) -> None:  # pragma: no cover - only LosslessPort is ever paused
+        raise RuntimeError(f"{self.name}: PAUSE on a port of a lossy network")
+
+    def resume(self) -> None:  # pragma: no cover
+        raise RuntimeError(f"{self.name}: RESUME on a port of a lossy network")
+
+    def _release(self) -> None:  # pragma: no cover
+        raise RuntimeError(f"{self.name}: buffer release on a port of a lossy network")
+
+
+class LosslessPort(Port):
+    """A port of a lossless (PFC) network: can be paused by its peer, and on switches
+    frees shared-buffer space (per ingress) when a packet's transmission ends."""
+
+    __slots__ = ()
+
+    def send(self, pkt: SimPacket, in_idx: int = -1) -> bool:
+        now = self._eng.now
+        size = pkt.size_bytes
+        tx = size * self.ps_per_byte
+        if self.paused:
+            return self._send_paused(pkt, in_idx, tx)
+        bu = self.busy_until
+        if bu < now:
+            bu = now
+        backlog = bu - now
+        if backlog > self.k_ps and 0 < pkt.ecn < CE:
+            pkt.ecn = CE
+            self.ecn_marks += 1
+        self.tx_packets += 1
+        self.tx_bytes += size
+        self._commit(pkt, in_idx, tx)
+        if self._trace is not None:
+            self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // self.ps_per_byte))
+        return True
+
     def _commit(self, pkt: SimPacket, in_idx: int, tx: int) -> None:
-        """Start-time bookkeeping for a packet leaving the PFC waiting line."""
-        now = self.engine.now
+        """Fix the transmission slot of a packet (now, or when a pause ends)."""
+        now = self._eng.now
         bu = self.busy_until
         if bu < now:
             bu = now
@@ -314,17 +411,14 @@ class Port:
             rel.append((end, pkt.size_bytes, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
-                self._push(end, self._release_cb)
+                heappush(self._heap, (end, next(self._cnt), self._release_cb))
         if not self.armed:
             self.armed = True
-            self._push(arrive, self._deliver_cb)
+            heappush(self._heap, (arrive, next(self._cnt), self._deliver_cb))
 
     def _send_paused(self, pkt: SimPacket, in_idx: int, tx: int) -> bool:
-        now = self.engine.now
+        now = self._eng.now
         backlog = self.backlog_ps()
-        if backlog + tx > self.limit_ps:
-            self.net._drop(self, pkt, DROP_QUEUE_FULL)
-            return False
         if backlog > self.k_ps and 0 < pkt.ecn < CE:
             pkt.ecn = CE
             self.ecn_marks += 1
@@ -332,16 +426,14 @@ class Port:
         self.tx_bytes += pkt.size_bytes
         self.waiting.append((pkt, in_idx))
         self.waiting_ps += tx
-        trace = self.engine.trace
-        if trace is not None:
-            trace((now, "hold", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, pkt.size_bytes, backlog * self._rate // _BITS_PS))
+        if self._trace is not None:
+            self._trace((now, "hold", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, pkt.size_bytes, backlog // self.ps_per_byte))
         return True
 
-    # ------------------------------------------------------------------ PFC
     def pause(self) -> None:
         """A PAUSE frame arrived from the peer: finish the packet being serialised, hold
         every packet whose transmission has not started."""
-        now = self.engine.now
+        now = self._eng.now
         self.pauses += 1
         if self.paused:
             return
@@ -350,10 +442,11 @@ class Port:
         pipe = self.pipe
         rel = self.release
         delay = self.delay_ps
+        ppb = self.ps_per_byte
         held: list[tuple[SimPacket, int]] = []
         while pipe:
             arrive, pkt = pipe[-1]
-            tx = self.tx_time(pkt.size_bytes)
+            tx = pkt.size_bytes * ppb
             if arrive - delay - tx < now:
                 break
             pipe.pop()
@@ -365,38 +458,36 @@ class Port:
             held.extend(self.waiting)
             self.waiting = deque(held)
         self.busy_until = pipe[-1][0] - delay if pipe else min(self.busy_until, now)
-        trace = self.engine.trace
-        if trace is not None:
-            trace((now, "pause", self.owner.name, self.peer.name, -1, -1, -1, -1, 0, self.queue_bytes()))
+        if self._trace is not None:
+            self._trace((now, "pause", self.owner.name, self.peer.name, -1, -1, -1, -1, 0, self.queue_bytes()))
 
     def resume(self) -> None:
         """A RESUME frame arrived: transmit the held packets back to back."""
         if not self.paused:
             return
-        now = self.engine.now
+        now = self._eng.now
         self.paused = False
         self.paused_ps += now - self.paused_since
         waiting = self.waiting
         self.waiting = deque()
         self.waiting_ps = 0
-        tx_time = self.tx_time
+        ppb = self.ps_per_byte
         for pkt, in_idx in waiting:
-            self._commit(pkt, in_idx, tx_time(pkt.size_bytes))
-        trace = self.engine.trace
-        if trace is not None:
-            trace((now, "resume", self.owner.name, self.peer.name, -1, -1, -1, -1, 0, self.queue_bytes()))
+            self._commit(pkt, in_idx, pkt.size_bytes * ppb)
+        if self._trace is not None:
+            self._trace((now, "resume", self.owner.name, self.peer.name, -1, -1, -1, -1, 0, self.queue_bytes()))
 
     def _release(self) -> None:
         """Lossless switches: free buffer of packets whose transmission ended."""
         rel = self.release
-        now = self.engine.now
+        now = self._eng.now
         sw = self.owner
         ingress = sw.ingress_bytes
         freed = 0
         while rel:
             head = rel[0]
             if head[0] > now:
-                self._push(head[0], self._release_cb)
+                heappush(self._heap, (head[0], next(self._cnt), self._release_cb))
                 break
             rel.popleft()
             ingress[head[2]] -= head[1]
@@ -481,6 +572,10 @@ class Host(Node):
         if d is not None:
             d(pkt)
             return
+        self.receive_unbound(pkt)
+
+    def receive_unbound(self, pkt: SimPacket) -> None:
+        """Deliver a packet without a ``deliver`` callback to the attached handler."""
         h = self.handler
         if h is None:
             self.net._drop(None, pkt, DROP_NO_HANDLER, node=self)
@@ -502,12 +597,13 @@ class Switch(Node):
     __slots__ = (
         "hooks", "hook_latency_ps", "lossless", "buffer_bytes", "pool_bytes", "ingress_bytes",
         "used_bytes", "pause_sent", "pfc_alpha", "pfc_static", "resume_offset", "pauses_sent",
-        "_delayline", "_dl_armed", "_dl_cb",
+        "_delayline", "_dl_armed", "_dl_cb", "hooked",
     )
 
     def __init__(self, net: Network, name: str, kind: str):
         super().__init__(net, name, kind)
         self.hooks: list[PacketHook | None] = [None] * NUM_KINDS
+        self.hooked = False
         self.hook_latency_ps = 0
         self.lossless = False
         self.buffer_bytes = 0
@@ -524,7 +620,6 @@ class Switch(Node):
         self._dl_cb = self._drain_delayline
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:
-        self.rx_packets += 1
         hook = self.hooks[pkt.kind]
         if hook is not None:
             out = hook(pkt, self.ports[in_idx].peer.name if in_idx >= 0 else self.name)
@@ -559,6 +654,7 @@ class Switch(Node):
             raise ValueError(f"latency_ps: must be >= 0, got {latency_ps!r}")
         self.hooks[kind] = hook
         self.hook_latency_ps = int(latency_ps)
+        self.hooked = any(h is not None for h in self.hooks)
 
     def emit(self, neighbour: str, pkt: SimPacket) -> bool:
         """Send a switch-originated packet (e.g. from an accelerator timer) to a neighbour."""
@@ -700,8 +796,9 @@ class Network:
                 raise ValueError(f"link {a}-{b}: needs rate_bps and delay_ps attributes")
             na, nb = self.nodes[a], self.nodes[b]
             tier = _tier_label(na.kind, nb.kind)
-            pab = Port(self, na, nb, d["rate_bps"], d["delay_ps"], tier)
-            pba = Port(self, nb, na, d["rate_bps"], d["delay_ps"], tier)
+            cls = LosslessPort if cfg.lossless else Port
+            pab = cls(self, na, nb, d["rate_bps"], d["delay_ps"], tier)
+            pba = cls(self, nb, na, d["rate_bps"], d["delay_ps"], tier)
             pab.reverse, pba.reverse = pba, pab
             for node, port in ((na, pab), (nb, pba)):
                 port.index = len(node.ports)
@@ -716,6 +813,7 @@ class Network:
                 p.k_ps = p.tx_time(cfg.ecn_k_for(p.rate_bps))
             if isinstance(p.owner, Switch) and not cfg.lossless:
                 p.limit_ps = p.tx_time(cfg.queue_limit_bytes)
+
         for h in self.hosts:
             if len(h.ports) == 1:
                 h.uplink = h.ports[0]
@@ -757,6 +855,8 @@ class Network:
                 sw.resume_offset = cfg.pfc_resume_offset_bytes if cfg.pfc_resume_offset_bytes is not None else 2 * cfg.mtu_bytes
                 for p in sw.ports:
                     p.release = deque()
+        for p in self.ports:
+            p._select_delivery()
 
     # ------------------------------------------------------------------ access
     @property
@@ -903,7 +1003,7 @@ class QueueSampler:
         self.times_ps.append(now)
         for p, col in zip(self.ports, self.samples):
             b = p.busy_until - now
-            col.append(((b if b > 0 else 0) + p.waiting_ps) * p._rate // _BITS_PS)
+            col.append(((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte)
         if eng.heap:
             eng.push(now + self.interval_ps, self._cb)
 
