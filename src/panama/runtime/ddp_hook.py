@@ -24,8 +24,8 @@ ranks), so it also runs on test doubles; :class:`PanamaHookState` counts calls, 
 and time spent in the reduction.
 """
 
-from __future__ import annotations
 
+# No "from __future__ import annotations": DDP checks the hook's annotations at runtime.
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol

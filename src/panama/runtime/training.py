@@ -319,7 +319,7 @@ def _train_local(
                     model.zero_grad(set_to_none=False)
                     loss = F.cross_entropy(model(x[idx]), y[idx], reduction="sum")
                     loss.backward()
-                    loss_sum += float(loss)
+                    loss_sum += float(loss.detach())
                     seen += idx.numel()
                 with torch.no_grad():
                     for i in range(len(params[0])):
@@ -411,7 +411,7 @@ def _worker(
         init_rng, shuffle_rng = seed_generators(cfg.seed)
         model = make_lenet(init_rng, cfg.init)
         n_params = num_parameters(model)
-        ddp = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
         if cfg.allreduce == "panama":
             from panama.runtime.communicator import Communicator
 
@@ -437,7 +437,7 @@ def _worker(
                 (loss * (workers / batch.numel())).backward()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=False)
-                loss_sum += float(loss)
+                loss_sum += float(loss.detach())
                 seen += idx.numel()
                 status.step(epoch, step + 1, len(batches))
             seconds = time.perf_counter() - t0
@@ -496,7 +496,8 @@ def _controller_for(cfg: TrainConfig) -> Iterator[str | None]:
     else:
         from panama.runtime.cluster import LocalCluster
 
-        with LocalCluster(hosts=cfg.workers) as cluster:
+        # Default leaf-spine (2 leaves, 2 spines), grown so that every worker has a host.
+        with LocalCluster(leaves=2, spines=2, hosts_per_leaf=max(4, -(-cfg.workers // 2))) as cluster:
             yield cluster.controller
 
 

@@ -1,0 +1,160 @@
+"""``panama train``: data-parallel LeNet training with PANAMA, gloo or in-process allreduce."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from pydantic import ValidationError
+
+from panama.cli.common import usage_error
+
+ALLREDUCE_CHOICES = ("panama", "gloo", "local")
+
+
+def _config_error(exc: ValidationError) -> click.UsageError:
+    first = exc.errors()[0]
+    field = str(first["loc"][0]) if first.get("loc") else "config"
+    option = "--" + field.replace("_", "-")
+    return usage_error(option, first.get("msg", "invalid value").removeprefix("Value error, "))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--workers", "-w", type=int, default=2, show_default=True, help="Data-parallel workers W.")
+@click.option("--epochs", "-e", type=int, default=5, show_default=True, help="Passes over the training set.")
+@click.option(
+    "--batch-size", "-b", type=int, default=64, show_default=True, help="Global minibatch, split across the workers."
+)
+@click.option("--lr", type=float, default=0.1, show_default=True, help="SGD learning rate.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of initialisation and batch order.")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory with Fashion-MNIST IDX files (train-images-idx3-ubyte[.gz], ...). Default: sklearn digits.",
+)
+@click.option(
+    "--allreduce",
+    type=click.Choice(ALLREDUCE_CHOICES),
+    default="panama",
+    show_default=True,
+    help="Gradient sum: PANAMA switch daemons, gloo (host-based), or W replicas in one process.",
+)
+@click.option(
+    "--controller",
+    default=None,
+    metavar="HOST:PORT",
+    help="Running controller for --allreduce panama. Default: start a local cluster for the run.",
+)
+@click.option("--job", default=None, help="Job name at the controller (panama). Default: unique.")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON result file. Default: runs/train/<dataset>-<allreduce>-w<W>-seed<seed>.json.",
+)
+@click.option("--threads", type=int, default=1, show_default=True, help="torch threads per worker.")
+@click.option(
+    "--init",
+    type=click.Choice(("he", "reference")),
+    default="he",
+    show_default=True,
+    help="Weight init: He normal, or the reference's N(0, 0.01^2).",
+)
+@click.option(
+    "--timeout", "timeout_s", type=float, default=120.0, show_default=True, help="Longest silence from a worker (s)."
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
+def train(
+    workers: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    data_dir: Path | None,
+    allreduce: str,
+    controller: str | None,
+    job: str | None,
+    out: Path | None,
+    threads: int,
+    init: str,
+    timeout_s: float,
+    quiet: bool,
+) -> None:
+    """Train the reference LeNet data-parallel on W workers and check the replicas agree.
+
+    Each global minibatch is split across the workers; each computes forward/backward on
+    its shard; gradients are summed with --allreduce; every replica applies the same SGD
+    step. Prints one row per epoch (test accuracy, seconds, bytes sent per worker), writes
+    a JSON result, and exits with code 1 if the replicas' parameters are not bitwise equal.
+    """
+    from panama.runtime.data import IdxFormatError, load_dataset
+    from panama.runtime.training import TrainConfig, TrainingError, default_out_path, format_bytes
+    from panama.runtime.training import train as run_training
+
+    try:
+        cfg = TrainConfig(
+            workers=workers,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            seed=seed,
+            data_dir=data_dir,
+            allreduce=allreduce,
+            controller=controller,
+            job=job,
+            threads=threads,
+            init=init,
+            timeout_s=timeout_s,
+        )
+    except ValidationError as exc:
+        raise _config_error(exc) from None
+    try:
+        dataset = load_dataset(cfg.data_dir)
+    except IdxFormatError as exc:
+        raise usage_error("--data-dir", str(exc)) from None
+    if dataset.num_train < cfg.workers:
+        raise usage_error("--workers", f"{cfg.workers} workers but only {dataset.num_train} training examples")
+
+    where = cfg.controller or ("local cluster" if cfg.allreduce == "panama" else None)
+    click.echo(
+        f"panama train: {dataset.name} ({dataset.num_train} train / {dataset.num_test} test), "
+        f"{cfg.workers} workers, allreduce={cfg.allreduce}{f' via {where}' if where else ''}, "
+        f"batch {cfg.batch_size}, lr {cfg.lr:g}, seed {cfg.seed}"
+    )
+    header = f"{'epoch':>5}  {'steps':>5}  {'train loss':>10}  {'test acc':>8}  {'s/epoch':>8}  {'sent/worker':>12}"
+    click.echo(header)
+    click.echo("-" * len(header))
+
+    def on_epoch(e) -> None:
+        click.echo(
+            f"{e.epoch:>5}  {e.steps:>5}  {e.train_loss:>10.4f}  {e.test_accuracy:>8.4f}  "
+            f"{e.seconds:>8.2f}  {format_bytes(e.bytes_sent_per_worker):>12}"
+        )
+
+    def on_status(line: str) -> None:
+        if not quiet:
+            click.echo(f"  ... {line}", err=True)
+
+    try:
+        result = run_training(cfg, dataset=dataset, on_epoch=on_epoch, on_status=on_status)
+    except TrainingError as exc:
+        summary, _, detail = str(exc).partition("\n")
+        if detail:
+            click.echo(detail, err=True)
+        raise click.ClickException(f"training failed: {summary}") from None
+
+    path = result.write_json(out if out is not None else default_out_path(cfg))
+    click.echo(f"bytes sent per worker: {result.bytes_sent_source}")
+    digests = result.parameter_sha256
+    if result.replicas_identical:
+        click.echo(
+            f"replicas identical: yes, all {len(digests)} replicas hold bitwise-equal parameters "
+            f"(sha256 {digests[0][:16]}...)"
+        )
+    else:
+        shown = ", ".join(f"rank {r}: {d[:16]}" for r, d in enumerate(digests))
+        click.echo(f"replicas identical: NO ({shown})")
+    click.echo(f"final test accuracy {result.final_test_accuracy:.4f}, total {result.total_seconds:.1f} s; wrote {path}")
+    if not result.replicas_identical:
+        raise click.ClickException("replicas diverged: parameters differ between workers")
