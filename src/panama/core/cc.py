@@ -75,6 +75,7 @@ class Dctcp(CongestionControl):
         self._acked += 1
         if ece:
             self._marked += 1
+        cut = False
         if seq >= self._window_end:
             # One observation window (about one RTT of results) is over.
             fraction = self._marked / self._acked
@@ -82,10 +83,13 @@ class Dctcp(CongestionControl):
             if self._marked:
                 self.cwnd = max(1.0, self.cwnd * (1 - self.alpha / 2))
                 self.ssthresh = self.cwnd
+                cut = True
             self._acked = 0
             self._marked = 0
             self._window_end = snd_nxt
-        elif not ece:
+        # Every unmarked result grows the window, including the one closing an
+        # observation window: with a window of one packet every result closes one.
+        if not ece and not cut:
             if self.cwnd < self.ssthresh:
                 self.cwnd += 1.0
             else:
