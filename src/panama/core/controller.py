@@ -389,8 +389,17 @@ class Controller:
             scope = SCOPE_POD if topo.tier(candidates[0].root) == AGG else SCOPE_FABRIC
             usable = []
             blocked = []
+            tor_set = set(tors)
+            problems: dict[str, str | None] = {}
             for c in candidates:
-                problem = next(filter(None, (self._no_room(s, 1) for s in c.switches if s not in tors)), None)
+                problem = None
+                for s in c.switches:
+                    if s not in tor_set:
+                        if s not in problems:
+                            problems[s] = self._no_room(s, 1)
+                        problem = problems[s]
+                        if problem:
+                            break
                 (blocked if problem else usable).append((c, problem))
             if not usable:
                 return host_based(f"no usable root: {blocked[0][1]}")
