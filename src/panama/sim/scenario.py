@@ -50,20 +50,22 @@ class TopologyConfig(_Model):
 
 
 class NetworkConfig(_Model):
-    """Switch queues, ECN marking, PFC and host DCTCP."""
+    """Switch queues, ECN marking, PFC and host DCTCP (mapped onto panama.sim.network/dctcp)."""
 
-    buffer_bytes: int = Field(4_000_000, gt=0, description="shared packet buffer per switch")
-    ecn_k_packets: float | None = Field(
-        None, gt=0, description="DCTCP marking threshold in MTU packets; None = 65 per 10 Gbps of port rate"
+    pfc: bool = Field(True, description="lossless fabric: PFC PAUSE with a shared buffer per switch")
+    queue_limit_bytes: int = Field(450_000, ge=1500, description="drop-tail limit per output queue when pfc=false")
+    switch_buffer_bytes: int | None = Field(
+        None, ge=1500, description="shared buffer per switch when pfc=true; None = queue_limit_bytes x ports"
     )
-    pfc: bool = Field(True, description="priority flow control (PAUSE) on every switch ingress port")
-    pfc_alpha: float = Field(0.125, gt=0, description="dynamic PFC threshold: pause when ingress > alpha * free")
-    mtu_bytes: int = Field(1500, ge=256, le=9000, description="IP MTU of TCP segments")
-    host_queue_bytes: int | None = Field(
-        None, gt=0, description="host NIC queue limit (None = unlimited; hosts are paced by their windows)"
-    )
-    dctcp_initial_window_packets: int = Field(10, ge=1, description="initial cwnd of background/ring TCP flows")
+    pfc_alpha: float = Field(0.125, gt=0, le=64, description="dynamic PFC threshold: pause when ingress > alpha x free")
+    pfc_headroom_factor: float = Field(3.0, ge=0, description="PFC headroom per ingress: factor x rate x delay + 2 MTU")
+    ecn: bool = Field(True, description="ECN marking (DCTCP step marking at enqueue)")
+    ecn_k_packets: float = Field(65.0, ge=0, description="marking threshold in MTU packets at 10 Gbps, scaled by rate")
+    ecn_k_bytes: int | None = Field(None, ge=0, description="fixed marking threshold in bytes (overrides ecn_k_packets)")
+    mtu_bytes: int = Field(1500, ge=256, le=9000, description="IP MTU; TCP segments carry mtu_bytes - 40")
+    dctcp_initial_window_packets: float = Field(10.0, ge=1, description="initial cwnd of background/ring TCP flows")
     dctcp_min_rto_us: float = Field(1000.0, gt=0, description="minimum retransmission timeout of TCP flows")
+    dctcp_max_rto_us: float = Field(100_000.0, gt=0, description="maximum retransmission timeout of TCP flows")
 
 
 class PSwitchConfig(_Model):
@@ -147,6 +149,8 @@ class Scenario(_Model):
         p = self.panama
         if not p.min_rto_us <= p.max_rto_us:
             raise ValueError("panama.min_rto_us: must be <= panama.max_rto_us")
+        if not self.network.dctcp_min_rto_us <= self.network.dctcp_max_rto_us:
+            raise ValueError("network.dctcp_min_rto_us: must be <= network.dctcp_max_rto_us")
         names = [j.name for j in self.jobs if j.name is not None]
         if len(set(names)) != len(names):
             raise ValueError("jobs: job names must be distinct")

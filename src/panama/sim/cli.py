@@ -1,0 +1,48 @@
+"""Click commands of the simulator: ``panama simulate`` and ``panama bench sim``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from panama.cli.common import usage_error
+from panama.sim.bench import bench_sim
+from panama.sim.scenario import SCHEMES, ScenarioError, load_scenario
+
+__all__ = ["simulate", "bench_sim"]
+
+
+@click.command(name="simulate")
+@click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output directory (created): summary.json, flows.csv, jobs.csv, resolved.toml/.json, PNG plots.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a scenario value by dotted key, e.g. --set network.pfc=false --set seed=3 "
+                   "--set jobs.0.iterations=10 (repeatable; values parsed as TOML).")
+@click.option("--scheme", type=click.Choice(SCHEMES), default=None,
+              help="Run every job with this allreduce scheme (same as --set scheme=..., clearing per-job schemes).")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress line and no terminal table.")
+def simulate(scenario: Path | None, out_dir: Path, sets: tuple[str, ...], scheme: str | None, no_plots: bool,
+             quiet: bool) -> None:
+    """Run a packet-level simulation of SCENARIO (a TOML file; omitted: the built-in default).
+
+    Background flows, training jobs (panama, ina-single, ina-fixed or ring allreduce),
+    PSwitch accelerators, PFC and ECN are simulated in integer picoseconds; the run is
+    reproducible from the scenario's seed. Keys and defaults: docs/simulator.md.
+    """
+    from panama.sim.runner import run_scenario
+
+    try:
+        sc = load_scenario(scenario, sets)
+        if scheme is not None:
+            sc = sc.with_scheme(scheme)
+        result = run_scenario(sc, out_dir, progress=not quiet, plots=not no_plots)
+    except ScenarioError as exc:
+        raise usage_error(exc.key, exc.detail) from None
+    if not quiet:
+        from panama.sim.outputs import terminal_table
+
+        click.echo(terminal_table(result))
+        click.echo(f"\nwrote {len(result.files)} files to {out_dir}")

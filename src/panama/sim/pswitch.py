@@ -1,0 +1,122 @@
+"""PSwitches in the simulator: a network switch plus a core :class:`Accelerator`.
+
+Contract
+--------
+Every switch of the :class:`~panama.sim.network.Network` gets one
+:class:`panama.core.accelerator.Accelerator` (``store_payloads=False``: sizes only),
+attached as the switch's packet hook for ``KIND_PANAMA`` packets. The hook is a thin
+adapter and holds no protocol logic:
+
+* copy the ECN codepoint the network may have set on the wire packet (CE) into the
+  core packet's ``ecn`` field;
+* hand the core packet to ``Accelerator.receive(packet, from_node)``, ``from_node``
+  being the topology name of the neighbour it came from (a host or a switch, exactly
+  the names the controller put into the tree entries);
+* wrap every returned ``(to_node, packet)`` pair into a wire packet of
+  :func:`panama_wire_bytes` and let the switch forward it to that neighbour after the
+  configured processing latency (FIFO per switch).
+
+Non-PANAMA packets never reach the hook: they are routed by the switch (ECMP) as usual.
+The controller's plans are applied with :func:`panama.core.controller.install` /
+``uninstall`` on :attr:`PSwitchFabric.accelerators`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from panama.core.accelerator import DROP_REASONS, Accelerator
+from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, IP_UDP_OVERHEAD_BYTES, wire_size
+from panama.core.packet import Packet
+from panama.sim.network import KIND_PANAMA, Network, SimPacket
+
+__all__ = ["PSwitchFabric", "panama_wire_bytes", "wrap"]
+
+
+def panama_wire_bytes(count: int) -> int:
+    """IP packet size of a PANAMA packet with ``count`` floats: 20 IP + 8 UDP + 28 header + 4 * count."""
+    return IP_UDP_OVERHEAD_BYTES + wire_size(count)
+
+
+def wrap(packet: Packet, src: int = -1) -> SimPacket:
+    """A wire packet carrying ``packet`` (hop-by-hop, ``dst`` -1, ECN from the core packet)."""
+    return SimPacket(KIND_PANAMA, src, -1, IP_UDP_OVERHEAD_BYTES + 28 + 4 * packet.count, 0, packet.ecn, None, 0, 0, 0, 0, packet)
+
+
+class PSwitchFabric:
+    """One accelerator per switch of ``net``, installed as the switches' PANAMA hook.
+
+    ``packet_memory``: slots per accelerator; ``latency_ps``: per-packet processing
+    latency (the time between a packet's arrival and the departure of what it
+    triggers). ``accelerators`` maps switch names to accelerators (what
+    ``panama.core.controller.install`` takes).
+    """
+
+    def __init__(
+        self,
+        net: Network,
+        packet_memory: int,
+        *,
+        latency_ps: int = 0,
+        payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
+        switches: Iterable[str] | None = None,
+    ):
+        assert wire_size(0) == 28  # the wrap() fast path hard-codes the header size
+        self.net = net
+        self.latency_ps = int(latency_ps)
+        names = list(switches) if switches is not None else [sw.name for sw in net.switches]
+        self.accelerators: dict[str, Accelerator] = {}
+        for name in names:
+            acc = Accelerator(packet_memory, payload_elems, name=name, store_payloads=False, copy_payloads=False)
+            self.accelerators[name] = acc
+            net.set_packet_hook(name, self._make_hook(acc), kinds=(KIND_PANAMA,), latency_ps=self.latency_ps)
+        self.packets_in = 0
+
+    @staticmethod
+    def _make_hook(acc: Accelerator):
+        receive = acc.receive
+
+        def hook(spkt: SimPacket, from_node: str):
+            pkt = spkt.inner
+            ecn = spkt.ecn
+            if ecn != pkt.ecn:
+                pkt.ecn = ecn
+            out = receive(pkt, from_node)
+            if not out:
+                return None
+            res = []
+            for to, p in out:
+                res.append((to, SimPacket(KIND_PANAMA, -1, -1, 56 + 4 * p.count, 0, p.ecn, None, 0, 0, 0, 0, p)))
+            return res
+
+        return hook
+
+    # ------------------------------------------------------------------ reporting
+    def check_invariants(self) -> None:
+        """Run every accelerator's memory-accounting check (AssertionError on failure)."""
+        for acc in self.accelerators.values():
+            acc.check_invariants()
+
+    def drops(self) -> dict[str, int]:
+        """Accelerator drops summed over switches, by reason (every reason listed)."""
+        total = {r: 0 for r in DROP_REASONS}
+        for acc in self.accelerators.values():
+            for r, c in acc.drops.items():
+                total[r] = total.get(r, 0) + c
+        return total
+
+    def stats(self) -> dict:
+        """Totals over accelerators plus the peak slot use of the fullest one."""
+        accs = list(self.accelerators.values())
+        peak = max(accs, key=lambda a: (a.peak_used_slots, a.name)) if accs else None
+        return {
+            "contributions": sum(a.contributions for a in accs),
+            "partials_out": sum(a.partials_out for a in accs),
+            "results_out": sum(a.results_out for a in accs),
+            "retransmits_answered": sum(a.retransmits_answered for a in accs),
+            "peak_used_slots": peak.peak_used_slots if peak else 0,
+            "peak_switch": str(peak.name) if peak and peak.peak_used_slots else None,
+            "packet_memory_slots": accs[0].packet_memory if accs else 0,
+            "drops": self.drops(),
+            "drops_total": sum(self.drops().values()),
+        }

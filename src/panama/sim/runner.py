@@ -1,0 +1,376 @@
+"""Run a scenario: build the fabric, PSwitches, controller, traffic and jobs; simulate; report.
+
+Python API
+----------
+``run_scenario(scenario, out_dir=None, progress=True) -> SimResult`` runs one scenario
+(a :class:`~panama.sim.scenario.Scenario`, a file path or None for the built-in
+default) and, with ``out_dir``, writes the output files (see :mod:`panama.sim.outputs`).
+To compare schemes on the same traffic::
+
+    base = load_scenario("examples/shared_cluster.toml")
+    results = {s: run_scenario(base.with_scheme(s)) for s in SCHEMES}
+
+Randomness: the master seed is split (``numpy.random.SeedSequence(seed).spawn``) into
+independent streams for the background workload, job placement, ECMP salts, the
+background TCP flows' hash salt and the ring flows' hash salt. The background flows
+(times, sizes, sources, destinations, flow ids and so ECMP paths) are therefore
+identical for every scheme with the same seed, and so is job placement.
+
+Stop rule: background flows arrive during ``[background.start_ms, background.stop_ms or
+duration_ms)``; the run ends when every job has finished and every background flow has
+completed, or at ``max_time_ms`` (then unfinished flows and jobs are reported as such).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from panama.core.controller import Controller, ControllerError
+from panama.core.topology import HOST, Topology, TopologyError, parse_topology
+from panama.core.units import PS_PER_MS, PS_PER_US
+from panama.sim.dctcp import Dctcp, DctcpConfig, Flow
+from panama.sim.engine import Engine
+from panama.sim.network import Network, NetworkConfig, QueueSampler
+from panama.sim.panama_host import PanamaHost
+from panama.sim.pswitch import PSwitchFabric
+from panama.sim.scenario import Scenario, ScenarioError, default_scenario, load_scenario
+from panama.sim.training import TrainingJob, TransportSettings
+from panama.sim.workload import FlowSpec, WorkloadError, load_cdf, poisson_flows
+
+__all__ = ["Simulation", "SimResult", "run_scenario", "build_topology"]
+
+# Indices of the independent random streams spawned from the master seed.
+_STREAMS = ("workload", "placement", "network", "background_tcp", "ring_tcp")
+
+
+def build_topology(sc: Scenario) -> Topology:
+    """The scenario's topology, with the scenario's rate/delay overrides applied."""
+    t = sc.topology
+    try:
+        topo = parse_topology(t.spec)
+    except TopologyError as exc:
+        raise ScenarioError("topology.spec", str(exc)) from None
+    if t.host_rate_gbps is None and t.fabric_rate_gbps is None and t.link_delay_us is None:
+        return topo
+    g = nx.Graph()
+    g.add_nodes_from(topo.graph.nodes(data=True))
+    for a, b, d in topo.graph.edges(data=True):
+        d = dict(d)
+        is_host_link = topo.graph.nodes[a]["kind"] == HOST or topo.graph.nodes[b]["kind"] == HOST
+        if is_host_link and t.host_rate_gbps is not None:
+            d["rate_bps"] = t.host_rate_gbps * 1e9
+        if not is_host_link and t.fabric_rate_gbps is not None:
+            d["rate_bps"] = t.fabric_rate_gbps * 1e9
+        if t.link_delay_us is not None:
+            d["delay_ps"] = round(t.link_delay_us * PS_PER_US)
+        g.add_edge(a, b, **d)
+    params = dict(topo.params)
+    params.update({k: v for k, v in t.model_dump().items() if k != "spec" and v is not None})
+    try:
+        return Topology(g, name=topo.name, params=params)
+    except TopologyError as exc:
+        raise ScenarioError("topology", str(exc)) from None
+
+
+def network_config(sc: Scenario) -> NetworkConfig:
+    n = sc.network
+    try:
+        return NetworkConfig(
+            mtu_bytes=n.mtu_bytes,
+            queue_limit_bytes=n.queue_limit_bytes,
+            ecn=n.ecn,
+            ecn_k_packets_at_10g=n.ecn_k_packets,
+            ecn_k_bytes=n.ecn_k_bytes,
+            lossless=n.pfc,
+            switch_buffer_bytes=n.switch_buffer_bytes,
+            pfc_alpha=n.pfc_alpha,
+            pfc_headroom_factor=n.pfc_headroom_factor,
+        )
+    except ValueError as exc:
+        raise ScenarioError("network." + str(exc).split(":", 1)[0], str(exc).split(":", 1)[-1].strip()) from None
+
+
+def dctcp_config(sc: Scenario) -> DctcpConfig:
+    n = sc.network
+    rto_min = round(n.dctcp_min_rto_us * PS_PER_US)
+    return DctcpConfig(
+        mss_bytes=n.mtu_bytes - 40,
+        header_bytes=40,
+        init_cwnd_pkts=n.dctcp_initial_window_packets,
+        initial_rto_ps=rto_min,
+        min_rto_ps=rto_min,
+        max_rto_ps=max(rto_min, round(n.dctcp_max_rto_us * PS_PER_US)),
+    )
+
+
+def transport_settings(sc: Scenario) -> TransportSettings:
+    p = sc.panama
+    return TransportSettings(
+        num_trees=p.num_trees,
+        payload_elems=p.payload_elems,
+        initial_window=p.initial_window_packets,
+        fixed_window=p.fixed_window_packets,
+        dctcp_g=p.dctcp_g,
+        initial_rto_ps=round(p.initial_rto_us * PS_PER_US),
+        min_rto_ps=round(p.min_rto_us * PS_PER_US),
+        max_rto_ps=round(p.max_rto_us * PS_PER_US),
+    )
+
+
+class Simulation:
+    """Everything one scenario run is made of (built in ``__init__``, run by :meth:`run`).
+
+    Attributes useful to tests and experiments: ``engine``, ``net``, ``topology``,
+    ``background`` (Dctcp of background flows), ``ring_tcp`` (Dctcp of ring allreduce
+    flows), ``pswitches`` (:class:`PSwitchFabric`), ``controller``, ``jobs``
+    (:class:`TrainingJob` list), ``flow_specs`` (the generated background flows),
+    ``sampler`` (queue occupancy).
+    """
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = sc = scenario
+        streams = dict(zip(_STREAMS, np.random.SeedSequence(sc.seed).spawn(len(_STREAMS)), strict=True))
+        self.rngs = {k: np.random.default_rng(v) for k, v in streams.items()}
+        self.topology = build_topology(sc)
+        self.engine = Engine(progress=False)
+        self.net = Network(self.engine, self.topology, network_config(sc), rng=self.rngs["network"])
+        dcfg = dctcp_config(sc)
+        self.background = Dctcp(self.net, dcfg, rng=self.rngs["background_tcp"], on_complete=self._bg_done)
+        self.ring_tcp = Dctcp(self.net, dcfg, rng=self.rngs["ring_tcp"])
+        ps = sc.pswitch
+        self.pswitches = PSwitchFabric(
+            self.net,
+            ps.packet_memory_slots,
+            latency_ps=round(ps.processing_latency_ns * 1000),
+            payload_elems=sc.panama.payload_elems,
+        )
+        try:
+            self.controller = Controller(
+                self.topology,
+                threshold_bytes=sc.panama.threshold_bytes,
+                max_jobs_per_switch=sc.panama.max_jobs_per_switch,
+                packet_memory=ps.packet_memory_slots,
+            )
+        except ControllerError as exc:
+            key = {"packet_memory": "pswitch.packet_memory_slots"}.get(exc.field, f"panama.{exc.field}")
+            raise ScenarioError(key, exc.detail if hasattr(exc, "detail") else str(exc)) from None
+        self.dispatchers = {h: PanamaHost(self.net, h) for h in self.topology.hosts}
+        self.settings = transport_settings(sc)
+        self.flow_specs = self._make_background()
+        self.jobs = self._make_jobs()
+        self._next_flow = 0
+        self._jobs_left = len(self.jobs)
+        self._arrivals_done = not self.flow_specs
+        self._finished = False
+        self.sampler: QueueSampler | None = None
+        self.wall_s = 0.0
+
+    # ------------------------------------------------------------------ construction
+    def _make_background(self) -> list[FlowSpec]:
+        sc = self.scenario
+        b = sc.background
+        if b.load == 0:
+            return []
+        try:
+            cdf = load_cdf(b.workload)
+        except WorkloadError as exc:
+            raise ScenarioError("background.workload", str(exc)) from None
+        hosts = self.topology.hosts
+        if b.hosts is not None:
+            for h in b.hosts:
+                if h not in self.topology or not self.topology.is_host(h):
+                    raise ScenarioError("background.hosts", f"{h!r} is not a host of {self.topology.name}")
+            hosts = list(b.hosts)
+        rates = {self.topology.rate_bps(h, self.topology.tor_of(h)) for h in hosts}
+        stop_ms = b.stop_ms if b.stop_ms is not None else sc.duration_ms
+        specs = poisson_flows(
+            self.rngs["workload"],
+            cdf,
+            hosts,
+            link_rate_bps=min(rates),
+            load=b.load,
+            start_ps=round(b.start_ms * PS_PER_MS),
+            stop_ps=round(stop_ms * PS_PER_MS),
+        )
+        if b.max_flow_bytes is not None:
+            cap = b.max_flow_bytes
+            specs = [s if s.size_bytes <= cap else FlowSpec(s.flow_id, s.src, s.dst, cap, s.start_ps) for s in specs]
+        return specs
+
+    def _make_jobs(self) -> list[TrainingJob]:
+        sc = self.scenario
+        rng = self.rngs["placement"]
+        hosts = self.topology.hosts
+        index = {h: i for i, h in enumerate(hosts)}
+        jobs = []
+        for i, jc in enumerate(sc.jobs):
+            if jc.hosts is not None:
+                for h in jc.hosts:
+                    if h not in index:
+                        raise ScenarioError(f"jobs.{i}.hosts", f"{h!r} is not a host of {self.topology.name}")
+                chosen = list(jc.hosts)
+            else:
+                if jc.workers > len(hosts):
+                    raise ScenarioError(f"jobs.{i}.workers", f"{jc.workers} workers but the topology has {len(hosts)} hosts")
+                pick = rng.choice(len(hosts), size=jc.workers, replace=False)
+                chosen = [hosts[k] for k in sorted(pick.tolist())]
+            jobs.append(
+                TrainingJob(
+                    name=sc.job_name(i),
+                    hosts=chosen,
+                    gradient_bytes=jc.gradient_bytes,
+                    compute_ps=round(jc.compute_us * PS_PER_US),
+                    iterations=jc.iterations,
+                    start_ps=round(jc.start_us * PS_PER_US),
+                    scheme=sc.job_scheme(i),
+                )
+            )
+        return jobs
+
+    # ------------------------------------------------------------------ running
+    def _arrive(self) -> None:
+        specs = self.flow_specs
+        i = self._next_flow
+        now = self.engine.now
+        start = self.background.start_flow
+        n = len(specs)
+        while i < n and specs[i].start_ps <= now:
+            s = specs[i]
+            start(s.src, s.dst, s.size_bytes, None)
+            i += 1
+        self._next_flow = i
+        if i < n:
+            self.engine.at(specs[i].start_ps, self._arrive)
+        else:
+            self._arrivals_done = True
+            self._check_end()
+
+    def _bg_done(self, flow: Flow) -> None:
+        if self._arrivals_done and self.background.active == 0:
+            self._check_end()
+
+    def _job_done(self, job: TrainingJob) -> None:
+        self._jobs_left -= 1
+        self._check_end()
+
+    def _check_end(self) -> None:
+        if (
+            not self._finished
+            and self._jobs_left == 0
+            and self._arrivals_done
+            and self.background.active == 0
+        ):
+            self._finished = True
+            self.engine.stop()
+
+    def run(self, progress: bool = True) -> None:
+        """Simulate until every job and flow is done or ``max_time_ms`` (see module docstring)."""
+        sc = self.scenario
+        eng = self.engine
+        for job in self.jobs:
+            job.schedule(eng, self.net, self.controller, self.pswitches.accelerators, self.dispatchers,
+                         self.ring_tcp, self.settings, on_finish=self._job_done)
+        if self.flow_specs:
+            eng.at(self.flow_specs[0].start_ps, self._arrive)
+        self.sampler = self.net.sample_queues(round(sc.sample_interval_us * PS_PER_US))
+        stop = sc.stop_ps
+        self._check_end()
+        wall0 = time.perf_counter()
+        status = _Status(self, wall0) if progress else None
+        slice_ps = max(PS_PER_US * 50, round(sc.duration_ms * PS_PER_MS / 200))
+        while not self._finished and eng.heap and eng.now < stop:
+            eng.run(until_ps=min(stop, eng.now + slice_ps))
+            if status is not None:
+                status.tick()
+        self.sampler.stop()
+        self.wall_s = time.perf_counter() - wall0
+        if status is not None:
+            status.close()
+
+    @property
+    def finished(self) -> bool:
+        """True when the run ended by itself (every job and background flow done)."""
+        return self._finished
+
+
+class _Status:
+    """A status line on stderr, refreshed every second once a run lasts over 2 s."""
+
+    def __init__(self, sim: Simulation, wall0: float):
+        self.sim = sim
+        self.wall0 = wall0
+        self.last = wall0
+        self.shown = False
+        self.total_iters = sum(j.iterations for j in sim.jobs)
+
+    def tick(self) -> None:
+        w = time.perf_counter()
+        if w - self.wall0 < 2.0 or w - self.last < 1.0:
+            return
+        self.last = w
+        self.shown = True
+        sim = self.sim
+        ev = sim.engine.events
+        iters = sum(j.iterations_done for j in sim.jobs)
+        bg = sim.background
+        line = (
+            f"\r[simulate] t={sim.engine.now / PS_PER_MS:.3f} ms of {sim.scenario.duration_ms:g} ms"
+            f" | {ev / 1e6:.2f}M events ({ev / (w - self.wall0) / 1e3:.0f}k/s)"
+            f" | flows {bg.completed}/{len(sim.flow_specs)}"
+            f" | iterations {iters}/{self.total_iters} | {w - self.wall0:.0f}s"
+        )
+        print(line, end="", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.shown:
+            print(file=sys.stderr, flush=True)
+
+
+@dataclass
+class SimResult:
+    """Outcome of one run: ``summary`` (the summary.json dict), ``flow_rows`` (flows.csv),
+    ``iteration_rows`` (jobs.csv), ``queue`` (busiest queue samples), ``out_dir`` (where
+    files were written, if anywhere) and ``sim`` (the live :class:`Simulation`)."""
+
+    scenario: Scenario
+    summary: dict[str, Any]
+    flow_rows: list[dict[str, Any]]
+    iteration_rows: list[dict[str, Any]]
+    queue: dict[str, Any]
+    sim: Simulation
+    out_dir: Path | None = None
+    files: list[Path] = field(default_factory=list)
+
+
+def run_scenario(
+    scenario: Scenario | str | Path | None = None,
+    out_dir: str | Path | None = None,
+    progress: bool = True,
+    *,
+    plots: bool = True,
+    table: bool = False,
+) -> SimResult:
+    """Run one scenario (object, file path, or None = built-in default); write outputs to
+    ``out_dir`` if given (``plots=False`` skips the PNGs); print the terminal table if
+    ``table``. Raises :class:`ScenarioError` naming the key for invalid scenarios."""
+    from panama.sim import outputs
+
+    if scenario is None:
+        scenario = default_scenario()
+    elif not isinstance(scenario, Scenario):
+        scenario = load_scenario(scenario)
+    sim = Simulation(scenario)
+    sim.run(progress=progress)
+    result = outputs.collect(sim)
+    if out_dir is not None:
+        outputs.write(result, Path(out_dir), plots=plots)
+    if table:
+        print(outputs.terminal_table(result))
+    return result

@@ -1,0 +1,339 @@
+"""Data-parallel training jobs in the simulator.
+
+Model
+-----
+A job has ``N`` workers (one per host). Each worker repeats ``iterations`` times:
+compute for ``compute_ps`` (no network traffic), then allreduce its ``gradient_bytes``
+gradient. Workers progress independently: a worker starts computing iteration ``i + 1``
+as soon as *its* allreduce ``i`` is done (the allreduce itself keeps them in step).
+
+At its start time the job asks the controller (:class:`panama.core.controller.Controller`)
+for a plan. In-network schemes (``panama``: ``num_trees`` trees, cc ``dctcp``;
+``ina-single``: one tree, cc ``dctcp``; ``ina-fixed``: ``num_trees`` trees, cc
+``fixed``) install the plan on the PSwitch accelerators and run one core
+:class:`~panama.core.transport.WorkerTransport` per worker through
+:class:`~panama.sim.panama_host.PanamaWorker`. A job the controller does not admit
+(gradient below the threshold, no room on an accelerator, one rack with one host...)
+and every ``ring`` job use :class:`~panama.sim.ring.RingAllreduce` over DCTCP. When the
+last worker finishes, the plan is uninstalled and released.
+
+Records
+-------
+One :class:`IterationRecord` per iteration: ``start_ps`` (first worker starts
+computing), ``comm_start_ps`` (last worker enters the allreduce), ``end_ps`` (last
+worker has the result), ``time_ps`` (``end_ps`` minus the previous iteration's
+``end_ps``, or minus the job start for the first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from panama.core.controller import Controller, JobPlan, install, uninstall
+from panama.core.transport import TransportError, WorkerTransport
+from panama.sim.dctcp import Dctcp
+from panama.sim.engine import Engine
+from panama.sim.network import Network
+from panama.sim.panama_host import PanamaHost, PanamaWorker
+from panama.sim.ring import RingAllreduce
+
+__all__ = ["IterationRecord", "TrainingJob", "TransportSettings", "IN_NETWORK_SCHEMES", "SCHEMES"]
+
+SCHEMES = ("panama", "ina-single", "ina-fixed", "ring")
+IN_NETWORK_SCHEMES = ("panama", "ina-single", "ina-fixed")
+FLOAT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class TransportSettings:
+    """Worker-transport settings of in-network schemes (see ``WorkerTransport``)."""
+
+    num_trees: int = 4
+    payload_elems: int = 361
+    initial_window: float = 10.0
+    fixed_window: float = 64.0
+    dctcp_g: float = 1 / 16
+    initial_rto_ps: int = 1_000_000_000
+    min_rto_ps: int = 500_000_000
+    max_rto_ps: int = 100_000_000_000
+    max_retries: int = 30
+
+    def trees_for(self, scheme: str) -> int:
+        return 1 if scheme == "ina-single" else self.num_trees
+
+    def cc_for(self, scheme: str) -> tuple[str, dict[str, Any]]:
+        if scheme == "ina-fixed":
+            return "fixed", {"initial_window": self.fixed_window}
+        return "dctcp", {"initial_window": self.initial_window, "g": self.dctcp_g}
+
+
+@dataclass
+class IterationRecord:
+    job: str
+    iteration: int
+    scheme: str
+    start_ps: int
+    comm_start_ps: int
+    end_ps: int
+    time_ps: int
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "iteration": self.iteration,
+            "scheme": self.scheme,
+            "start_us": self.start_ps / 1e6,
+            "comm_start_us": self.comm_start_ps / 1e6,
+            "end_us": self.end_ps / 1e6,
+            "iteration_time_us": self.time_ps / 1e6,
+            "comm_time_us": (self.end_ps - self.comm_start_ps) / 1e6,
+        }
+
+
+@dataclass
+class _Iter:
+    start_ps: int | None = None
+    comm_start_ps: int = 0
+    done: int = 0
+
+
+@dataclass
+class TrainingJob:
+    """One data-parallel job (see module docstring). Build it, then call :meth:`schedule`."""
+
+    name: str
+    hosts: Sequence[str]
+    gradient_bytes: int
+    compute_ps: int
+    iterations: int
+    start_ps: int
+    scheme: str
+    # filled while running
+    scheme_used: str | None = None
+    plan: JobPlan | None = None
+    admission: str = ""
+    records: list[IterationRecord] = field(default_factory=list)
+    finish_ps: int | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+        if len(set(self.hosts)) != len(self.hosts) or len(self.hosts) < 2:
+            raise ValueError(f"hosts: job {self.name} needs at least two distinct hosts, got {list(self.hosts)}")
+        self.hosts = list(self.hosts)
+        self.n = len(self.hosts)
+        self.num_elems = -(-self.gradient_bytes // FLOAT_BYTES)
+        self._iters: dict[int, _Iter] = {}
+        self._rank_iter = [0] * self.n
+        self._finished_ranks = 0
+        self._prev_end = self.start_ps
+        self._workers: list[PanamaWorker] = []
+        self._dispatchers: list[PanamaHost] = []
+        self._ring: RingAllreduce | None = None
+        self._env: _Env | None = None
+        self.on_finish: Callable[[TrainingJob], None] | None = None
+
+    # ------------------------------------------------------------------ setup
+    def schedule(
+        self,
+        engine: Engine,
+        net: Network,
+        controller: Controller,
+        accelerators: Mapping[str, Any],
+        dispatchers: Mapping[str, PanamaHost],
+        ring_stack: Dctcp,
+        settings: TransportSettings,
+        on_finish: Callable[[TrainingJob], None] | None = None,
+    ) -> None:
+        """Arrange for the job to start at ``start_ps``."""
+        self._env = _Env(engine, net, controller, accelerators, dispatchers, ring_stack, settings)
+        self.on_finish = on_finish
+        engine.at(max(self.start_ps, engine.now), self._start)
+
+    @property
+    def done(self) -> bool:
+        return self.finish_ps is not None
+
+    @property
+    def in_network(self) -> bool:
+        return self.scheme_used in IN_NETWORK_SCHEMES
+
+    def _start(self) -> None:
+        env = self._env
+        assert env is not None
+        self.start_ps = env.engine.now
+        self._prev_end = self.start_ps
+        scheme = self.scheme
+        if scheme in IN_NETWORK_SCHEMES:
+            trees = env.settings.trees_for(scheme)
+            plan = env.controller.admit(self.name, self.hosts, self.gradient_bytes, trees)
+            self.plan = plan
+            self.admission = plan.reason
+            if plan.admitted:
+                install(plan, env.accelerators)
+                self._setup_in_network(plan, scheme)
+                self.scheme_used = scheme
+            else:
+                self.scheme_used = "ring"
+        else:
+            self.admission = "ring requested"
+            self.scheme_used = "ring"
+        if self.scheme_used == "ring":
+            self._ring = RingAllreduce(env.ring_stack, self.hosts, self.gradient_bytes, self._rank_done, name=self.name)
+        for rank in range(self.n):
+            self._begin_iteration(rank)
+
+    def _setup_in_network(self, plan: JobPlan, scheme: str) -> None:
+        env = self._env
+        s = env.settings
+        cc, cc_options = s.cc_for(scheme)
+        tree_ids = [t.tree_id for t in plan.trees]
+        topo = env.controller.topology
+        for rank, host in enumerate(self.hosts):
+            tr = WorkerTransport(
+                plan.job_id,
+                rank,
+                tree_ids,
+                payload_elems=s.payload_elems,
+                cc=cc,
+                cc_options=cc_options,
+                initial_rto_ps=s.initial_rto_ps,
+                min_rto_ps=s.min_rto_ps,
+                max_rto_ps=s.max_rto_ps,
+                max_retries=s.max_retries,
+            )
+            disp = env.dispatchers[host]
+            w = PanamaWorker(
+                env.engine,
+                env.net,
+                disp,
+                topo.tor_of(host),
+                tr,
+                on_done=self._worker_done,
+                on_error=self._worker_error,
+            )
+            self._workers.append(w)
+            self._dispatchers.append(disp)
+        self._rank_of = {id(w): r for r, w in enumerate(self._workers)}
+
+    # ------------------------------------------------------------------ per-rank progress
+    def _begin_iteration(self, rank: int) -> None:
+        it = self._rank_iter[rank]
+        rec = self._iters.get(it)
+        if rec is None:
+            rec = self._iters[it] = _Iter()
+        now = self._env.engine.now
+        if rec.start_ps is None:
+            rec.start_ps = now
+        if self.compute_ps > 0:
+            self._env.engine.after(self.compute_ps, lambda: self._allreduce(rank))
+        else:
+            self._allreduce(rank)
+
+    def _allreduce(self, rank: int) -> None:
+        if self.error is not None:
+            return
+        it = self._rank_iter[rank]
+        rec = self._iters[it]
+        now = self._env.engine.now
+        if now > rec.comm_start_ps:
+            rec.comm_start_ps = now
+        if self._ring is not None:
+            self._ring.start(rank, it)
+        else:
+            self._workers[rank].start(self.num_elems)
+
+    def _worker_done(self, worker: PanamaWorker) -> None:
+        self._rank_done(self._rank_of[id(worker)])
+
+    def _worker_error(self, worker: PanamaWorker, exc: TransportError) -> None:
+        if self.error is None:
+            self.error = str(exc)
+            self._finish()
+
+    def _rank_done(self, rank: int) -> None:
+        it = self._rank_iter[rank]
+        rec = self._iters[it]
+        rec.done += 1
+        now = self._env.engine.now
+        if rec.done == self.n:
+            self.records.append(
+                IterationRecord(self.name, it, self.scheme_used or "?", rec.start_ps or 0, rec.comm_start_ps, now,
+                                now - self._prev_end)
+            )
+            self._prev_end = now
+            del self._iters[it]
+        self._rank_iter[rank] = it + 1
+        if it + 1 < self.iterations:
+            self._begin_iteration(rank)
+        else:
+            self._finished_ranks += 1
+            if self._finished_ranks == self.n:
+                self._finish()
+
+    def _finish(self) -> None:
+        env = self._env
+        if self.finish_ps is not None:
+            return
+        self.finish_ps = env.engine.now
+        for w, disp in zip(self._workers, self._dispatchers):
+            w.detach(disp)
+        if self.plan is not None:
+            if self.plan.admitted:
+                uninstall(self.plan, env.accelerators)
+            env.controller.release(self.name)
+        if self.on_finish is not None:
+            self.on_finish(self)
+
+    # ------------------------------------------------------------------ results
+    @property
+    def iterations_done(self) -> int:
+        return len(self.records)
+
+    def mean_iteration_ps(self) -> float | None:
+        if not self.records:
+            return None
+        return sum(r.time_ps for r in self.records) / len(self.records)
+
+    def training_time_ps(self) -> int | None:
+        """Job start to the end of its last iteration (None while unfinished)."""
+        if self.finish_ps is None or self.error is not None:
+            return None
+        return self.finish_ps - self.start_ps
+
+    def worker_stats(self) -> list[dict[str, Any]]:
+        """Per worker: packets/bytes sent and transport counters (in-network jobs only)."""
+        out = []
+        for w in self._workers:
+            st = w.transport.stats
+            out.append({
+                "host": w.host.name,
+                "packets_out": w.packets_out,
+                "bytes_out": w.bytes_out,
+                "retransmissions": st["retransmissions"],
+                "timeouts": st["timeouts"],
+                "ece_results": st["ece_results"],
+            })
+        return out
+
+    @property
+    def ring(self) -> RingAllreduce | None:
+        return self._ring
+
+    @property
+    def workers(self) -> list[PanamaWorker]:
+        return list(self._workers)
+
+
+@dataclass
+class _Env:
+    engine: Engine
+    net: Network
+    controller: Controller
+    accelerators: Mapping[str, Any]
+    dispatchers: Mapping[str, PanamaHost]
+    ring_stack: Dctcp
+    settings: TransportSettings
