@@ -8,8 +8,11 @@ queue is empty), decoded by :mod:`panama.core.codec`, handed to
 with ``copy_payloads=False``). Nothing here decides protocol behaviour.
 
 ECN: the daemon reads each datagram's codepoint (``IP_RECVTOS``) and passes it to the
-codec (so the accelerator folds CE into the slot); packets it emits while handling a
-datagram that arrived as CE leave as CE. It marks CE itself when its backlog exceeds
+codec, so the accelerator ORs CE of contributions into the slot (partials leave as CE,
+results carry ``FLAG_ECE``); results relayed down after arriving as CE leave as CE (a
+mark made on the way down reaches the worker, which echoes it upward). A CE
+contribution never marks the *IP* codepoint of results: that would loop (worker echo ->
+CE result -> echo ...). The daemon marks CE itself when its backlog exceeds
 ``ecn_threshold_pkts``. Backlog is measured at dequeue: the datagrams already drained in
 the current batch and not yet processed (a lower bound of the socket's receive queue,
 exact while the queue is shorter than ``batch``). Marking happens on what the daemon
@@ -28,6 +31,7 @@ raised; ``drop_prob`` (seeded) drops received datagrams before processing to inj
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -120,6 +124,9 @@ class SwitchDaemon:
         self._thread.start()
 
     def _serve_udp(self) -> None:
+        # Per-packet objects are acyclic and freed by reference counting; the cyclic
+        # collector would only add pauses to the data plane of this process.
+        gc.disable()
         cfg = self.config
         sock = self.sock
         raw = sock.sock
@@ -135,6 +142,7 @@ class SwitchDaemon:
         CodecError = codec.CodecError
         acc = self.acc
         send = sock.send
+        resend = sock.resend
         drop_prob = cfg.drop_prob
         rng = self._rng
         threshold = cfg.ecn_threshold_pkts or 1 << 30
@@ -189,13 +197,28 @@ class SwitchDaemon:
                     out = acc.receive(packet, src)
                     if not out:
                         continue
-                    mark = ecn == CE or count - 1 - pos > threshold
+                    # A result that came down marked keeps its mark on the way down; a
+                    # marked contribution is already folded into the slot by the accelerator
+                    # (partial CE upward, FLAG_ECE on results), so it must not mark results.
+                    relay_ce = ecn == CE and packet.flags & FLAG_RESULT
+                    congested = count - 1 - pos > threshold
+                    prev = None
                     for to, pkt in out:
                         tos = pkt.ecn
-                        if mark and tos != CE:
-                            tos = CE
-                            self.ce_marked += 1
-                        if not send(pkt, to, tos):
+                        if tos != CE:
+                            if congested:
+                                tos = CE
+                                self.ce_marked += 1
+                            elif relay_ce:
+                                tos = CE
+                        # Results of one slot to several children differ only in the
+                        # destination: encode once, send copies (software multicast).
+                        if prev is not None and _same_datagram(prev, pkt):
+                            sent = resend(to, tos)
+                        else:
+                            sent = send(pkt, to, tos)
+                            prev = pkt
+                        if not sent:
                             self.daemon_drops[DROP_SEND_ERROR] += 1
 
     # ------------------------------------------------------------------ control plane
@@ -475,6 +498,21 @@ def write_ready_file(path: str, info: dict) -> None:
 
 
 # ---------------------------------------------------------------------- helpers
+def _same_datagram(a, b) -> bool:
+    """True when ``a`` and ``b`` encode to the same bytes (same header fields and payload object)."""
+    return (
+        a.payload is b.payload
+        and a.seq == b.seq
+        and a.job_id == b.job_id
+        and a.tree_id == b.tree_id
+        and a.flags == b.flags
+        and a.cwnd_cap == b.cwnd_cap
+        and a.generation == b.generation
+        and a.ack == b.ack
+        and a.count == b.count
+    )
+
+
 def _resolve(text: object, field: str) -> Address:
     """Parse ``HOST:PORT`` and resolve the host to the dotted address datagrams come from."""
     if not isinstance(text, str):

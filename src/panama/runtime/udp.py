@@ -17,11 +17,18 @@ from collections.abc import Hashable
 from panama.core import codec
 from panama.core.packet import ECT0, Packet
 
-# Socket buffers: big enough for a window of 64 KB datagrams from several senders.
-DEFAULT_SOCKET_BUFFER_BYTES = 4 * 1024 * 1024
-# Runtime default datagram payload: 8192 float32 = 32 KiB + 28-byte header. Loopback's
-# MTU is 65536, so such datagrams are never fragmented there; see docs/runtime.md.
-RUNTIME_PAYLOAD_ELEMS = 8192
+# Socket buffers: the receive queue plays the role of the switch buffer that PFC keeps
+# from overflowing in a real fabric, so it must hold the windows of every sender
+# (cwnd_cap bounds them by accelerator memory). The kernel doubles the value asked for
+# and caps it at net.core.rmem_max unless the process may use SO_RCVBUFFORCE.
+DEFAULT_SOCKET_BUFFER_BYTES = 32 * 1024 * 1024
+# Runtime default datagram payload: the largest a UDP datagram holds, 16369 float32
+# (65,476 + 28 header = 65,504 bytes). Loopback's MTU is 65,536, so such datagrams are
+# never fragmented there; per-datagram costs (system calls, Python) dominate, so fewer,
+# larger datagrams are faster (docs/runtime.md). Use 361 (1500-byte MTU) on real NICs.
+RUNTIME_PAYLOAD_ELEMS = codec.MAX_PAYLOAD_ELEMS
+_SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # Linux values; Python does not export them
+_SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 _MAX_DATAGRAM_BYTES = codec.wire_size(codec.MAX_PAYLOAD_ELEMS)
 _TOS_CMSG_SPACE = socket.CMSG_SPACE(4)
 
@@ -74,11 +81,11 @@ class PacketSocket:
     def __init__(self, bind: Address = ("127.0.0.1", 0), *, buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES):
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            for opt in (socket.SO_RCVBUF, socket.SO_SNDBUF):
-                try:
-                    sock.setsockopt(socket.SOL_SOCKET, opt, buffer_bytes)
-                except OSError:  # pragma: no cover - capped by the kernel, keep going
-                    pass
+            for force, opt in ((_SO_RCVBUFFORCE, socket.SO_RCVBUF), (_SO_SNDBUFFORCE, socket.SO_SNDBUF)):
+                try:  # *FORCE passes net.core.[rw]mem_max but needs CAP_NET_ADMIN
+                    sock.setsockopt(socket.SOL_SOCKET, force, buffer_bytes)
+                except OSError:
+                    sock.setsockopt(socket.SOL_SOCKET, opt, buffer_bytes)  # capped by the kernel
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
             sock.bind(bind)
@@ -92,6 +99,7 @@ class PacketSocket:
         self.sent_packets = 0
         self.sent_bytes = 0
         self.send_errors = 0
+        self._last = 0
 
     # ------------------------------------------------------------------ sending
     def send(self, packet: Packet, to: Hashable, ecn: int | None = None) -> int:
@@ -100,13 +108,30 @@ class PacketSocket:
         Returns the bytes sent (0 when the kernel refused the datagram: counted in
         ``send_errors``; PANAMA's retransmissions recover from it like from any loss).
         """
-        n = codec.encode_into(self._out, packet)
+        n = self._last = codec.encode_into(self._out, packet)
         tos = packet.ecn if ecn is None else ecn
         try:
             if tos == ECT0:
                 self.sock.sendto(self._out_view[:n], to)
             else:
                 self.sock.sendmsg([self._out_view[:n]], [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))], 0, to)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED, errno.EPERM):
+                self.send_errors += 1
+                return 0
+            raise
+        self.sent_packets += 1
+        self.sent_bytes += n
+        return n
+
+    def resend(self, to: Hashable, ecn: int = ECT0) -> int:
+        """Send the datagram encoded by the last :meth:`send` again, to ``to`` (multicast by copies)."""
+        n = self._last
+        try:
+            if ecn == ECT0:
+                self.sock.sendto(self._out_view[:n], to)
+            else:
+                self.sock.sendmsg([self._out_view[:n]], [(socket.IPPROTO_IP, socket.IP_TOS, bytes((ecn,)))], 0, to)
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED, errno.EPERM):
                 self.send_errors += 1

@@ -1,0 +1,260 @@
+"""``panama bench allreduce``: PANAMA allreduce through a local cluster vs gloo, in one run.
+
+For every size, ``workers`` processes (spawned) run one warm-up allreduce, meet at a
+barrier, run ``iters`` timed allreduces and meet again; rank 0's time between the two
+barriers divided by ``iters`` is the time per allreduce (so the slowest rank counts).
+Algorithm bandwidth is ``size_bytes / time`` (as nccl-tests' *algbw*). PANAMA runs
+first, then gloo (``torch.distributed``, FileStore on a temporary file, 127.0.0.1), so
+the two never compete for the CPU. The switches' aggregated throughput is the sum over
+daemons of the bytes they received during the timed section, per second. The warm-up
+result of PANAMA is checked on rank 0 against a float64 reference (every rank's data is
+regenerated there from its seed).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import multiprocessing as mp
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
+
+MB = 1_000_000
+
+
+@dataclass
+class BenchConfig:
+    workers: int = 4
+    sizes_mb: list[float] = field(default_factory=lambda: [1.0, 16.0, 100.0])
+    iters: int = 5
+    leaves: int = 2
+    spines: int = 2
+    trees: int | None = None
+    payload_elems: int = RUNTIME_PAYLOAD_ELEMS
+    packet_memory: int = 512
+    cc: str = "dctcp"
+    gloo: bool = True
+    seed: int = 0
+    timeout_s: float = 120.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _data(seed: int, rank: int, n: int) -> np.ndarray:
+    return np.random.default_rng([seed, rank]).standard_normal(n, dtype=np.float32)
+
+
+def _switch_rx_bytes(controls: list[tuple[str, int]]) -> int:
+    from panama.runtime.http import request_json
+
+    total = 0
+    for addr in controls:
+        status, body = request_json(addr, "GET", "/stats", timeout_s=10.0, what="switch")
+        total += int(body["rx_bytes"]) if status == 200 else 0
+    return total
+
+
+def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, barrier, queue) -> None:
+    try:
+        from panama.runtime.communicator import Communicator
+
+        with Communicator(
+            controller,
+            "bench",
+            rank,
+            cfg.workers,
+            size_bytes=int(max(cfg.sizes_mb) * MB),
+            timeout_s=cfg.timeout_s,
+            trees=cfg.trees,
+            payload_elems=cfg.payload_elems,
+            cc=cfg.cc,
+        ) as comm:
+            for size_mb in cfg.sizes_mb:
+                n = max(1, int(size_mb * MB) // 4)
+                x = _data(cfg.seed, rank, n)
+                out = comm.allreduce(x)  # warm-up (and correctness check)
+                err = None
+                if rank == 0:
+                    ref = np.zeros(n, dtype=np.float64)
+                    for r in range(cfg.workers):
+                        ref += _data(cfg.seed, r, n)
+                    err = float(np.max(np.abs(out - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
+                    del ref
+                del out
+                barrier.wait()
+                rx0 = _switch_rx_bytes(controls) if rank == 0 else 0
+                retx0 = comm.stats()["retransmissions"]
+                barrier.wait()
+                t0 = time.perf_counter()
+                for _ in range(cfg.iters):
+                    comm.allreduce(x)
+                barrier.wait()
+                elapsed = time.perf_counter() - t0
+                if rank == 0:
+                    rx1 = _switch_rx_bytes(controls)
+                    queue.put(
+                        {
+                            "impl": "panama",
+                            "size_mb": size_mb,
+                            "seconds": elapsed,
+                            "switch_rx_bytes": rx1 - rx0,
+                            "max_rel_err": err,
+                            "retransmissions_rank0": comm.stats()["retransmissions"] - retx0,
+                        }
+                    )
+    except BaseException as exc:  # report, never hang the parent
+        queue.put({"impl": "panama", "error": f"rank {rank}: {type(exc).__name__}: {exc}"})
+        barrier.abort()
+
+
+def _gloo_worker(rank: int, cfg: BenchConfig, store_path: str, barrier, queue) -> None:
+    try:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(1)
+        dist.init_process_group(
+            "gloo",
+            init_method=f"file://{store_path}",
+            rank=rank,
+            world_size=cfg.workers,
+            timeout=datetime.timedelta(seconds=cfg.timeout_s),
+        )
+        for size_mb in cfg.sizes_mb:
+            n = max(1, int(size_mb * MB) // 4)
+            base = torch.from_numpy(_data(cfg.seed, rank, n))
+            t = base.clone()
+            dist.all_reduce(t)  # warm-up
+            barrier.wait()
+            t0 = time.perf_counter()
+            for _ in range(cfg.iters):
+                t.copy_(base)  # gloo reduces in place; PANAMA returns a new array
+                dist.all_reduce(t)
+            barrier.wait()
+            elapsed = time.perf_counter() - t0
+            if rank == 0:
+                queue.put({"impl": "gloo", "size_mb": size_mb, "seconds": elapsed})
+        dist.destroy_process_group()
+    except BaseException as exc:
+        queue.put({"impl": "gloo", "error": f"rank {rank}: {type(exc).__name__}: {exc}"})
+        barrier.abort()
+
+
+def _run_workers(ctx, target, args_for_rank, cfg: BenchConfig, label: str, progress: bool) -> list[dict]:
+    queue = ctx.Queue()
+    barrier = ctx.Barrier(cfg.workers)
+    procs = [ctx.Process(target=target, args=(*args_for_rank(r), barrier, queue), daemon=True) for r in range(cfg.workers)]
+    for p in procs:
+        p.start()
+    rows: list[dict] = []
+    deadline = time.monotonic() + cfg.timeout_s * (len(cfg.sizes_mb) * (cfg.iters + 2)) + 60
+    try:
+        while len(rows) < len(cfg.sizes_mb):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f"{label}: no result within the benchmark deadline")
+            try:
+                row = queue.get(timeout=min(left, 1.0))
+            except Exception:
+                dead = [r for r, p in enumerate(procs) if not p.is_alive() and p.exitcode not in (0, None)]
+                if dead:
+                    raise RuntimeError(f"{label}: worker rank(s) {dead} died (exit codes {[procs[r].exitcode for r in dead]})") from None
+                continue
+            if "error" in row:
+                raise RuntimeError(f"{label}: {row['error']}")
+            rows.append(row)
+            if progress:
+                per = row["seconds"] / cfg.iters
+                print(
+                    f"  {label:<6} {row['size_mb']:>8g} MB: {per * 1e3:9.2f} ms per allreduce",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+    return rows
+
+
+def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
+    """Run both implementations for every size; return one row per size (see ``format_table``)."""
+    from panama.runtime.cluster import LocalCluster
+
+    ctx = mp.get_context("spawn")
+    hosts_per_leaf = max(1, math.ceil(cfg.workers / cfg.leaves))
+    rows: dict[float, dict[str, Any]] = {s: {"size_mb": s, "size_bytes": int(s * MB)} for s in cfg.sizes_mb}
+    if progress:
+        print(f"panama bench allreduce: {cfg.workers} workers, sizes {cfg.sizes_mb} MB, {cfg.iters} iterations", file=sys.stderr)
+    with LocalCluster(
+        leaves=cfg.leaves,
+        spines=cfg.spines,
+        hosts_per_leaf=hosts_per_leaf,
+        trees=cfg.trees,
+        payload_elems=cfg.payload_elems,
+        packet_memory=cfg.packet_memory,
+        threshold_bytes=0,
+        heartbeat_timeout_s=max(10.0, cfg.timeout_s / 4),
+        log_level="WARNING",
+    ) as lc:
+        controls = [lc.procs[n].control for n in lc.switch_names]
+        for r in _run_workers(
+            ctx, _panama_worker, lambda rank: (rank, cfg, lc.controller, controls), cfg, "panama", progress
+        ):
+            row = rows[r["size_mb"]]
+            per = r["seconds"] / cfg.iters
+            row.update(
+                panama_ms=per * 1e3,
+                panama_algbw_gbps=row["size_bytes"] / per / 1e9,
+                switch_gbps=r["switch_rx_bytes"] / r["seconds"] / 1e9,
+                panama_max_rel_err=r["max_rel_err"],
+                panama_retransmissions_rank0=r["retransmissions_rank0"],
+            )
+    if cfg.gloo:
+        with tempfile.TemporaryDirectory(prefix="panama-gloo-") as tmp:
+            store = str(Path(tmp) / "store")
+            for r in _run_workers(ctx, _gloo_worker, lambda rank: (rank, cfg, store), cfg, "gloo", progress):
+                row = rows[r["size_mb"]]
+                per = r["seconds"] / cfg.iters
+                row.update(gloo_ms=per * 1e3, gloo_algbw_gbps=row["size_bytes"] / per / 1e9)
+                row["ratio"] = row["panama_algbw_gbps"] / row["gloo_algbw_gbps"]
+    return list(rows.values())
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    head = f"{'size MB':>8} {'PANAMA ms':>10} {'PANAMA GB/s':>12} {'gloo ms':>9} {'gloo GB/s':>10} {'ratio':>6} {'switch GB/s':>12} {'max rel err':>12}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        gloo_ms = f"{r['gloo_ms']:9.2f}" if "gloo_ms" in r else f"{'-':>9}"
+        gloo_bw = f"{r['gloo_algbw_gbps']:10.3f}" if "gloo_algbw_gbps" in r else f"{'-':>10}"
+        ratio = f"{r['ratio']:6.2f}" if "ratio" in r else f"{'-':>6}"
+        lines.append(
+            f"{r['size_mb']:>8g} {r['panama_ms']:10.2f} {r['panama_algbw_gbps']:12.3f} {gloo_ms} {gloo_bw} {ratio} "
+            f"{r['switch_gbps']:12.3f} {r['panama_max_rel_err']:12.2e}"
+        )
+    lines.append("ratio = PANAMA algbw / gloo algbw (same run); algbw = size / time per allreduce")
+    return "\n".join(lines)
+
+
+def write_results(rows: list[dict[str, Any]], cfg: BenchConfig, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"config": cfg.to_dict(), "results": rows}, indent=2))
+    keys = sorted({k for r in rows for k in r})
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
