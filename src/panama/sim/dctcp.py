@@ -271,6 +271,54 @@ class Flow:
             self.timer.arm(self._eng.now + self.rto * self.backoff)
 
     def _on_ack(self, pkt: SimPacket) -> None:
+        ack = pkt.ack
+        una = self.snd_una
+        if una < ack < self.win_end and not pkt.flags and not self.in_recovery and ack <= self.snd_nxt:
+            # Fast path: in-order new data acknowledged, no ECE, inside the current
+            # DCTCP observation window (alpha, RTT and ECE handling happen at window
+            # boundaries and on marked ACKs, below).
+            acked = ack - una
+            self.snd_una = ack
+            self.win_acked += acked
+            cwnd = self.cwnd
+            if cwnd < self.ssthresh:
+                cwnd += acked
+            else:
+                cwnd += acked / cwnd
+            self.cwnd = cwnd if cwnd < self.stack.config.max_cwnd_pkts else self.stack.config.max_cwnd_pkts
+            self.dupacks = 0
+            self.backoff = 1
+            # Lazy RTO re-arm: the pending entry fires no later than the new deadline.
+            now = self._eng.now
+            tm = self.timer
+            deadline = now + self.rto
+            et = tm._entry_time
+            if et is not None and et <= deadline:
+                tm.when = deadline
+            else:
+                tm.arm(deadline)
+            nxt = self.snd_nxt
+            if nxt - ack < cwnd and nxt == self.max_sent and nxt < self.num_pkts - 1:
+                # Usual case: exactly one new full-size segment, in the ACK's packet object.
+                pkt.kind = KIND_DATA
+                pkt.src = self.src
+                pkt.dst = self.dst
+                pkt.size_bytes = self._payload
+                pkt.ecn = self._ecn
+                pkt.deliver = self._on_data_cb
+                pkt.seq = nxt
+                pkt.ts_ps = now
+                nxt += 1
+                self.snd_nxt = self.max_sent = nxt
+                self._send(pkt)
+                if nxt - ack < cwnd:
+                    self._fill(None)
+                return
+            self._fill(pkt)
+            return
+        self._on_ack_slow(pkt)
+
+    def _on_ack_slow(self, pkt: SimPacket) -> None:
         stack = self.stack
         now = stack.engine.now
         ack = pkt.ack

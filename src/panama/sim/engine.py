@@ -124,13 +124,12 @@ class Engine:
                 for i in rng:
                     if not heap:
                         raise _Drained
-                    entry = pop(heap)
-                    t = entry[0]
+                    t, seq, fn = pop(heap)
                     if t > limit:
-                        push(heap, entry)
+                        push(heap, (t, seq, fn))
                         raise _Drained
                     self.now = t
-                    entry[2]()
+                    fn()
                 n += _CHUNK
                 i = -1
                 if status is not None:

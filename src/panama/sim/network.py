@@ -597,7 +597,7 @@ class Switch(Node):
     __slots__ = (
         "hooks", "hook_latency_ps", "lossless", "buffer_bytes", "pool_bytes", "ingress_bytes",
         "used_bytes", "pause_sent", "pfc_alpha", "pfc_static", "resume_offset", "pauses_sent",
-        "_delayline", "_dl_armed", "_dl_cb", "hooked",
+        "_delayline", "_dl_armed", "_dl_cb", "hooked", "peak_used_bytes",
     )
 
     def __init__(self, net: Network, name: str, kind: str):
@@ -615,6 +615,7 @@ class Switch(Node):
         self.pfc_static: int | None = None
         self.resume_offset = 0
         self.pauses_sent = 0
+        self.peak_used_bytes = 0
         self._delayline: deque[tuple[int, Any, int]] = deque()
         self._dl_armed = False
         self._dl_cb = self._drain_delayline
@@ -710,6 +711,8 @@ class Switch(Node):
             self.net._drop(port, pkt, DROP_LOSSLESS_OVERFLOW)
             return False
         self.used_bytes = used
+        if used > self.peak_used_bytes:
+            self.peak_used_bytes = used
         ib = self.ingress_bytes[in_idx] + size
         self.ingress_bytes[in_idx] = ib
         if in_idx < len(self.ports) and not self.pause_sent[in_idx] and ib > self.pfc_threshold():
@@ -808,10 +811,13 @@ class Network:
         for p in self.ports:
             p.peer_index = p.reverse.index
         # Queue behaviour.
+        # (Host NIC queues neither mark nor drop: the sender's window bounds them.)
         for p in self.ports:
+            if not isinstance(p.owner, Switch):
+                continue
             if cfg.ecn:
                 p.k_ps = p.tx_time(cfg.ecn_k_for(p.rate_bps))
-            if isinstance(p.owner, Switch) and not cfg.lossless:
+            if not cfg.lossless:
                 p.limit_ps = p.tx_time(cfg.queue_limit_bytes)
 
         for h in self.hosts:

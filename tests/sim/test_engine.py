@@ -1,0 +1,135 @@
+"""Event engine: ordering, ties, timers with lazy cancellation, stop, until."""
+
+from __future__ import annotations
+
+import pytest
+
+from panama.sim.engine import Engine, StopRun, TraceRecorder
+
+
+def test_events_run_in_time_then_scheduling_order():
+    eng = Engine(progress=False)
+    seen = []
+    for t, name in [(30, "c"), (10, "a"), (20, "b1"), (20, "b2"), (10, "a2")]:
+        eng.at(t, lambda n=name: seen.append((eng.now, n)))
+    assert eng.run() == 5
+    assert seen == [(10, "a"), (10, "a2"), (20, "b1"), (20, "b2"), (30, "c")]
+
+
+def test_run_until_leaves_later_events_and_advances_clock():
+    eng = Engine(progress=False)
+    seen = []
+    eng.at(5, lambda: seen.append(5))
+    eng.at(50, lambda: seen.append(50))
+    assert eng.run(until_ps=20) == 1
+    assert eng.now == 20 and seen == [5] and eng.pending() == 1
+    assert eng.run(until_ps=50) == 1
+    assert seen == [5, 50] and eng.now == 50
+
+
+def test_scheduling_in_the_past_is_rejected():
+    eng = Engine(progress=False)
+    eng.at(10, lambda: None)
+    eng.run()
+    with pytest.raises(ValueError, match="before now"):
+        eng.at(5, lambda: None)
+
+
+def test_stop_ends_run_after_events_due_now():
+    eng = Engine(progress=False)
+    seen = []
+
+    def first():
+        seen.append("first")
+        eng.stop()
+
+    eng.at(10, first)
+    eng.at(10, lambda: seen.append("same-time"))
+    eng.at(11, lambda: seen.append("later"))
+    eng.run()
+    assert seen == ["first", "same-time"]
+    assert eng.now == 10
+    eng.run()
+    assert seen[-1] == "later"
+
+
+def test_stoprun_raised_in_callback_counts_the_event():
+    eng = Engine(progress=False)
+
+    def boom():
+        raise StopRun
+
+    eng.at(1, boom)
+    eng.at(2, lambda: None)
+    assert eng.run() == 1
+    assert eng.pending() == 1
+
+
+def test_timer_rearm_later_reuses_entry_and_fires_once_at_deadline():
+    eng = Engine(progress=False)
+    fired = []
+    tm = eng.timer(lambda: fired.append(eng.now))
+    tm.arm(100)
+    assert eng.pending() == 1
+    tm.arm(150)  # later: no new heap entry
+    tm.arm(200)
+    assert eng.pending() == 1
+    eng.run()
+    assert fired == [200]
+    assert tm.when is None and not tm.armed
+
+
+def test_timer_rearm_earlier_and_cancel():
+    eng = Engine(progress=False)
+    fired = []
+    tm = eng.timer(lambda: fired.append(eng.now))
+    tm.arm(100)
+    tm.arm(40)  # earlier: new entry, the old one goes stale
+    eng.run(until_ps=60)
+    assert fired == [40]
+    tm.arm(70)
+    tm.cancel()
+    eng.run(until_ps=80)
+    assert fired == [40]
+    tm.arm(85)
+    eng.run()
+    # The stale entry at 100 still pops (ignored), so a run to exhaustion ends at 100.
+    assert fired == [40, 85] and eng.now == 100
+
+
+def test_timer_rearmed_from_its_own_callback():
+    eng = Engine(progress=False)
+    fired = []
+
+    def cb():
+        fired.append(eng.now)
+        if len(fired) < 3:
+            tm.arm(eng.now + 7)
+
+    tm = eng.timer(cb)
+    tm.arm(1)
+    eng.run()
+    assert fired == [1, 8, 15]
+
+
+def test_many_events_cross_chunk_boundaries_and_are_counted():
+    eng = Engine(progress=False)
+    n = 40_000
+    count = [0]
+
+    def tick():
+        count[0] += 1
+        if count[0] < n:
+            eng.push(eng.now + 3, tick)
+
+    eng.at(0, tick)
+    assert eng.run() == n
+    assert eng.now == 3 * (n - 1)
+    assert eng.events == n
+
+
+def test_trace_recorder_filters_events():
+    rec = TraceRecorder({"keep"})
+    rec((1, "keep", "x"))
+    rec((2, "drop-me", "y"))
+    assert rec.records == [(1, "keep", "x")]

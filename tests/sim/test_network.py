@@ -1,0 +1,257 @@
+"""Network layer: link timing, ECN marking, drop-tail, hooks, counters, routing."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from panama.core.packet import CE, ECT0, NOT_ECT
+from panama.core.topology import fat_tree, leaf_spine
+from panama.core.units import us
+from panama.sim.engine import Engine, TraceRecorder
+from panama.sim.network import (
+    DROP_NO_HANDLER,
+    DROP_QUEUE_FULL,
+    KIND_OTHER,
+    KIND_PANAMA,
+    Network,
+    NetworkConfig,
+    SimPacket,
+)
+
+
+def star(n_hosts: int, rate_bps=10e9, delay_ps=us(1), rates: dict | None = None) -> nx.Graph:
+    g = nx.Graph()
+    g.add_node("tor0", kind="tor")
+    for i in range(n_hosts):
+        g.add_node(f"h{i}", kind="host")
+        g.add_edge(f"h{i}", "tor0", rate_bps=(rates or {}).get(i, rate_bps), delay_ps=delay_ps)
+    return g
+
+
+def make(graph, config=None, seed=0, trace=None):
+    eng = Engine(progress=False, trace=trace)
+    net = Network(eng, graph, config or NetworkConfig(), rng=np.random.default_rng(seed))
+    return eng, net
+
+
+def collect(net, host):
+    got = []
+    net.attach(host, lambda p: got.append((net.now, p.seq, p.ecn)))
+    return got
+
+
+def test_single_packet_store_and_forward_timing():
+    eng, net = make(star(2))
+    got = collect(net, "h1")
+    net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500))
+    eng.run()
+    # Two hops of (1500 B at 10 Gbps = 1.2 us) + 1 us propagation.
+    assert got == [(2 * (1_200_000 + 1_000_000), 0, ECT0)]
+
+
+def test_back_to_back_packets_pipeline():
+    eng, net = make(star(2))
+    got = collect(net, "h1")
+    for i in range(3):
+        net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+    eng.run()
+    assert [t for t, _, _ in got] == [4_400_000, 5_600_000, 6_800_000]
+    assert [s for _, s, _ in got] == [0, 1, 2]
+
+
+def test_ecn_marks_when_backlog_exceeds_k():
+    # 10 Gbps in, 1 Gbps out: the i-th packet finds 10.8 us x i of backlog = 1350 B x i.
+    cfg = NetworkConfig(ecn_k_bytes=4000)
+    eng, net = make(star(2, rates={1: 1e9}), cfg)
+    got = collect(net, "h1")
+    for i in range(10):
+        net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+    eng.run()
+    marked = [s for _, s, e in got if e == CE]
+    assert marked == list(range(3, 10))
+    assert net.port("tor0", "h1").ecn_marks == 7
+    assert net.counters()["ecn_marks"] == 7
+
+
+def test_ecn_off_and_not_ect_packets_are_never_marked():
+    eng, net = make(star(2, rates={1: 1e9}), NetworkConfig(ecn=False))
+    got = collect(net, "h1")
+    for i in range(10):
+        net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+    eng.run()
+    assert all(e == ECT0 for _, _, e in got)
+    eng, net = make(star(2, rates={1: 1e9}), NetworkConfig(ecn_k_bytes=0))
+    got = collect(net, "h1")
+    for i in range(5):
+        net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i, ecn=NOT_ECT))
+    eng.run()
+    assert all(e == NOT_ECT for _, _, e in got) and len(got) == 5
+
+
+def test_default_k_scales_with_rate():
+    cfg = NetworkConfig()
+    assert cfg.ecn_k_for(10e9) == 65 * 1500
+    assert cfg.ecn_k_for(40e9) == 4 * 65 * 1500
+    assert cfg.ecn_k_for(1e9) == round(6.5 * 1500)
+
+
+def test_drop_tail_respects_queue_limit():
+    cfg = NetworkConfig(queue_limit_bytes=4500)
+    eng, net = make(star(2, rates={1: 1e9}), cfg)
+    got = collect(net, "h1")
+    port = net.port("tor0", "h1")
+    peak = [0]
+
+    def watch():
+        peak[0] = max(peak[0], port.queue_bytes())
+        if eng.pending():
+            eng.after(100_000, watch)
+
+    eng.at(0, watch)
+    for i in range(20):
+        net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+    eng.run()
+    c = net.counters()
+    assert c["drops"][DROP_QUEUE_FULL] == port.drops > 0
+    assert len(got) + port.drops == 20
+    assert peak[0] <= 4500
+    seqs = [s for _, s, _ in got]
+    assert seqs == sorted(seqs)
+
+
+def test_packet_without_handler_is_dropped_with_reason():
+    eng, net = make(star(2))
+    net.send("h0", SimPacket(KIND_OTHER, 0, 1, 100))
+    eng.run()
+    assert net.counters()["drops"][DROP_NO_HANDLER] == 1
+
+
+def test_deliver_callback_takes_precedence_over_handler():
+    eng, net = make(star(2))
+    via_handler, via_cb = [], []
+    net.attach("h1", via_handler.append)
+    net.send("h0", SimPacket(KIND_OTHER, 0, 1, 100, deliver=via_cb.append))
+    net.send("h0", SimPacket(KIND_OTHER, 0, 1, 100))
+    eng.run()
+    assert len(via_cb) == 1 and len(via_handler) == 1
+
+
+def test_packet_hook_forwards_to_named_neighbours_after_latency():
+    eng, net = make(star(3))
+    calls = []
+
+    def hook(pkt, from_node):
+        calls.append((net.now, from_node, pkt.inner))
+        return [(h, SimPacket(KIND_PANAMA, -1, -1, 500, inner=pkt.inner + "!")) for h in ("h1", "h2")]
+
+    net.set_packet_hook("tor0", hook, latency_ps=us(0.5))
+    got1, got2 = [], []
+    net.attach("h1", lambda p: got1.append((net.now, p.inner)))
+    net.attach("h2", lambda p: got2.append((net.now, p.inner)))
+    net.hosts[0].send(SimPacket(KIND_PANAMA, 0, -1, 1500, inner="x"))
+    # An ordinary packet crossing the same switch is not hooked.
+    net.send("h0", SimPacket(KIND_OTHER, 0, 2, 1500, inner="plain"))
+    eng.run()
+    arrive_sw = 1_200_000 + 1_000_000
+    assert calls == [(arrive_sw, "h0", "x")]
+    out = arrive_sw + 500_000 + 400_000 + 1_000_000  # latency + 500 B at 10 Gbps + wire
+    assert got1 == [(out, "x!")]
+    assert got2[0] == (out, "x!") and got2[1][1] == "plain"
+
+
+def test_hook_forwarding_to_non_neighbour_raises():
+    eng, net = make(star(2))
+    net.set_packet_hook("tor0", lambda p, f: [("nowhere", p)])
+    net.hosts[0].send(SimPacket(KIND_PANAMA, 0, -1, 100))
+    with pytest.raises(KeyError, match="nowhere"):
+        eng.run()
+
+
+def test_switch_emit_and_host_send_to():
+    eng, net = make(star(2))
+    got = collect(net, "h1")
+    net.switch("tor0").emit("h1", SimPacket(KIND_OTHER, -1, -1, 100, seq=7))
+    eng.run()
+    assert [s for _, s, _ in got] == [7]
+    seen = []
+    net.set_packet_hook("tor0", lambda p, f: seen.append(f), kinds=(KIND_OTHER,))
+    net.hosts[1].send_to("tor0", SimPacket(KIND_OTHER, 1, -1, 100))
+    eng.run()
+    assert seen == ["h1"]
+
+
+def test_counters_by_tier_on_fat_tree_path():
+    topo = fat_tree(4)
+    eng, net = make(topo)
+    src, dst = topo.hosts[0], topo.hosts[-1]  # different pods
+    got = collect(net, dst)
+    net.send(src, SimPacket(KIND_OTHER, net.host_index[src], net.host_index[dst], 1000, flow_hash=12345))
+    eng.run()
+    assert len(got) == 1
+    c = net.counters()
+    assert c["packet_hops"] == 6
+    assert c["bytes_by_tier"] == {"agg-core": 2000, "host-tor": 2000, "tor-agg": 2000}
+    path = net.path(net.host_index[src], net.host_index[dst], 12345)
+    assert [p.tier for p in path] == ["host-tor", "tor-agg", "agg-core", "agg-core", "tor-agg", "host-tor"]
+    assert sum(p.tx_packets for p in path) == 6
+
+
+def test_paths_are_shortest_in_leaf_spine():
+    topo = leaf_spine(2, 2, 2)
+    eng, net = make(topo)
+    assert len(net.path(0, 1)) == 2  # same leaf
+    assert len(net.path(0, 3)) == 4
+
+
+def test_accepts_topology_or_graph_and_names_hosts_in_order():
+    topo = leaf_spine(2, 2, 3)
+    _, a = make(topo)
+    _, b = make(topo.graph)
+    assert a.host_names == b.host_names == topo.hosts
+    assert a.host_index["h4"] == 4 and a.host("h4").index == 4
+
+
+def test_bad_inputs_name_the_field():
+    with pytest.raises(ValueError, match="queue_limit_bytes"):
+        NetworkConfig(queue_limit_bytes=10)
+    with pytest.raises(ValueError, match="pfc_alpha"):
+        NetworkConfig(pfc_alpha=0)
+    g = star(2)
+    del g.edges["h0", "tor0"]["delay_ps"]
+    with pytest.raises(ValueError, match="delay_ps"):
+        make(g)
+    g = star(2)
+    g.nodes["tor0"].pop("kind")
+    with pytest.raises(ValueError, match="kind"):
+        make(g)
+
+
+def test_sampler_finds_the_busiest_queue():
+    eng, net = make(star(3, rates={2: 1e9}))
+    net.attach("h1", lambda p: None)
+    net.attach("h2", lambda p: None)
+    s = net.sample_queues(us(1))
+    for i in range(20):
+        net.send("h0", SimPacket(KIND_OTHER, 0, 2, 1500, seq=i))
+        net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+    eng.run()
+    port, samples = s.busiest()
+    assert port is net.port("tor0", "h2")
+    assert max(samples) > 10_000
+    st = s.stats()
+    assert st["port"] == "tor0->h2" and st["p99_bytes"] <= st["max_bytes"]
+
+
+def test_trace_records_transmissions_and_drops():
+    rec = TraceRecorder()
+    eng, net = make(star(2, rates={1: 1e9}), NetworkConfig(queue_limit_bytes=1500), trace=rec)
+    net.attach("h1", lambda p: None)
+    for i in range(4):
+        net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+    eng.run()
+    kinds = [r[1] for r in rec.records]
+    assert kinds.count("tx") == 4 + (4 - kinds.count("drop"))
+    assert kinds.count("drop") >= 1
+    assert all(isinstance(r[0], int) for r in rec.records)
