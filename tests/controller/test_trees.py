@@ -228,3 +228,35 @@ def test_bench_plan_k16(benchmark):
 
     result = benchmark.pedantic(plan, rounds=5, iterations=1)
     assert result.admitted and len(result.trees) == 8
+
+
+def test_file_topology_with_redundant_paths():
+    from panama.core.topology import topology_from_toml
+
+    topo = topology_from_toml(
+        """
+links = [["h0", "t0"], ["h1", "t1"], ["h2", "t2"],
+         ["t0", "a0"], ["t0", "a1"], ["t1", "a0"], ["t1", "a1"], ["t2", "a1"],
+         ["a0", "c0"], ["a1", "c0"]]
+[nodes]
+tor = ["t0", "t1", "t2"]
+agg = ["a0", "a1"]
+core = ["c0"]
+"""
+    )
+    ctl = Controller(topo)
+    two = ctl.admit("two", ["h0", "h1"], BIG, 3)  # both aggs reach t0 and t1: the lowest roots
+    assert [t.root for t in two.trees] == ["a0", "a1"] and "clamped from 3 to 2" in two.warnings[0]
+    three = ctl.admit("three", ["h0", "h1", "h2"], BIG, 2)  # only a1 reaches all three ToRs
+    assert [t.root for t in three.trees] == ["a1"]
+    for plan in (two, three):
+        for tree in plan.trees:
+            check_tree(topo, plan, tree)
+
+
+def test_no_common_root_is_host_based():
+    from panama.core.topology import topology_from_edge_list
+
+    topo = topology_from_edge_list("h0 tor0\nh1 tor1\ntor0 tor1\n")
+    plan = Controller(topo).admit("j", ["h0", "h1"], BIG, 1)
+    assert not plan.admitted and "no switch lies above all of the job's ToRs (tor0, tor1)" in plan.reason
