@@ -136,11 +136,11 @@ class Scenario(_Model):
         None, gt=0, description="hard stop of simulated time; None = 10 * duration_ms + 100"
     )
     scheme: Scheme = Field("panama", description="allreduce scheme of every job without its own")
-    topology: TopologyConfig = TopologyConfig()
-    network: NetworkConfig = NetworkConfig()
-    pswitch: PSwitchConfig = PSwitchConfig()
-    panama: PanamaConfig = PanamaConfig()
-    background: BackgroundConfig = BackgroundConfig()
+    topology: TopologyConfig = Field(default_factory=TopologyConfig, description="[topology] table")
+    network: NetworkConfig = Field(default_factory=NetworkConfig, description="[network] table")
+    pswitch: PSwitchConfig = Field(default_factory=PSwitchConfig, description="[pswitch] table")
+    panama: PanamaConfig = Field(default_factory=PanamaConfig, description="[panama] table")
+    background: BackgroundConfig = Field(default_factory=BackgroundConfig, description="[background] table")
     jobs: list[JobConfig] = Field(default_factory=list, description="training jobs ([[jobs]] tables)")
     sample_interval_us: float = Field(10.0, gt=0, description="queue-occupancy sampling period")
 

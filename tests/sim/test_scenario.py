@@ -1,0 +1,96 @@
+"""Scenario model: defaults, TOML round trip, dotted overrides, errors naming the key."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from panama.sim.scenario import (
+    SCHEMES,
+    Scenario,
+    ScenarioError,
+    apply_sets,
+    default_scenario,
+    dumps_toml,
+    load_scenario,
+    parse_value,
+    scenario_from_dict,
+)
+
+
+def test_every_field_has_a_default_and_a_description():
+    Scenario()  # an empty file is a valid scenario
+
+    def walk(model):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name} lacks a description"
+            assert not field.is_required(), f"{model.__name__}.{name} has no default"
+            ann = field.annotation
+            if isinstance(ann, type) and hasattr(ann, "model_fields"):
+                walk(ann)
+
+    walk(Scenario)
+
+
+def test_toml_round_trip(tmp_path):
+    sc = default_scenario().with_overrides(["topology.link_delay_us=2", "background.hosts=['h0','h1']"])
+    text = sc.to_toml()
+    assert scenario_from_dict(tomllib.loads(text)) == sc
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert load_scenario(path) == sc
+    jpath = tmp_path / "s.json"
+    jpath.write_text(sc.model_dump_json())
+    assert load_scenario(jpath) == sc
+
+
+def test_set_overrides_parse_toml_values():
+    assert parse_value("true") is True and parse_value("3") == 3 and parse_value("2.5") == 2.5
+    assert parse_value("web-search") == "web-search" and parse_value('"x"') == "x"
+    assert parse_value("[1, 2]") == [1, 2]
+    sc = load_scenario(None, ["network.pfc=false", "seed=3", "jobs.1.iterations=7", "background.workload=data-mining"])
+    assert sc.network.pfc is False and sc.seed == 3 and sc.jobs[1].iterations == 7
+    assert sc.background.workload == "data-mining"
+    d = apply_sets({}, ["a.b.c=1"])
+    assert d == {"a": {"b": {"c": 1}}}
+
+
+@pytest.mark.parametrize(
+    "sets,key",
+    [
+        (["network.pfc=maybe"], "network.pfc"),
+        (["network.bogus=1"], "network.bogus"),
+        (["bogus=1"], "bogus"),
+        (["jobs.0.workers=1"], "jobs.0.workers"),
+        (["jobs.0.hosts=['h1','h1']"], "jobs.0.hosts"),
+        (["jobs.9.workers=3"], "jobs.9"),
+        (["jobs.x.workers=3"], "jobs.x"),
+        (["scheme=magic"], "scheme"),
+        (["background.load=-1"], "background.load"),
+        (["panama.min_rto_us=1e9"], "panama.min_rto_us"),
+        (["seed"], "seed"),
+    ],
+)
+def test_errors_name_the_key(sets, key):
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(None, sets)
+    assert info.value.key == key
+    assert "\n" not in str(info.value)
+
+
+def test_with_scheme_keeps_everything_else():
+    sc = default_scenario().with_overrides(["jobs.0.scheme=ring"])
+    for s in SCHEMES:
+        other = sc.with_scheme(s)
+        assert other.scheme == s and all(j.scheme is None for j in other.jobs)
+        assert other.model_copy(update={"scheme": sc.scheme, "jobs": sc.jobs}) == sc
+    with pytest.raises(ScenarioError):
+        sc.with_scheme("bogus")
+    assert sc.job_scheme(0) == "ring" and sc.job_scheme(1) == sc.scheme
+    assert sc.job_name(0) == "job0"
+
+
+def test_toml_writer_handles_nested_tables_and_arrays():
+    data = {"a": 1, "t": {"x": [1, 2], "u": {"y": "s"}}, "arr": [{"k": 1.5, "none": None}, {"k": True}]}
+    assert tomllib.loads(dumps_toml(data)) == {"a": 1, "t": {"x": [1, 2], "u": {"y": "s"}}, "arr": [{"k": 1.5}, {"k": True}]}

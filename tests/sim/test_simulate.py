@@ -1,0 +1,109 @@
+"""`panama simulate` end to end: output files, summary keys, --set, errors with exit code 2."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from panama.cli import main
+
+TINY = [
+    "--set", "topology.spec=leaf-spine:leaves=2,spines=2,hosts_per_leaf=2",
+    "--set", "duration_ms=0.3",
+    "--set", "background.load=0.3",
+    "--set", "background.workload=ali-storage",
+    "--set", "panama.threshold_bytes=0",
+    "--set", "jobs=[{name='a', workers=3, gradient_bytes=50000, compute_us=20.0, iterations=2}]",
+]
+
+REQUIRED_KEYS = (
+    "simulated_s", "wall_s", "events", "packet_hops", "drops", "pfc_pauses", "ecn_marks",
+    "short_fct_mean_us", "short_fct_p50_us", "short_fct_p99_us", "short_slowdown_mean", "short_slowdown_p99",
+    "jobs", "link_bytes",
+)
+
+
+def run_cli(args):
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    return info.value.code
+
+
+def test_simulate_writes_every_output(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli(["simulate", "--out", str(out), "--no-plots", *TINY]) == 0
+    text = capsys.readouterr().out
+    assert "scheme=panama" in text and "short (<100KB)" in text
+    summary = json.loads((out / "summary.json").read_text())
+    for key in REQUIRED_KEYS:
+        assert key in summary, key
+    assert summary["_doc"].startswith("keys documented in docs/simulator.md")
+    job = summary["jobs"]["a"]
+    assert job["iterations_done"] == 2 and job["mean_iteration_us"] > 0 and job["training_time_us"] > 0
+    assert set(summary["link_bytes"]) == {"host-tor", "tor-spine"}
+    assert summary["background_flows"] > 0 and summary["short_flows"] > 0
+    with (out / "flows.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert {"size_bytes", "start_us", "fct_us", "ideal_fct_us", "slowdown", "src", "dst"} <= set(rows[0])
+    assert sum(r["kind"] == "background" for r in rows) == summary["background_flows"]
+    with (out / "jobs.csv").open() as fh:
+        jrows = list(csv.DictReader(fh))
+    assert [(r["job"], r["iteration"]) for r in jrows] == [("a", "0"), ("a", "1")]
+    resolved = tomllib.loads((out / "resolved.toml").read_text())
+    assert resolved["topology"]["spec"] == "leaf-spine:leaves=2,spines=2,hosts_per_leaf=2"
+    assert resolved["jobs"][0]["name"] == "a"
+    assert json.loads((out / "resolved.json").read_text())["duration_ms"] == 0.3
+
+
+def test_resolved_scenario_reruns_identically(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_cli(["simulate", "--out", str(a), "--no-plots", "-q", *TINY, "--scheme", "ring"]) == 0
+    assert run_cli(["simulate", str(a / "resolved.toml"), "--out", str(b), "--no-plots", "-q"]) == 0
+    sa = json.loads((a / "summary.json").read_text())
+    sb = json.loads((b / "summary.json").read_text())
+    for s in (sa, sb):
+        s.pop("wall_s")
+        s.pop("events_per_wall_s")
+    assert sa == sb and sa["jobs"]["a"]["scheme_used"] == "ring"
+
+
+def test_plots_are_written(tmp_path):
+    out = tmp_path / "p"
+    assert run_cli(["simulate", "--out", str(out), "-q", *TINY]) == 0
+    for name in ("fct_by_size.png", "job_iterations.png", "queue_occupancy.png"):
+        data = (out / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000, name
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--set", "network.pfc=maybe"], "network.pfc"),
+        (["--set", "network.nope=1"], "network.nope"),
+        (["--set", "jobs.0.gradient_bytes=-5"], "jobs.0.gradient_bytes"),
+        (["--set", "topology.spec=fat-tree:k=3"], "topology.spec"),
+        (["--set", "background.workload=nosuch"], "background.workload"),
+        (["--set", "jobs.0.hosts=['h0','h999']"], "jobs.0.hosts"),
+    ],
+)
+def test_bad_values_exit_2_naming_the_key(tmp_path, capsys, args, needle):
+    assert run_cli(["simulate", "--out", str(tmp_path / "x"), "-q", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("panama simulate: error:") and needle in err and "\n" not in err
+
+
+def test_bad_scenario_file_via_subprocess(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('seed = 1\n[network]\npfc = "sometimes"\n')
+    proc = subprocess.run([sys.executable, "-m", "panama.cli", "simulate", str(bad), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True)
+    if "No module named panama.cli.__main__" in proc.stderr:
+        proc = subprocess.run([sys.executable, "-c", "from panama.cli import main; main()", "simulate", str(bad),
+                               "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "network.pfc" in proc.stderr and proc.stderr.count("\n") == 1
