@@ -166,7 +166,7 @@ def draw(topo: Topology, path: str, plans: Sequence[JobPlan] = (), title: str | 
     pos = topo.layout()
     width = max(x for x, _ in pos.values()) + 1
     fig_w = min(40.0, max(8.0, width * 0.35))
-    fig, ax = plt.subplots(figsize=(fig_w, 6.5))
+    fig, ax = plt.subplots(figsize=(fig_w, max(6.5, fig_w / 4)))
     for a, b, _, _ in topo.links():
         (xa, ya), (xb, yb) = pos[a], pos[b]
         ax.plot([xa, xb], [ya, yb], color="0.85", lw=0.6, zorder=1)
