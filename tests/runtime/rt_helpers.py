@@ -1,0 +1,57 @@
+"""Shared helpers of the runtime tests: run several ranks in threads, check sums."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from panama.runtime.communicator import Communicator
+
+F32_EPS = float(np.finfo(np.float32).eps)
+
+
+def reference_sum(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    return np.sum(np.stack([a.astype(np.float64) for a in arrays]), axis=0)
+
+
+def assert_close_to_reference(out: np.ndarray, arrays: Sequence[np.ndarray]) -> None:
+    """|out - sum| within float32 rounding of a sum of len(arrays) terms, in any order."""
+    ref = reference_sum(arrays)
+    bound = (len(arrays) + 1) * F32_EPS * np.sum(np.abs(np.stack(arrays).astype(np.float64)), axis=0) + 1e-30
+    err = np.abs(out.astype(np.float64) - ref)
+    worst = int(np.argmax(err - bound)) if err.size else 0
+    assert np.all(err <= bound), f"element {worst}: got {out.reshape(-1)[worst]}, expected {ref.reshape(-1)[worst]}"
+
+
+def run_ranks(
+    controller: str,
+    job: str,
+    world_size: int,
+    body: Callable[[Communicator, int], Any],
+    **options: Any,
+) -> tuple[list[Any], list[BaseException | None]]:
+    """Run ``body(comm, rank)`` for every rank in its own thread; return results and errors."""
+    results: list[Any] = [None] * world_size
+    errors: list[BaseException | None] = [None] * world_size
+
+    def run(rank: int) -> None:
+        try:
+            with Communicator(controller, job, rank, world_size, **options) as comm:
+                results[rank] = body(comm, rank)
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            errors[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+        assert not t.is_alive(), "a rank thread did not finish within 120 s"
+    return results, errors
+
+
+def random_arrays(rng: np.random.Generator, world_size: int, shape: tuple[int, ...]) -> list[np.ndarray]:
+    return [rng.standard_normal(shape).astype(np.float32) * (r + 1) for r in range(world_size)]
