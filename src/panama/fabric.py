@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from panama.core.accelerator import Accelerator
+from panama.core.accelerator import ALL_CHILDREN, Accelerator
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS
 from panama.core.packet import CE, NOT_ECT, Packet
 from panama.core.transport import TransportError, WorkerTransport
@@ -131,7 +131,8 @@ def allreduce(
     leaf_names = [f"leaf{i}" for i in range(leaves)]
     root_names = [f"root{t}" for t in range(trees)] if leaves > 1 else []
     accs: dict[str, Accelerator] = {
-        name: Accelerator(packet_memory, payload_elems, name=name) for name in leaf_names + root_names
+        name: Accelerator(packet_memory, payload_elems, name=name, group_results=True)
+        for name in leaf_names + root_names
     }
     job_ids = {key: i + 1 for i, key in enumerate(jobs_in)}
     workers: dict[tuple[int, int], WorkerTransport] = {}
@@ -220,8 +221,14 @@ def allreduce(
         if events > max_events:
             raise FabricError(f"event budget {max_events} spent with {remaining} workers unfinished: {_missing(workers)}")
         if kind == _DELIVER_ACC:
-            for to, out in accs[dst].receive(pkt, src):
-                transmit(dst, to, out, now, _DELIVER_WORKER if to in workers else _DELIVER_ACC)
+            acc = accs[dst]
+            for to, out in acc.receive(pkt, src):
+                if to is ALL_CHILDREN:  # the switch's multicast group: one copy per child
+                    for child in acc.children_of(out.job_id, out.tree_id):
+                        kind_out = _DELIVER_WORKER if child in workers else _DELIVER_ACC
+                        transmit(dst, child, copy.copy(out), now, kind_out)
+                else:
+                    transmit(dst, to, out, now, _DELIVER_WORKER if to in workers else _DELIVER_ACC)
         elif kind == _DELIVER_WORKER:
             w = workers[dst]
             was_done = w.done

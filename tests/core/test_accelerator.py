@@ -198,3 +198,16 @@ def test_size_only_mode_keeps_no_payload():
     acc.receive(Packet(1, 0, 0, 1, 361), "a")
     out = acc.receive(Packet(1, 0, 0, 1, 361), "b")
     assert len(out) == 2 and out[0][1].payload is None and out[0][1].count == 361
+
+
+def test_group_results_emit_one_packet_for_all_children():
+    acc = Accelerator(8, 2, group_results=True)
+    acc.install_tree(1, 0, ["a", "b", "c"], None)
+    acc.receive(contrib(0, [1]), "a")
+    acc.receive(contrib(0, [1]), "b")
+    [(to, pkt)] = acc.receive(contrib(0, [1]), "c")
+    assert to is A.ALL_CHILDREN and pkt.payload.tolist() == [3]
+    assert acc.children_of(1, 0) == ("a", "b", "c")
+    # answers to a retransmission stay unicast
+    [(to, _)] = acc.receive(contrib(0, [1], flags=FLAG_RETRANSMIT), "b")
+    assert to == "b"

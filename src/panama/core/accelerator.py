@@ -78,6 +78,18 @@ DROP_REASONS = (
 )
 
 _NOTHING: tuple = ()
+
+
+class _AllChildren:
+    """Destination of a result meant for every child of the tree (``group_results=True``)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ALL_CHILDREN"
+
+
+ALL_CHILDREN = _AllChildren()
 _add = np.add  # positional ``out``: measurably cheaper per call than the keyword
 
 
@@ -154,7 +166,9 @@ class Accelerator:
     ``store_payloads=False`` no memory is allocated and payloads are ignored (the
     simulator moves sizes only). ``copy_payloads=False`` lets emitted packets share
     the slot's memory; only drivers that serialise emitted packets immediately may
-    use it.
+    use it. ``group_results=True`` emits a result for all children of a tree as one
+    ``(ALL_CHILDREN, packet)`` pair, to be replicated by the driver (a switch's multicast
+    group) using :meth:`children_of`; unicast answers to retransmissions are unchanged.
     """
 
     def __init__(
@@ -165,6 +179,7 @@ class Accelerator:
         name: Hashable = "acc",
         store_payloads: bool = True,
         copy_payloads: bool = True,
+        group_results: bool = False,
     ):
         if packet_memory < 1:
             raise AcceleratorError(f"packet_memory must be >= 1 slot, got {packet_memory}")
@@ -175,6 +190,7 @@ class Accelerator:
         self.payload_elems = payload_elems
         self.store_payloads = store_payloads
         self.copy_payloads = copy_payloads
+        self.group_results = group_results
         if store_payloads:
             self._memory = np.zeros((packet_memory, payload_elems), dtype=np.float32)
             rows: Sequence[np.ndarray | None] = list(self._memory)  # views made once
@@ -418,6 +434,8 @@ class Accelerator:
         flags = FLAG_RESULT | FLAG_ECE if slot.ce else FLAG_RESULT
         cap = slot.cap if slot.cap < tree.cap else tree.cap
         job_id, tree_id, seq, generation, count = tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count
+        if self.group_results and children is tree.children:
+            return [(ALL_CHILDREN, Packet(job_id, tree_id, seq, generation, count, flags, cap, 0, ECT0, payload))]
         return [
             (child, Packet(job_id, tree_id, seq, generation, count, flags, cap, 0, ECT0, payload)) for child in children
         ]
@@ -474,19 +492,27 @@ class Accelerator:
 
     def _advance_floor(self, tree: _Tree) -> None:
         """Every child's ack passed the floor: raise it and free the slots below it."""
-        acks = tree.child_ack.values()
+        acks = list(tree.child_ack.values())
         new_floor = min(acks)
-        tree.at_floor = sum(1 for a in acks if a == new_floor)
+        tree.at_floor = acks.count(new_floor)
         old_floor = tree.floor
         tree.floor = new_floor
         slots = tree.slots
         if new_floor - old_floor <= len(slots):
-            stale = [s for s in range(old_floor, new_floor) if s in slots]
+            stale = [slots.pop(s) for s in range(old_floor, new_floor) if s in slots]
         else:
-            stale = [s for s in slots if s < new_floor]
-        for seq in stale:
-            self._free_slot(slots.pop(seq))
-        tree.used -= len(stale)
+            stale = [slots.pop(s) for s in [s for s in slots if s < new_floor]]
+        if not stale:
+            return
+        free = self._free
+        for slot in stale:
+            slot.state = SlotState.FREE
+            slot.seq = -1
+            free.append(slot)
+        freed = len(stale)
+        self.used_slots -= freed
+        self.slots_freed += freed
+        tree.used -= freed
         if tree.limit > tree.target:
             tree.limit = max(tree.target, tree.used)
             self._grow()
