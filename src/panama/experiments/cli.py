@@ -1,0 +1,357 @@
+"""Click commands: ``panama experiment {comm-ratio, shared-cluster, report, reproduce}`` and ``panama demo``."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from panama.cli.common import usage_error
+
+__all__ = ["experiment", "demo"]
+
+DEFAULT_OUT = Path("panama-out")
+
+
+def _command_line() -> str:
+    """The command as typed (``panama ...``), for the provenance recorded in outputs."""
+    argv = sys.argv[1:] if Path(sys.argv[0]).name == "panama" else None
+    return "panama " + shlex.join(argv) if argv else ""
+
+
+def _float_list(field: str, text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise usage_error(field, f"expected comma-separated numbers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise usage_error(field, f"expected positive numbers, got {text!r}")
+    return vals
+
+
+@click.group(name="experiment")
+def experiment() -> None:
+    """Experiments that reproduce the claims of the original work (docs/experiments.md).
+
+    \b
+    comm-ratio      communication share of an iteration; single-job speed-up bound
+    shared-cluster  one shared cluster under ring / ina-fixed / ina-single / panama
+    report          write docs/results.md from experiment outputs
+    reproduce       run all of the above and the report
+    """
+
+
+# --------------------------------------------------------------------------- comm-ratio
+
+
+@experiment.command(name="comm-ratio")
+@click.option("--models", "models_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Input table (CSV, '#' comments; see src/panama/data/models.csv for the columns). "
+                   "Default: the packaged table with cited sources.")
+@click.option("--workers", type=int, default=None,
+              help="Workers N of the ring: it moves 2(N-1)/N x the gradient per worker. Default: the large-N limit, 2x.")
+@click.option("--link-gbps", "link_gbps", default=None, metavar="LIST",
+              help="Evaluate every row at each of these link rates (e.g. 10,40,100) instead of its own link_gbps.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=DEFAULT_OUT / "comm-ratio", show_default=True, help="Output directory.")
+@click.option("--no-plot", is_flag=True, help="Skip comm_ratio.png.")
+@click.option("--quiet", "-q", is_flag=True, help="No terminal table.")
+def comm_ratio_cmd(models_path: Path | None, workers: int | None, link_gbps: str | None, out_dir: Path,
+                   no_plot: bool, quiet: bool) -> None:
+    """Communication/(communication+computation) and the in-network speed-up bound (the motivation figure).
+
+    Per-iteration compute time comes from published single-GPU throughput, communication
+    time from the gradient size over the link (ring allreduce moves about 2x what
+    in-network aggregation does). Writes comm_ratio.csv, summary.json, models_used.csv
+    and comm_ratio.png.
+    """
+    from panama.experiments.comm_ratio import ModelTableError, run_comm_ratio
+
+    if workers is not None and workers < 2:
+        raise usage_error("--workers", f"must be >= 2, got {workers}")
+    links = _float_list("--link-gbps", link_gbps)
+    try:
+        summary = run_comm_ratio(out_dir, models_path=models_path, workers=workers, link_gbps=links,
+                                 make_plot=not no_plot)
+    except ModelTableError as exc:
+        raise usage_error(f"--models: {exc.field}", str(exc).split(": ", 1)[-1]) from None
+    if not quiet:
+        click.echo(summary["table_text"])
+        click.echo("")
+        for name, r in summary["ranges"]["by_gpu"].items():
+            click.echo(f"{name:<14} ratio {r['comm_ratio_min']:.2f}-{r['comm_ratio_max']:.2f}   "
+                       f"speed-up {r['speedup_min']:.2f}-{r['speedup_max']:.2f}")
+        click.echo(f"\nwrote {out_dir}/comm_ratio.csv, summary.json" + ("" if no_plot else ", comm_ratio.png"))
+
+
+# --------------------------------------------------------------------------- shared-cluster
+
+
+def _shared_cluster_options(f):
+    options = [
+        click.option("--quick", is_flag=True, help="Small preset (leaf-spine 4x2x4, 12 ms): about a minute on 2 cores."),
+        click.option("--preset", type=click.Choice(["full", "quick", "tiny"]), default=None,
+                     help="Built-in scenario preset (full: fat-tree k=4, 40 ms; tiny: smoke tests only)."),
+        click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="Base scenario TOML (panama simulate format) instead of a preset."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Override a base-scenario key (dotted, e.g. --set network.pfc=false); repeatable."),
+        click.option("--schemes", default="ring,ina-fixed,ina-single,panama", show_default=True,
+                     help="Comma-separated schemes; ring is the baseline of every ratio."),
+        click.option("--load", type=float, default=None, help="Background load (fraction of host link rate)."),
+        click.option("--trees", type=int, default=None, help="Aggregation trees per job (panama, ina-fixed)."),
+        click.option("--seed", type=int, default=None, help="Seed (workload, placement, ECMP)."),
+        click.option("--seeds", default=None, metavar="LIST", help="Several seeds, e.g. 1,2,3 (same as --sweep seed=1,2,3)."),
+        click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2",
+                     help="Sweep axes, e.g. --sweep 'load=0.3,0.5,0.7 trees=1,2,4 seed=1,2,3'. Keys: load, trees, "
+                          "seed, workload, topology, threshold, duration or any dotted scenario key."),
+        click.option("--jobs", "-j", type=int, default=None,
+                     help="Worker processes (default: CPU count); 1 runs in this process."),
+        click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                     help="Run the points on an existing Dask cluster instead of local processes."),
+        click.option("--keep-runs", is_flag=True, help="Keep each run's simulator outputs (flows.csv, jobs.csv) in runs/."),
+        click.option("--no-plot", is_flag=True, help="Skip the PNG plots."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def _resolve_shared_cluster(quick: bool, preset: str | None, scenario_path: Path | None, sets: tuple[str, ...],
+                            schemes: str, load: float | None, trees: int | None, seed: int | None,
+                            seeds: str | None, sweeps: tuple[str, ...], jobs: int | None) -> dict[str, Any]:
+    """Validate options into keyword arguments of run_shared_cluster (UsageErrors name the option)."""
+    from panama.experiments.shared_cluster import experiment_scenario
+    from panama.experiments.sweep import parse_sweep, parse_value
+    from panama.sim.scenario import SCHEMES, ScenarioError, load_scenario
+
+    if quick and preset not in (None, "quick"):
+        raise usage_error("--quick", f"conflicts with --preset {preset}")
+    preset = "quick" if quick else (preset or "full")
+    if scenario_path is not None and (quick or preset != "full"):
+        raise usage_error("--scenario", "give either a scenario file or a preset, not both")
+    scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]
+    bad = [s for s in scheme_list if s not in SCHEMES]
+    if bad or not scheme_list:
+        raise usage_error("--schemes", f"unknown scheme {bad[0] if bad else schemes!r} (choose from {', '.join(SCHEMES)})")
+    if "ring" not in scheme_list:
+        raise usage_error("--schemes", "must include ring (the baseline of every ratio)")
+    if jobs is not None and jobs < 1:
+        raise usage_error("--jobs", f"must be >= 1, got {jobs}")
+    try:
+        axes = parse_sweep(sweeps)
+    except ValueError as exc:
+        raise usage_error("--sweep", str(exc)) from None
+    for name, value in (("load", load), ("trees", trees), ("seed", seed)):
+        if value is not None:
+            if name in axes:
+                raise usage_error(f"--{name}", f"also given in --sweep {name}=...")
+            axes[name] = [value]
+    if seeds is not None:
+        if "seed" in axes:
+            raise usage_error("--seeds", "seed also given by --seed or --sweep")
+        vals = [parse_value(v) for v in seeds.split(",") if v.strip()]
+        if not vals or not all(isinstance(v, int) and v >= 0 for v in vals):
+            raise usage_error("--seeds", f"expected comma-separated non-negative integers, got {seeds!r}")
+        axes["seed"] = vals
+    if "scheme" in axes:
+        raise usage_error("--sweep", "'scheme' is not a sweep axis: use --schemes")
+    try:
+        if scenario_path is not None:
+            base = load_scenario(scenario_path, sets)
+        else:
+            base = experiment_scenario(preset)
+            if sets:
+                base = base.with_overrides(sets)
+    except ScenarioError as exc:
+        raise usage_error(exc.key, exc.detail) from None
+    # move single-valued axes that are plain scenario keys into the base?  No: keep them as
+    # parameters so that they appear in the outputs; they are validated here.
+    from panama.experiments.shared_cluster import apply_params
+    from panama.experiments.sweep import grid
+
+    for params in grid(axes)[:1] + grid(axes)[-1:]:
+        try:
+            apply_params(base.model_dump(mode="json"), params)
+        except ScenarioError as exc:
+            raise usage_error(f"--sweep {exc.key}", exc.detail) from None
+    return {"base": base, "preset": preset if scenario_path is None else "file", "schemes": scheme_list, "axes": axes}
+
+
+@experiment.command(name="shared-cluster")
+@_shared_cluster_options
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output directory (resumes finished runs found there). Default: panama-out/shared-cluster[-quick].")
+def shared_cluster_cmd(quick: bool, preset: str | None, scenario_path: Path | None, sets: tuple[str, ...], schemes: str,
+                       load: float | None, trees: int | None, seed: int | None, seeds: str | None,
+                       sweeps: tuple[str, ...], jobs: int | None, scheduler: str | None, keep_runs: bool,
+                       no_plot: bool, quiet: bool, out_dir: Path | None) -> None:
+    """The main result: the same shared-cluster workload and seed under each scheme, normalised to ring.
+
+    Background web-search flows at a target load share a fat-tree (or leaf-spine) with
+    data-parallel jobs, some above and some below the (scaled) 40 MB in-network threshold.
+    Reports short-flow FCT mean and p99, large-flow FCT, large-job training time and bytes
+    per tier, each as a ratio to ring, with 95 % confidence intervals over seeds. Writes
+    runs.csv, summary.csv, summary.json, fct_cdf.png, normalized.png (sweep.png for sweeps).
+    """
+    from panama.experiments.shared_cluster import format_table, run_shared_cluster
+    from panama.experiments.sweep import SweepError
+    from panama.sim.scenario import ScenarioError
+
+    kw = _resolve_shared_cluster(quick, preset, scenario_path, sets, schemes, load, trees, seed, seeds, sweeps, jobs)
+    if out_dir is None:
+        out_dir = DEFAULT_OUT / ("shared-cluster" if kw["preset"] in ("full", "file") else f"shared-cluster-{kw['preset']}")
+    try:
+        res = run_shared_cluster(out_dir, jobs=jobs, scheduler=scheduler, keep_runs=keep_runs, make_plots=not no_plot,
+                                 progress=not quiet, command=_command_line(), **kw)
+    except ScenarioError as exc:
+        raise usage_error(exc.key, exc.detail) from None
+    except SweepError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not quiet:
+        click.echo(format_table(res.summary))
+        files = ", ".join(v for v in res.summary.get("files", {}).values())
+        click.echo(f"\n{res.summary['computed_runs']} runs computed, {res.summary['resumed_runs']} resumed; "
+                   f"wrote {out_dir}/: {files}")
+
+
+# --------------------------------------------------------------------------- report
+
+
+@experiment.command(name="report")
+@click.option("--comm-ratio", "comm_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=DEFAULT_OUT / "comm-ratio", show_default=True, help="Output directory of comm-ratio.")
+@click.option("--shared-cluster", "shared_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output directories of shared-cluster runs (repeatable). Default: panama-out/shared-cluster "
+                   "and panama-out/shared-cluster-sweep if present.")
+@click.option("--demo", "demo_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Output directory of panama demo (training accuracy). Default: panama-out/demo if present.")
+@click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("docs/results.md"), show_default=True, help="Markdown file to write.")
+def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | None, output: Path) -> None:
+    """Write the results page (claims of the original work vs. our measured numbers) from experiment outputs.
+
+    Every number in it is read from the outputs' summary.json files; nothing is typed in.
+    """
+    from panama.experiments.report import ReportError, write_report
+
+    if not shared_dirs:
+        shared_dirs = tuple(p for p in (DEFAULT_OUT / "shared-cluster", DEFAULT_OUT / "shared-cluster-sweep")
+                            if (p / "summary.json").is_file())
+    if demo_dir is None and (DEFAULT_OUT / "demo" / "demo.json").is_file():
+        demo_dir = DEFAULT_OUT / "demo"
+    try:
+        path = write_report(output, comm_ratio_dir=comm_dir, shared_dirs=list(shared_dirs), demo_dir=demo_dir,
+                            command=_command_line())
+    except ReportError as exc:
+        raise usage_error(exc.field, exc.detail) from None
+    click.echo(f"wrote {path}")
+
+
+# --------------------------------------------------------------------------- reproduce
+
+
+@experiment.command(name="reproduce")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
+              show_default=True, help="Root output directory (comm-ratio/, shared-cluster/, shared-cluster-sweep/, demo/).")
+@click.option("--seeds", default="1,2,3", show_default=True, help="Seeds of the shared-cluster runs.")
+@click.option("--loads", default="0.3,0.5,0.7", show_default=True,
+              help="Loads of the load sweep (quick preset); empty string skips the sweep.")
+@click.option("--quick", is_flag=True, help="Use the quick preset for the main result too.")
+@click.option("--skip-demo", is_flag=True, help="Do not run the demo (training accuracy through switch daemons).")
+@click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPU count).")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", help="Existing Dask cluster for the runs.")
+@click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("docs/results.md"), show_default=True, help="Results page to write.")
+def reproduce_cmd(out_dir: Path, seeds: str, loads: str, quick: bool, skip_demo: bool, jobs: int | None,
+                  scheduler: str | None, output: Path) -> None:
+    """Run every experiment (resuming finished runs) and write the results page.
+
+    \b
+    1. comm-ratio                                  -> OUT/comm-ratio
+    2. shared-cluster, preset full, all schemes    -> OUT/shared-cluster   (--seeds)
+    3. shared-cluster --quick --sweep load=...     -> OUT/shared-cluster-sweep (--seeds)
+    4. demo (short train through switch daemons)   -> OUT/demo
+    5. report                                      -> docs/results.md
+    """
+    from panama.experiments.comm_ratio import run_comm_ratio
+    from panama.experiments.report import write_report
+    from panama.experiments.shared_cluster import format_table, run_shared_cluster
+    from panama.experiments.sweep import SweepError
+
+    cmd = _command_line()
+    click.echo("[1/5] comm-ratio", err=True)
+    run_comm_ratio(out_dir / "comm-ratio")
+    try:
+        kw = _resolve_shared_cluster(quick, None, None, (), "ring,ina-fixed,ina-single,panama", None, None, None,
+                                     seeds, (), jobs)
+        click.echo(f"[2/5] shared-cluster ({kw['preset']}, seeds {seeds})", err=True)
+        main = run_shared_cluster(out_dir / "shared-cluster", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
+        click.echo(format_table(main.summary), err=True)
+        sweep_dirs = []
+        if loads.strip():
+            kw = _resolve_shared_cluster(True, None, None, (), "ring,ina-fixed,ina-single,panama", None, None, None,
+                                         seeds, (f"load={loads}",), jobs)
+            click.echo(f"[3/5] shared-cluster load sweep (quick, loads {loads}, seeds {seeds})", err=True)
+            sw = run_shared_cluster(out_dir / "shared-cluster-sweep", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
+            click.echo(format_table(sw.summary), err=True)
+            sweep_dirs.append(out_dir / "shared-cluster-sweep")
+    except SweepError as exc:
+        raise click.ClickException(str(exc)) from None
+    demo_dir = None
+    if not skip_demo:
+        from panama.experiments.demo import run_demo
+
+        click.echo("[4/5] demo", err=True)
+        run_demo(out_dir / "demo", jobs=jobs, echo=lambda m: click.echo(m, err=True))
+        demo_dir = out_dir / "demo"
+    click.echo("[5/5] report", err=True)
+    path = write_report(output, comm_ratio_dir=out_dir / "comm-ratio",
+                        shared_dirs=[out_dir / "shared-cluster", *sweep_dirs], demo_dir=demo_dir, command=cmd)
+    click.echo(f"wrote {path}")
+
+
+# --------------------------------------------------------------------------- demo
+
+
+@click.command(name="demo")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("panama-demo-out"),
+              show_default=True, help="Output directory (resumes finished simulation runs found there).")
+@click.option("--skip-train", is_flag=True, help="Only the simulated shared-cluster comparison.")
+@click.option("--epochs", type=int, default=2, show_default=True, help="Epochs of the short panama train run.")
+@click.option("--workers", type=int, default=2, show_default=True, help="Workers of the panama train run.")
+@click.option("--jobs", "-j", type=int, default=None, help="Worker processes of the simulations (default: CPU count).")
+@click.option("--quiet", "-q", is_flag=True, help="Only the headline table.")
+def demo(out_dir: Path, skip_train: bool, epochs: int, workers: int, jobs: int | None, quiet: bool) -> None:
+    """A few-minute tour: ring vs panama on a simulated shared cluster, then real training through switch daemons.
+
+    \b
+    1. simulates the quick shared-cluster preset under ring and panama (same flows, same seed);
+    2. trains the reference LeNet data-parallel with `panama train` through a local
+       cluster of PANAMA switch daemons (UDP on 127.0.0.1), and once more with a local
+       in-process sum as the accuracy reference;
+    3. prints the headline table (short-flow p99 FCT ratio, training-time ratio, training
+       accuracy) and where the plots are.
+    """
+    from panama.experiments.demo import run_demo
+    from panama.experiments.sweep import SweepError
+
+    if epochs < 1:
+        raise usage_error("--epochs", f"must be >= 1, got {epochs}")
+    if workers < 1:
+        raise usage_error("--workers", f"must be >= 1, got {workers}")
+    if jobs is not None and jobs < 1:
+        raise usage_error("--jobs", f"must be >= 1, got {jobs}")
+    echo = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
+    try:
+        res = run_demo(out_dir, train=not skip_train, epochs=epochs, workers=workers, jobs=jobs, echo=echo,
+                       progress=not quiet)
+    except SweepError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(res["table_text"])
