@@ -123,6 +123,13 @@ class SwitchDaemon:
         self._thread = threading.Thread(target=self._serve_udp, name=f"switch-{self.config.switch_id}", daemon=True)
         self._thread.start()
 
+    def close(self) -> None:
+        """Stop the data-plane thread and close the socket (for daemons used without :meth:`serve`)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        self.sock.close()
+
     def _serve_udp(self) -> None:
         # Per-packet objects are acyclic and freed by reference counting; the cyclic
         # collector would only add pauses to the data plane of this process.

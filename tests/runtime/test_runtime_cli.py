@@ -1,0 +1,86 @@
+"""``panama switch``, ``controller serve``, ``cluster up|status|down``, ``bench allreduce`` from the shell."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+PANAMA = [sys.executable, "-m", "panama.runtime.cli"]
+
+
+def _run(args, **kw):
+    return subprocess.run(PANAMA + args, capture_output=True, text=True, timeout=120, **kw)
+
+
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        (["switch", "--id", "s", "--packet-memory", "0"], "packet-memory"),
+        (["switch", "--id", "s", "--udp", "localhost"], "udp"),
+        (["switch", "--id", "s", "--drop-prob", "1.5"], "drop-prob"),
+        (["controller", "serve", "--cluster", "/nonexistent/cluster.toml"], "cluster"),
+        (["bench", "allreduce", "--workers", "1"], "workers"),
+        (["bench", "allreduce", "--size-mb", "1,x"], "size-mb"),
+        (["cluster", "up", "--leaves", "0"], "leaves"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_field(args, field, capsys):
+    from panama.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "error" in lines[0] and field in lines[0], lines
+
+
+def test_bad_argument_through_the_console_script():
+    proc = _run(["switch", "--id", "s", "--batch", "0"])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "batch" in proc.stderr
+
+
+def test_help_of_every_command(capsys):
+    from panama.cli import main
+
+    for args in (["switch"], ["controller", "serve"], ["cluster", "up"], ["cluster", "status"], ["bench", "allreduce"]):
+        with pytest.raises(SystemExit) as info:
+            main(args + ["--help"])
+        assert info.value.code == 0 and "Usage" in capsys.readouterr().out
+
+
+def test_cluster_up_status_down(tmp_path):
+    state = tmp_path / "cluster.json"
+    up = _run(["cluster", "up", "--leaves", "2", "--spines", "1", "--hosts-per-leaf", "1", "--state", str(state), "--json", "--log-level", "WARNING"])
+    assert up.returncode == 0, up.stderr
+    try:
+        status = _run(["cluster", "status", "--json", "--state", str(state)])
+        assert status.returncode == 0, status.stderr
+        info = json.loads(status.stdout)
+        host, port = info["controller"].split(":")
+        assert host == "127.0.0.1" and int(port) > 0 and info["controller_up"]
+        assert sorted((s["id"], s["role"]) for s in info["switches"]) == [("leaf0", "leaf"), ("leaf1", "leaf"), ("spine0", "spine")]
+        assert all(s["up"] and s["udp"].startswith("127.0.0.1:") for s in info["switches"])
+        # A second 'up' refuses while this one runs.
+        again = _run(["cluster", "up", "--state", str(state)])
+        assert again.returncode == 2 and "state" in again.stderr
+        # The recorded cluster works for a 2-rank job.
+        from rt_helpers import run_ranks
+
+        results, errors = run_ranks(info["controller"], "cli", 2, lambda c, r: c.allreduce(np.full(10, r + 1, np.float32)))
+        assert errors == [None, None] and np.all(results[0] == 3.0)
+        text = _run(["cluster", "status", "--state", str(state)])
+        assert "spine0" in text.stdout and "controller" in text.stdout
+    finally:
+        down = _run(["cluster", "down", "--state", str(state)])
+    assert down.returncode == 0, down.stderr
+    assert not state.exists()
+    from panama.runtime.cluster import _pid_alive
+
+    for pid in json.loads(up.stdout)["pids"].values():
+        assert not _pid_alive(pid)  # gone (or a zombie waiting for init to reap it)
+    missing = _run(["cluster", "status", "--state", str(state)])
+    assert missing.returncode == 1 and "no cluster state" in missing.stderr

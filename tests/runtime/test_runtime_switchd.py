@@ -1,0 +1,131 @@
+"""The switch daemon's data plane in-process: ECN on real datagrams, backlog marking, counters."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from panama.core import codec
+from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, Packet
+from panama.runtime.switchd import SwitchConfig, SwitchDaemon
+from panama.runtime.udp import PacketSocket, format_addr
+
+PE = 8
+
+
+def _recv(sock: PacketSocket, timeout_s: float = 5.0):
+    sock.settimeout(timeout_s)
+    buf = bytearray(65536)
+    n, ecn, src = sock.recv_into(buf)
+    return codec.decode(bytes(buf[:n]), ecn), src
+
+
+@pytest.fixture
+def daemon_factory():
+    made = []
+
+    def make(**kw):
+        d = SwitchDaemon(SwitchConfig("sw", packet_memory=64, payload_elems=PE, **kw))
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.close()
+
+
+def _contribution(seq, value, ecn=ECT0, job=1, tree=0):
+    return Packet(job, tree, seq, 1, PE, 0, ecn=ecn, payload=np.full(PE, value, np.float32))
+
+
+def test_root_sums_and_folds_ce_into_ece_without_marking_the_ip_header(daemon_factory):
+    d = daemon_factory(ecn_threshold_pkts=0)
+    a, b = PacketSocket(), PacketSocket()
+    d.install_job(1, [{"tree_id": 0, "children": [format_addr(a.addr), format_addr(b.addr)], "parent": None}])
+    d.start_data_plane()
+    a.send(_contribution(0, 1.5, ecn=CE), d.udp_addr)  # marked upstream of this switch
+    b.send(_contribution(0, 2.0), d.udp_addr)
+    for s in (a, b):
+        pkt, src = _recv(s)
+        assert src == d.udp_addr
+        assert pkt.flags & FLAG_RESULT and pkt.flags & FLAG_ECE  # tree-wide echo
+        assert pkt.ecn == ECT0  # but the IP codepoint of results is not CE (no echo loop)
+        assert np.all(pkt.payload == 3.5)
+    st = d.stats()
+    assert st["ce_received"] == 1 and st["ce_marked"] == 0
+    assert st["rx_packets"] == 2 and st["tx_packets"] == 2
+
+
+def test_intermediate_relays_ce_of_results_and_marks_partials(daemon_factory):
+    d = daemon_factory(ecn_threshold_pkts=0)
+    a, b, parent = PacketSocket(), PacketSocket(), PacketSocket()
+    d.install_job(
+        1, [{"tree_id": 0, "children": [format_addr(a.addr), format_addr(b.addr)], "parent": format_addr(parent.addr)}]
+    )
+    d.start_data_plane()
+    a.send(_contribution(0, 1.0, ecn=CE), d.udp_addr)
+    b.send(_contribution(0, 1.0), d.udp_addr)
+    partial, _ = _recv(parent)
+    assert not partial.flags & FLAG_RESULT and partial.ecn == CE  # the OR of what it aggregated
+    result = Packet(1, 0, 0, 1, PE, FLAG_RESULT, payload=np.full(PE, 7.0, np.float32))
+    parent.send(result, d.udp_addr, ecn=CE)  # marked on the way down
+    for s in (a, b):
+        pkt, _ = _recv(s)
+        assert pkt.ecn == CE and np.all(pkt.payload == 7.0)
+
+
+def test_backlog_above_threshold_marks_ce(daemon_factory):
+    d = daemon_factory(ecn_threshold_pkts=4, batch=64)
+    kids = [PacketSocket() for _ in range(2)]
+    d.install_job(1, [{"tree_id": 0, "children": [format_addr(k.addr) for k in kids], "parent": None}])
+    # Queue 40 contributions before the data plane runs: the first batch sees a backlog.
+    for seq in range(20):
+        for k in kids:
+            k.send(_contribution(seq, 1.0), d.udp_addr)
+    time.sleep(0.05)
+    d.start_data_plane()
+    marks = []
+    for _ in range(20):
+        pkt, _ = _recv(kids[0])
+        marks.append(pkt.ecn == CE)
+    assert any(marks) and not all(marks)  # early results (deep backlog) marked, last ones not
+    assert d.stats()["ce_marked"] > 0
+    assert d.stats()["max_backlog_pkts"] > 4
+
+
+def test_malformed_and_oversize_datagrams_are_counted_not_fatal(daemon_factory):
+    d = daemon_factory(drop_prob=0.0)
+    kids = [PacketSocket() for _ in range(2)]
+    d.install_job(1, [{"tree_id": 0, "children": [format_addr(k.addr) for k in kids], "parent": None}])
+    d.start_data_plane()
+    raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    raw.sendto(b"", d.udp_addr)
+    raw.sendto(b"\x50\x41\x02" + bytes(25), d.udp_addr)  # bad version
+    raw.sendto(codec.encode(_contribution(0, 1.0))[:-3], d.udp_addr)
+    big = Packet(1, 0, 0, 1, PE * 4, 0, payload=np.ones(PE * 4, np.float32))
+    raw.sendto(codec.encode(big), d.udp_addr)  # larger than the daemon's slots
+    raw.close()
+    # Still serving: a real slot completes afterwards.
+    for k in kids:
+        k.send(_contribution(0, 2.0), d.udp_addr)
+    for k in kids:
+        pkt, _ = _recv(k)
+        assert np.all(pkt.payload == 4.0)
+    st = d.stats()
+    assert st["malformed"] == {"short": 1, "bad_version": 1, "count_mismatch": 1}
+    assert st["drops"].get("oversize", 0) + st["drops"].get("too_large", 0) == 1
+
+
+def test_config_validation_names_the_field():
+    for kw, field in (
+        ({"packet_memory": 0}, "packet_memory"),
+        ({"payload_elems": 10**6}, "payload_elems"),
+        ({"drop_prob": 1.0}, "drop_prob"),
+        ({"ecn_threshold_pkts": -1}, "ecn_threshold"),
+        ({"batch": 0}, "batch"),
+    ):
+        with pytest.raises(ValueError, match=f"^{field}"):
+            SwitchConfig("x", **kw).validate()
