@@ -1,0 +1,150 @@
+"""shared-cluster in a tiny configuration: schema, internal consistency, resume, CLI, report, demo."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from panama.experiments.comm_ratio import run_comm_ratio
+from panama.experiments.report import ORIGINAL, write_report
+from panama.experiments.shared_cluster import (
+    NORMALISED,
+    SCHEME_ORDER,
+    experiment_scenario,
+    run_shared_cluster,
+)
+
+PANAMA = [sys.executable, "-c", "from panama.cli import main; main()"]
+REQUIRED = ("short_fct_mean_us", "short_fct_p99_us", "large_flow_fct_mean_us", "large_job_training_time_s", "bytes_total")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    res = run_shared_cluster(out, preset="tiny", jobs=1, progress=False)
+    return out, res
+
+
+def test_presets_scale_threshold_with_gradients():
+    for preset in ("tiny", "quick", "full"):
+        sc = experiment_scenario(preset)
+        big = [j for j in sc.jobs if j.gradient_bytes >= sc.panama.threshold_bytes]
+        small = [j for j in sc.jobs if j.gradient_bytes < sc.panama.threshold_bytes]
+        assert big and small, preset
+        assert sc.panama.threshold_bytes < 40_000_000
+
+
+def test_summary_schema_and_ratios(tiny):
+    out, res = tiny
+    data = json.loads((out / "summary.json").read_text())
+    assert list(data["schemes"]) == list(SCHEME_ORDER)
+    ring = data["schemes"]["ring"]
+    for scheme, st in data["schemes"].items():
+        assert st["n_seeds"] == 1
+        for key in REQUIRED:
+            assert key in st and key + "_norm" in st, (scheme, key)
+        for key in NORMALISED:
+            raw, ref, norm = st.get(key), ring.get(key), st.get(key + "_norm")
+            if raw and ref:
+                assert norm == pytest.approx(raw / ref)
+                assert st[key + "_gain"] == pytest.approx(ref / raw)
+        tiers = [k for k in st if k.startswith("bytes_") and not k.endswith(("_norm", "_gain", "_ci")) and k != "bytes_total"]
+        assert tiers and sum(st[t] for t in tiers) == pytest.approx(st["bytes_total"])
+        assert st["jobs_finished"] == st["jobs_total"]
+    assert all(ring[k + "_norm"] == pytest.approx(1.0) for k in REQUIRED if ring.get(k))
+    # in-network schemes carry less traffic than ring allreduce on the same workload
+    assert data["schemes"]["panama"]["bytes_total_norm"] < 1.0
+    assert data["consistency"]["same_flows_and_placement"] is True
+
+
+def test_every_scheme_ran_the_same_flows(tiny):
+    out, _ = tiny
+    points = [json.loads(p.read_text()) for p in (out / "points").glob("*.json")]
+    assert sorted(p["params"]["scheme"] for p in points) == sorted(SCHEME_ORDER)
+    assert len({p["result"]["flows_digest"] for p in points}) == 1
+    assert len({p["result"]["placement_digest"] for p in points}) == 1
+    assert len({p["result"]["background_flows"] for p in points}) == 1
+    assert points[0]["result"]["short_flows"] > 10
+
+
+def test_csv_and_plots(tiny):
+    out, _ = tiny
+    with open(out / "runs.csv") as fh:
+        runs = list(csv.DictReader(fh))
+    assert sorted(r["scheme"] for r in runs) == sorted(SCHEME_ORDER)
+    ring = next(r for r in runs if r["scheme"] == "ring")
+    for r in runs:
+        assert float(r["short_fct_p99_us_norm"]) == pytest.approx(float(r["short_fct_p99_us"]) / float(ring["short_fct_p99_us"]))
+    with open(out / "summary.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 4
+    for name in ("fct_cdf.png", "normalized.png"):
+        assert (out / name).stat().st_size > 1000
+    assert (out / "scenario.toml").is_file() and (out / "config.json").is_file()
+
+
+def test_rerun_resumes_everything(tiny):
+    out, res = tiny
+    again = run_shared_cluster(out, preset="tiny", jobs=1, progress=False, make_plots=False)
+    assert again.summary["computed_runs"] == 0 and again.summary["resumed_runs"] == 4
+    assert again.summary["schemes"]["panama"]["short_fct_p99_us"] == res.summary["schemes"]["panama"]["short_fct_p99_us"]
+
+
+def test_seed_sweep_gives_intervals(tmp_path):
+    res = run_shared_cluster(tmp_path, preset="tiny", schemes=["ring", "panama"], axes={"seed": [1, 2]},
+                             jobs=2, progress=False, make_plots=False)
+    (group,) = res.summary["groups"]
+    assert group["seeds"] == [1, 2]
+    st = group["schemes"]["panama"]
+    assert st["n_seeds"] == 2
+    lo, hi = st["short_fct_p99_us_norm_ci"]
+    assert lo <= st["short_fct_p99_us_norm"] <= hi
+    runs = [json.loads(p.read_text()) for p in (tmp_path / "points").glob("*.json")]
+    digests = {}
+    for r in runs:
+        digests.setdefault(r["params"]["seed"], set()).add(r["result"]["flows_digest"])
+    assert all(len(d) == 1 for d in digests.values()) and digests[1] != digests[2]
+
+
+def test_report_reads_outputs(tiny, tmp_path):
+    out, res = tiny
+    run_comm_ratio(tmp_path / "cr", make_plot=False)
+    page = write_report(tmp_path / "results.md", comm_ratio_dir=tmp_path / "cr", shared_dirs=[out], command="test")
+    text = page.read_text()
+    assert f"up to {ORIGINAL['short_p99_gain']}x" in text and "## Where and why" in text
+    gain = res.summary["schemes"]["panama"]["short_fct_p99_us_gain"]
+    assert f"{gain:.2f}" in text
+    cr = json.loads((tmp_path / "cr" / "summary.json").read_text())
+    assert f"{cr['ranges']['overall']['comm_ratio_max']:.2f}" in text
+
+
+def test_cli_shared_cluster_and_errors(tmp_path):
+    out = tmp_path / "cli"
+    proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--schemes", "ring,panama",
+                           "--jobs", "1", "--no-plot", "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "panama" in proc.stdout and "p99 ratio" in proc.stdout
+    assert (out / "summary.json").is_file()
+    for args, field in (
+        (["--schemes", "ring,bogus"], "--schemes"),
+        (["--sweep", "load=abc"], "background.load"),
+        (["--sweep", "load"], "--sweep"),
+        (["--set", "panama.num_trees=0"], "panama.num_trees"),
+    ):
+        proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--out", str(tmp_path / "x"),
+                               *args], capture_output=True, text=True)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert field in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_demo_without_training(tmp_path):
+    from panama.experiments.demo import run_demo
+
+    demo = run_demo(tmp_path, train=False, preset="tiny", jobs=1, echo=lambda m: None, progress=False)
+    data = json.loads((tmp_path / "demo.json").read_text())
+    sim = data["simulation"]
+    assert sim["short_fct_p99_ratio"] == pytest.approx(sim["panama"]["short_fct_p99_us"] / sim["ring"]["short_fct_p99_us"])
+    assert "short-flow FCT p99" in demo["table_text"] and "Plots:" in demo["table_text"]
