@@ -14,21 +14,29 @@ def test_registry_and_unknown_name():
 
 
 def test_dctcp_slow_start_then_cut_by_alpha_half():
-    cc = Dctcp(initial_window=2, initial_alpha=0.0)
+    cc = Dctcp(initial_window=2, initial_alpha=1.0)
     seq = 0
     for _ in range(20):
         cc.on_result(seq, False, 1000, snd_nxt=seq + int(cc.cwnd))
         seq += 1
     grown = cc.cwnd
     assert grown > 10
-    # a whole window marked: alpha moves towards 1 by g, then cwnd *= 1 - alpha/2
+    # the first echo cuts at once by alpha / 2 ...
     end = seq + int(cc.cwnd)
+    cc.on_result(seq, True, 1000, snd_nxt=end)
+    seq += 1
+    cut = grown * (1 - cc.alpha / 2)
+    assert 0.5 < cc.alpha <= 1 and cc.cwnd == pytest.approx(cut)
+    assert cc.ssthresh == cc.cwnd
+    # ... and further echoes of the same window of data do not cut again
     while seq < end:
         cc.on_result(seq, True, 1000, snd_nxt=end + 10)
         seq += 1
-    cc.on_result(seq, True, 1000, snd_nxt=end + 20)
-    assert cc.alpha == pytest.approx(1 / 16, rel=0.5)
-    assert cc.cwnd < grown
+    assert cut < cc.cwnd < cut + 2
+    # the next window's first echo cuts again
+    before = cc.cwnd
+    cc.on_result(end + 10, True, 1000, snd_nxt=end + 30)
+    assert cc.cwnd == pytest.approx(before * (1 - cc.alpha / 2))
 
 
 def test_dctcp_alpha_tracks_marked_fraction():

@@ -50,9 +50,14 @@ class Dctcp(CongestionControl):
 
     - alpha <- (1 - g) * alpha + g * F once per window of results, F the marked
       fraction of that window (RFC 8257 section 3.3), g = 1/16;
-    - a window with marks cuts cwnd <- cwnd * (1 - alpha / 2) once (section 3.4);
-    - otherwise slow start (+1 per result) below ssthresh, additive increase
-      (+1/cwnd per result) above it (RFC 5681);
+    - the first echo after the previous reduction's window has been acknowledged
+      cuts cwnd <- cwnd * (1 - alpha / 2) at once, at most once per window of data
+      (RFC 8257 section 3.4, RFC 3168 section 6.1.2), as the hosts' DCTCP does;
+    - every other result grows the window: slow start (+1 per result) below
+      ssthresh, additive increase (+1/cwnd per result) above it (RFC 5681).
+      Reacting at the end of the window instead, or not growing on marked results,
+      leaves a tree with about half its fair share against DCTCP flows
+      (tests/sim/test_friendliness.py);
     - timeout: ssthresh <- cwnd / 2, cwnd <- 1 (RFC 5681 section 3.1).
     All workers of a tree see the same results with the same echo and cap, so their
     windows evolve in lock-step.
@@ -70,30 +75,27 @@ class Dctcp(CongestionControl):
         self._acked = 0
         self._marked = 0
         self._window_end = 0
+        self._cwr_end = 0
 
     def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:
         self._acked += 1
         if ece:
             self._marked += 1
-        cut = False
         if seq >= self._window_end:
             # One observation window (about one RTT of results) is over.
             fraction = self._marked / self._acked
             self.alpha = (1 - self.g) * self.alpha + self.g * fraction
-            if self._marked:
-                self.cwnd = max(1.0, self.cwnd * (1 - self.alpha / 2))
-                self.ssthresh = self.cwnd
-                cut = True
             self._acked = 0
             self._marked = 0
             self._window_end = snd_nxt
-        # Every unmarked result grows the window, including the one closing an
-        # observation window: with a window of one packet every result closes one.
-        if not ece and not cut:
-            if self.cwnd < self.ssthresh:
-                self.cwnd += 1.0
-            else:
-                self.cwnd += 1.0 / self.cwnd
+        if ece and seq >= self._cwr_end:
+            self.cwnd = max(1.0, self.cwnd * (1 - self.alpha / 2))
+            self.ssthresh = self.cwnd
+            self._cwr_end = snd_nxt
+        elif self.cwnd < self.ssthresh:
+            self.cwnd += 1.0
+        else:
+            self.cwnd += 1.0 / self.cwnd
         self._clamp(cwnd_cap)
 
     def on_timeout(self) -> None:
