@@ -236,8 +236,8 @@ def load_fashion_mnist(data_dir: Path | str) -> Dataset:
     tensors = {}
     for split in ("train", "test"):
         img_path = _find_idx(data_dir, FASHION_MNIST_FILES[f"{split}_images"])
-        lbl_path = _find_idx(data_dir, FASHION_MNIST_FILES[f"{split}_labels"])
         images = _check_images(img_path, read_idx(img_path))
+        lbl_path = _find_idx(data_dir, FASHION_MNIST_FILES[f"{split}_labels"])
         labels = _check_labels(lbl_path, read_idx(lbl_path), images.shape[0])
         tensors[split] = (to_lenet_input(images, max_value=255.0), torch.from_numpy(labels.astype(np.int64)))
     return Dataset(
