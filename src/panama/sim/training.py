@@ -117,6 +117,7 @@ class TrainingJob:
     records: list[IterationRecord] = field(default_factory=list)
     finish_ps: int | None = None
     error: str | None = None
+    initial_cwnd_cap: int | None = None
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
@@ -187,37 +188,63 @@ class TrainingJob:
             self._begin_iteration(rank)
 
     def _setup_in_network(self, plan: JobPlan, scheme: str) -> None:
+        self._workers = [None] * self.n
+        self._dispatchers = [self._env.dispatchers[h] for h in self.hosts]
+        self._rank_of: dict[int, int] = {}
+        self._cc = self._env.settings.cc_for(scheme)
+
+    def _make_worker(self, rank: int) -> PanamaWorker:
+        """The worker of ``rank``, built when it joins its first allreduce.
+
+        Workers learn their trees at that moment and, with them, the cwnd_cap the
+        accelerators currently give each tree: the first window never exceeds it (later
+        caps come with every result). Building the transport at the first allreduce
+        rather than at admission lets jobs admitted at the same time see each other's
+        share.
+        """
         env = self._env
         s = env.settings
-        cc, cc_options = s.cc_for(scheme)
-        tree_ids = [t.tree_id for t in plan.trees]
-        topo = env.controller.topology
-        for rank, host in enumerate(self.hosts):
-            tr = WorkerTransport(
-                plan.job_id,
-                rank,
-                tree_ids,
-                payload_elems=s.payload_elems,
-                cc=cc,
-                cc_options=cc_options,
-                initial_rto_ps=s.initial_rto_ps,
-                min_rto_ps=s.min_rto_ps,
-                max_rto_ps=s.max_rto_ps,
-                max_retries=s.max_retries,
-            )
-            disp = env.dispatchers[host]
-            w = PanamaWorker(
-                env.engine,
-                env.net,
-                disp,
-                topo.tor_of(host),
-                tr,
-                on_done=self._worker_done,
-                on_error=self._worker_error,
-            )
-            self._workers.append(w)
-            self._dispatchers.append(disp)
-        self._rank_of = {id(w): r for r, w in enumerate(self._workers)}
+        plan = self.plan
+        cc, cc_options = self._cc
+        cap = self.initial_cap(plan, env.accelerators)
+        self.initial_cwnd_cap = cap if self.initial_cwnd_cap is None else min(cap, self.initial_cwnd_cap)
+        if cc_options.get("initial_window", cap) > cap:
+            cc_options = dict(cc_options, initial_window=float(cap))
+        host = self.hosts[rank]
+        tr = WorkerTransport(
+            plan.job_id,
+            rank,
+            [t.tree_id for t in plan.trees],
+            payload_elems=s.payload_elems,
+            cc=cc,
+            cc_options=cc_options,
+            initial_rto_ps=s.initial_rto_ps,
+            min_rto_ps=s.min_rto_ps,
+            max_rto_ps=s.max_rto_ps,
+            max_retries=s.max_retries,
+        )
+        w = PanamaWorker(
+            env.engine,
+            env.net,
+            self._dispatchers[rank],
+            env.controller.topology.tor_of(host),
+            tr,
+            on_done=self._worker_done,
+            on_error=self._worker_error,
+        )
+        self._workers[rank] = w
+        self._rank_of[id(w)] = rank
+        return w
+
+    @staticmethod
+    def initial_cap(plan: JobPlan, accelerators: Mapping[str, Any]) -> int:
+        """Smallest cwnd_cap any accelerator on the plan's trees advertises now."""
+        caps = [
+            accelerators[sw].tree_status(plan.job_id, t.tree_id)["cwnd_cap"]
+            for t in plan.trees
+            for sw in t.entries
+        ]
+        return max(1, min(caps)) if caps else 1
 
     # ------------------------------------------------------------------ per-rank progress
     def _begin_iteration(self, rank: int) -> None:
@@ -244,7 +271,10 @@ class TrainingJob:
         if self._ring is not None:
             self._ring.start(rank, it)
         else:
-            self._workers[rank].start(self.num_elems)
+            w = self._workers[rank]
+            if w is None:
+                w = self._make_worker(rank)
+            w.start(self.num_elems)
 
     def _worker_done(self, worker: PanamaWorker) -> None:
         self._rank_done(self._rank_of[id(worker)])
@@ -280,7 +310,8 @@ class TrainingJob:
             return
         self.finish_ps = env.engine.now
         for w, disp in zip(self._workers, self._dispatchers):
-            w.detach(disp)
+            if w is not None:
+                w.detach(disp)
         if self.plan is not None:
             if self.plan.admitted:
                 uninstall(self.plan, env.accelerators)
@@ -307,7 +338,7 @@ class TrainingJob:
     def worker_stats(self) -> list[dict[str, Any]]:
         """Per worker: packets/bytes sent and transport counters (in-network jobs only)."""
         out = []
-        for w in self._workers:
+        for w in self.workers:
             st = w.transport.stats
             out.append({
                 "host": w.host.name,
@@ -325,7 +356,8 @@ class TrainingJob:
 
     @property
     def workers(self) -> list[PanamaWorker]:
-        return list(self._workers)
+        """Workers built so far (in-network jobs; rank order)."""
+        return [w for w in self._workers if w is not None]
 
 
 @dataclass
