@@ -94,9 +94,10 @@ def comm_ratio_cmd(models_path: Path | None, workers: int | None, link_gbps: str
 
 def _shared_cluster_options(f):
     options = [
-        click.option("--quick", is_flag=True, help="Small preset (leaf-spine 4x2x4, 12 ms): about a minute on 2 cores."),
+        click.option("--quick", is_flag=True, help="Small preset (leaf-spine 4x2x4, 12 ms of traffic): about a minute on 2 cores."),
         click.option("--preset", type=click.Choice(["full", "quick", "tiny"]), default=None,
-                     help="Built-in scenario preset (full: fat-tree k=4, 40 ms; tiny: smoke tests only)."),
+                     help="Built-in scenario preset (default full: fat-tree k=4, 50 ms of traffic, a few minutes "
+                          "on 2 cores; tiny: smoke tests only)."),
         click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
                      help="Base scenario TOML (panama simulate format) instead of a preset."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
@@ -115,6 +116,7 @@ def _shared_cluster_options(f):
         click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
                      help="Run the points on an existing Dask cluster instead of local processes."),
         click.option("--keep-runs", is_flag=True, help="Keep each run's simulator outputs (flows.csv, jobs.csv) in runs/."),
+        click.option("--fresh", is_flag=True, help="Discard finished runs in the output directory instead of resuming."),
         click.option("--no-plot", is_flag=True, help="Skip the PNG plots."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table."),
     ]
@@ -191,7 +193,7 @@ def _resolve_shared_cluster(quick: bool, preset: str | None, scenario_path: Path
 def shared_cluster_cmd(quick: bool, preset: str | None, scenario_path: Path | None, sets: tuple[str, ...], schemes: str,
                        load: float | None, trees: int | None, seed: int | None, seeds: str | None,
                        sweeps: tuple[str, ...], jobs: int | None, scheduler: str | None, keep_runs: bool,
-                       no_plot: bool, quiet: bool, out_dir: Path | None) -> None:
+                       fresh: bool, no_plot: bool, quiet: bool, out_dir: Path | None) -> None:
     """The main result: the same shared-cluster workload and seed under each scheme, normalised to ring.
 
     Background web-search flows at a target load share a fat-tree (or leaf-spine) with
@@ -209,7 +211,7 @@ def shared_cluster_cmd(quick: bool, preset: str | None, scenario_path: Path | No
         out_dir = DEFAULT_OUT / ("shared-cluster" if kw["preset"] in ("full", "file") else f"shared-cluster-{kw['preset']}")
     try:
         res = run_shared_cluster(out_dir, jobs=jobs, scheduler=scheduler, keep_runs=keep_runs, make_plots=not no_plot,
-                                 progress=not quiet, command=_command_line(), **kw)
+                                 progress=not quiet, command=_command_line(), fresh=fresh, **kw)
     except ScenarioError as exc:
         raise usage_error(exc.key, exc.detail) from None
     except SweepError as exc:
@@ -309,7 +311,7 @@ def reproduce_cmd(out_dir: Path, seeds: str, loads: str, quick: bool, skip_demo:
         from panama.experiments.demo import run_demo
 
         click.echo("[4/5] demo", err=True)
-        run_demo(out_dir / "demo", jobs=jobs, echo=lambda m: click.echo(m, err=True))
+        run_demo(out_dir / "demo", jobs=jobs, echo=lambda m: click.echo(m, err=True), command=cmd)
         demo_dir = out_dir / "demo"
     click.echo("[5/5] report", err=True)
     path = write_report(output, comm_ratio_dir=out_dir / "comm-ratio",
@@ -351,7 +353,7 @@ def demo(out_dir: Path, skip_train: bool, epochs: int, workers: int, jobs: int |
     echo = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
     try:
         res = run_demo(out_dir, train=not skip_train, epochs=epochs, workers=workers, jobs=jobs, echo=echo,
-                       progress=not quiet)
+                       progress=not quiet, command=_command_line())
     except SweepError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(res["table_text"])
