@@ -11,7 +11,7 @@ from panama.runtime.cluster import LocalCluster  # noqa: E402
 TEST_PAYLOAD_ELEMS = 1000
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster():
     """2 leaves x 2 spines, 2 hosts per leaf: 4 ranks, 2 trees, 2 tiers of daemons."""
     with LocalCluster(

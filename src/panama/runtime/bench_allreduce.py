@@ -42,6 +42,8 @@ class BenchConfig:
     payload_elems: int = RUNTIME_PAYLOAD_ELEMS
     packet_memory: int = 512
     cc: str = "dctcp"
+    ecn_threshold_pkts: int = 48
+    min_rto_s: float = 0.1
     gloo: bool = True
     seed: int = 0
     timeout_s: float = 120.0
@@ -78,6 +80,7 @@ def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, barri
             trees=cfg.trees,
             payload_elems=cfg.payload_elems,
             cc=cfg.cc,
+            min_rto_s=cfg.min_rto_s,
         ) as comm:
             for size_mb in cfg.sizes_mb:
                 n = max(1, int(size_mb * MB) // 4)
@@ -207,6 +210,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
         trees=cfg.trees,
         payload_elems=cfg.payload_elems,
         packet_memory=cfg.packet_memory,
+        ecn_threshold_pkts=cfg.ecn_threshold_pkts,
         threshold_bytes=0,
         heartbeat_timeout_s=max(10.0, cfg.timeout_s / 4),
         log_level="WARNING",

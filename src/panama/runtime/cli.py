@@ -296,11 +296,15 @@ def _any_alive(state: dict) -> bool:
 @click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16369].")
 @click.option("--packet-memory", default=512, show_default=True, type=int)
 @click.option("--cc", default="dctcp", show_default=True, type=click.Choice(["dctcp", "fixed", "none"]))
+@click.option("--ecn-threshold", default=48, show_default=True, type=int, help="Switch CE-marking backlog (datagrams; 0: off).")
+@click.option("--min-rto-ms", default=100.0, show_default=True, type=float, help="Workers' minimum retransmission timeout.")
 @click.option("--skip-gloo", is_flag=True, help="Time PANAMA only (no ratio).")
 @click.option("--out", "out_dir", default=None, help="Directory for results.json and results.csv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 @click.option("--seed", default=0, show_default=True, type=int)
-def bench_allreduce(workers, size_mb, iters, leaves, spines, trees, payload_elems, packet_memory, cc, skip_gloo, out_dir, as_json, seed):
+def bench_allreduce(
+    workers, size_mb, iters, leaves, spines, trees, payload_elems, packet_memory, cc, ecn_threshold, min_rto_ms, skip_gloo, out_dir, as_json, seed
+):
     """Time PANAMA allreduce through a local cluster against gloo (torch.distributed) in the same run."""
     from panama.runtime.bench_allreduce import BenchConfig, format_table, run_bench, write_results
     from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
@@ -315,6 +319,10 @@ def bench_allreduce(workers, size_mb, iters, leaves, spines, trees, payload_elem
         raise usage_error("workers", f"must be >= 2, got {workers}")
     if iters < 1:
         raise usage_error("iters", f"must be >= 1, got {iters}")
+    if ecn_threshold < 0:
+        raise usage_error("ecn-threshold", f"must be >= 0, got {ecn_threshold}")
+    if min_rto_ms <= 0:
+        raise usage_error("min-rto-ms", f"must be > 0, got {min_rto_ms}")
     if leaves < 1 or spines < 1:
         raise usage_error("leaves" if leaves < 1 else "spines", "must be >= 1")
     cfg = BenchConfig(
@@ -327,6 +335,8 @@ def bench_allreduce(workers, size_mb, iters, leaves, spines, trees, payload_elem
         payload_elems=RUNTIME_PAYLOAD_ELEMS if payload_elems is None else payload_elems,
         packet_memory=packet_memory,
         cc=cc,
+        ecn_threshold_pkts=ecn_threshold,
+        min_rto_s=min_rto_ms / 1000,
         gloo=not skip_gloo,
         seed=seed,
     )

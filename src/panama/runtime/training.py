@@ -513,11 +513,18 @@ def _controller_for(cfg: TrainConfig) -> Iterator[str | None]:
     elif cfg.controller is not None:
         yield cfg.controller
     else:
-        from panama.runtime.cluster import LocalCluster
+        from panama.runtime.cluster import ClusterError, LocalCluster
 
         # Default leaf-spine (2 leaves, 2 spines), grown so that every worker has a host.
-        with LocalCluster(leaves=2, spines=2, hosts_per_leaf=max(4, -(-cfg.workers // 2))) as cluster:
+        cluster = LocalCluster(leaves=2, spines=2, hosts_per_leaf=max(4, -(-cfg.workers // 2)))
+        try:
+            cluster.start()
+        except ClusterError as exc:
+            raise TrainingError(f"could not start a local PANAMA cluster: {exc}") from None
+        try:
             yield cluster.controller
+        finally:
+            cluster.stop()
 
 
 def _train_processes(
@@ -545,8 +552,10 @@ def _train_processes(
             p.start()
         try:
             epochs, done = _collect(cfg, procs, out_queue, on_epoch, on_status)
-        finally:
-            _stop(procs)
+        except BaseException:
+            _stop(procs, grace_s=2.0)  # the others are likely blocked on the failed rank
+            raise
+        _stop(procs)
     digests = [done[r]["sha256"] for r in range(workers)]
     params = done[0]["parameters"]
     return TrainResult(
@@ -688,8 +697,8 @@ def train(
     ``config.timeout_s``, :class:`panama.runtime.data.IdxFormatError` for bad data files.
     """
     data = dataset if dataset is not None else load_dataset(config.data_dir)
-    if data.num_train < config.batch_size and data.num_train < config.workers:
-        raise ValueError(f"workers: {config.workers} workers need at least as many training examples, dataset has {data.num_train}")
+    if data.num_train < config.workers:
+        raise ValueError(f"workers: {config.workers} workers need as many training examples, dataset has {data.num_train}")
     if config.allreduce == "local":
         return _train_local(config, data, on_epoch, on_status)
     return _train_processes(config, data, on_epoch, on_status)
