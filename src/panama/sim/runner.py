@@ -97,6 +97,20 @@ def network_config(sc: Scenario) -> NetworkConfig:
         raise ScenarioError("network." + str(exc).split(":", 1)[0], str(exc).split(":", 1)[-1].strip()) from None
 
 
+def mark_host_queues(net: Network) -> None:
+    """Give host NIC queues the switches' ECN threshold (``network.host_ecn``).
+
+    The network layer leaves host queues unmarked and unbounded; a DCTCP sender whose
+    bottleneck is its own NIC then never sees a mark, its window grows without limit
+    (measured: 1,300 packets, a 2 MB NIC queue), and every other packet of that host
+    (PANAMA contributions, ring chunks, other flows) waits behind it. Marking there
+    models a CE-threshold queue discipline on the host.
+    """
+    for host in net.hosts:
+        for port in host.ports:
+            port.k_ps = port.tx_time(net.config.ecn_k_for(port.rate_bps))
+
+
 def dctcp_config(sc: Scenario) -> DctcpConfig:
     n = sc.network
     rto_min = round(n.dctcp_min_rto_us * PS_PER_US)
@@ -141,6 +155,8 @@ class Simulation:
         self.topology = build_topology(sc)
         self.engine = Engine(progress=False)
         self.net = Network(self.engine, self.topology, network_config(sc), rng=self.rngs["network"])
+        if sc.network.ecn and sc.network.host_ecn:
+            mark_host_queues(self.net)
         dcfg = dctcp_config(sc)
         self.background = Dctcp(self.net, dcfg, rng=self.rngs["background_tcp"], on_complete=self._bg_done)
         self.ring_tcp = Dctcp(self.net, dcfg, rng=self.rngs["ring_tcp"])

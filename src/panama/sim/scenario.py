@@ -62,6 +62,11 @@ class NetworkConfig(_Model):
     ecn: bool = Field(True, description="ECN marking (DCTCP step marking at enqueue)")
     ecn_k_packets: float = Field(65.0, ge=0, description="marking threshold in MTU packets at 10 Gbps, scaled by rate")
     ecn_k_bytes: int | None = Field(None, ge=0, description="fixed marking threshold in bytes (overrides ecn_k_packets)")
+    host_ecn: bool = Field(
+        True,
+        description="host NIC queues mark ECN at the same threshold (a CE-marking qdisc); without it a sender "
+        "limited by its own NIC grows its window without bound and delays everything else its host sends",
+    )
     mtu_bytes: int = Field(1500, ge=256, le=9000, description="IP MTU; TCP segments carry mtu_bytes - 40")
     dctcp_initial_window_packets: float = Field(10.0, ge=1, description="initial cwnd of background/ring TCP flows")
     dctcp_min_rto_us: float = Field(1000.0, gt=0, description="minimum retransmission timeout of TCP flows")
