@@ -14,8 +14,8 @@ is the floor any heap-based packet simulator in Python pays per hop.
 Reported: packet hops per wall second for both, their ratio (simulator / loop), goodput
 of the scenario, Jain fairness of the per-flow goodputs, mean / p99 occupancy of the
 bottleneck queue (sampled every 10 us), drops. The loop is timed in several slices
-before and after the simulation and its total rate is used, so that load on a shared
-machine affects both sides alike.
+interleaved with slices of the simulation (see :func:`run_bench`), so that load on a
+shared machine affects both sides alike.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from panama.sim.dctcp import Dctcp, DctcpConfig, goodput_bps, jain
 from panama.sim.engine import Engine
 from panama.sim.network import Network, NetworkConfig
 
-__all__ = ["reference_graph", "run_reference", "minimal_loop", "run_bench", "bench_sim"]
+__all__ = ["reference_graph", "build_reference", "summarize_reference", "run_reference", "minimal_loop", "run_bench", "bench_sim"]
 
 RATE_BPS = 10e9
 DELAY_PS = us(10)
@@ -52,9 +52,9 @@ def reference_graph(n_senders: int = 4, rate_bps: float = RATE_BPS, delay_ps: in
     return g
 
 
-def run_reference(duration_ps: int = ms(100), n_senders: int = 4, seed: int = 1, *,
-                  sample_interval_ps: int = us(10), progress: bool | None = False) -> dict[str, Any]:
-    """Run the reference DCTCP scenario; returns results and simulator speed."""
+def build_reference(n_senders: int = 4, seed: int = 1, *, sample_interval_ps: int = us(10),
+                    progress: bool | None = False) -> dict[str, Any]:
+    """Set up the reference scenario (nothing run yet): engine, network, flows, sampler."""
     rng = np.random.default_rng(seed)
     eng = Engine(progress=progress)
     net = Network(eng, reference_graph(n_senders), NetworkConfig(), rng=rng)
@@ -63,16 +63,21 @@ def run_reference(duration_ps: int = ms(100), n_senders: int = 4, seed: int = 1,
     flows = [tcp.start_flow(f"h{i}", rx, None, 0) for i in range(n_senders)]
     bottleneck = net.port("tor0", rx)
     sampler = net.sample_queues(sample_interval_ps, [bottleneck])
-    t0 = time.perf_counter()
-    events = eng.run(duration_ps)
-    wall = time.perf_counter() - t0
+    return {"engine": eng, "network": net, "flows": flows, "bottleneck": bottleneck, "sampler": sampler,
+            "n_senders": n_senders}
+
+
+def summarize_reference(ref: dict[str, Any], duration_ps: int, events: int, wall_s: float) -> dict[str, Any]:
+    """Results of a finished reference run (see :func:`run_reference`)."""
+    net = ref["network"]
+    flows = ref["flows"]
     hops = net.hops()
     gp = [goodput_bps(f, duration_ps) for f in flows]
-    q = sampler.stats(bottleneck, DATA_BYTES)
+    q = ref["sampler"].stats(ref["bottleneck"], DATA_BYTES)
     counters = net.counters()
     return {
         "duration_ps": duration_ps,
-        "n_senders": n_senders,
+        "n_senders": ref["n_senders"],
         "goodput_gbps": sum(gp) / 1e9,
         "flow_goodput_gbps": [x / 1e9 for x in gp],
         "goodput_fraction": sum(gp) / RATE_BPS,
@@ -86,9 +91,19 @@ def run_reference(duration_ps: int = ms(100), n_senders: int = 4, seed: int = 1,
         "timeouts": sum(f.timeouts for f in flows),
         "packet_hops": hops,
         "events": events,
-        "sim_wall_s": wall,
-        "sim_hops_per_s": hops / wall if wall > 0 else float("inf"),
+        "sim_wall_s": wall_s,
+        "sim_hops_per_s": hops / wall_s if wall_s > 0 else float("inf"),
     }
+
+
+def run_reference(duration_ps: int = ms(100), n_senders: int = 4, seed: int = 1, *,
+                  sample_interval_ps: int = us(10), progress: bool | None = False) -> dict[str, Any]:
+    """Run the reference DCTCP scenario; returns results and simulator speed."""
+    ref = build_reference(n_senders, seed, sample_interval_ps=sample_interval_ps, progress=progress)
+    t0 = time.perf_counter()
+    events = ref["engine"].run(duration_ps)
+    wall = time.perf_counter() - t0
+    return summarize_reference(ref, duration_ps, events, wall)
 
 
 def minimal_loop(n_hops: int, n_flows: int = 4, window: int = 32, rate_bps: float = RATE_BPS,
@@ -126,19 +141,28 @@ def minimal_loop(n_hops: int, n_flows: int = 4, window: int = 32, rate_bps: floa
     return hops, time.perf_counter() - t0
 
 
-def run_bench(duration_ps: int = ms(100), seed: int = 1, slices: int = 4) -> dict[str, Any]:
-    """The reference scenario and the baseline loop in one process; see module docstring."""
+def run_bench(duration_ps: int = ms(100), seed: int = 1, slices: int = 10) -> dict[str, Any]:
+    """The reference scenario and the baseline loop in one process, interleaved: the
+    simulation runs in ``slices`` consecutive pieces of simulated time, and after each
+    piece the loop moves as many hops as the piece did. Both rates are totals over all
+    slices, so a machine whose load changes during the run slows both sides alike."""
     minimal_loop(20_000)  # warm-up
-    first = [minimal_loop(50_000) for _ in range(slices // 2)]
-    res = run_reference(duration_ps, seed=seed)
-    hops = res["packet_hops"]
-    per_slice = max(10_000, hops // max(1, slices))
-    rest = [minimal_loop(per_slice) for _ in range(slices - slices // 2)]
-    total_hops = sum(h for h, _ in first + rest)
-    total_wall = sum(w for _, w in first + rest)
-    loop_rate = total_hops / total_wall
-    res["loop_hops_per_s"] = loop_rate
-    res["ratio"] = res["sim_hops_per_s"] / loop_rate
+    ref = build_reference(seed=seed)
+    eng, net = ref["engine"], ref["network"]
+    sim_wall = loop_wall = 0.0
+    loop_hops = events = 0
+    for k in range(1, slices + 1):
+        before = net.hops()
+        t0 = time.perf_counter()
+        events += eng.run(duration_ps * k // slices)
+        sim_wall += time.perf_counter() - t0
+        h, w = minimal_loop(max(1_000, net.hops() - before))
+        loop_hops += h
+        loop_wall += w
+    res = summarize_reference(ref, duration_ps, events, sim_wall)
+    res["loop_hops"] = loop_hops
+    res["loop_hops_per_s"] = loop_hops / loop_wall
+    res["ratio"] = res["sim_hops_per_s"] / res["loop_hops_per_s"]
     return res
 
 

@@ -14,13 +14,17 @@ Contract
 * Sender (RFC 8257 DCTCP on a NewReno-style TCP): slow start (cwnd += acked) below
   ``ssthresh``, congestion avoidance (cwnd += acked / cwnd); ``alpha <- (1-g) alpha + g F``
   once per window of data, ``F`` the fraction of acknowledged segments echoing ECE;
-  on ECE at most once per window ``cwnd <- cwnd (1 - alpha/2)``; fast retransmit on
+  on ECE at most once per window ``cwnd <- cwnd (1 - alpha/2)`` (a new cut needs an
+  ACK beyond everything sent at the previous cut); fast retransmit on
   ``dupack_threshold`` (3) duplicate ACKs with NewReno partial-ACK retransmissions;
   RTO per RFC 6298 (``srtt + 4 rttvar`` clamped to [min_rto, max_rto]) with exponential
   back-off, after which the sender goes back to the first unacknowledged segment with
-  cwnd = 1. RTT samples come from a timestamp echoed by the ACK.
-* The retransmission timer is a lazy :class:`panama.sim.engine.Timer`: moving the
-  deadline later on each ACK costs no heap operation.
+  cwnd = 1. One RTT sample per window (the ACK that closes the DCTCP observation
+  window), from a timestamp echoed by the ACK.
+* The retransmission timer is coarse, as in htsim: an ACK that makes progress only
+  records ``rto_base = now``; when the armed :class:`panama.sim.engine.Timer` expires
+  it re-arms itself at ``rto_base + rto x backoff`` if that is later, and only otherwise
+  declares a timeout. So ACKs cost no timer work and a flow has one pending event.
 * A flow records ``start_ps``, ``finish_ps`` (sender saw the last segment acknowledged),
   ``fct_ps``, ``ideal_fct_ps`` (= wire bytes over the path's bottleneck rate + base RTT,
   see :meth:`Flow.ideal_fct`) and ``slowdown``.
@@ -89,8 +93,8 @@ class Flow:
         # sender
         "snd_una", "snd_nxt", "max_sent", "cwnd", "ssthresh", "dupacks", "in_recovery",
         "recover", "alpha", "win_end", "win_acked", "win_marked", "cwr_end", "srtt", "rttvar",
-        "rto", "backoff", "timer", "retransmits", "timeouts", "fast_retransmits", "ece_acks",
-        "_send", "_ack_send", "_on_data_cb", "_on_ack_cb", "_payload", "_ecn", "_eng",
+        "rto", "backoff", "timer", "rto_base", "retransmits", "timeouts", "fast_retransmits", "ece_acks",
+        "_send", "_ack_send", "_on_data_cb", "_on_ack_cb", "_payload", "_ecn", "_eng", "_max_cwnd", "_ack_bytes",
         # receiver
         "rcv_nxt", "ooo", "rcv_ce",
         "ideal_fct_ps",
@@ -133,6 +137,7 @@ class Flow:
         self.rttvar = 0
         self.rto = cfg.initial_rto_ps
         self.backoff = 1
+        self.rto_base = 0
         self.timer = Timer(stack.network.engine, self._on_rto)
         self.retransmits = 0
         self.timeouts = 0
@@ -144,6 +149,8 @@ class Flow:
         self._payload = cfg.mss_bytes + cfg.header_bytes
         self._ecn = ECT0 if cfg.ecn else NOT_ECT
         self._eng = stack.network.engine
+        self._max_cwnd = float(cfg.max_cwnd_pkts)
+        self._ack_bytes = cfg.ack_bytes
         self._on_data_cb = self._on_data
         self._on_ack_cb = self._on_ack
         self.rcv_nxt = 0
@@ -268,15 +275,15 @@ class Flow:
             nxt += 1
         self.snd_nxt = nxt
         if self.timer.when is None:
-            self.timer.arm(self._eng.now + self.rto * self.backoff)
+            self._arm_rto(self._eng.now)
 
     def _on_ack(self, pkt: SimPacket) -> None:
         ack = pkt.ack
         una = self.snd_una
-        if una < ack < self.win_end and not pkt.flags and not self.in_recovery and ack <= self.snd_nxt:
-            # Fast path: in-order new data acknowledged, no ECE, inside the current
-            # DCTCP observation window (alpha, RTT and ECE handling happen at window
-            # boundaries and on marked ACKs, below).
+        if una < ack < self.win_end and not self.in_recovery and ack <= self.snd_nxt:
+            # Fast path: new data acknowledged in order, inside the current DCTCP
+            # observation window; the same steps as _on_ack_slow for this case (alpha and
+            # the RTT sample are updated by the ACK that closes the window, below).
             acked = ack - una
             self.snd_una = ack
             self.win_acked += acked
@@ -285,29 +292,35 @@ class Flow:
                 cwnd += acked
             else:
                 cwnd += acked / cwnd
-            self.cwnd = cwnd if cwnd < self.stack.config.max_cwnd_pkts else self.stack.config.max_cwnd_pkts
+            if cwnd > self._max_cwnd:
+                cwnd = self._max_cwnd
+            if pkt.flags:  # ECE
+                self.ece_acks += 1
+                self.win_marked += acked
+                if ack > self.cwr_end:
+                    # DCTCP cut, at most once per window (RFC 8257 section 3.3).
+                    cwnd *= 1.0 - self.alpha / 2.0
+                    if cwnd < 1.0:
+                        cwnd = 1.0
+                    self.ssthresh = cwnd if cwnd > 2.0 else 2.0
+                    self.cwr_end = self.snd_nxt
+            self.cwnd = cwnd
             self.dupacks = 0
             self.backoff = 1
-            # Lazy RTO re-arm: the pending entry fires no later than the new deadline.
+            # Coarse RTO: the armed timer checks ``rto_base`` when it expires (_on_rto).
             now = self._eng.now
-            tm = self.timer
-            deadline = now + self.rto
-            et = tm._entry_time
-            if et is not None and et <= deadline:
-                tm.when = deadline
-            else:
-                tm.arm(deadline)
+            self.rto_base = now
             nxt = self.snd_nxt
             if nxt - ack < cwnd and nxt == self.max_sent and nxt < self.num_pkts - 1:
                 # Usual case: exactly one new full-size segment, in the ACK's packet object.
                 pkt.kind = KIND_DATA
-                pkt.src = self.src
-                pkt.dst = self.dst
+                pkt.src, pkt.dst = pkt.dst, pkt.src
                 pkt.size_bytes = self._payload
                 pkt.ecn = self._ecn
                 pkt.deliver = self._on_data_cb
                 pkt.seq = nxt
                 pkt.ts_ps = now
+                pkt.flags = 0
                 nxt += 1
                 self.snd_nxt = self.max_sent = nxt
                 self._send(pkt)
@@ -323,18 +336,19 @@ class Flow:
         now = stack.engine.now
         ack = pkt.ack
         ece = pkt.flags & FLAG_ECE
-        # RTT estimation (RFC 6298) from the echoed timestamp.
-        rtt = now - pkt.ts_ps
-        if self.srtt == 0:
-            self.srtt = rtt
-            self.rttvar = rtt >> 1
-        else:
-            d = self.srtt - rtt
-            self.rttvar = (3 * self.rttvar + (d if d >= 0 else -d)) >> 2
-            self.srtt = (7 * self.srtt + rtt) >> 3
         cfg = stack.config
-        rto = self.srtt + 4 * self.rttvar
-        self.rto = cfg.min_rto_ps if rto < cfg.min_rto_ps else (cfg.max_rto_ps if rto > cfg.max_rto_ps else rto)
+        if ack >= self.win_end:
+            # RTT sample (RFC 6298) from the echoed timestamp, once per window.
+            rtt = now - pkt.ts_ps
+            if self.srtt == 0:
+                self.srtt = rtt
+                self.rttvar = rtt >> 1
+            else:
+                d = self.srtt - rtt
+                self.rttvar = (3 * self.rttvar + (d if d >= 0 else -d)) >> 2
+                self.srtt = (7 * self.srtt + rtt) >> 3
+            rto = self.srtt + 4 * self.rttvar
+            self.rto = cfg.min_rto_ps if rto < cfg.min_rto_ps else (cfg.max_rto_ps if rto > cfg.max_rto_ps else rto)
         una = self.snd_una
         if ece:
             self.ece_acks += 1
@@ -377,11 +391,11 @@ class Flow:
                 self._complete(now)
                 return
             if una < self.snd_nxt:
-                self.timer.arm(now + self.rto * self.backoff)
+                self._arm_rto(now)
             else:
                 self.timer.cancel()
         else:
-            if ece and una >= self.cwr_end and not self.in_recovery:
+            if ece and una > self.cwr_end and not self.in_recovery:
                 self._ece_cut()
             if ack == una and self.snd_nxt > una:
                 self.dupacks += 1
@@ -392,7 +406,7 @@ class Flow:
                     self.ssthresh = max(self.cwnd / 2.0, 2.0)
                     self.cwnd = self.ssthresh
                     self._transmit(una, None)
-                    self.timer.arm(now + self.rto * self.backoff)
+                    self._arm_rto(now)
         self._fill(pkt)
 
     def _ece_cut(self) -> None:
@@ -402,8 +416,18 @@ class Flow:
         self.ssthresh = self.cwnd if self.cwnd > 2.0 else 2.0
         self.cwr_end = self.snd_nxt
 
+    def _arm_rto(self, now: int) -> None:
+        """(Re)start the retransmission timer from ``now`` (lazy: see :class:`Timer`)."""
+        self.rto_base = now
+        self.timer.arm(now + self.rto * self.backoff)
+
     def _on_rto(self) -> None:
         if self.finish_ps is not None or self.snd_una >= self.snd_nxt:
+            return
+        now = self._eng.now
+        deadline = self.rto_base + self.rto * self.backoff
+        if deadline > now:  # progress since the timer was armed: not a timeout yet
+            self.timer.arm(deadline)
             return
         cfg = self.stack.config
         self.timeouts += 1
@@ -417,7 +441,7 @@ class Flow:
         self.backoff = min(self.backoff * 2, max(1, cfg.max_rto_ps // max(self.rto, 1)))
         self._fill(None)
         if self.timer.when is None:
-            self.timer.arm(self.stack.engine.now + self.rto * self.backoff)
+            self._arm_rto(now)
 
     def _complete(self, now: int) -> None:
         self.finish_ps = now
@@ -444,17 +468,17 @@ class Flow:
             self.rcv_nxt = nxt
         elif seq > nxt:
             self.ooo.add(seq)
-        ce = pkt.ecn == CE
-        if ce:
-            self.rcv_ce += 1
         # The data packet becomes its own ACK (the network no longer references it).
+        if pkt.ecn == CE:
+            self.rcv_ce += 1
+            pkt.flags = FLAG_ECE
+        else:
+            pkt.flags = 0
         pkt.kind = KIND_ACK
-        pkt.src = self.dst
-        pkt.dst = self.src
-        pkt.size_bytes = self.stack.config.ack_bytes
+        pkt.src, pkt.dst = pkt.dst, pkt.src
+        pkt.size_bytes = self._ack_bytes
         pkt.ecn = NOT_ECT
         pkt.ack = nxt
-        pkt.flags = FLAG_ECE if ce else 0
         pkt.deliver = self._on_ack_cb
         self._ack_send(pkt)
 

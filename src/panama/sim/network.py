@@ -59,6 +59,7 @@ __all__ = [
     "NetworkConfig",
     "Network",
     "Port",
+    "HostPort",
     "LosslessPort",
     "Switch",
     "Host",
@@ -241,9 +242,11 @@ class Port:
     def _select_delivery(self) -> None:
         """Pick the arrival handler specialised for the peer (called once the network is built)."""
         peer = self.peer
-        if isinstance(peer, Host):
+        if self.net.config.lossless:
+            self._deliver_cb = self._deliver  # pauses can empty a pipe under a pending event
+        elif isinstance(peer, Host):
             self._deliver_cb = self._deliver_host
-        elif isinstance(peer, Switch) and not peer.lossless:
+        elif isinstance(peer, Switch):
             self._deliver_cb = self._deliver_switch
         else:
             self._deliver_cb = self._deliver
@@ -308,56 +311,82 @@ class Port:
         self.armed = False
 
     def _deliver_host(self) -> None:
-        """Arrival at a host: ``pkt.deliver(pkt)`` or the host's handler."""
+        """Arrival at a host: ``pkt.deliver(pkt)`` or the host's handler.
+
+        Only used in lossy networks, where the pipe's head is always due when the event
+        fires (nothing but arrivals ever removes packets from a pipe)."""
         pipe = self.pipe
-        now = self._eng.now
-        host = self.peer
-        while pipe:
-            head = pipe[0]
-            if head[0] > now:
-                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
-                return
-            pipe.popleft()
-            pkt = head[1]
-            host.rx_packets += 1
+        popleft = pipe.popleft
+        while True:
+            pkt = popleft()[1]
             d = pkt.deliver
             if d is not None:
                 d(pkt)
             else:
-                host.receive_unbound(pkt)
-        self.armed = False
+                self.peer.receive_unbound(pkt)
+            if not pipe:
+                self.armed = False
+                return
+            t = pipe[0][0]
+            if t > self._eng.now:
+                heappush(self._heap, (t, next(self._cnt), self._deliver_cb))
+                return
 
     def _deliver_switch(self) -> None:
-        """Arrival at a lossy switch: ECMP forwarding inlined (hooked switches: generic)."""
+        """Arrival at a lossy switch: ECMP forwarding and the next port's :meth:`send`
+        inlined (the hot path of the simulator). Hooked switches take the generic path."""
         sw = self.peer
         if sw.hooked:
             self._deliver()
             return
         pipe = self.pipe
+        popleft = pipe.popleft
         now = self._eng.now
-        fib = sw.fib
-        nfib = len(fib)
-        salt = sw.salt
-        idx = self.peer_index
-        while pipe:
-            head = pipe[0]
-            if head[0] > now:
-                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
-                return
-            pipe.popleft()
-            pkt = head[1]
+        fib1 = sw.fib1
+        while True:
+            # The head is due: nothing but arrivals removes packets from a lossy pipe.
+            pkt = popleft()[1]
             dst = pkt.dst
-            if 0 <= dst < nfib:
-                ports = fib[dst]
+            out = fib1[dst]  # dst == -1 hits the trailing "no route" entries
+            if out is None:
+                ports = sw.fib[dst]
                 n = len(ports)
-                if n == 1:
-                    ports[0].send(pkt, idx)
-                    continue
                 if n:
-                    ports[((((pkt.flow_hash ^ salt) * _GOLDEN) & MASK64) >> 32) % n].send(pkt, idx)
-                    continue
-            self.net._drop(None, pkt, DROP_NO_ROUTE, node=sw)
-        self.armed = False
+                    out = ports[((((pkt.flow_hash ^ sw.salt) * _GOLDEN) & MASK64) >> 32) % n]
+                else:
+                    self.net._drop(None, pkt, DROP_NO_ROUTE, node=sw)
+            if out is not None:
+                # --- Port.send(out, pkt), inlined ---
+                size = pkt.size_bytes
+                tx = size * out.ps_per_byte
+                bu = out.busy_until
+                if bu < now:
+                    bu = now
+                backlog = bu - now
+                if backlog + tx > out.limit_ps:
+                    self.net._drop(out, pkt, DROP_QUEUE_FULL)
+                else:
+                    if backlog > out.k_ps and 0 < pkt.ecn < CE:
+                        pkt.ecn = CE
+                        out.ecn_marks += 1
+                    end = bu + tx
+                    out.busy_until = end
+                    out.tx_packets += 1
+                    out.tx_bytes += size
+                    end += out.delay_ps
+                    out.pipe.append((end, pkt))
+                    if not out.armed:
+                        out.armed = True
+                        heappush(self._heap, (end, next(self._cnt), out._deliver_cb))
+                    if out._trace is not None:
+                        out._trace((now, "tx", sw.name, out.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // out.ps_per_byte))
+            if not pipe:
+                self.armed = False
+                return
+            t = pipe[0][0]
+            if t > now:
+                heappush(self._heap, (t, next(self._cnt), self._deliver_cb))
+                return
 
     # ------------------------------------------------------------------ PFC (LosslessPort)
     def pause(self) -> None:  # pragma: no cover - only LosslessPort is ever paused
@@ -368,6 +397,32 @@ class Port:
 
     def _release(self) -> None:  # pragma: no cover
         raise RuntimeError(f"{self.name}: buffer release on a port of a lossy network")
+
+
+class HostPort(Port):
+    """A host NIC in a lossy network: never marks, never drops (the transport's window
+    bounds the queue), so :meth:`send` skips both checks."""
+
+    __slots__ = ()
+
+    def send(self, pkt: SimPacket, in_idx: int = -1) -> bool:
+        now = self._eng.now
+        bu = self.busy_until
+        if bu < now:
+            bu = now
+        size = pkt.size_bytes
+        end = bu + size * self.ps_per_byte
+        self.busy_until = end
+        self.tx_packets += 1
+        self.tx_bytes += size
+        end += self.delay_ps
+        self.pipe.append((end, pkt))
+        if not self.armed:
+            self.armed = True
+            heappush(self._heap, (end, next(self._cnt), self._deliver_cb))
+        if self._trace is not None:
+            self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, (bu - now) // self.ps_per_byte))
+        return True
 
 
 class LosslessPort(Port):
@@ -502,7 +557,7 @@ class LosslessPort(Port):
 class Node:
     """Common part of hosts and switches: name, ports, forwarding table."""
 
-    __slots__ = ("net", "name", "kind", "ports", "port_by_name", "fib", "salt", "rx_packets")
+    __slots__ = ("net", "name", "kind", "ports", "port_by_name", "fib", "fib1", "salt")
 
     def __init__(self, net: Network, name: str, kind: str):
         self.net = net
@@ -511,8 +566,8 @@ class Node:
         self.ports: list[Port] = []
         self.port_by_name: dict[str, Port] = {}
         self.fib: list[tuple[Port, ...]] = []
+        self.fib1: list[Port | None] = []  # the port where fib[dst] has exactly one
         self.salt = 0
-        self.rx_packets = 0
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -527,7 +582,7 @@ class Node:
     def route(self, pkt: SimPacket) -> Port | None:
         """The ECMP choice of output port for a routed packet (None: no route)."""
         dst = pkt.dst
-        if dst < 0 or dst >= len(self.fib):
+        if dst < 0 or dst >= len(self.fib) - 1:
             return None
         ports = self.fib[dst]
         n = len(ports)
@@ -567,7 +622,6 @@ class Host(Node):
         return self.port_to(neighbour).send(pkt, -1)
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:
-        self.rx_packets += 1
         d = pkt.deliver
         if d is not None:
             d(pkt)
@@ -632,15 +686,17 @@ class Switch(Node):
             return
         dst = pkt.dst
         fib = self.fib
-        if dst < 0 or dst >= len(fib):
-            self.net._drop(None, pkt, DROP_NO_ROUTE, node=self)
-            return
+        if dst < -1 or dst >= len(fib) - 1:
+            raise IndexError(f"{self.name}: packet destination {dst} is not a host index (or -1)")
         ports = fib[dst]
         n = len(ports)
         if n == 1:
             port = ports[0]
-        else:
+        elif n:
             port = ports[((((pkt.flow_hash ^ self.salt) * _GOLDEN) & MASK64) >> 32) % n]
+        else:
+            self.net._drop(None, pkt, DROP_NO_ROUTE, node=self)
+            return
         if self.lossless and not self._admit(pkt, in_idx, port):
             return
         port.send(pkt, in_idx)
@@ -799,9 +855,13 @@ class Network:
                 raise ValueError(f"link {a}-{b}: needs rate_bps and delay_ps attributes")
             na, nb = self.nodes[a], self.nodes[b]
             tier = _tier_label(na.kind, nb.kind)
-            cls = LosslessPort if cfg.lossless else Port
-            pab = cls(self, na, nb, d["rate_bps"], d["delay_ps"], tier)
-            pba = cls(self, nb, na, d["rate_bps"], d["delay_ps"], tier)
+            def cls(owner: Node) -> type[Port]:
+                if cfg.lossless:
+                    return LosslessPort
+                return HostPort if isinstance(owner, Host) else Port
+
+            pab = cls(na)(self, na, nb, d["rate_bps"], d["delay_ps"], tier)
+            pba = cls(nb)(self, nb, na, d["rate_bps"], d["delay_ps"], tier)
             pab.reverse, pba.reverse = pba, pab
             for node, port in ((na, pab), (nb, pba)):
                 port.index = len(node.ports)
@@ -840,7 +900,10 @@ class Network:
                 if t is None:
                     t = cache[hops] = tuple(pbn[x] for x in hops)
                 fib.append(t)
-            node.fib = fib
+            # One trailing "no route" entry, so that dst == -1 (hop-by-hop packets at a
+            # switch without a hook) finds no port without a bounds check.
+            node.fib1 = [t[0] if len(t) == 1 else None for t in fib] + [None]
+            node.fib = fib + [()]
         # Lossless: shared buffer, headroom, release queues.
         if cfg.lossless:
             for sw in self.switches:
