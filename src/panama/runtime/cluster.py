@@ -2,9 +2,10 @@
 
 ``LocalCluster`` (a context manager) is what tests, the benchmark and the training
 engineer use; ``panama cluster up|down|status`` wraps it for the shell. Every daemon
-binds port 0 and reports its real addresses in a *ready file*, so ports never race.
-Start-up order: switch daemons (waiting for each ready file and ``/health``), then the
-cluster file for the controller (topology + daemon addresses), then the controller.
+gets ports picked free just before it starts (a daemon that loses the race fails to
+bind and the start is retried) and confirms them in a *ready file*. The cluster file
+(topology + daemon addresses) is written first, so daemons and controller start in
+parallel; the controller asks the daemons for ``/health`` only when a job arrives.
 :meth:`LocalCluster.stop` sends SIGTERM, waits, then SIGKILL; it also runs at
 interpreter exit and when ``start`` fails half-way, so no process is left behind.
 """
@@ -15,6 +16,7 @@ import atexit
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -25,11 +27,15 @@ from typing import Any
 
 from panama.core.topology import leaf_spine
 from panama.runtime.http import HttpError, request_json
-from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, format_addr, parse_addr
+from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, format_addr, free_port, parse_addr
 
 
 class ClusterError(RuntimeError):
     """A local cluster could not be started, reached or stopped; the message says which process."""
+
+
+class _PortTaken(Exception):
+    """A daemon could not bind the port picked for it (taken in between): retry."""
 
 
 def default_state_path() -> Path:
@@ -89,59 +95,80 @@ class LocalCluster:
     _tmp: tempfile.TemporaryDirectory | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> LocalCluster:
-        """Start every process and wait until each answers; stops everything on failure."""
+    def start(self, attempts: int = 3) -> LocalCluster:
+        """Start every process and wait until each answers; stops everything on failure.
+
+        Ports are picked free up front so that daemons and controller start in parallel;
+        if one was taken in between (the daemon fails to bind), the start is retried.
+        """
         if self.procs:
             raise ClusterError("cluster already started")
-        topo = leaf_spine(self.leaves, self.spines, self.hosts_per_leaf)
         if self.workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="panama-cluster-")
             self.workdir = self._tmp.name
         work = Path(self.workdir)
         work.mkdir(parents=True, exist_ok=True)
         atexit.register(self.stop)
-        try:
-            for i, name in enumerate(topo.switches):
-                role = "leaf" if topo.tier(name) == "tor" else topo.tier(name)
-                drop = self.switch_drop_prob.get(name, self.drop_prob)
-                args = [
-                    "switch",
-                    "--id", name,
-                    "--udp", "127.0.0.1:0",
-                    "--control", "127.0.0.1:0",
-                    "--packet-memory", str(self.packet_memory),
-                    "--payload-elems", str(self.payload_elems),
-                    "--ecn-threshold", str(self.ecn_threshold_pkts),
-                    "--drop-prob", repr(drop),
-                    "--seed", str(self.seed + i),
-                    "--log-level", self.log_level,
-                ]  # fmt: skip
-                self._spawn(name, role, args, work)
-            for proc in self.procs.values():
-                info = self._wait_ready(proc)
-                proc.udp = parse_addr(info["udp"])
-                proc.control = parse_addr(info["control"])
-            cluster_file = work / "cluster.toml"
-            cluster_file.write_text(self.cluster_toml())
+        for attempt in range(attempts):
+            try:
+                self._start_once(work)
+                return self
+            except _PortTaken:
+                self.stop_processes_only()
+                if attempt == attempts - 1:
+                    self.stop()
+                    raise ClusterError(f"could not find free ports after {attempts} attempts") from None
+            except BaseException:
+                self.stop()
+                raise
+        return self  # pragma: no cover
+
+    def _start_once(self, work: Path) -> None:
+        topo = leaf_spine(self.leaves, self.spines, self.hosts_per_leaf)
+        for i, name in enumerate(topo.switches):
+            role = "leaf" if topo.tier(name) == "tor" else topo.tier(name)
+            drop = self.switch_drop_prob.get(name, self.drop_prob)
+            udp = ("127.0.0.1", free_port(kind=socket.SOCK_DGRAM))
+            control = ("127.0.0.1", free_port())
             args = [
-                "controller", "serve",
-                "--cluster", str(cluster_file),
-                "--listen", "127.0.0.1:0",
-                "--threshold-bytes", str(self.threshold_bytes),
-                "--max-jobs-per-switch", str(self.max_jobs_per_switch),
-                "--heartbeat-timeout", repr(self.heartbeat_timeout_s),
+                "switch",
+                "--id", name,
+                "--udp", format_addr(udp),
+                "--control", format_addr(control),
+                "--packet-memory", str(self.packet_memory),
+                "--payload-elems", str(self.payload_elems),
+                "--ecn-threshold", str(self.ecn_threshold_pkts),
+                "--drop-prob", repr(drop),
+                "--seed", str(self.seed + i),
                 "--log-level", self.log_level,
             ]  # fmt: skip
-            if self.trees is not None:
-                args += ["--trees", str(self.trees)]
-            ctl = self._spawn("controller", "controller", args, work)
-            info = self._wait_ready(ctl)
-            ctl.control = parse_addr(info["listen"])
-            self.controller_addr = ctl.control
-        except BaseException:
-            self.stop()
-            raise
-        return self
+            proc = self._spawn(name, role, args, work)
+            proc.udp, proc.control = udp, control
+        cluster_file = work / "cluster.toml"
+        cluster_file.write_text(self.cluster_toml())
+        args = [
+            "controller", "serve",
+            "--cluster", str(cluster_file),
+            "--listen", "127.0.0.1:0",
+            "--threshold-bytes", str(self.threshold_bytes),
+            "--max-jobs-per-switch", str(self.max_jobs_per_switch),
+            "--heartbeat-timeout", repr(self.heartbeat_timeout_s),
+            "--log-level", self.log_level,
+        ]  # fmt: skip
+        if self.trees is not None:
+            args += ["--trees", str(self.trees)]
+        ctl = self._spawn("controller", "controller", args, work)
+        for proc in self.procs.values():
+            info = self._wait_ready(proc)
+            if proc is ctl:
+                ctl.control = parse_addr(info["listen"])
+                self.controller_addr = ctl.control
+            elif (info["udp"], info["control"]) != (format_addr(proc.udp), format_addr(proc.control)):
+                raise ClusterError(f"{proc.name} reports {info}, expected udp {proc.udp} control {proc.control}")
+
+    def stop_processes_only(self) -> None:
+        stop_processes(list(self.procs.values()))
+        self.procs.clear()
 
     def _spawn(self, name: str, role: str, args: list[str], work: Path) -> Proc:
         log = work / f"{name}.log"
@@ -165,7 +192,10 @@ class LocalCluster:
                 except json.JSONDecodeError:
                     pass  # being written
             if not proc.alive():
-                raise ClusterError(f"{proc.name} exited during start-up (code {proc.popen.returncode}): {_tail(proc.log)}")
+                tail = _tail(proc.log)
+                if "Address already in use" in tail or "cannot bind" in tail:
+                    raise _PortTaken(proc.name)
+                raise ClusterError(f"{proc.name} exited during start-up (code {proc.popen.returncode}): {tail}")
             time.sleep(0.02)
         raise ClusterError(
             f"{proc.name} not ready within startup_timeout_s={self.startup_timeout_s:g} (no {proc.ready_file}): {_tail(proc.log)}"
