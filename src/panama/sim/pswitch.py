@@ -84,8 +84,16 @@ class PSwitchFabric:
             out = receive(pkt, from_node)
             if not out:
                 return None
-            res = []
-            for to, p in out:
+            # The network hands the input packet over to the hook: reuse it for the
+            # first output (one allocation less per hop).
+            to, p = out[0]
+            spkt.src = -1
+            spkt.size_bytes = 56 + 4 * p.count
+            spkt.ecn = p.ecn
+            spkt.inner = p
+            res = [(to, spkt)]
+            for i in range(1, len(out)):
+                to, p = out[i]
                 res.append((to, SimPacket(KIND_PANAMA, -1, -1, 56 + 4 * p.count, 0, p.ecn, None, 0, 0, 0, 0, p)))
             return res
 
