@@ -156,13 +156,21 @@ def test_new_job_grows_only_into_memory_the_old_job_frees():
     assert st1["target"] == 4 and st1["limit"] == 8 and st2["limit"] == 0 and st2["cwnd_cap"] == 2
     assert acc.receive(contrib(0, [1], job=2), "c") == ()
     assert acc.drops[A.SHARE_EXCEEDED] == 1
-    # job 1's workers acknowledge results 0..5: its limit shrinks, job 2 may grow
-    acc.receive(contrib(8, [1], job=1, ack=6), "a")
-    acc.receive(contrib(8, [1], job=1, ack=6), "b")
-    acc.check_invariants()
-    assert acc.tree_status(1, 0)["limit"] == 4 and acc.tree_status(2, 0)["limit"] == 4
+    # job 1 goes on; its limit is held until the floor passes what its workers could
+    # have sent before seeing the new cap. Memory is full, so a's seq 8 is dropped (b has
+    # not acknowledged anything yet); seq 9 is the first result with the new cap, so the
+    # hold ends once the floor passes 9 + old cap 4, i.e. with the acks seq 15 carries
+    # (slot 8 stays: it still waits for a's retransmission).
+    seq = 8
+    while acc.tree_status(1, 0)["limit"] > 4:
+        for child in ("a", "b"):
+            acc.receive(contrib(seq, [1], job=1, ack=seq - 1), child)
+        acc.check_invariants()
+        seq += 1
+    assert seq == 16 and acc.tree_status(2, 0)["limit"] == 4
+    assert acc.drops[A.SHARE_EXCEEDED] == 2
     acc.receive(contrib(0, [1], job=2), "c")
-    assert acc.occupancy() == {1: 3, 2: 1}
+    assert acc.occupancy() == {1: 2, 2: 1}
     acc.remove_job(1)
     assert acc.tree_status(2, 0)["limit"] == 8
     acc.remove_job(2)
@@ -211,3 +219,31 @@ def test_group_results_emit_one_packet_for_all_children():
     # answers to a retransmission stay unicast
     [(to, _)] = acc.receive(contrib(0, [1], flags=FLAG_RETRANSMIT), "b")
     assert to == "b"
+
+
+def test_shrinking_tree_keeps_its_limit_until_workers_know_the_new_cap():
+    """A job arrives while another runs at its full window: the old job loses nothing."""
+    acc = Accelerator(16, 1)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    assert acc.tree_status(1, 0)["cwnd_cap"] == 8
+    window = 8
+    seq = 0
+
+    def step(upto):
+        nonlocal seq
+        while seq < upto:
+            ack = max(0, seq - window + 1)
+            for child in ("a", "b"):
+                acc.receive(contrib(seq, [1], ack=ack), child)
+            seq += 1
+
+    step(20)  # steady state: window 8, up to 16 slots live
+    acc.install_tree(2, 0, ["c", "d"], None)
+    assert acc.tree_status(1, 0)["cwnd_cap"] == 4
+    step(20 + 2 * window)  # the old job keeps its old window for a while: nothing dropped
+    assert acc.drops[A.SHARE_EXCEEDED] == 0
+    window = 4  # its workers have now seen the new cap
+    step(60)
+    acc.check_invariants()
+    assert acc.tree_status(1, 0)["limit"] == 8 and acc.tree_status(2, 0)["limit"] == 8
+    assert acc.drops[A.SHARE_EXCEEDED] == 0

@@ -28,8 +28,10 @@ Memory shares
 ``packet_memory`` slots are split evenly between installed jobs (``memory // jobs``)
 and a job's share evenly between its trees that cross this accelerator. A tree's
 *limit* (what it may allocate) follows its target share, but never drops below what
-it holds: when a new job arrives, existing trees shrink as their slots free up and the
-newcomer grows into the freed memory, so the sum of limits never exceeds
+its workers may still send: when a new job arrives, an existing tree keeps its limit
+until a result carrying the smaller ``cwnd_cap`` has gone out and the floor has passed
+every packet sent under the old cap; then it shrinks as its slots free up and the
+newcomer grows into the freed memory. The sum of limits never exceeds
 ``packet_memory``. Contributions that would need a slot beyond the limit are dropped
 (``share_exceeded``): they never touch sums or slots; only their cumulative ``ack``
 (validated, from a known child) is taken, since it can only free results every child
@@ -139,6 +141,9 @@ class _Tree:
         "target",
         "limit",
         "cap",
+        "hold_seq",
+        "hold_cap",
+        "cap_sent",
     )
 
     def __init__(self, job_id: int, tree_id: int, children: tuple, parent: Hashable | None):
@@ -157,6 +162,12 @@ class _Tree:
         self.target = 0
         self.limit = 0
         self.cap = 1
+        # While a shrunk tree's workers may still send under the cap they knew before,
+        # its limit is held: None = no hold; -1 = until a result with the new cap is
+        # emitted; seq >= 0 = until the floor passes seq.
+        self.hold_seq: int | None = None
+        self.hold_cap = 0
+        self.cap_sent = 0  # largest cwnd_cap this tree's results carried so far
 
 
 class Accelerator:
@@ -274,7 +285,14 @@ class Accelerator:
             for tree in trees:
                 tree.target = per_tree
                 tree.cap = max(1, min(MAX_CWND_CAP, per_tree // 2))
-                if tree.limit > per_tree:
+                if tree.limit > per_tree and tree.cap_sent > tree.cap:
+                    # Shrinking below a cap the workers were told: they keep their old
+                    # window until a result with the new cap reaches them; hold the limit.
+                    earlier = tree.hold_cap if tree.hold_seq is not None else 0
+                    tree.hold_seq = -1
+                    tree.hold_cap = max(earlier, tree.cap_sent)
+                    tree.cap_sent = tree.cap
+                elif tree.limit > per_tree and tree.hold_seq is None:
                     tree.limit = max(per_tree, tree.used)
         self._grow()
 
@@ -433,6 +451,12 @@ class Accelerator:
     ) -> list[tuple[Hashable, Packet]]:
         flags = FLAG_RESULT | FLAG_ECE if slot.ce else FLAG_RESULT
         cap = slot.cap if slot.cap < tree.cap else tree.cap
+        if cap > tree.cap_sent:
+            tree.cap_sent = cap
+        if tree.hold_seq == -1:
+            # First result carrying the new cap: packets a worker sent before seeing it
+            # reach at most hold_cap sequence numbers further.
+            tree.hold_seq = slot.seq + tree.hold_cap
         job_id, tree_id, seq, generation, count = tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count
         if self.group_results and children is tree.children:
             return [(ALL_CHILDREN, Packet(job_id, tree_id, seq, generation, count, flags, cap, 0, ECT0, payload))]
@@ -514,6 +538,10 @@ class Accelerator:
         self.slots_freed += freed
         tree.used -= freed
         if tree.limit > tree.target:
+            hold = tree.hold_seq
+            if hold is not None and (hold < 0 or new_floor <= hold):
+                return
+            tree.hold_seq = None
             tree.limit = max(tree.target, tree.used)
             self._grow()
 
