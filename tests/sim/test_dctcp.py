@@ -62,6 +62,24 @@ def test_without_ecn_the_queue_grows_to_the_buffer():
     assert net.counters()["drops_total"] > 0
 
 
+def test_host_ecn_bounds_a_flow_limited_by_its_own_nic():
+    # All links 10 Gbps: the sender's NIC is the bottleneck. Without host marking the
+    # window and the NIC queue grow without bound; with it the NIC queue stays near K.
+    peaks = {}
+    for host_ecn in (False, True):
+        eng, net, tcp = setup(star(2), NetworkConfig(host_ecn=host_ecn))
+        f = tcp.start_flow("h0", "h1", None)
+        nic = net.port("h0", "tor0")
+        s = net.sample_queues(us(5), [nic])
+        eng.run(ms(4))
+        late = [q for t, q in zip(s.times_ps, s.samples[0]) if t >= ms(1)]  # after slow start
+        peaks[host_ecn] = (max(late) / 1500, f.cwnd, nic.ecn_marks)
+        assert goodput_bps(f, ms(4)) > 0.9 * 10e9 * 1460 / 1500
+    k = NetworkConfig().ecn_k_for(10e9) / 1500
+    assert peaks[False][2] == 0 and peaks[False][0] > 5 * k
+    assert peaks[True][2] > 0 and peaks[True][0] < 2.5 * k and peaks[True][1] < peaks[False][1] / 3
+
+
 def test_one_segment_flow_completes_in_exactly_the_ideal_time():
     eng, net, tcp = setup(star(2, delay_ps=us(1)))
     done = []

@@ -63,7 +63,7 @@ def test_back_to_back_packets_pipeline():
 
 def test_ecn_marks_when_backlog_exceeds_k():
     # 10 Gbps in, 1 Gbps out: the i-th packet finds 10.8 us x i of backlog = 1350 B x i.
-    cfg = NetworkConfig(ecn_k_bytes=4000)
+    cfg = NetworkConfig(ecn_k_bytes=4000, host_ecn=False)
     eng, net = make(star(2, rates={1: 1e9}), cfg)
     got = collect(net, "h1")
     for i in range(10):
@@ -73,6 +73,17 @@ def test_ecn_marks_when_backlog_exceeds_k():
     assert marked == list(range(3, 10))
     assert net.port("tor0", "h1").ecn_marks == 7
     assert net.counters()["ecn_marks"] == 7
+
+
+def test_host_nic_marks_only_with_host_ecn():
+    for host_ecn, want in ((False, 0), (True, 7)):
+        eng, net = make(star(2), NetworkConfig(ecn_k_bytes=4000, host_ecn=host_ecn))
+        got = collect(net, "h1")
+        for i in range(10):  # all at t=0: packet i finds 1500 x i > 4000 bytes for i >= 3
+            net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+        eng.run()
+        assert net.port("h0", "tor0").ecn_marks == want
+        assert [s for _, s, e in got if e == CE] == list(range(10 - want, 10))
 
 
 def test_ecn_off_and_not_ect_packets_are_never_marked():

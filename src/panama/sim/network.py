@@ -131,6 +131,10 @@ class NetworkConfig:
       bounds them).
     * ``ecn``: mark ECN-capable packets; ``ecn_k_bytes`` overrides the per-port threshold
       that is otherwise ``ecn_k_packets_at_10g x mtu_bytes x rate / 10 Gbps``.
+    * ``host_ecn``: host NIC queues mark at the same threshold (a CE-marking host
+      qdisc). Without it a DCTCP flow whose bottleneck is its own NIC never sees a mark
+      and its window, and the NIC queue in front of every other packet of that host,
+      grow without bound.
     * ``lossless``: PFC on; ``switch_buffer_bytes`` is the shared buffer per switch
       (default ``queue_limit_bytes x ports``); ``pfc_alpha`` the dynamic-threshold factor,
       or ``pfc_static_threshold_bytes`` a fixed per-ingress threshold;
@@ -143,6 +147,7 @@ class NetworkConfig:
     ecn: bool = True
     ecn_k_packets_at_10g: float = 65.0
     ecn_k_bytes: int | None = None
+    host_ecn: bool = True
     lossless: bool = False
     switch_buffer_bytes: int | None = None
     pfc_alpha: float = 1.0 / 8.0
@@ -400,8 +405,9 @@ class Port:
 
 
 class HostPort(Port):
-    """A host NIC in a lossy network: never marks, never drops (the transport's window
-    bounds the queue), so :meth:`send` skips both checks."""
+    """A host NIC in a lossy network: never drops (the transports' windows bound the
+    queue), so :meth:`send` skips the limit check. It marks ECN-capable packets above
+    ``k_ps`` like a switch port (a CE-marking host qdisc, ``NetworkConfig.host_ecn``)."""
 
     __slots__ = ()
 
@@ -410,6 +416,9 @@ class HostPort(Port):
         bu = self.busy_until
         if bu < now:
             bu = now
+        elif bu - now > self.k_ps and 0 < pkt.ecn < CE:
+            pkt.ecn = CE
+            self.ecn_marks += 1
         size = pkt.size_bytes
         end = bu + size * self.ps_per_byte
         self.busy_until = end
@@ -871,13 +880,13 @@ class Network:
         for p in self.ports:
             p.peer_index = p.reverse.index
         # Queue behaviour.
-        # (Host NIC queues neither mark nor drop: the sender's window bounds them.)
+        # Host NIC queues never drop (the senders' windows bound them); they mark only
+        # with ``host_ecn``.
         for p in self.ports:
-            if not isinstance(p.owner, Switch):
-                continue
-            if cfg.ecn:
+            on_switch = isinstance(p.owner, Switch)
+            if cfg.ecn and (on_switch or cfg.host_ecn):
                 p.k_ps = p.tx_time(cfg.ecn_k_for(p.rate_bps))
-            if not cfg.lossless:
+            if on_switch and not cfg.lossless:
                 p.limit_ps = p.tx_time(cfg.queue_limit_bytes)
 
         for h in self.hosts:
