@@ -148,3 +148,22 @@ def test_demo_without_training(tmp_path):
     sim = data["simulation"]
     assert sim["short_fct_p99_ratio"] == pytest.approx(sim["panama"]["short_fct_p99_us"] / sim["ring"]["short_fct_p99_us"])
     assert "short-flow FCT p99" in demo["table_text"] and "Plots:" in demo["table_text"]
+
+
+def test_cli_report(tiny, tmp_path):
+    out, _ = tiny
+    cr = tmp_path / "cr"
+    assert subprocess.run([*PANAMA, "experiment", "comm-ratio", "--out", str(cr), "-q", "--no-plot"]).returncode == 0
+    page = tmp_path / "results.md"
+    proc = subprocess.run([*PANAMA, "experiment", "report", "--comm-ratio", str(cr), "--shared-cluster", str(out),
+                           "--output", str(page)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "Claim 1" in page.read_text()
+    proc = subprocess.run([*PANAMA, "experiment", "report", "--comm-ratio", str(tmp_path / "nothing"),
+                           "--shared-cluster", str(out), "--output", str(page)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--comm-ratio" in proc.stderr
+
+
+def test_cli_demo_bad_argument():
+    proc = subprocess.run([*PANAMA, "demo", "--epochs", "0"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--epochs" in proc.stderr

@@ -263,7 +263,7 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
               show_default=True, help="Root output directory (comm-ratio/, shared-cluster/, shared-cluster-sweep/, demo/).")
 @click.option("--seeds", default="1,2,3", show_default=True, help="Seeds of the shared-cluster runs.")
-@click.option("--loads", default="0.3,0.5,0.7", show_default=True,
+@click.option("--loads", default="0.1,0.3,0.5", show_default=True,
               help="Loads of the load sweep (quick preset); empty string skips the sweep.")
 @click.option("--quick", is_flag=True, help="Use the quick preset for the main result too.")
 @click.option("--skip-demo", is_flag=True, help="Do not run the demo (training accuracy through switch daemons).")

@@ -115,11 +115,11 @@ JOB_MIX = (
 
 PRESETS: dict[str, dict[str, Any]] = {
     # simulated ms of background traffic, iterations of the large jobs, load, scale
-    "full": {"duration_ms": 50.0, "iterations": 6, "load": 0.5, "scale": 0.005, "topology": "fat-tree:k=4"},
+    "full": {"duration_ms": 40.0, "iterations": 4, "load": 0.3, "scale": 0.005, "topology": "fat-tree:k=4"},
     "quick": {
-        "duration_ms": 12.0,
+        "duration_ms": 20.0,
         "iterations": 3,
-        "load": 0.5,
+        "load": 0.3,
         "scale": 0.005,
         "topology": "leaf-spine:leaves=4,spines=2,hosts_per_leaf=4",
     },
