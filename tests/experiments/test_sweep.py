@@ -46,6 +46,11 @@ def test_parse_sweep_and_grid():
     assert len({point_id(p) for p in pts}) == 12
 
 
+def test_parse_sweep_semicolon_values():
+    axes = parse_sweep(["topology=leaf-spine:leaves=2,spines=2;fat-tree:k=4"])
+    assert axes == {"topology": ["leaf-spine:leaves=2,spines=2", "fat-tree:k=4"]}
+
+
 @pytest.mark.parametrize("bad", ["load", "=1,2", "load=", "load=1,1", "1x=2"])
 def test_parse_sweep_rejects(bad):
     with pytest.raises(ValueError):

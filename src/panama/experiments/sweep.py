@@ -73,6 +73,8 @@ def parse_value(text: str) -> int | float | str:
 def parse_sweep(specs: Iterable[str]) -> dict[str, list[Any]]:
     """Parse ``["load=0.3,0.5", "trees=1,2 seed=1,2,3"]`` into ordered axes.
 
+    Values are separated by commas, or by semicolons when the text contains one (so that
+    values may contain commas: ``topology=leaf-spine:leaves=2,spines=2;fat-tree:k=4``).
     Raises ``ValueError`` naming the bad token (missing ``=``, empty values, repeated key).
     """
     axes: dict[str, list[Any]] = {}
@@ -86,7 +88,8 @@ def parse_sweep(specs: Iterable[str]) -> dict[str, list[Any]]:
                 raise ValueError(f"bad parameter name {key!r} in {token!r}")
             if key in axes:
                 raise ValueError(f"parameter {key!r} given twice")
-            parsed = [parse_value(v) for v in values.split(",") if v.strip()]
+            sep_char = ";" if ";" in values else ","  # ';' lets values contain commas (topology specs)
+            parsed = [parse_value(v) for v in values.split(sep_char) if v.strip()]
             if not parsed:
                 raise ValueError(f"no values for {key!r} in {token!r}")
             if len(set(map(repr, parsed))) != len(parsed):
