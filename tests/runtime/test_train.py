@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import queue
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +29,6 @@ from panama.runtime.training import (
     train,
 )
 
-PANAMA = [str(Path(sys.executable).with_name("panama"))]  # the console script of this venv
 ACCURACY_SPREAD = 0.03  # "within a few points": 3 percentage points
 
 
@@ -237,12 +234,6 @@ def test_bad_arguments_exit_2_naming_the_option(args, field, capsys):
     code, _out, err = _run_cli(args, capsys)
     assert code == 2
     assert err.startswith("panama train: error:") and field in err and len(err.strip().splitlines()) == 1
-
-
-def test_bad_argument_through_console_script():
-    proc = subprocess.run([*PANAMA, "train", "--workers", "0"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2
-    assert "--workers" in proc.stderr
 
 
 def test_corrupt_data_dir_exit_2_naming_the_file(tmp_path, capsys):

@@ -37,10 +37,13 @@ names the rank and carries its traceback.
 from __future__ import annotations
 
 import copy
+import faulthandler
 import json
 import os
 import queue as queue_mod
+import signal
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -381,10 +384,16 @@ def _worker_entry(
     job: str | None,
 ) -> None:
     """Process entry point: run one rank, report every outcome on ``out_queue``."""
+    if hasattr(signal, "SIGUSR1"):  # the parent asks a silent worker for its stacks (stderr)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         _worker(rank, TrainConfig.model_validate(cfg_dict), data, store_path, out_queue, controller, job)
     except BaseException as exc:
-        out_queue.put(("error", rank, {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}))
+        report = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        try:
+            out_queue.put(("error", rank, report))
+        except (ValueError, OSError):  # queue already closed: the failure came after "done"
+            print(f"panama train: rank {rank} failed after reporting:\n{report['traceback']}", file=sys.stderr)
         raise SystemExit(1) from None
 
 
@@ -468,6 +477,10 @@ def _worker(
             "communicator_stats": _jsonable(comm.stats()) if comm is not None else None,
         }
         out_queue.put(("done", rank, done))
+        # Flush the report before tearing down: gloo's teardown may block without
+        # releasing the GIL, which would starve the queue's feeder thread.
+        out_queue.close()
+        out_queue.join_thread()
     finally:
         if comm is not None:
             comm.close()
@@ -588,6 +601,7 @@ def _collect(
     pending: dict[int, dict[int, dict[str, Any]]] = {}
     epochs: list[EpochStats] = []
     done: dict[int, dict[str, Any]] = {}
+    reached_epoch = [0] * workers
     last_report = time.monotonic()
     while len(done) < workers:
         try:
@@ -597,12 +611,12 @@ def _collect(
             if dead:
                 _fail(procs, out_queue, dead_hint=dead)
             if time.monotonic() - last_report > cfg.timeout_s:
-                reached = {r: max((e for e, reps in pending.items() if r in reps), default=0) for r in range(workers)}
-                reached.update({r: cfg.epochs for r in done})
-                behind = [r for r in range(workers) if reached[r] == min(reached.values())]
+                reached = [reached_epoch[r] if r not in done else "done" for r in range(workers)]
+                behind = [r for r in range(workers) if r not in done and reached_epoch[r] == min(reached_epoch)]
+                _dump_stacks(procs, behind)
                 raise TrainingError(
                     f"no report from any worker for timeout_s={cfg.timeout_s:g} s; epochs completed per rank: "
-                    f"{reached}; slowest rank(s): {behind}"
+                    f"{reached}; slowest rank(s): {behind} (their Python stacks went to stderr)"
                 )
             continue
         last_report = time.monotonic()
@@ -612,6 +626,7 @@ def _collect(
             if on_status is not None:
                 on_status(_status_text(payload))
         elif kind == "epoch":
+            reached_epoch[rank] = payload["epoch"]
             pending.setdefault(payload["epoch"], {})[rank] = payload
             while len(epochs) < cfg.epochs and len(pending.get(len(epochs) + 1, {})) == workers:
                 reports = pending.pop(len(epochs) + 1)
@@ -629,6 +644,20 @@ def _collect(
         elif kind == "done":
             done[rank] = payload
     return epochs, done
+
+
+def _dump_stacks(procs: list[Any], ranks: list[int]) -> None:
+    """Ask the given workers to print their Python stacks (faulthandler, SIGUSR1) to stderr."""
+    if not hasattr(signal, "SIGUSR1"):
+        return
+    for rank in ranks:
+        pid = getattr(procs[rank], "pid", None)
+        if pid is not None and procs[rank].exitcode is None:
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except OSError:
+                pass
+    time.sleep(0.5)
 
 
 def _fail(
