@@ -153,7 +153,7 @@ def test_injected_loss_keeps_results_exact():
             initial_rto_s=0.05,
         )
         stats = lc.switch_stats()
-    assert errors == [None] * W, errors
+    assert errors == [None] * W, (errors, {n: (s["drops"], s["jobs"]) for n, s in stats.items()})
     for outs, _ in results:
         for out in outs:
             assert out.tobytes() == results[0][0][0].tobytes()

@@ -322,6 +322,12 @@ class Communicator:
             f"({shown}{more}) from first-hop switch {self.first_hop_name} "
             f"({format_addr(self.first_hop) if self.first_hop else '?'})"
         )
+        if tr is not None:
+            st = tr.stats
+            msg += (
+                f"; sent {st['packets_sent']} ({st['retransmissions']} retransmissions, {st['timeouts']} timeouts), "
+                f"results {st['results']}, ignored {dict(st['ignored'], **self.ignored)}, windows {tr.windows()}"
+            )
         if self._failure is not None:
             return f"{msg}; {self._failure}"
         try:
