@@ -167,3 +167,16 @@ def test_cli_report(tiny, tmp_path):
 def test_cli_demo_bad_argument():
     proc = subprocess.run([*PANAMA, "demo", "--epochs", "0"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--epochs" in proc.stderr
+
+
+def test_cli_reproduce_tiny(tmp_path):
+    out, page = tmp_path / "out", tmp_path / "results.md"
+    proc = subprocess.run([*PANAMA, "experiment", "reproduce", "--preset", "tiny", "--sweep-preset", "tiny",
+                           "--seeds", "1", "--loads", "0.2,0.4", "--skip-demo", "--jobs", "2", "--out", str(out),
+                           "--output", str(page)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    text = page.read_text()
+    assert "Claim 1" in text and "Sweep: load" in text and "Along `load`" in text
+    sweep = json.loads((out / "shared-cluster-sweep" / "summary.json").read_text())
+    assert [g["params"]["load"] for g in sweep["groups"]] == [0.2, 0.4]
+    assert (out / "shared-cluster-sweep" / "sweep.png").is_file()

@@ -94,7 +94,7 @@ def comm_ratio_cmd(models_path: Path | None, workers: int | None, link_gbps: str
 
 def _shared_cluster_options(f):
     options = [
-        click.option("--quick", is_flag=True, help="Small preset (leaf-spine 4x2x4, 12 ms of traffic): about a minute on 2 cores."),
+        click.option("--quick", is_flag=True, help="Small preset (leaf-spine 4x2x4, 20 ms of traffic): about a minute on 2 cores."),
         click.option("--preset", type=click.Choice(["full", "quick", "tiny"]), default=None,
                      help="Built-in scenario preset (default full: fat-tree k=4, 50 ms of traffic, a few minutes "
                           "on 2 cores; tiny: smoke tests only)."),
@@ -264,21 +264,24 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
               show_default=True, help="Root output directory (comm-ratio/, shared-cluster/, shared-cluster-sweep/, demo/).")
 @click.option("--seeds", default="1,2,3", show_default=True, help="Seeds of the shared-cluster runs.")
 @click.option("--loads", default="0.1,0.3,0.5", show_default=True,
-              help="Loads of the load sweep (quick preset); empty string skips the sweep.")
-@click.option("--quick", is_flag=True, help="Use the quick preset for the main result too.")
+              help="Loads of the load sweep (--sweep-preset); empty string skips the sweep.")
+@click.option("--preset", type=click.Choice(["full", "quick", "tiny"]), default="full", show_default=True,
+              help="Preset of the main shared-cluster result.")
+@click.option("--sweep-preset", type=click.Choice(["quick", "tiny"]), default="quick", show_default=True,
+              help="Preset of the load sweep.")
 @click.option("--skip-demo", is_flag=True, help="Do not run the demo (training accuracy through switch daemons).")
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPU count).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", help="Existing Dask cluster for the runs.")
 @click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("docs/results.md"), show_default=True, help="Results page to write.")
-def reproduce_cmd(out_dir: Path, seeds: str, loads: str, quick: bool, skip_demo: bool, jobs: int | None,
-                  scheduler: str | None, output: Path) -> None:
+def reproduce_cmd(out_dir: Path, seeds: str, loads: str, preset: str, sweep_preset: str, skip_demo: bool,
+                  jobs: int | None, scheduler: str | None, output: Path) -> None:
     """Run every experiment (resuming finished runs) and write the results page.
 
     \b
     1. comm-ratio                                  -> OUT/comm-ratio
-    2. shared-cluster, preset full, all schemes    -> OUT/shared-cluster   (--seeds)
-    3. shared-cluster --quick --sweep load=...     -> OUT/shared-cluster-sweep (--seeds)
+    2. shared-cluster, --preset, all schemes       -> OUT/shared-cluster   (--seeds)
+    3. shared-cluster, --sweep-preset, load sweep  -> OUT/shared-cluster-sweep (--seeds)
     4. demo (short train through switch daemons)   -> OUT/demo
     5. report                                      -> docs/results.md
     """
@@ -291,16 +294,16 @@ def reproduce_cmd(out_dir: Path, seeds: str, loads: str, quick: bool, skip_demo:
     click.echo("[1/5] comm-ratio", err=True)
     run_comm_ratio(out_dir / "comm-ratio")
     try:
-        kw = _resolve_shared_cluster(quick, None, None, (), "ring,ina-fixed,ina-single,panama", None, None, None,
+        kw = _resolve_shared_cluster(False, preset, None, (), "ring,ina-fixed,ina-single,panama", None, None, None,
                                      seeds, (), jobs)
         click.echo(f"[2/5] shared-cluster ({kw['preset']}, seeds {seeds})", err=True)
         main = run_shared_cluster(out_dir / "shared-cluster", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
         click.echo(format_table(main.summary), err=True)
         sweep_dirs = []
         if loads.strip():
-            kw = _resolve_shared_cluster(True, None, None, (), "ring,ina-fixed,ina-single,panama", None, None, None,
-                                         seeds, (f"load={loads}",), jobs)
-            click.echo(f"[3/5] shared-cluster load sweep (quick, loads {loads}, seeds {seeds})", err=True)
+            kw = _resolve_shared_cluster(False, sweep_preset, None, (), "ring,ina-fixed,ina-single,panama", None, None,
+                                         None, seeds, (f"load={loads}",), jobs)
+            click.echo(f"[3/5] shared-cluster load sweep ({sweep_preset}, loads {loads}, seeds {seeds})", err=True)
             sw = run_shared_cluster(out_dir / "shared-cluster-sweep", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
             click.echo(format_table(sw.summary), err=True)
             sweep_dirs.append(out_dir / "shared-cluster-sweep")
