@@ -52,7 +52,7 @@ import numpy as np
 from panama.core.packet import CE, ECT0
 from panama.core.units import PS_PER_S, tx_time_ps
 from panama.sim.engine import Engine
-from panama.sim.routing import MASK64, next_hops
+from panama.sim.routing import MASK64, group_next_hops
 
 __all__ = [
     "SimPacket",
@@ -897,22 +897,26 @@ class Network:
         for node, salt in zip(self.switches + self.hosts, salts.tolist(), strict=True):
             node.salt = int(salt)
         attach = {h.name: h.ports[0].peer.name for h in self.hosts if len(h.ports) == 1}
-        table = next_hops(graph, host_names, attach)
+        host_group, roots, table = group_next_hops(graph, host_names, attach)
         for node in self.nodes.values():
-            row = table[node.name]
             pbn = node.port_by_name
             cache: dict[tuple, tuple[Port, ...]] = {}
-            fib = []
-            for h in host_names:
-                hops = row.get(h, ())
+            per_group = []
+            for hops in table[node.name]:
                 t = cache.get(hops)
                 if t is None:
                     t = cache[hops] = tuple(pbn[x] for x in hops)
-                fib.append(t)
+                per_group.append(t)
             # One trailing "no route" entry, so that dst == -1 (hop-by-hop packets at a
             # switch without a hook) finds no port without a bounds check.
-            node.fib1 = [t[0] if len(t) == 1 else None for t in fib] + [None]
-            node.fib = fib + [()]
+            node.fib = [per_group[g] for g in host_group] + [()]
+        for i, (h, g) in enumerate(zip(self.hosts, host_group)):
+            root = self.nodes[roots[g]]
+            if root is not h:
+                root.fib[i] = (root.port_by_name[h.name],)
+            h.fib[i] = ()
+        for node in self.nodes.values():
+            node.fib1 = [t[0] if len(t) == 1 else None for t in node.fib]
         # Lossless: shared buffer, headroom, release queues.
         if cfg.lossless:
             for sw in self.switches:

@@ -19,7 +19,7 @@ from collections.abc import Hashable, Iterable, Mapping
 
 import networkx as nx
 
-__all__ = ["next_hops", "flow_hash", "ecmp_index", "splitmix64", "MASK64"]
+__all__ = ["next_hops", "group_next_hops", "flow_hash", "ecmp_index", "splitmix64", "MASK64"]
 
 MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -45,6 +45,50 @@ def ecmp_index(h: int, switch_salt: int, n: int) -> int:
     return ((((h ^ switch_salt) * _GOLDEN) & MASK64) >> 32) % n
 
 
+def group_next_hops(
+    graph: nx.Graph,
+    hosts: Iterable[Hashable],
+    attach: Mapping[Hashable, Hashable] | None = None,
+) -> tuple[list[int], list[Hashable], dict[Hashable, list[tuple[Hashable, ...]]]]:
+    """Shortest-path successors computed once per *group* of hosts.
+
+    Hosts with the same access switch (``attach``) form one group whose root is that
+    switch; other hosts are their own group and root. Returns ``(host_group, roots,
+    table)``: ``host_group[i]`` is the group of the i-th host, ``roots[g]`` the group's
+    root, ``table[node][g]`` the sorted neighbours of ``node`` on a shortest path to the
+    root (empty at the root). Towards a host ``h`` in group ``g`` the successors are
+    ``table[node][g]``, except at the root (``(h,)``) and at ``h`` itself (``()``).
+    """
+    hosts = list(hosts)
+    attach = dict(attach or {})
+    nodes = list(graph.nodes)
+    order = {n: i for i, n in enumerate(sorted(nodes, key=str))}
+    adj = {n: sorted(graph.adj[n], key=order.__getitem__) for n in nodes}
+    roots: list[Hashable] = []
+    group_of_root: dict[Hashable, int] = {}
+    host_group: list[int] = []
+    for h in hosts:
+        a = attach.get(h)
+        root = a if a is not None and graph.degree(h) == 1 else h
+        g = group_of_root.get(root)
+        if g is None:
+            g = group_of_root[root] = len(roots)
+            roots.append(root)
+        host_group.append(g)
+    table: dict[Hashable, list[tuple[Hashable, ...]]] = {n: [] for n in nodes}
+    for root in roots:
+        dist = nx.single_source_shortest_path_length(graph, root)
+        get = dist.get
+        for n in nodes:
+            d = get(n)
+            if d is None or d == 0:
+                table[n].append(())
+            else:
+                d -= 1
+                table[n].append(tuple(m for m in adj[n] if get(m) == d))
+    return host_group, roots, table
+
+
 def next_hops(
     graph: nx.Graph,
     hosts: Iterable[Hashable],
@@ -54,42 +98,15 @@ def next_hops(
     ``host`` (empty tuple for ``node == host``).
 
     ``attach`` maps each host to its access switch; hosts sharing an access switch share a
-    BFS. Hosts with several links (no ``attach`` entry) get their own BFS.
+    BFS (see :func:`group_next_hops`). Hosts with several links get their own BFS.
     """
     hosts = list(hosts)
-    attach = dict(attach or {})
-    nodes = list(graph.nodes)
-    order = {n: i for i, n in enumerate(sorted(nodes, key=str))}
-    table: dict[Hashable, dict[Hashable, tuple[Hashable, ...]]] = {n: {} for n in nodes}
-    groups: dict[Hashable, list[Hashable]] = {}
-    for h in hosts:
-        a = attach.get(h)
-        if a is None or graph.degree(h) != 1:
-            groups.setdefault(("host", h), []).append(h)
-        else:
-            groups.setdefault(a, []).append(h)
-    for key, members in groups.items():
-        if isinstance(key, tuple) and len(key) == 2 and key[0] == "host" and key[1] in members:
-            root = key[1]
-        else:
-            root = key
-        dist = nx.single_source_shortest_path_length(graph, root)
-        shared: dict[Hashable, tuple[Hashable, ...]] = {}
-        for n in nodes:
-            d = dist.get(n)
-            if d is None or d == 0:
-                continue
-            hops = tuple(sorted((m for m in graph.adj[n] if dist.get(m) == d - 1), key=order.__getitem__))
-            shared[n] = hops
-        for h in members:
-            for n, hops in shared.items():
-                table[n][h] = hops
-            if root != h:
-                # Correct the entries that differ for a host behind a shared access switch:
-                # the access switch itself forwards straight to the host, and the host's
-                # own entry is empty; other hosts on the same switch reach it via the switch.
-                table[root][h] = (h,)
-                table[h][h] = ()
-            else:
-                table[h][h] = ()
+    host_group, roots, groups = group_next_hops(graph, hosts, attach)
+    table: dict[Hashable, dict[Hashable, tuple[Hashable, ...]]] = {}
+    for n, row in groups.items():
+        table[n] = {h: row[g] for h, g in zip(hosts, host_group)}
+    for h, g in zip(hosts, host_group):
+        if roots[g] != h:
+            table[roots[g]][h] = (h,)
+        table[h][h] = ()
     return table
