@@ -248,7 +248,13 @@ class Port:
         """Pick the arrival handler specialised for the peer (called once the network is built)."""
         peer = self.peer
         if self.net.config.lossless:
-            self._deliver_cb = self._deliver  # pauses can empty a pipe under a pending event
+            # Pauses can take packets back from a pipe under a pending event.
+            if isinstance(peer, Host):
+                self._deliver_cb = self._deliver_host_checked
+            elif isinstance(peer, Switch):
+                self._deliver_cb = self._deliver_switch_lossless
+            else:
+                self._deliver_cb = self._deliver
         elif isinstance(peer, Host):
             self._deliver_cb = self._deliver_host
         elif isinstance(peer, Switch):
@@ -455,10 +461,90 @@ class LosslessPort(Port):
             self.ecn_marks += 1
         self.tx_packets += 1
         self.tx_bytes += size
-        self._commit(pkt, in_idx, tx)
+        # --- _commit, inlined ---
+        end = bu + tx
+        self.busy_until = end
+        arrive = end + self.delay_ps
+        self.pipe.append((arrive, pkt))
+        rel = self.release
+        if rel is not None:
+            rel.append((end, size, in_idx))
+            if not self.rel_armed:
+                self.rel_armed = True
+                heappush(self._heap, (end, next(self._cnt), self._release_cb))
+        if not self.armed:
+            self.armed = True
+            heappush(self._heap, (arrive, next(self._cnt), self._deliver_cb))
         if self._trace is not None:
             self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // self.ps_per_byte))
         return True
+
+    def _deliver_host_checked(self) -> None:
+        """Arrival at a host in a lossless network (a pause may have emptied the pipe
+        under the pending event, so the head's time is checked)."""
+        pipe = self.pipe
+        now = self._eng.now
+        while pipe:
+            head = pipe[0]
+            if head[0] > now:
+                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
+                return
+            pipe.popleft()
+            pkt = head[1]
+            d = pkt.deliver
+            if d is not None:
+                d(pkt)
+            else:
+                self.peer.receive_unbound(pkt)
+        self.armed = False
+
+    def _deliver_switch_lossless(self) -> None:
+        """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
+        sw = self.peer
+        if sw.hooked:
+            self._deliver()
+            return
+        pipe = self.pipe
+        now = self._eng.now
+        idx = self.peer_index
+        fib1 = sw.fib1
+        ingress = sw.ingress_bytes
+        while pipe:
+            head = pipe[0]
+            if head[0] > now:
+                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
+                return
+            pipe.popleft()
+            pkt = head[1]
+            dst = pkt.dst
+            out = fib1[dst]
+            if out is None:
+                ports = sw.fib[dst]
+                n = len(ports)
+                if not n:
+                    self.net._drop(None, pkt, DROP_NO_ROUTE, node=sw)
+                    continue
+                out = ports[((((pkt.flow_hash ^ sw.salt) * _GOLDEN) & MASK64) >> 32) % n]
+            # --- Switch._admit, inlined ---
+            size = pkt.size_bytes
+            used = sw.used_bytes + size
+            if used > sw.buffer_bytes:
+                self.net._drop(out, pkt, DROP_LOSSLESS_OVERFLOW)
+                continue
+            sw.used_bytes = used
+            if used > sw.peak_used_bytes:
+                sw.peak_used_bytes = used
+            ib = ingress[idx] + size
+            ingress[idx] = ib
+            if not sw.pause_sent[idx]:
+                thr = sw.pfc_static
+                if thr is None:
+                    free = sw.pool_bytes - used
+                    thr = int(sw.pfc_alpha * free) if free > 0 else 0
+                if ib > thr:
+                    sw._send_pfc(idx, True)
+            out.send(pkt, idx)
+        self.armed = False
 
     def _commit(self, pkt: SimPacket, in_idx: int, tx: int) -> None:
         """Fix the transmission slot of a packet (now, or when a pause ends)."""
