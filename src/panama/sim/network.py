@@ -345,11 +345,9 @@ class Port:
 
     def _deliver_switch(self) -> None:
         """Arrival at a lossy switch: ECMP forwarding and the next port's :meth:`send`
-        inlined (the hot path of the simulator). Hooked switches take the generic path."""
+        inlined (the hot path of the simulator); hooked kinds go to their hook."""
         sw = self.peer
-        if sw.hooked:
-            self._deliver()
-            return
+        hooks = sw.hooked
         pipe = self.pipe
         popleft = pipe.popleft
         now = self._eng.now
@@ -357,6 +355,16 @@ class Port:
         while True:
             # The head is due: nothing but arrivals removes packets from a lossy pipe.
             pkt = popleft()[1]
+            if hooks is not None and hooks[pkt.kind] is not None:
+                sw._run_hook(pkt, self.peer_index, hooks[pkt.kind])
+                if not pipe:
+                    self.armed = False
+                    return
+                t = pipe[0][0]
+                if t > now:
+                    heappush(self._heap, (t, next(self._cnt), self._deliver_cb))
+                    return
+                continue
             dst = pkt.dst
             out = fib1[dst]  # dst == -1 hits the trailing "no route" entries
             if out is None:
@@ -501,9 +509,7 @@ class LosslessPort(Port):
     def _deliver_switch_lossless(self) -> None:
         """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
         sw = self.peer
-        if sw.hooked:
-            self._deliver()
-            return
+        hooks = sw.hooked
         pipe = self.pipe
         now = self._eng.now
         idx = self.peer_index
@@ -516,6 +522,9 @@ class LosslessPort(Port):
                 return
             pipe.popleft()
             pkt = head[1]
+            if hooks is not None and hooks[pkt.kind] is not None:
+                sw._run_hook(pkt, idx, hooks[pkt.kind])
+                continue
             dst = pkt.dst
             out = fib1[dst]
             if out is None:
@@ -752,7 +761,7 @@ class Switch(Node):
     def __init__(self, net: Network, name: str, kind: str):
         super().__init__(net, name, kind)
         self.hooks: list[PacketHook | None] = [None] * NUM_KINDS
-        self.hooked = False
+        self.hooked: list[PacketHook | None] | None = None  # ``hooks`` if any is set
         self.hook_latency_ps = 0
         self.lossless = False
         self.buffer_bytes = 0
@@ -772,12 +781,7 @@ class Switch(Node):
     def receive(self, pkt: SimPacket, in_idx: int) -> None:
         hook = self.hooks[pkt.kind]
         if hook is not None:
-            out = hook(pkt, self.ports[in_idx].peer.name if in_idx >= 0 else self.name)
-            if out:
-                if self.hook_latency_ps:
-                    self._delay(out, in_idx)
-                else:
-                    self._emit(out, in_idx)
+            self._run_hook(pkt, in_idx, hook)
             return
         dst = pkt.dst
         fib = self.fib
@@ -797,6 +801,14 @@ class Switch(Node):
         port.send(pkt, in_idx)
 
     # ------------------------------------------------------------------ hooks
+    def _run_hook(self, pkt: SimPacket, in_idx: int, hook: PacketHook) -> None:
+        out = hook(pkt, self.ports[in_idx].peer.name if in_idx >= 0 else self.name)
+        if out:
+            if self.hook_latency_ps:
+                self._delay(out, in_idx)
+            else:
+                self._emit(out, in_idx)
+
     def set_hook(self, kind: int, hook: PacketHook | None, latency_ps: int = 0) -> None:
         """Hand packets of ``kind`` arriving here to ``hook(pkt, from_node)``; forward the
         returned ``(neighbour, packet)`` pairs after ``latency_ps`` (FIFO)."""
@@ -806,7 +818,7 @@ class Switch(Node):
             raise ValueError(f"latency_ps: must be >= 0, got {latency_ps!r}")
         self.hooks[kind] = hook
         self.hook_latency_ps = int(latency_ps)
-        self.hooked = any(h is not None for h in self.hooks)
+        self.hooked = self.hooks if any(h is not None for h in self.hooks) else None
 
     def emit(self, neighbour: str, pkt: SimPacket) -> bool:
         """Send a switch-originated packet (e.g. from an accelerator timer) to a neighbour."""
