@@ -180,3 +180,21 @@ def test_cli_reproduce_tiny(tmp_path):
     sweep = json.loads((out / "shared-cluster-sweep" / "summary.json").read_text())
     assert [g["params"]["load"] for g in sweep["groups"]] == [0.2, 0.4]
     assert (out / "shared-cluster-sweep" / "sweep.png").is_file()
+
+
+def test_cli_shared_cluster_on_dask_scheduler(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    local = tmp_path / "local"
+    assert subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--schemes", "ring,panama",
+                           "--jobs", "1", "--no-plot", "-q", "--out", str(local)]).returncode == 0
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
+                                  host="127.0.0.1", dashboard_address=None) as cluster:
+        proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--schemes", "ring,panama",
+                               "--scheduler", cluster.scheduler_address, "--no-plot", "-q", "--out", str(tmp_path / "dask")],
+                              capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    a = json.loads((local / "summary.json").read_text())["schemes"]
+    b = json.loads((tmp_path / "dask" / "summary.json").read_text())["schemes"]
+    for scheme in ("ring", "panama"):
+        for key in ("short_fct_p99_us", "large_job_training_time_s", "bytes_total"):
+            assert a[scheme][key] == b[scheme][key]
