@@ -110,3 +110,27 @@ def test_pause_holds_unstarted_packets_and_resume_sends_them():
     assert got == [(4_400_000, 0), (14_400_000, 1), (15_600_000, 2)]
     assert nic.pauses == 1 and nic.paused_ps == us(10) - us(0.6)
     assert nic.tx_packets == 3
+
+
+def test_hooks_in_a_lossless_network_charge_outputs_and_release_them():
+    rng = np.random.default_rng(0)
+    eng = Engine(progress=False)
+    net = Network(eng, star(3), NetworkConfig(lossless=True), rng=rng)
+    got = {"h1": [], "h2": []}
+    for h in got:
+        net.attach(h, lambda p, h=h: got[h].append((eng.now, p.inner)))
+
+    def hook(pkt, from_node):
+        return [(h, SimPacket(KIND_OTHER + 1, -1, -1, 1500, inner=(from_node, pkt.seq))) for h in ("h1", "h2")]
+
+    net.set_packet_hook("tor0", hook, kinds=(KIND_OTHER + 1,), latency_ps=us(1))
+    for i in range(5):
+        net.hosts[0].send(SimPacket(KIND_OTHER + 1, 0, -1, 1500, seq=i))
+        net.send("h0", SimPacket(KIND_OTHER, 0, 2, 1500, seq=100 + i, inner="plain"))
+    eng.run()
+    assert [x for _, x in got["h1"]] == [("h0", i) for i in range(5)]
+    assert sorted(x for _, x in got["h2"] if x != "plain") == [("h0", i) for i in range(5)]
+    assert sum(1 for _, x in got["h2"] if x == "plain") == 5
+    sw = net.switch("tor0")
+    assert sw.used_bytes == 0 and all(b == 0 for b in sw.ingress_bytes)
+    assert sw.peak_used_bytes >= 3000
