@@ -133,3 +133,22 @@ def test_trace_recorder_filters_events():
     rec((1, "keep", "x"))
     rec((2, "drop-me", "y"))
     assert rec.records == [(1, "keep", "x")]
+
+
+def test_long_runs_print_a_status_line(capsys):
+    eng = Engine(progress_after_s=0.0, progress_every_s=0.0)
+    left = [50_000]
+
+    def tick():
+        left[0] -= 1
+        if left[0]:
+            eng.push(eng.now + 1_000, tick)
+
+    eng.at(0, tick)
+    eng.run(until_ps=10**12)
+    err = capsys.readouterr().err
+    assert "[sim] t=" in err and "events=" in err
+    quiet = Engine(progress=False, progress_after_s=0.0, progress_every_s=0.0)
+    quiet.at(0, lambda: None)
+    quiet.run()
+    assert capsys.readouterr().err == ""

@@ -45,13 +45,13 @@ class StopRun(Exception):
 class Engine:
     """The event list and the simulated clock.
 
-    ``progress``: ``None`` (default) shows a periodic status line on stderr only for runs
-    that last more than ``progress_after_s`` wall seconds; ``False`` never; ``True`` is
-    the same as ``None``. ``trace``: ``None`` or a callable receiving flat tuples
+    ``progress``: ``None`` (default) shows a status line on stderr every
+    ``progress_every_s`` wall seconds once a run has lasted ``progress_after_s``;
+    ``False`` never; ``True`` is the same as ``None``. ``trace``: ``None`` or a callable receiving flat tuples
     ``(time_ps, event, *fields)`` (schema in docs/simulator-network.md).
     """
 
-    __slots__ = ("now", "heap", "counter", "trace", "progress", "progress_after_s", "events")
+    __slots__ = ("now", "heap", "counter", "trace", "progress", "progress_after_s", "progress_every_s", "events")
 
     def __init__(
         self,
@@ -59,6 +59,7 @@ class Engine:
         trace: Callable[[tuple], None] | None = None,
         progress: bool | None = None,
         progress_after_s: float = 3.0,
+        progress_every_s: float = 2.0,
     ):
         self.now: int = 0
         self.heap: list[tuple[int, int, Callable[[], Any]]] = []
@@ -68,6 +69,7 @@ class Engine:
         self.trace = trace
         self.progress = progress
         self.progress_after_s = progress_after_s
+        self.progress_every_s = progress_every_s
         self.events: int = 0  # events processed so far (all runs)
 
     # ------------------------------------------------------------------ scheduling
@@ -164,7 +166,8 @@ class _Status:
 
     def tick(self, n: int) -> None:
         w = time.monotonic()
-        if w - self.wall0 < self.engine.progress_after_s or w - self.last < 2.0:
+        eng = self.engine
+        if w - self.wall0 < eng.progress_after_s or (self.shown and w - self.last < eng.progress_every_s):
             return
         self.last = w
         self.shown = True
