@@ -302,7 +302,8 @@ def run_sweep(
                     else:
                         finish(pid, p, result, elapsed)
             else:
-                with cf.ProcessPoolExecutor(max_workers=n_jobs) as pool:
+                pool = cf.ProcessPoolExecutor(max_workers=n_jobs)
+                try:
                     futures = {pool.submit(_timed_call, fn, p): (pid, p) for pid, p in todo}
                     for fut in cf.as_completed(futures):
                         pid, p = futures[fut]
@@ -312,6 +313,11 @@ def run_sweep(
                             fail(pid, exc)
                         else:
                             finish(pid, p, result, elapsed)
+                except BaseException:
+                    # interrupted: drop queued points; finished ones are already on disk
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+                pool.shutdown()
     finally:
         bar.close()
 
