@@ -134,3 +134,29 @@ def test_hooks_in_a_lossless_network_charge_outputs_and_release_them():
     sw = net.switch("tor0")
     assert sw.used_bytes == 0 and all(b == 0 for b in sw.ingress_bytes)
     assert sw.peak_used_bytes >= 3000
+
+
+def test_static_threshold_that_could_overflow_is_rejected():
+    with pytest.raises(ValueError, match="pfc_static_threshold_bytes"):
+        Network(Engine(progress=False), star(9),
+                NetworkConfig(lossless=True, switch_buffer_bytes=200_000, pfc_static_threshold_bytes=30_000),
+                rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_traffic_on_small_buffers_is_lossless(seed):
+    rng = np.random.default_rng(seed)
+    topo = leaf_spine(3, 2, 4)
+    eng = Engine(progress=False)
+    net = Network(eng, topo, NetworkConfig(lossless=True, switch_buffer_bytes=90_000), rng=rng)
+    tcp = Dctcp(net, rng=rng)
+    flows = []
+    for _ in range(40):
+        a, b = rng.choice(len(topo.hosts), size=2, replace=False)
+        flows.append(tcp.start_flow(topo.hosts[a], topo.hosts[b], int(rng.integers(1_000, 100_000)),
+                                    int(rng.integers(0, us(100)))))
+    eng.run(ms(100))
+    c = net.counters()
+    assert c["drops_total"] == 0 and c["pfc_pauses"] > 0
+    assert all(f.done for f in flows) and sum(f.timeouts for f in flows) == 0
+    assert all(sw.peak_used_bytes <= sw.buffer_bytes for sw in net.switches)

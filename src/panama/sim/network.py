@@ -1028,6 +1028,13 @@ class Network:
                         f"switch_buffer_bytes: {sw.buffer_bytes} B at {sw.name} leaves "
                         f"{sw.pool_bytes} B after {headroom} B of PFC headroom; need at least one MTU per port"
                     )
+                static = cfg.pfc_static_threshold_bytes
+                if static is not None and static * n + headroom > sw.buffer_bytes:
+                    raise ValueError(
+                        f"pfc_static_threshold_bytes: {static} B x {n} ports + {headroom} B of headroom "
+                        f"exceeds the {sw.buffer_bytes} B buffer of {sw.name}; lossless operation needs "
+                        f"at most {max(0, (sw.buffer_bytes - headroom) // n)} B"
+                    )
                 sw.ingress_bytes = [0] * (n + 1)
                 sw.pause_sent = [False] * n
                 sw.pfc_alpha = cfg.pfc_alpha
