@@ -132,6 +132,8 @@ def test_cli_shared_cluster_and_errors(tmp_path):
         (["--schemes", "ring,bogus"], "--schemes"),
         (["--sweep", "load=abc"], "background.load"),
         (["--sweep", "load"], "--sweep"),
+        (["--sweep", "load=0.3", "trees=1,2", "bogus"], "--sweep"),  # unquoted axes after --sweep
+        (["--sweep", "load=0.3", "trees=0"], "panama.num_trees"),
         (["--set", "panama.num_trees=0"], "panama.num_trees"),
     ):
         proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--out", str(tmp_path / "x"),

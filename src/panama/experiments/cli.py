@@ -190,11 +190,15 @@ def _resolve_shared_cluster(quick: bool, preset: str | None, scenario_path: Path
 @_shared_cluster_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output directory (resumes finished runs found there). Default: panama-out/shared-cluster[-quick].")
+@click.argument("more_axes", nargs=-1, metavar="[KEY=V1,V2]...")
 def shared_cluster_cmd(quick: bool, preset: str | None, scenario_path: Path | None, sets: tuple[str, ...], schemes: str,
                        load: float | None, trees: int | None, seed: int | None, seeds: str | None,
                        sweeps: tuple[str, ...], jobs: int | None, scheduler: str | None, keep_runs: bool,
-                       fresh: bool, no_plot: bool, quiet: bool, out_dir: Path | None) -> None:
+                       fresh: bool, no_plot: bool, quiet: bool, out_dir: Path | None, more_axes: tuple[str, ...]) -> None:
     """The main result: the same shared-cluster workload and seed under each scheme, normalised to ring.
+
+    Trailing KEY=V1,V2 arguments are more sweep axes, so
+    `--sweep load=0.3,0.5,0.7 trees=1,2,4 seed=1,2,3` works without quotes.
 
     Background web-search flows at a target load share a fat-tree (or leaf-spine) with
     data-parallel jobs, some above and some below the (scaled) 40 MB in-network threshold.
@@ -206,7 +210,8 @@ def shared_cluster_cmd(quick: bool, preset: str | None, scenario_path: Path | No
     from panama.experiments.sweep import SweepError
     from panama.sim.scenario import ScenarioError
 
-    kw = _resolve_shared_cluster(quick, preset, scenario_path, sets, schemes, load, trees, seed, seeds, sweeps, jobs)
+    kw = _resolve_shared_cluster(quick, preset, scenario_path, sets, schemes, load, trees, seed, seeds,
+                                 sweeps + more_axes, jobs)
     if out_dir is None:
         out_dir = DEFAULT_OUT / ("shared-cluster" if kw["preset"] in ("full", "file") else f"shared-cluster-{kw['preset']}")
     try:
