@@ -169,7 +169,7 @@ def _state_file(state_path):
 @click.option("--packet-memory", default=512, show_default=True, type=int)
 @click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16369].")
 @click.option("--threshold-bytes", default=0, show_default=True, type=int)
-@click.option("--heartbeat-timeout", default=3.0, show_default=True, type=float)
+@click.option("--heartbeat-timeout", default=5.0, show_default=True, type=float)
 @click.option("--drop-prob", default=0.0, show_default=True, type=float, help="Loss injected at every switch.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)

@@ -82,7 +82,7 @@ class LocalCluster:
     threshold_bytes: int = 0
     max_jobs_per_switch: int = 8
     trees: int | None = None
-    heartbeat_timeout_s: float = 3.0
+    heartbeat_timeout_s: float = 5.0
     drop_prob: float = 0.0
     switch_drop_prob: dict[str, float] = field(default_factory=dict)
     seed: int = 0

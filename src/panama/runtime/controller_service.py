@@ -47,6 +47,7 @@ log = logging.getLogger("panama.controller")
 
 API = "/v1"
 MAX_WAIT_S = 600.0
+PROBE_TIMEOUTS_DOWN = 3  # consecutive /health timeouts before a daemon counts as down
 HISTORY = 200
 
 REGISTERING = "registering"
@@ -71,6 +72,7 @@ class SwitchInfo:
     control: Address
     up: bool = True
     error: str = ""
+    timeouts: int = 0
     payload_elems: int | None = None
     packet_memory: int | None = None
 
@@ -274,11 +276,17 @@ class ControllerService:
             if status != 200 or not isinstance(data, dict):
                 raise RuntimeError(f"HTTP {status}")
         except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, OSError) as exc:
+            # A refused connection means the daemon is gone; a slow answer may only mean a
+            # busy CPU, so it takes PROBE_TIMEOUTS_DOWN consecutive timeouts.
+            sw.timeouts = sw.timeouts + 1 if isinstance(exc, asyncio.TimeoutError) else PROBE_TIMEOUTS_DOWN
+            if sw.timeouts < PROBE_TIMEOUTS_DOWN:
+                return sw.up
             if sw.up:
                 log.warning("switch %s (control %s) is not answering: %s", sw.name, format_addr(sw.control), exc or type(exc).__name__)
             sw.up = False
             sw.error = str(exc) or type(exc).__name__
             return False
+        sw.timeouts = 0
         if data.get("udp") and data["udp"] != format_addr(sw.udp):
             sw.up = False
             sw.error = f"daemon reports udp {data['udp']}, cluster file says {format_addr(sw.udp)}"
@@ -295,6 +303,20 @@ class ControllerService:
         targets = [self.switches[n] for n in (names if names is not None else list(self.switches))]
         await asyncio.gather(*(self.probe(sw) for sw in targets))
 
+    async def _reset_daemons(self) -> None:
+        """Remove jobs a previous controller left on the daemons (this one starts with none)."""
+
+        async def reset(sw: SwitchInfo) -> None:
+            try:
+                status, data = await self._switch_call(sw, "GET", "/jobs")
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                return
+            for job_id in (data.get("jobs") or {}) if status == 200 and isinstance(data, dict) else ():
+                log.warning("switch %s: removing job %s left by a previous controller", sw.name, job_id)
+                await self._delete_on(sw.name, int(job_id))
+
+        await asyncio.gather(*(reset(sw) for sw in self.switches.values()))
+
     async def _ensure_controller(self) -> Controller:
         if self.controller is None:
             await self.probe_all()
@@ -304,6 +326,7 @@ class ControllerService:
                     text=json.dumps({"error": f"switch daemons not answering: {', '.join(down)}"}),
                     content_type="application/json",
                 )
+            await self._reset_daemons()
             memory = min(s.packet_memory or 4096 for s in self.switches.values())
             self.controller = Controller(
                 self.topology,

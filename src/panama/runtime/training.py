@@ -678,12 +678,13 @@ def _fail(
             continue
         if kind == "error":
             errors.setdefault(rank, payload)
-    lines = []
-    for rank in sorted(errors):
-        lines.append(f"worker rank {rank} failed: {errors[rank]['error']}")
-    for rank, p in enumerate(procs):
-        if rank not in errors and p.exitcode not in (None, 0):
-            lines.append(f"worker rank {rank} exited with code {p.exitcode} without reporting an error")
+    # Ranks that died silently first: they are usually the cause of the others' errors.
+    lines = [
+        f"worker rank {rank} exited with code {p.exitcode} without reporting an error"
+        for rank, p in enumerate(procs)
+        if rank not in errors and p.exitcode not in (None, 0)
+    ]
+    lines += [f"worker rank {rank} failed: {errors[rank]['error']}" for rank in sorted(errors)]
     if not lines and dead_hint:
         lines = [f"worker rank {r} exited with code {code} before finishing" for r, code in dead_hint]
     detail = ""
