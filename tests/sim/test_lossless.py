@@ -27,7 +27,7 @@ def scenario(**over) -> Scenario:
         "network": {"pfc": True, "switch_buffer_bytes": 200_000},
         "pswitch": {"packet_memory_slots": MEMORY},
         "panama": {"threshold_bytes": 0, "num_trees": 2, "max_jobs_per_switch": 8},
-        "background": {"workload": "web-search", "load": 0.5, "max_flow_bytes": 300_000},
+        "background": {"workload": "fb-hadoop", "load": 0.5},
         "jobs": jobs,
     } | over
     return Scenario.model_validate(data)
