@@ -30,9 +30,10 @@ Model (details and rationale in docs/simulator-network.md)
   and a per-switch seeded salt.
 * PANAMA packets: a switch can carry *packet hooks* per packet kind. A hooked packet is
   handed to ``hook(packet, from_node)``; the hook returns ``(neighbour_name, packet)``
-  pairs to forward (optionally after a fixed processing latency). Hooked packets are
-  consumed by the hook and not charged to the switch buffer; their outputs are charged
-  to the ingress of the packet that triggered them.
+  pairs to forward (optionally after a fixed processing latency), one distinct packet
+  object per pair (the network mutates ``ecn`` in flight). Hooked packets are consumed
+  by the hook and not charged to the switch buffer; their outputs are charged to the
+  ingress of the packet that triggered them.
 * Hosts deliver a packet to ``packet.deliver(packet)`` when set, else to the handler
   attached with :meth:`Network.attach`. After delivery the network holds no reference
   to the packet: receivers may reuse it (e.g. turn a data packet into its ACK).
@@ -41,7 +42,7 @@ Model (details and rationale in docs/simulator-network.md)
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import heappush
 from typing import Any
