@@ -89,6 +89,10 @@ def test_plots_are_written(tmp_path):
         (["--set", "topology.spec=fat-tree:k=3"], "topology.spec"),
         (["--set", "background.workload=nosuch"], "background.workload"),
         (["--set", "jobs.0.hosts=['h0','h999']"], "jobs.0.hosts"),
+        (["--set", "network.switch_buffer_bytes=2000"], "network.switch_buffer_bytes"),
+        (["--set", "pswitch.packet_memory_slots=1"], "pswitch.packet_memory_slots"),
+        (["--set", "jobs.0.workers=99"], "jobs.0.workers"),
+        (["--set", "background.hosts=['h0','s1']"], "background.hosts"),
     ],
 )
 def test_bad_values_exit_2_naming_the_key(tmp_path, capsys, args, needle):
@@ -107,3 +111,16 @@ def test_bad_scenario_file_via_subprocess(tmp_path):
                                "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "network.pfc" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_topology_overrides_change_link_rates_and_delays():
+    from panama.sim.runner import build_topology
+    from panama.sim.scenario import load_scenario
+
+    sc = load_scenario(None, ["topology.host_rate_gbps=25", "topology.fabric_rate_gbps=100", "topology.link_delay_us=2.5"])
+    topo = build_topology(sc)
+    for a, b, rate, delay in topo.links():
+        assert delay == 2_500_000
+        assert rate == (25e9 if topo.is_host(a) or topo.is_host(b) else 100e9)
+    plain = build_topology(load_scenario(None))
+    assert {r for *_, r, _ in plain.links()} == {10e9}

@@ -79,6 +79,21 @@ def build_topology(sc: Scenario) -> Topology:
         raise ScenarioError("topology", str(exc)) from None
 
 
+# NetworkConfig field -> scenario key (for error messages).
+_NETWORK_KEYS = {
+    "ecn_k_packets_at_10g": "network.ecn_k_packets",
+    "lossless": "network.pfc",
+}
+
+
+def _network_error(exc: ValueError) -> ScenarioError:
+    field, sep, detail = str(exc).partition(":")
+    if not sep or " " in field.strip():
+        return ScenarioError("network", str(exc))
+    field = field.strip()
+    return ScenarioError(_NETWORK_KEYS.get(field, f"network.{field}"), detail.strip())
+
+
 def network_config(sc: Scenario) -> NetworkConfig:
     n = sc.network
     try:
@@ -94,7 +109,7 @@ def network_config(sc: Scenario) -> NetworkConfig:
             pfc_headroom_factor=n.pfc_headroom_factor,
         )
     except ValueError as exc:
-        raise ScenarioError("network." + str(exc).split(":", 1)[0], str(exc).split(":", 1)[-1].strip()) from None
+        raise _network_error(exc) from None
 
 
 def mark_host_queues(net: Network) -> None:
@@ -154,7 +169,10 @@ class Simulation:
         self.rngs = {k: np.random.default_rng(v) for k, v in streams.items()}
         self.topology = build_topology(sc)
         self.engine = Engine(progress=False)
-        self.net = Network(self.engine, self.topology, network_config(sc), rng=self.rngs["network"])
+        try:
+            self.net = Network(self.engine, self.topology, network_config(sc), rng=self.rngs["network"])
+        except ValueError as exc:
+            raise _network_error(exc) from None
         if sc.network.ecn and sc.network.host_ecn:
             mark_host_queues(self.net)
         dcfg = dctcp_config(sc)
