@@ -550,6 +550,9 @@ def _train_processes(
     workers = cfg.workers
     job = (cfg.job or f"train-{uuid.uuid4().hex[:10]}") if cfg.allreduce == "panama" else None
     ctx = worker_context()
+    if on_status is not None:
+        cluster = " and a local PANAMA cluster" if cfg.allreduce == "panama" and cfg.controller is None else ""
+        on_status(f"starting {workers} worker processes{cluster}")
     with tempfile.TemporaryDirectory(prefix="panama-train-") as tmpdir, _controller_for(cfg) as controller:
         out_queue = ctx.Queue()
         store_path = os.path.join(tmpdir, "gloo-store")
