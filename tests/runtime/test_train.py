@@ -228,6 +228,8 @@ def test_monitor_times_out_on_silence():
         (["--lr", "-1"], "--lr"),
         (["--allreduce", "gloo", "--controller", "127.0.0.1:9"], "--controller"),
         (["--controller", "nohost"], "--controller"),
+        (["--timeout", "0"], "--timeout:"),
+        (["--threads", "0"], "--threads"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_option(args, field, capsys):

@@ -15,7 +15,7 @@ ALLREDUCE_CHOICES = ("panama", "gloo", "local")
 def _config_error(exc: ValidationError) -> click.UsageError:
     first = exc.errors()[0]
     field = str(first["loc"][0]) if first.get("loc") else "config"
-    option = "--" + field.replace("_", "-")
+    option = {"timeout_s": "--timeout"}.get(field, "--" + field.replace("_", "-"))
     return usage_error(option, first.get("msg", "invalid value").removeprefix("Value error, "))
 
 
