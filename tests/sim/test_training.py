@@ -129,3 +129,35 @@ def test_dctcp_tree_window_grows_from_one():
         cc.on_result(seq, False, 0xFFFF, snd_nxt)
         snd_nxt = seq + 1 + cc.window
     assert cc.window > 8
+
+
+def test_panama_and_ring_jobs_side_by_side_on_one_fabric():
+    """Both jobs run at once on one fabric: same iteration count; each worker's uplink
+    carries S (+ headers) per iteration in-network and 2(N-1)/N*S (+ headers, ACKs) with ring."""
+    iters, n = 4, 4
+    sc = Scenario.model_validate({
+        "seed": 2,
+        "duration_ms": 0.1,
+        "topology": {"spec": "leaf-spine:leaves=2,spines=2,hosts_per_leaf=4"},
+        "background": {"load": 0.0},
+        "panama": {"threshold_bytes": 0, "num_trees": 2},
+        "jobs": [
+            {"name": "inet", "hosts": ["h0", "h1", "h4", "h5"], "gradient_bytes": GRAD, "compute_us": 20.0,
+             "iterations": iters, "scheme": "panama"},
+            {"name": "ring", "hosts": ["h2", "h3", "h6", "h7"], "gradient_bytes": GRAD, "compute_us": 20.0,
+             "iterations": iters, "scheme": "ring"},
+        ],
+    })
+    r = run_scenario(sc, progress=False)
+    jobs = r.summary["jobs"]
+    assert jobs["inet"]["scheme_used"] == "panama" and jobs["ring"]["scheme_used"] == "ring"
+    assert jobs["inet"]["iterations_done"] == jobs["ring"]["iterations_done"] == iters
+    npkts = -(-GRAD // (4 * 361))
+    cfg = DctcpConfig()
+    chunk = ring_chunk_bytes(GRAD, n)
+    segs = -(-chunk // cfg.mss_bytes)
+    for h in ["h0", "h1", "h4", "h5"]:
+        assert uplink_bytes(r, h) == iters * (GRAD + 56 * npkts)
+    for h in ["h2", "h3", "h6", "h7"]:
+        assert uplink_bytes(r, h) == iters * ring_steps(n) * (chunk + segs * (cfg.header_bytes + cfg.ack_bytes))
+    assert r.summary["drops"] == 0
