@@ -87,3 +87,60 @@ def test_same_load_without_pfc_drops_packets():
     sim.run(progress=False)
     s = collect(sim).summary
     assert s["network_drops"] > 0
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from panama.sim.scenario import SCHEMES  # noqa: E402
+
+TOPOLOGIES = {
+    "fat-tree:k=4": 16,
+    "leaf-spine:leaves=3,spines=2,hosts_per_leaf=3": 9,
+    "leaf-spine:leaves=2,spines=3,hosts_per_leaf=2": 4,
+}
+
+
+@st.composite
+def random_scenarios(draw):
+    spec = draw(st.sampled_from(sorted(TOPOLOGIES)))
+    hosts = TOPOLOGIES[spec]
+    jobs = [
+        {
+            "workers": draw(st.integers(2, min(hosts, 6))),
+            "gradient_bytes": draw(st.integers(4, 200_000)),
+            "compute_us": draw(st.floats(0, 40)),
+            "iterations": draw(st.integers(1, 3)),
+            "scheme": draw(st.sampled_from(SCHEMES)),
+        }
+        for _ in range(draw(st.integers(1, 4)))
+    ]
+    return Scenario.model_validate({
+        "seed": draw(st.integers(0, 10_000)),
+        "duration_ms": 0.3,
+        "topology": {"spec": spec},
+        "network": {"pfc": True},
+        "pswitch": {"packet_memory_slots": draw(st.sampled_from([16, 64, 4096])),
+                    "processing_latency_ns": draw(st.sampled_from([0.0, 500.0]))},
+        "panama": {"threshold_bytes": draw(st.sampled_from([0, 50_000])), "num_trees": draw(st.integers(1, 4)),
+                   "max_jobs_per_switch": draw(st.integers(1, 4))},
+        "background": {"workload": "ali-storage", "load": draw(st.floats(0, 0.6))},
+        "jobs": jobs,
+    })
+
+
+@settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(random_scenarios())
+def test_random_lossless_scenarios_finish_without_any_drop(sc):
+    """Jobs admitted together, any schemes, memories and admission limits, PFC on: every job
+    and flow finishes, nothing is dropped, and the control state is empty afterwards."""
+    sim = Simulation(sc)
+    sim.run(progress=False)
+    s = collect(sim).summary
+    assert sim.finished and s["jobs_finished"] == len(sc.jobs)
+    assert s["drops"] == 0, {k: v for k, v in s["drops_by_reason"].items() if v}
+    assert s["background_completed"] == s["background_flows"]
+    assert sim.controller.is_empty()
+    for acc in sim.pswitches.accelerators.values():
+        acc.check_invariants()
+        assert acc.jobs() == [] and acc.used_slots == 0
