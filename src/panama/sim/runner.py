@@ -355,7 +355,7 @@ class _Status:
         iters = sum(j.iterations_done for j in sim.jobs)
         bg = sim.background
         line = (
-            f"\r[simulate] t={sim.engine.now / PS_PER_MS:.3f} ms of {sim.scenario.duration_ms:g} ms"
+            f"\r[simulate] t={sim.engine.now / PS_PER_MS:.3f} ms (arrivals until {sim.scenario.duration_ms:g} ms)"
             f" | {ev / 1e6:.2f}M events ({ev / (w - self.wall0) / 1e3:.0f}k/s)"
             f" | flows {bg.completed}/{len(sim.flow_specs)}"
             f" | iterations {iters}/{self.total_iters} | {w - self.wall0:.0f}s"
