@@ -143,34 +143,32 @@ def _compare_worker(rank: int, world: int, store_path: str, controller: str, job
         out_q.put((rank, {"error": traceback.format_exc()}))
 
 
-def test_two_process_gradients_match_gloo_allreduce(tmp_path):
-    from panama.runtime.cluster import LocalCluster
-
+def test_two_process_gradients_match_gloo_allreduce(tmp_path, cluster):
+    """Two ranks on the session's local cluster (conftest.py: small datagrams, many packets)."""
     world = 2
     ctx = worker_context()
     out_q = ctx.Queue()
-    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=world) as cluster:
-        procs = [
-            ctx.Process(
-                target=_compare_worker,
-                args=(r, world, str(tmp_path / "store"), cluster.controller, "ddp-hook-test", out_q),
-            )
-            for r in range(world)
-        ]
+    procs = [
+        ctx.Process(
+            target=_compare_worker,
+            args=(r, world, str(tmp_path / "store"), cluster.controller, "ddp-hook-test", out_q),
+        )
+        for r in range(world)
+    ]
+    for p in procs:
+        p.start()
+    reports = {}
+    try:
+        for _ in range(world):
+            rank, report = out_q.get(timeout=120)
+            assert "error" not in report, f"rank {rank} failed:\n{report['error']}"
+            reports[rank] = report
+    finally:
         for p in procs:
-            p.start()
-        reports = {}
-        try:
-            for _ in range(world):
-                rank, report = out_q.get(timeout=120)
-                assert "error" not in report, f"rank {rank} failed:\n{report['error']}"
-                reports[rank] = report
-        finally:
-            for p in procs:
-                p.join(timeout=30)
-                if p.is_alive():
-                    p.terminate()
-                    p.join(timeout=5)
+            p.join(timeout=30)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
     assert [p.exitcode for p in procs] == [0, 0]
 
     for rep in reports.values():
