@@ -247,3 +247,19 @@ def test_shrinking_tree_keeps_its_limit_until_workers_know_the_new_cap():
     acc.check_invariants()
     assert acc.tree_status(1, 0)["limit"] == 8 and acc.tree_status(2, 0)["limit"] == 8
     assert acc.drops[A.SHARE_EXCEEDED] == 0
+
+
+def test_reserved_share_lets_a_newcomer_start_at_once():
+    acc = Accelerator(12, 1, reserve_shares=1)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    assert acc.tree_status(1, 0)["target"] == 6
+    for seq in range(6):
+        acc.receive(contrib(seq, [1], job=1), "a")
+        acc.receive(contrib(seq, [1], job=1), "b")
+    acc.install_tree(2, 0, ["c", "d"], None)
+    assert acc.tree_status(2, 0)["limit"] == 4  # 12 // (2 + 1), all of it free now
+    acc.receive(contrib(0, [1], job=2), "c")
+    assert acc.drops[A.SHARE_EXCEEDED] == 0 and acc.occupancy() == {1: 6, 2: 1}
+    acc.check_invariants()
+    with pytest.raises(AcceleratorError, match="reserve_shares"):
+        Accelerator(4, reserve_shares=-1)

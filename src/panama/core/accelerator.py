@@ -180,6 +180,9 @@ class Accelerator:
     use it. ``group_results=True`` emits a result for all children of a tree as one
     ``(ALL_CHILDREN, packet)`` pair, to be replicated by the driver (a switch's multicast
     group) using :meth:`children_of`; unicast answers to retransmissions are unchanged.
+    ``reserve_shares`` keeps that many job shares free (share = memory // (jobs +
+    reserve)), so a job arriving while others run gets memory at once instead of waiting
+    for them to shrink; 0 is the source's rule (memory // jobs).
     """
 
     def __init__(
@@ -191,6 +194,7 @@ class Accelerator:
         store_payloads: bool = True,
         copy_payloads: bool = True,
         group_results: bool = False,
+        reserve_shares: int = 0,
     ):
         if packet_memory < 1:
             raise AcceleratorError(f"packet_memory must be >= 1 slot, got {packet_memory}")
@@ -202,6 +206,9 @@ class Accelerator:
         self.store_payloads = store_payloads
         self.copy_payloads = copy_payloads
         self.group_results = group_results
+        if reserve_shares < 0:
+            raise AcceleratorError(f"reserve_shares must be >= 0, got {reserve_shares}")
+        self.reserve_shares = reserve_shares
         if store_payloads:
             self._memory = np.zeros((packet_memory, payload_elems), dtype=np.float32)
             rows: Sequence[np.ndarray | None] = list(self._memory)  # views made once
@@ -275,8 +282,8 @@ class Accelerator:
 
     # ------------------------------------------------------------------ shares
     def job_share(self) -> int:
-        """Nominal slots per job: ``packet_memory // number of installed jobs``."""
-        return self.packet_memory // max(1, len(self._jobs))
+        """Nominal slots per job: ``packet_memory // (installed jobs + reserve_shares)``."""
+        return self.packet_memory // max(1, len(self._jobs) + self.reserve_shares)
 
     def _rebalance(self) -> None:
         share = self.job_share()

@@ -60,6 +60,7 @@ class PSwitchFabric:
         latency_ps: int = 0,
         payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
         switches: Iterable[str] | None = None,
+        reserve_shares: int = 0,
     ):
         assert wire_size(0) == 28  # the wrap() fast path hard-codes the header size
         self.net = net
@@ -67,7 +68,14 @@ class PSwitchFabric:
         names = list(switches) if switches is not None else [sw.name for sw in net.switches]
         self.accelerators: dict[str, Accelerator] = {}
         for name in names:
-            acc = Accelerator(packet_memory, payload_elems, name=name, store_payloads=False, copy_payloads=False)
+            acc = Accelerator(
+                packet_memory,
+                payload_elems,
+                name=name,
+                store_payloads=False,
+                copy_payloads=False,
+                reserve_shares=reserve_shares,
+            )
             self.accelerators[name] = acc
             net.set_packet_hook(name, self._make_hook(acc), kinds=(KIND_PANAMA,), latency_ps=self.latency_ps)
         self.packets_in = 0

@@ -184,6 +184,7 @@ class Simulation:
             ps.packet_memory_slots,
             latency_ps=round(ps.processing_latency_ns * 1000),
             payload_elems=sc.panama.payload_elems,
+            reserve_shares=ps.reserve_shares,
         )
         try:
             self.controller = Controller(

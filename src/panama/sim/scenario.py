@@ -78,6 +78,13 @@ class PSwitchConfig(_Model):
 
     packet_memory_slots: int = Field(4096, ge=1, description="accelerator memory, in packet slots")
     processing_latency_ns: float = Field(500.0, ge=0, description="per-packet accelerator latency")
+    reserve_shares: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="job shares each accelerator keeps free (share = memory // (jobs + reserve)) so a job "
+        "arriving while others run starts at once; 0 = memory // jobs",
+    )
 
 
 class PanamaConfig(_Model):
