@@ -82,6 +82,9 @@ def test_torch_tensors_and_repeated_calls(cluster):
     def body(comm, rank):
         a = comm.allreduce(xs[rank])
         b = comm.allreduce(xs[rank].t())  # non-contiguous input
+        c = xs[rank].clone()
+        assert comm.allreduce(c, out=c) is c  # in place on a tensor
+        assert torch.equal(c, a)
         return a, b
 
     results, errors = run_ranks(cluster.controller, "torch", W, body, timeout_s=30)
@@ -139,3 +142,25 @@ def test_job_below_threshold_is_refused_clearly(tmp_path):
         results, errors = run_ranks(lc.controller, "small", 2, lambda c, r: c.allreduce(np.ones(10, np.float32)), timeout_s=10)
     assert all(isinstance(e, CommunicatorError) for e in errors)
     assert "host-based" in str(errors[0]) and "threshold" in str(errors[0])
+
+
+def test_out_buffers_and_in_place(cluster):
+    rng = np.random.default_rng(4)
+    data = random_arrays(rng, W, (4, 2_501))
+
+    def body(comm, rank):
+        y = np.empty_like(data[rank])
+        r1 = comm.allreduce(data[rank], out=y)
+        assert r1 is y
+        x = data[rank].copy()
+        r2 = comm.allreduce(x, out=x)  # in place
+        assert r2 is x
+        with pytest.raises(TypeError, match="out"):
+            comm.allreduce(data[rank], out=np.empty(3, np.float32))
+        return y, x
+
+    results, errors = run_ranks(cluster.controller, "out", W, body, timeout_s=30)
+    assert errors == [None] * W, errors
+    for y, x in results:
+        assert y.tobytes() == results[0][0].tobytes() and x.tobytes() == y.tobytes()
+    assert_close_to_reference(results[0][0], data)

@@ -3,8 +3,9 @@
 For every size, ``workers`` processes (spawned) run one warm-up allreduce, meet at a
 barrier, run ``iters`` timed allreduces and meet again; rank 0's time between the two
 barriers divided by ``iters`` is the time per allreduce (so the slowest rank counts).
-Algorithm bandwidth is ``size_bytes / time`` (as nccl-tests' *algbw*). PANAMA runs
-first, then gloo (``torch.distributed``, FileStore on a temporary file, 127.0.0.1), so
+Algorithm bandwidth is ``size_bytes / time`` (as nccl-tests' *algbw*). PANAMA writes into
+a result buffer reused across calls (``allreduce(x, out=y)``) as gloo reduces in place;
+PANAMA runs first, then gloo (``torch.distributed``, FileStore on a temporary file, 127.0.0.1), so
 the two never compete for the CPU. The switches' aggregated throughput is the sum over
 daemons of the bytes they received during the timed section, per second. The warm-up
 result of PANAMA is checked on rank 0 against a float64 reference (every rank's data is
@@ -85,7 +86,8 @@ def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, barri
             for size_mb in cfg.sizes_mb:
                 n = max(1, int(size_mb * MB) // 4)
                 x = _data(cfg.seed, rank, n)
-                out = comm.allreduce(x)  # warm-up (and correctness check)
+                y = np.empty_like(x)  # reused result buffer, as gloo reduces in place
+                out = comm.allreduce(x, out=y)  # warm-up (and correctness check)
                 err = None
                 if rank == 0:
                     ref = np.zeros(n, dtype=np.float64)
@@ -100,7 +102,7 @@ def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, barri
                 barrier.wait()
                 t0 = time.perf_counter()
                 for _ in range(cfg.iters):
-                    comm.allreduce(x)
+                    comm.allreduce(x, out=y)
                 barrier.wait()
                 elapsed = time.perf_counter() - t0
                 if rank == 0:

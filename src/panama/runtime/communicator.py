@@ -132,6 +132,7 @@ class Communicator:
         self.malformed: dict[str, int] = {}
         self.calls = 0
         self.dropped_sends = 0
+        self._stage: np.ndarray | None = None
         self._failure: str | None = None
         self._broken: str | None = None
         self._closed = False
@@ -225,26 +226,44 @@ class Communicator:
             return
 
     # ------------------------------------------------------------------ allreduce
-    def allreduce(self, x: Any) -> Any:
-        """Elementwise sum of ``x`` over every rank (float32 numpy array or CPU torch tensor)."""
+    def allreduce(self, x: Any, out: Any = None) -> Any:
+        """Elementwise sum of ``x`` over every rank (float32 numpy array or CPU torch tensor).
+
+        Returns a new array/tensor shaped like ``x``, or, with ``out`` (a contiguous
+        writable float32 array/tensor of ``x``'s size, ``x`` itself for in place), writes
+        the sum there and returns ``out``. Reusing ``out`` across calls avoids faulting in
+        a fresh result vector every call (docs/runtime.md).
+        """
         self._check_open()
         arr, wrap = _as_float32_vector(x)
+        out_flat = None if out is None else _as_output_vector(out, arr.size)
         if self.world_size == 1:  # nothing to aggregate: no controller, no network
             self.calls += 1
-            return wrap(arr.copy())
+            if out_flat is None:
+                return wrap(arr.copy())
+            out_flat[:] = arr
+            return out
         if self.plan is None:
             self.connect(arr.nbytes if self.size_bytes is None else None)
         if self._broken is not None:
             raise CommunicatorError(f"job {self.job} rank {self.rank}: communicator unusable after: {self._broken}")
+        if out_flat is not None and np.may_share_memory(out_flat, arr):
+            # In place: the transport re-reads the input for retransmissions, so it
+            # sends from a staging copy (one buffer reused across calls).
+            if self._stage is None or self._stage.size < arr.size:
+                self._stage = np.empty(arr.size, dtype=np.float32)
+            stage = self._stage[: arr.size]
+            stage[:] = arr
+            arr = stage
         try:
-            out = self._run(arr)
+            result = self._run(arr, out_flat)
         except CommunicatorError as exc:
             self._broken = str(exc)
             raise
         self.calls += 1
-        return wrap(out)
+        return wrap(result) if out is None else out
 
-    def _run(self, flat: np.ndarray) -> np.ndarray:
+    def _run(self, flat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         tr = self.transport
         assert tr is not None and self.first_hop is not None
         sock = self.sock
@@ -260,7 +279,7 @@ class Communicator:
         drop_prob = self.drop_prob
         rng = self._rng
         deadline = time.monotonic() + self.timeout_s
-        tr.start(now_ps(), flat)
+        tr.start(now_ps(), flat, out=out)
         while not tr.done:
             now = now_ps()
             for pkt in tr.poll(now):
@@ -425,3 +444,24 @@ def _as_float32_vector(x: Any) -> tuple[np.ndarray, Any]:
         flat = x.detach().contiguous().reshape(-1).numpy()
         return flat, lambda out: torch.from_numpy(out).reshape(shape)
     raise TypeError(f"allreduce supports float32 numpy arrays and CPU torch tensors, got {type(x).__name__}")
+
+
+def _as_output_vector(out: Any, size: int) -> np.ndarray:
+    """A writable 1-D float32 view of ``out`` (numpy array or CPU torch tensor) of ``size`` elements."""
+    if isinstance(out, np.ndarray):
+        if out.dtype != np.float32 or out.size != size or not out.flags.c_contiguous or not out.flags.writeable:
+            raise TypeError(f"out must be a writable C-contiguous float32 array of {size} elements")
+        return out.reshape(-1)
+    if type(out).__module__.startswith("torch"):
+        import torch
+
+        if (
+            not isinstance(out, torch.Tensor)
+            or out.dtype != torch.float32
+            or out.device.type != "cpu"
+            or out.numel() != size
+            or not out.is_contiguous()
+        ):
+            raise TypeError(f"out must be a contiguous CPU float32 tensor of {size} elements")
+        return out.detach().reshape(-1).numpy()
+    raise TypeError(f"out must be a float32 numpy array or CPU torch tensor, got {type(out).__name__}")

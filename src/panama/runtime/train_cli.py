@@ -122,14 +122,18 @@ def train(
         f"{cfg.workers} workers, allreduce={cfg.allreduce}{f' via {where}' if where else ''}, "
         f"batch {cfg.batch_size}, lr {cfg.lr:g}, seed {cfg.seed}"
     )
-    header = f"{'epoch':>5}  {'steps':>5}  {'train loss':>10}  {'test acc':>8}  {'s/epoch':>8}  {'sent/worker':>12}"
+    header = (
+        f"{'epoch':>5}  {'steps':>5}  {'train loss':>10}  {'test acc':>8}  {'s/epoch':>8}  "
+        f"{'sent/worker':>12}  {'TCP/worker':>12}"
+    )
     click.echo(header)
     click.echo("-" * len(header))
 
     def on_epoch(e) -> None:
         click.echo(
             f"{e.epoch:>5}  {e.steps:>5}  {e.train_loss:>10.4f}  {e.test_accuracy:>8.4f}  "
-            f"{e.seconds:>8.2f}  {format_bytes(e.bytes_sent_per_worker):>12}"
+            f"{e.seconds:>8.2f}  {format_bytes(e.bytes_sent_per_worker):>12}  "
+            f"{'-' if e.tcp_bytes_sent_per_worker is None else format_bytes(e.tcp_bytes_sent_per_worker):>12}"
         )
 
     def on_status(line: str) -> None:
@@ -145,7 +149,9 @@ def train(
         raise click.ClickException(f"training failed: {summary}") from None
 
     path = result.write_json(out if out is not None else default_out_path(cfg))
-    click.echo(f"bytes sent per worker: {result.bytes_sent_source}")
+    click.echo(f"sent/worker: {result.bytes_sent_source}")
+    if cfg.allreduce != "local":
+        click.echo("TCP/worker: measured host-based (gloo) TCP bytes of each worker, controller API excluded")
     digests = result.parameter_sha256
     if result.replicas_identical:
         click.echo(

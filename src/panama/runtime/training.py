@@ -43,6 +43,7 @@ import os
 import queue as queue_mod
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -72,7 +73,8 @@ EVAL_BATCH = 1024
 
 BYTES_SOURCE = {
     "panama": "measured: UDP payload bytes sent by the worker's communicator (PANAMA headers, float32 payload, retransmissions)",
-    "gloo": "model: ring allreduce, 2(W-1)/W x gradient bytes per step (gloo does not count bytes)",
+    "gloo": "measured: TCP payload bytes sent by the worker's gloo sockets (tcp_info.tcpi_bytes_sent)",
+    "gloo-model": "model: ring allreduce, 2(W-1)/W x gradient bytes per step (kernel reports no TCP byte count)",
     "local": "none: all replicas live in one process, nothing crosses a network",
 }
 
@@ -137,6 +139,7 @@ class EpochStats:
     test_accuracy: float  # fraction in [0, 1], replica 0 after the epoch
     seconds: float  # wall time of the epoch's training pass (slowest worker), evaluation excluded
     bytes_sent_per_worker: float  # mean over workers; see TrainResult.bytes_sent_source
+    tcp_bytes_sent_per_worker: float | None = None  # host-based (gloo TCP) bytes, measured; None if unknown
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -146,6 +149,7 @@ class EpochStats:
             "test_accuracy": self.test_accuracy,
             "seconds": self.seconds,
             "bytes_sent_per_worker": self.bytes_sent_per_worker,
+            "tcp_bytes_sent_per_worker": self.tcp_bytes_sent_per_worker,
         }
 
 
@@ -172,9 +176,11 @@ class TrainResult:
     def final_test_accuracy(self) -> float:
         return self.epochs[-1].test_accuracy if self.epochs else float("nan")
 
+    bytes_source_key: str | None = None  # key of BYTES_SOURCE; default: the allreduce mode
+
     @property
     def bytes_sent_source(self) -> str:
-        return BYTES_SOURCE[self.config.allreduce]
+        return BYTES_SOURCE[self.bytes_source_key or self.config.allreduce]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -265,6 +271,46 @@ def reference_allreduce(tensors: list[torch.Tensor]) -> None:
 def ring_bytes_per_worker(gradient_bytes: int, workers: int) -> float:
     """Bytes each worker sends in one ring allreduce of ``gradient_bytes``: 2(W-1)/W x size."""
     return 2.0 * (workers - 1) / workers * gradient_bytes
+
+
+_TCPI_BYTES_SENT_OFFSET = 200  # struct tcp_info.tcpi_bytes_sent (u64), Linux >= 4.19
+
+
+def tcp_bytes_sent(exclude_peers: tuple[tuple[str, int], ...] = ()) -> int | None:
+    """Bytes sent so far by this process's open TCP sockets (``tcpi_bytes_sent``), or None.
+
+    Counts TCP payload (what gloo writes, its own framing included), retransmissions
+    excluded; sockets whose peer is in ``exclude_peers`` (e.g. the controller's HTTP
+    API) are skipped. None where the kernel does not report it (not Linux, or < 4.19).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return None
+    total = 0
+    for fd in fds:
+        try:
+            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                continue
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            continue
+        try:
+            if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
+                continue
+            if exclude_peers and sock.getpeername()[:2] in exclude_peers:
+                continue
+            info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+            if len(info) < _TCPI_BYTES_SENT_OFFSET + 8:
+                return None
+            total += struct.unpack_from("=Q", info, _TCPI_BYTES_SENT_OFFSET)[0]
+        except OSError:  # closed meanwhile, or not connected
+            continue
+        finally:
+            sock.detach()  # the fd belongs to its owner (gloo, the communicator): never close it
+    return total
 
 
 @contextmanager
@@ -434,9 +480,11 @@ def _worker(
         optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.lr)
         status = _Status((lambda s: out_queue.put(("status", rank, s))) if rank == 0 else None)
         x, y = data.train_images, data.train_labels
+        controller_peer = _peer(controller)
         for epoch in range(1, cfg.epochs + 1):
             t0 = time.perf_counter()
             sent_before = _bytes_sent(comm)
+            tcp_before = tcp_bytes_sent(controller_peer)
             batches = epoch_batches(data.num_train, cfg.batch_size, workers, shuffle_rng)
             loss_sum, seen = 0.0, 0
             for step, batch in enumerate(batches):
@@ -450,8 +498,12 @@ def _worker(
                 seen += idx.numel()
                 status.step(epoch, step + 1, len(batches))
             seconds = time.perf_counter() - t0
+            tcp_after = tcp_bytes_sent(controller_peer)
+            tcp = None if tcp_before is None or tcp_after is None else float(tcp_after - tcp_before)
             if cfg.allreduce == "panama":
                 sent = float(_bytes_sent(comm) - sent_before)
+            elif tcp is not None:
+                sent = tcp
             else:
                 sent = len(batches) * ring_bytes_per_worker(4 * n_params, workers)
             accuracy = evaluate_accuracy(model, data.test_images, data.test_labels) if rank == 0 else None
@@ -466,6 +518,7 @@ def _worker(
                         "seen": seen,
                         "seconds": seconds,
                         "bytes_sent": sent,
+                        "tcp_bytes_sent": tcp,
                         "test_accuracy": accuracy,
                     },
                 )
@@ -485,6 +538,13 @@ def _worker(
         if comm is not None:
             comm.close()
         dist.destroy_process_group()
+
+
+def _peer(addr: str | None) -> tuple[tuple[str, int], ...]:
+    if addr is None:
+        return ()
+    host, _, port = addr.rpartition(":")
+    return ((socket.gethostbyname(host), int(port)),)
 
 
 def _bytes_sent(comm: Any) -> int:
@@ -588,6 +648,7 @@ def _train_processes(
         controller=controller,
         job=job,
         communicator_stats=[done[r]["communicator_stats"] for r in range(workers)] if cfg.allreduce == "panama" else None,
+        bytes_source_key="gloo-model" if cfg.allreduce == "gloo" and any(e.tcp_bytes_sent_per_worker is None for e in epochs) else None,
         parameters=torch.from_numpy(params) if params is not None else None,
     )
 
@@ -640,6 +701,7 @@ def _collect(
                     test_accuracy=reports[0]["test_accuracy"],
                     seconds=max(r["seconds"] for r in reports.values()),
                     bytes_sent_per_worker=sum(r["bytes_sent"] for r in reports.values()) / workers,
+                    tcp_bytes_sent_per_worker=_mean_or_none([r.get("tcp_bytes_sent") for r in reports.values()]),
                 )
                 epochs.append(stats)
                 if on_epoch is not None:
@@ -661,6 +723,10 @@ def _dump_stacks(procs: list[Any], ranks: list[int]) -> None:
             except OSError:
                 pass
     time.sleep(0.5)
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    return None if not values or any(v is None for v in values) else sum(values) / len(values)  # type: ignore[arg-type]
 
 
 def _fail(
