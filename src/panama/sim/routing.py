@@ -5,7 +5,7 @@ Contract
 * :func:`next_hops` returns, for every node and every destination host, the neighbours
   that lie on *some* shortest path (hop count) to that host: the equal-cost set ECMP
   chooses from. Computed with one BFS per ToR (hosts behind one ToR share all entries
-  except at that ToR), so a k=16 fat-tree (1024 hosts) needs 64 BFS runs, not 1024.
+  except at that ToR), so a k=16 fat-tree (1024 hosts) needs 128 BFS runs, not 1024.
 * :func:`flow_hash` maps a flow id and a seeded salt to a 64-bit integer (splitmix64);
   :func:`ecmp_index` maps (flow hash, per-switch salt, set size) to an index. Each switch
   has its own salt so that choices at successive tiers are independent (no
