@@ -274,8 +274,10 @@ class Communicator:
         poller = select.poll()
         poller.register(raw, select.POLLIN)
         cmsg_space = socket.CMSG_SPACE(4)
-        dontwait = socket.MSG_DONTWAIT
+        dontwait = int(socket.MSG_DONTWAIT)  # plain int: enum flags are slow
+        iov = [view]
         decode = codec.decode
+        recv = raw.recvmsg_into
         drop_prob = self.drop_prob
         rng = self._rng
         deadline = time.monotonic() + self.timeout_s
@@ -291,7 +293,7 @@ class Communicator:
             got = 0
             while True:
                 try:
-                    n, anc, flags, src = raw.recvmsg_into([view], cmsg_space, dontwait)
+                    n, anc, flags, src = recv(iov, cmsg_space, dontwait)
                 except BlockingIOError:
                     break
                 got += 1

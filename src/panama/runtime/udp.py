@@ -29,6 +29,7 @@ DEFAULT_SOCKET_BUFFER_BYTES = 32 * 1024 * 1024
 RUNTIME_PAYLOAD_ELEMS = codec.MAX_PAYLOAD_ELEMS
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # Linux values; Python does not export them
 _SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
+_MSG_TRUNC = int(socket.MSG_TRUNC)  # plain int: the enum's '&' is slow
 _MAX_DATAGRAM_BYTES = codec.wire_size(codec.MAX_PAYLOAD_ELEMS)
 _TOS_CMSG_SPACE = socket.CMSG_SPACE(4)
 
@@ -156,7 +157,7 @@ class PacketSocket:
         for level, kind, data in anc:
             if level == socket.IPPROTO_IP and kind == socket.IP_TOS and data:
                 ecn = data[0] & 3
-        if flags & socket.MSG_TRUNC:
+        if flags & _MSG_TRUNC:
             n = -1
         return n, ecn, addr
 
