@@ -107,23 +107,10 @@ def network_config(sc: Scenario) -> NetworkConfig:
             switch_buffer_bytes=n.switch_buffer_bytes,
             pfc_alpha=n.pfc_alpha,
             pfc_headroom_factor=n.pfc_headroom_factor,
+            host_ecn=n.host_ecn,
         )
     except ValueError as exc:
         raise _network_error(exc) from None
-
-
-def mark_host_queues(net: Network) -> None:
-    """Give host NIC queues the switches' ECN threshold (``network.host_ecn``).
-
-    The network layer leaves host queues unmarked and unbounded; a DCTCP sender whose
-    bottleneck is its own NIC then never sees a mark, its window grows without limit
-    (measured: 1,300 packets, a 2 MB NIC queue), and every other packet of that host
-    (PANAMA contributions, ring chunks, other flows) waits behind it. Marking there
-    models a CE-threshold queue discipline on the host.
-    """
-    for host in net.hosts:
-        for port in host.ports:
-            port.k_ps = port.tx_time(net.config.ecn_k_for(port.rate_bps))
 
 
 def dctcp_config(sc: Scenario) -> DctcpConfig:
@@ -173,8 +160,6 @@ class Simulation:
             self.net = Network(self.engine, self.topology, network_config(sc), rng=self.rngs["network"])
         except ValueError as exc:
             raise _network_error(exc) from None
-        if sc.network.ecn and sc.network.host_ecn:
-            mark_host_queues(self.net)
         dcfg = dctcp_config(sc)
         self.background = Dctcp(self.net, dcfg, rng=self.rngs["background_tcp"], on_complete=self._bg_done)
         self.ring_tcp = Dctcp(self.net, dcfg, rng=self.rngs["ring_tcp"])
