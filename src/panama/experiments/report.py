@@ -59,6 +59,10 @@ def _ci(st: Mapping[str, Any], key: str, spec: str = ".2f") -> str:
 
 
 def _git_rev() -> str:
+    import os
+
+    if os.environ.get("PANAMA_CODE_VERSION"):
+        return os.environ["PANAMA_CODE_VERSION"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
         return out.stdout.strip() or "unknown"

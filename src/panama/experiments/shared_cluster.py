@@ -182,8 +182,13 @@ def experiment_scenario(preset: str = "full", *, models_path: str | Path | None 
 
 
 def code_version() -> str:
-    """``git describe``-style version of the working tree (``unknown`` outside a checkout)."""
+    """Short git revision of the code, ``-dirty`` if tracked files changed; ``$PANAMA_CODE_VERSION``
+    when set (runs from an exported tree); ``unknown`` outside a checkout."""
+    import os
     import subprocess
+
+    if os.environ.get("PANAMA_CODE_VERSION"):
+        return os.environ["PANAMA_CODE_VERSION"]
 
     here = Path(__file__).resolve().parent
     try:
