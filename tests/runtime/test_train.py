@@ -79,7 +79,15 @@ def test_cli_panama_gloo_local_agree(tmp_path, capsys):
 
     grad_bytes = results["gloo"]["model"]["gradient_bytes"]
     steps = results["gloo"]["epochs"][0]["steps"]
-    assert results["gloo"]["epochs"][0]["bytes_sent_per_worker"] == pytest.approx(steps * ring_bytes_per_worker(grad_bytes, 2))
+    ring = steps * ring_bytes_per_worker(grad_bytes, 2)
+    for e in results["gloo"]["epochs"]:
+        if results["gloo"]["bytes_sent_source"].startswith("measured"):  # Linux >= 4.19: TCP counters
+            assert ring <= e["bytes_sent_per_worker"] <= 1.05 * ring  # gloo's framing on top of the ring
+            assert e["tcp_bytes_sent_per_worker"] == e["bytes_sent_per_worker"]
+        else:
+            assert e["bytes_sent_per_worker"] == pytest.approx(ring)
+    for e in results["panama"]["epochs"]:  # PANAMA leaves (almost) nothing to host-based TCP
+        assert e["tcp_bytes_sent_per_worker"] is None or e["tcp_bytes_sent_per_worker"] < 0.01 * grad_bytes
     assert all(e["bytes_sent_per_worker"] == 0 for e in results["local"]["epochs"])
     # PANAMA bytes are measured: at least one full gradient per step, plus headers.
     for e in results["panama"]["epochs"]:
@@ -243,3 +251,26 @@ def test_corrupt_data_dir_exit_2_naming_the_file(tmp_path, capsys):
     code, _out, err = _run_cli(["--data-dir", str(tmp_path), "--allreduce", "local"], capsys)
     assert code == 2
     assert "--data-dir" in err and "train-images-idx3-ubyte" in err
+
+
+def test_tcp_byte_counter_counts_this_process_sockets():
+    from panama.runtime.training import TcpByteCounter
+
+    counter = TcpByteCounter()
+    if not counter.available:
+        pytest.skip("kernel does not report tcpi_bytes_sent")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        excluding = TcpByteCounter(exclude_peers=(server.getsockname(),))
+        with socket.create_connection(server.getsockname()) as client:
+            conn, _ = server.accept()
+            with conn:
+                assert counter.sent() == 0  # a new socket counts from zero
+                client.sendall(b"x" * 50_000)
+                conn.sendall(b"y" * 1_000)
+                got = 0
+                while got < 50_000:
+                    got += len(conn.recv(65536))
+                client.recv(1_000)
+                assert counter.sent() == 51_000
+                assert counter.sent() == 0  # nothing since the previous call
+                assert excluding.sent() == 1_000  # the client socket talks to an excluded peer

@@ -276,26 +276,22 @@ def ring_bytes_per_worker(gradient_bytes: int, workers: int) -> float:
 _TCPI_BYTES_SENT_OFFSET = 200  # struct tcp_info.tcpi_bytes_sent (u64), Linux >= 4.19
 
 
-def tcp_bytes_sent(exclude_peers: tuple[tuple[str, int], ...] = ()) -> int | None:
-    """Bytes sent so far by this process's open TCP sockets (``tcpi_bytes_sent``), or None.
-
-    Counts TCP payload (what gloo writes, its own framing included), retransmissions
-    excluded; sockets whose peer is in ``exclude_peers`` (e.g. the controller's HTTP
-    API) are skipped. None where the kernel does not report it (not Linux, or < 4.19).
-    """
+def _tcp_socket_counters(exclude_peers: tuple[tuple[str, int], ...]) -> dict[int, int] | None:
+    """``{socket inode: tcpi_bytes_sent}`` of this process's open TCP sockets, or None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         fds = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:
         return None
-    total = 0
+    counters: dict[int, int] = {}
     for fd in fds:
         try:
-            if not os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+            link = os.readlink(f"/proc/self/fd/{fd}")
+            if not link.startswith("socket:["):
                 continue
             sock = socket.socket(fileno=fd)
-        except OSError:
+        except OSError:  # closed meanwhile (e.g. the fd listdir itself used)
             continue
         try:
             if sock.family not in (socket.AF_INET, socket.AF_INET6) or sock.type != socket.SOCK_STREAM:
@@ -305,12 +301,40 @@ def tcp_bytes_sent(exclude_peers: tuple[tuple[str, int], ...] = ()) -> int | Non
             info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
             if len(info) < _TCPI_BYTES_SENT_OFFSET + 8:
                 return None
-            total += struct.unpack_from("=Q", info, _TCPI_BYTES_SENT_OFFSET)[0]
-        except OSError:  # closed meanwhile, or not connected
+            counters[int(link[8:-1])] = struct.unpack_from("=Q", info, _TCPI_BYTES_SENT_OFFSET)[0]
+        except OSError:  # a listening socket (no peer), or closed meanwhile
             continue
         finally:
             sock.detach()  # the fd belongs to its owner (gloo, the communicator): never close it
-    return total
+    return counters
+
+
+class TcpByteCounter:
+    """Bytes sent by this process's TCP sockets (``tcp_info.tcpi_bytes_sent``, Linux >= 4.19).
+
+    :meth:`sent` returns the bytes sent since the previous call (or since construction)
+    by the sockets open now, tracked per socket: a socket that a sample misses keeps its
+    last count, a new socket counts from zero. Sockets whose peer is in ``exclude_peers``
+    (e.g. the controller's HTTP API) are ignored. Counts TCP payload (gloo's framing
+    included), retransmissions excluded. ``available`` is False (and :meth:`sent` returns
+    None) where the kernel does not report it.
+    """
+
+    def __init__(self, exclude_peers: tuple[tuple[str, int], ...] = ()):
+        self.exclude_peers = exclude_peers
+        self._last = _tcp_socket_counters(exclude_peers)
+        self.available = self._last is not None
+
+    def sent(self) -> int | None:
+        now = _tcp_socket_counters(self.exclude_peers) if self._last is not None else None
+        if now is None or self._last is None:
+            return None
+        delta = 0
+        for inode, count in now.items():
+            before = self._last.get(inode, 0)
+            delta += count - before if count >= before else count  # smaller: a new socket reusing the inode
+        self._last.update(now)
+        return delta
 
 
 @contextmanager
@@ -480,11 +504,11 @@ def _worker(
         optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.lr)
         status = _Status((lambda s: out_queue.put(("status", rank, s))) if rank == 0 else None)
         x, y = data.train_images, data.train_labels
-        controller_peer = _peer(controller)
+        tcp_counter = TcpByteCounter(_peer(controller))
         for epoch in range(1, cfg.epochs + 1):
             t0 = time.perf_counter()
             sent_before = _bytes_sent(comm)
-            tcp_before = tcp_bytes_sent(controller_peer)
+            tcp_counter.sent()  # start of the epoch's count
             batches = epoch_batches(data.num_train, cfg.batch_size, workers, shuffle_rng)
             loss_sum, seen = 0.0, 0
             for step, batch in enumerate(batches):
@@ -498,8 +522,8 @@ def _worker(
                 seen += idx.numel()
                 status.step(epoch, step + 1, len(batches))
             seconds = time.perf_counter() - t0
-            tcp_after = tcp_bytes_sent(controller_peer)
-            tcp = None if tcp_before is None or tcp_after is None else float(tcp_after - tcp_before)
+            tcp_sent = tcp_counter.sent()
+            tcp = None if tcp_sent is None else float(tcp_sent)
             if cfg.allreduce == "panama":
                 sent = float(_bytes_sent(comm) - sent_before)
             elif tcp is not None:
@@ -827,4 +851,5 @@ __all__ = [
     "seed_generators",
     "shard",
     "train",
+    "TcpByteCounter",
 ]
