@@ -39,7 +39,7 @@ def test_presets_scale_threshold_with_gradients():
 
 
 def test_summary_schema_and_ratios(tiny):
-    out, res = tiny
+    out, _res = tiny
     data = json.loads((out / "summary.json").read_text())
     assert list(data["schemes"]) == list(SCHEME_ORDER)
     ring = data["schemes"]["ring"]
@@ -124,7 +124,7 @@ def test_report_reads_outputs(tiny, tmp_path):
 def test_cli_shared_cluster_and_errors(tmp_path):
     out = tmp_path / "cli"
     proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--schemes", "ring,panama",
-                           "--jobs", "1", "--no-plot", "--out", str(out)], capture_output=True, text=True)
+                           "--jobs", "1", "--no-plot", "--out", str(out)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "panama" in proc.stdout and "p99 ratio" in proc.stdout
     assert (out / "summary.json").is_file()
@@ -137,7 +137,7 @@ def test_cli_shared_cluster_and_errors(tmp_path):
         (["--set", "panama.num_trees=0"], "panama.num_trees"),
     ):
         proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--out", str(tmp_path / "x"),
-                               *args], capture_output=True, text=True)
+                               *args], capture_output=True, text=True, check=False)
         assert proc.returncode == 2, (args, proc.stderr)
         assert field in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
 
@@ -155,19 +155,19 @@ def test_demo_without_training(tmp_path):
 def test_cli_report(tiny, tmp_path):
     out, _ = tiny
     cr = tmp_path / "cr"
-    assert subprocess.run([*PANAMA, "experiment", "comm-ratio", "--out", str(cr), "-q", "--no-plot"]).returncode == 0
+    assert subprocess.run([*PANAMA, "experiment", "comm-ratio", "--out", str(cr), "-q", "--no-plot"], check=False).returncode == 0
     page = tmp_path / "results.md"
     proc = subprocess.run([*PANAMA, "experiment", "report", "--comm-ratio", str(cr), "--shared-cluster", str(out),
-                           "--output", str(page)], capture_output=True, text=True)
+                           "--output", str(page)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "Claim 1" in page.read_text()
     proc = subprocess.run([*PANAMA, "experiment", "report", "--comm-ratio", str(tmp_path / "nothing"),
-                           "--shared-cluster", str(out), "--output", str(page)], capture_output=True, text=True)
+                           "--shared-cluster", str(out), "--output", str(page)], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "--comm-ratio" in proc.stderr
 
 
 def test_cli_demo_bad_argument():
-    proc = subprocess.run([*PANAMA, "demo", "--epochs", "0"], capture_output=True, text=True)
+    proc = subprocess.run([*PANAMA, "demo", "--epochs", "0"], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "--epochs" in proc.stderr
 
 
@@ -175,7 +175,7 @@ def test_cli_reproduce_tiny(tmp_path):
     out, page = tmp_path / "out", tmp_path / "results.md"
     proc = subprocess.run([*PANAMA, "experiment", "reproduce", "--preset", "tiny", "--sweep-preset", "tiny",
                            "--seeds", "1", "--loads", "0.2,0.4", "--skip-demo", "--jobs", "2", "--out", str(out),
-                           "--output", str(page)], capture_output=True, text=True)
+                           "--output", str(page)], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     text = page.read_text()
     assert "Claim 1" in text and "Sweep: load" in text and "Along `load`" in text
@@ -188,12 +188,12 @@ def test_cli_shared_cluster_on_dask_scheduler(tmp_path):
     distributed = pytest.importorskip("distributed")
     local = tmp_path / "local"
     assert subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--schemes", "ring,panama",
-                           "--jobs", "1", "--no-plot", "-q", "--out", str(local)]).returncode == 0
+                           "--jobs", "1", "--no-plot", "-q", "--out", str(local)], check=False).returncode == 0
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
                                   host="127.0.0.1", dashboard_address=None) as cluster:
         proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--schemes", "ring,panama",
                                "--scheduler", cluster.scheduler_address, "--no-plot", "-q", "--out", str(tmp_path / "dask")],
-                              capture_output=True, text=True)
+                              capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     a = json.loads((local / "summary.json").read_text())["schemes"]
     b = json.loads((tmp_path / "dask" / "summary.json").read_text())["schemes"]

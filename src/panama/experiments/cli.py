@@ -11,7 +11,7 @@ import click
 
 from panama.cli.common import usage_error
 
-__all__ = ["experiment", "demo"]
+__all__ = ["demo", "experiment"]
 
 DEFAULT_OUT = Path("panama-out")
 

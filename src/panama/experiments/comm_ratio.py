@@ -128,21 +128,6 @@ def load_models(path: str | Path | None = None) -> tuple[list[ModelRow], dict[st
     rows = []
     for i, raw in enumerate(reader, start=1):
         where = f"row {i}"
-
-        def num(col: str, kind=float, *, positive=True, default=None):
-            value = (raw.get(col) or "").strip()
-            if value == "":
-                if default is not None or col in OPTIONAL_COLUMNS:
-                    return default
-                raise ModelTableError(f"{where}: {col}", "empty value")
-            try:
-                x = kind(float(value)) if kind is int else kind(value)
-            except ValueError as exc:
-                raise ModelTableError(f"{where}: {col}", f"not a number: {value!r}") from exc
-            if positive and not (x > 0 and math.isfinite(x)):
-                raise ModelTableError(f"{where}: {col}", f"must be > 0, got {value!r}")
-            return x
-
         model = (raw.get("model") or "").strip()
         gpu = (raw.get("gpu") or "").strip()
         if not model:
@@ -153,12 +138,12 @@ def load_models(path: str | Path | None = None) -> tuple[list[ModelRow], dict[st
             ModelRow(
                 model=model,
                 gpu=gpu,
-                link_gbps=num("link_gbps"),
-                params=num("params", int),
-                batch_size=num("batch_size", int),
-                images_per_s=num("images_per_s"),
-                bytes_per_param=num("bytes_per_param", int, default=4),
-                throughput_batch=num("throughput_batch", int),
+                link_gbps=_number(raw, where, "link_gbps", float),
+                params=_number(raw, where, "params", int),
+                batch_size=_number(raw, where, "batch_size", int),
+                images_per_s=_number(raw, where, "images_per_s", float),
+                bytes_per_param=_number(raw, where, "bytes_per_param", int, default=4),
+                throughput_batch=_number(raw, where, "throughput_batch", int),
                 source=(raw.get("source") or "").strip(),
                 param_source=(raw.get("param_source") or "").strip(),
                 note=(raw.get("note") or "").strip(),
@@ -167,6 +152,22 @@ def load_models(path: str | Path | None = None) -> tuple[list[ModelRow], dict[st
     if not rows:
         raise ModelTableError("models", f"no data rows in {p}")
     return rows, legend
+
+
+def _number(raw: dict[str, str | None], where: str, col: str, kind: type, default: Any = None) -> Any:
+    """A positive finite number from column ``col``; empty optional columns give ``default``."""
+    value = (raw.get(col) or "").strip()
+    if value == "":
+        if default is not None or col in OPTIONAL_COLUMNS:
+            return default
+        raise ModelTableError(f"{where}: {col}", "empty value")
+    try:
+        x = kind(float(value)) if kind is int else kind(value)
+    except ValueError as exc:
+        raise ModelTableError(f"{where}: {col}", f"not a number: {value!r}") from exc
+    if not (x > 0 and math.isfinite(x)):
+        raise ModelTableError(f"{where}: {col}", f"must be > 0, got {value!r}")
+    return x
 
 
 def ring_factor(workers: int | None) -> float:

@@ -107,12 +107,12 @@ def format_demo(demo: dict[str, Any]) -> str:
         "PANAMA demo: panama vs ring on one simulated shared cluster (same flows, same seed)",
         "",
         f"  {'metric':<38} {'ring':>12} {'panama':>12} {'panama/ring':>12}",
-        f"  {'short-flow FCT p99 (us)':<38} {_fmt(s['ring']['short_fct_p99_us'], '.1f'):>12} "
-        f"{_fmt(s['panama']['short_fct_p99_us'], '.1f'):>12} {_fmt(s['short_fct_p99_ratio'], '.2f'):>12}",
-        f"  {'short-flow FCT mean (us)':<38} {_fmt(s['ring']['short_fct_mean_us'], '.1f'):>12} "
-        f"{_fmt(s['panama']['short_fct_mean_us'], '.1f'):>12} {_fmt(s['short_fct_mean_ratio'], '.2f'):>12}",
-        f"  {'large-job training time (s, simulated)':<38} {_fmt(s['ring']['large_job_training_time_s'], '.4f'):>12} "
-        f"{_fmt(s['panama']['large_job_training_time_s'], '.4f'):>12} {_fmt(s['large_job_training_time_ratio'], '.2f'):>12}",
+        (f"  {'short-flow FCT p99 (us)':<38} {_fmt(s['ring']['short_fct_p99_us'], '.1f'):>12} "
+        f"{_fmt(s['panama']['short_fct_p99_us'], '.1f'):>12} {_fmt(s['short_fct_p99_ratio'], '.2f'):>12}"),
+        (f"  {'short-flow FCT mean (us)':<38} {_fmt(s['ring']['short_fct_mean_us'], '.1f'):>12} "
+        f"{_fmt(s['panama']['short_fct_mean_us'], '.1f'):>12} {_fmt(s['short_fct_mean_ratio'], '.2f'):>12}"),
+        (f"  {'large-job training time (s, simulated)':<38} {_fmt(s['ring']['large_job_training_time_s'], '.4f'):>12} "
+        f"{_fmt(s['panama']['large_job_training_time_s'], '.4f'):>12} {_fmt(s['large_job_training_time_ratio'], '.2f'):>12}"),
         f"  {'network bytes':<38} {'':>12} {'':>12} {_fmt(s['bytes_ratio'], '.2f'):>12}",
         f"  (short flows < 100 KB: {_fmt(s['ring']['short_flows'], '.0f')} per run; ratios below 1 favour panama)",
     ]
@@ -122,9 +122,9 @@ def format_demo(demo: dict[str, Any]) -> str:
         lines += [
             "",
             f"Real training through PANAMA switch daemons (LeNet on {p['dataset']}, {p['workers']} workers, {p['epochs']} epochs):",
-            f"  test accuracy {p['final_test_accuracy']:.4f} with in-network aggregation, "
+            (f"  test accuracy {p['final_test_accuracy']:.4f} with in-network aggregation, "
             f"{r['final_test_accuracy']:.4f} with an in-process sum; replicas identical: {p['replicas_identical']}; "
-            f"{p['total_seconds']:.1f} s",
+            f"{p['total_seconds']:.1f} s"),
         ]
     lines += ["", "Plots: " + ", ".join(s["plots"])]
     if t:

@@ -64,7 +64,7 @@ def _git_rev() -> str:
     if os.environ.get("PANAMA_CODE_VERSION"):
         return os.environ["PANAMA_CODE_VERSION"]
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=False)
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -83,15 +83,15 @@ def _comm_section(cr: Mapping[str, Any], cr_dir: Path) -> tuple[list[str], dict[
         "## Claim 1 — the communication share bounds a single job's speed-up",
         "",
         "Original: across five image-classification models on P100/V100/A100 GPUs with 10/40/100 Gbps links,",
-        f"communication takes {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} of the iteration time, "
+        (f"communication takes {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} of the iteration time, "
         "so in-network aggregation (which halves the traffic of ring allreduce) can speed a single job up by only "
         f"{ORIGINAL['speedup']['P100'][0]:.2f}–{ORIGINAL['speedup']['P100'][1]:.2f}x on P100/10 Gbps and "
         f"{ORIGINAL['speedup']['A100'][0]:.2f}–{ORIGINAL['speedup']['A100'][1]:.2f}x on A100/100 Gbps "
-        "(no compute/communication overlap).",
+        "(no compute/communication overlap)."),
         "",
-        f"Command: `panama experiment comm-ratio --out {cr_dir}` (input: `{Path(cr['config']['models']).name}`, "
+        (f"Command: `panama experiment comm-ratio --out {cr_dir}` (input: `{Path(cr['config']['models']).name}`, "
         f"ring factor {cr['config']['ring_factor']:g}). Analytic bound: speed-up = 1 / (1 - ratio x (1 - 1/f)) with "
-        "f the ring/INA traffic factor.",
+        "f the ring/INA traffic factor."),
         "",
         "| GPU @ link | ratio (ours) | speed-up (ours) | speed-up (original) |",
         "|---|---|---|---|",
@@ -105,8 +105,8 @@ def _comm_section(cr: Mapping[str, Any], cr_dir: Path) -> tuple[list[str], dict[
         )
     o = ranges["overall"]
     lines += [
-        f"| all | {o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f} | {o['speedup_min']:.2f}–{o['speedup_max']:.2f} | "
-        f"ratio {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} |",
+        (f"| all | {o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f} | {o['speedup_min']:.2f}–{o['speedup_max']:.2f} | "
+        f"ratio {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} |"),
         "",
         "<details><summary>Per model</summary>",
         "",
@@ -142,19 +142,19 @@ def _shared_section(sc: Mapping[str, Any], sdir: Path, title: str) -> list[str]:
         f"### {title}",
         "",
         f"Command: `{cmd}`  ",
-        f"Output: `{sdir}` (preset `{cfg.get('preset')}`, scenario `{sdir / 'scenario.toml'}`, in-network threshold "
-        f"{_f(cfg.get('threshold_bytes', 0) / 1e6, '.3g')} MB = 40 MB x the gradient scale).",
+        (f"Output: `{sdir}` (preset `{cfg.get('preset')}`, scenario `{sdir / 'scenario.toml'}`, in-network threshold "
+        f"{_f(cfg.get('threshold_bytes', 0) / 1e6, '.3g')} MB = 40 MB x the gradient scale)."),
         "",
-        "Gains are ring / scheme (higher is better; the original's \"x better\"), per seed, then mean "
-        "[95 % t confidence interval over seeds].",
+        ("Gains are ring / scheme (higher is better; the original's \"x better\"), per seed, then mean "
+        "[95 % t confidence interval over seeds]."),
         "",
     ]
     for g in sc["groups"]:
         lines += [
             f"**{_group_label(g)}**",
             "",
-            "| scheme | short FCT mean µs | short FCT p99 µs | p99 gain | pooled p99 gain | mean gain | "
-            "large-flow FCT gain | large-job training s | training gain | network bytes (x ring) |",
+            ("| scheme | short FCT mean µs | short FCT p99 µs | p99 gain | pooled p99 gain | mean gain | "
+            "large-flow FCT gain | large-job training s | training gain | network bytes (x ring) |"),
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for scheme, st in g["schemes"].items():
@@ -166,9 +166,9 @@ def _shared_section(sc: Mapping[str, Any], sdir: Path, title: str) -> list[str]:
                 f"{_ci(st, 'large_job_training_time_s_gain')} | {_ci(st, 'bytes_total_norm')} |"
             )
         n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
-        lines += ["", f"Short flows (< 100 KB) per scheme, all seeds together: {n_short}. With about "
+        lines += ["", (f"Short flows (< 100 KB) per scheme, all seeds together: {n_short}. With about "
                   f"{_f((n_short or 0) / max(1, len(g['seeds'])), '.0f')} per seed, a per-seed p99 is close to the "
-                  "largest value; the pooled p99 uses every seed's short flows at once."]
+                  "largest value; the pooled p99 uses every seed's short flows at once.")]
         tiers = sorted({k[len("bytes_"):-len("_norm")] for st in g["schemes"].values() for k in st
                         if k.startswith("bytes_") and k.endswith("_norm") and k != "bytes_total_norm"})
         if tiers:
@@ -226,7 +226,7 @@ def write_report(
         "",
         "<!-- generated file: do not edit by hand; rerun the command below -->",
         f"Generated by `{command or 'panama experiment report'}` on "
-        f"{_dt.datetime.now(_dt.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} at commit `{_git_rev()}`, from "
+        f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} at commit `{_git_rev()}`, from "
         + ", ".join(f"`{p}`" for p in ([cr_dir] if cr_dir else []) + [d for d, _ in shared] + ([Path(demo_dir)] if demo_dir else []))
         + ". Every number below is read from those outputs. How the experiments work: [experiments.md](experiments.md).",
         "",
@@ -254,17 +254,17 @@ def write_report(
         hp = ", ".join(f"{k}={v}" for k, v in main.get("headline_params", {}).items()) or "defaults"
         seeds = ", ".join(map(str, main.get("headline_seeds", [])))
         where = f"{main_dir.name}, {hp}, seeds {seeds}"
-        bp99, gp99 = _best(all_groups, "panama", "short_fct_p99_us_gain")
-        btr, gtr = _best(all_groups, "panama", "large_job_training_time_s_gain")
+        bp99, _gp99 = _best(all_groups, "panama", "short_fct_p99_us_gain")
+        btr, _gtr = _best(all_groups, "panama", "large_job_training_time_s_gain")
         lines += [
-            f"| short-flow p99 FCT, panama vs ring | up to {ORIGINAL['short_p99_gain']}x better | "
+            (f"| short-flow p99 FCT, panama vs ring | up to {ORIGINAL['short_p99_gain']}x better | "
             f"{_ci(st, 'short_fct_p99_us_gain')}x ({where}; pooled over seeds {_f(st.get('short_fct_p99_pooled_us_gain'))}x); "
             f"best group {_f(bp99)}x | "
-            f"`{_cmd(main, 'panama experiment shared-cluster')}` |",
-            f"| short-flow mean FCT, panama vs ring | about {ORIGINAL['short_mean_gain']:.0f}x better | "
-            f"{_ci(st, 'short_fct_mean_us_gain')}x ({where}) | same |",
-            f"| large-job training time, panama vs ring | up to {ORIGINAL['large_job_gain']}x faster | "
-            f"{_ci(st, 'large_job_training_time_s_gain')}x ({where}); best group {_f(btr)}x | same |",
+            f"`{_cmd(main, 'panama experiment shared-cluster')}` |"),
+            (f"| short-flow mean FCT, panama vs ring | about {ORIGINAL['short_mean_gain']:.0f}x better | "
+            f"{_ci(st, 'short_fct_mean_us_gain')}x ({where}) | same |"),
+            (f"| large-job training time, panama vs ring | up to {ORIGINAL['large_job_gain']}x faster | "
+            f"{_ci(st, 'large_job_training_time_s_gain')}x ({where}); best group {_f(btr)}x | same |"),
             f"| network bytes, panama vs ring | (less traffic: the motivation) | {_ci(st, 'bytes_total_norm')} of ring's | same |",
         ]
     if demo and demo.get("train"):
@@ -284,9 +284,9 @@ def write_report(
         lines += [
             "## Claims 2 and 3 — a shared cluster: short flows and large jobs",
             "",
-            "Original: with PANAMA, the 99th-percentile completion time of latency-sensitive short flows is up to "
+            ("Original: with PANAMA, the 99th-percentile completion time of latency-sensitive short flows is up to "
             f"{ORIGINAL['short_p99_gain']}x better (about {ORIGINAL['short_mean_gain']:.0f}x on average) than with "
-            f"host-based allreduce, and large jobs train up to {ORIGINAL['large_job_gain']}x faster.",
+            f"host-based allreduce, and large jobs train up to {ORIGINAL['large_job_gain']}x faster."),
             "",
         ]
         for i, (d, s) in enumerate(shared):
@@ -436,11 +436,11 @@ def _discussion(cr, main, groups, facts, shared=()) -> list[str]:
             "more queues), a gain below it that in-network aggregation lost time to congestion control or start-up. "
             "Our jobs run only a few iterations (simulation cost in Python), so start-up effects (slow start of the "
             "ring's TCP flows, the first window of each tree) weigh more than in long training runs.",
-            "- **Simulator.** Ours is a packet-level Python simulator (integer picoseconds, DCTCP, PFC, ECMP, the real "
+            ("- **Simulator.** Ours is a packet-level Python simulator (integer picoseconds, DCTCP, PFC, ECMP, the real "
             "PANAMA protocol core on the PSwitches); the original used its own large-scale simulator whose parameters we "
-            "do not know. Absolute FCTs are therefore not comparable, only ratios to ring on the same flows.",
-            "- **Schemes.** `ina-single` (one tree per job) and `ina-fixed` (several trees, fixed windows, no ECN "
-            "reaction) separate the two PANAMA mechanisms; their rows above show what each contributes here.",
+            "do not know. Absolute FCTs are therefore not comparable, only ratios to ring on the same flows."),
+            ("- **Schemes.** `ina-single` (one tree per job) and `ina-fixed` (several trees, fixed windows, no ECN "
+            "reaction) separate the two PANAMA mechanisms; their rows above show what each contributes here."),
         ]
     lines.append("")
     return lines

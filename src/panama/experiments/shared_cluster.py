@@ -41,7 +41,7 @@ import hashlib
 import json
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,7 +142,13 @@ def experiment_scenario(preset: str = "full", *, models_path: str | Path | None 
     at 10 Gbps), and gradient bytes, compute times and start times are multiplied by the
     preset's ``scale``, as is the 40 MB aggregation threshold.
     """
-    from panama.sim.scenario import BackgroundConfig, JobConfig, PanamaConfig, Scenario, TopologyConfig
+    from panama.sim.scenario import (
+        BackgroundConfig,
+        JobConfig,
+        PanamaConfig,
+        Scenario,
+        TopologyConfig,
+    )
 
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
@@ -192,9 +198,9 @@ def code_version() -> str:
 
     here = Path(__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=False)
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", str(here.parent)],
-                               cwd=here, capture_output=True, text=True, timeout=10)
+                               cwd=here, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     if rev.returncode != 0:
@@ -403,7 +409,7 @@ def run_shared_cluster(
         fn, points, out, jobs=jobs, scheduler=scheduler, fingerprint=fingerprint, progress=progress,
         desc="shared-cluster",
     )
-    runs = [dict(params=r.params, result=r.result) for r in sweep.records]
+    runs = [{"params": r.params, "result": r.result} for r in sweep.records]
     summary = summarise(runs, schemes=schemes, axes=axes, short_bytes=short_bytes)
     summary["config"] = {k: v for k, v in config.items() if k != "scenario"}
     summary["config"]["scenario_file"] = "scenario.toml"
@@ -740,18 +746,18 @@ def _echo(msg: str) -> None:
 
 
 __all__ = [
-    "SCHEME_ORDER",
-    "PRESETS",
     "JOB_MIX",
-    "experiment_scenario",
+    "PRESETS",
+    "SCHEME_ORDER",
+    "SharedClusterResult",
+    "SweepError",
     "apply_params",
+    "check_consistency",
+    "experiment_scenario",
+    "format_table",
+    "load_summary",
+    "normalise_runs",
     "run_point",
     "run_shared_cluster",
     "summarise",
-    "normalise_runs",
-    "check_consistency",
-    "format_table",
-    "load_summary",
-    "SharedClusterResult",
-    "SweepError",
 ]

@@ -106,7 +106,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     if len(xs) == 1:
         return xs[0]
     pos = (len(xs) - 1) * q / 100.0
-    i = int(math.floor(pos))
+    i = math.floor(pos)
     frac = pos - i
     if i + 1 >= len(xs):
         return xs[-1]

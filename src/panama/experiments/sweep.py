@@ -297,7 +297,7 @@ def run_sweep(
                 for pid, p in todo:
                     try:
                         result, elapsed = _timed_call(fn, p)
-                    except Exception as exc:  # a failing point must not lose the others
+                    except Exception as exc:  # noqa: BLE001 - a failing point must not lose the others
                         fail(pid, exc)
                     else:
                         finish(pid, p, result, elapsed)
@@ -309,7 +309,7 @@ def run_sweep(
                         pid, p = futures[fut]
                         try:
                             result, elapsed = fut.result()
-                        except Exception as exc:
+                        except Exception as exc:  # noqa: BLE001 - reported with the point, after the rest
                             fail(pid, exc)
                         else:
                             finish(pid, p, result, elapsed)
@@ -344,7 +344,7 @@ def _run_dask(fn: PointFn, todo, scheduler: Any, finish, fail) -> None:
             pid, p = futures[fut]
             try:
                 result, elapsed = fut.result()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - reported with the point, after the rest
                 fail(pid, exc)
             else:
                 finish(pid, p, result, elapsed)
