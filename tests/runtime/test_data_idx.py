@@ -64,6 +64,7 @@ def test_idx_header_is_the_lecun_format(tmp_path):
         (b"\x00\x00\x08\x03" + struct.pack(">I", 2), "truncated header"),
         (b"\x00\x00\x08\x02" + struct.pack(">II", 2, 3) + b"\x00" * 5, "truncated data"),
         (b"\x00\x00\x0d\x01" + struct.pack(">I", 2) + b"\x00" * 9, "1 unexpected trailing bytes"),
+        (b"\x00\x00\x0e\x04" + struct.pack(">IIII", *[2**32 - 1] * 4) + b"\x00" * 8, "truncated data"),
     ],
 )
 def test_corrupt_idx_files_raise_naming_the_file(tmp_path, blob, message):

@@ -20,6 +20,7 @@ checks every one of these and raises :class:`IdxFormatError` naming the file.
 from __future__ import annotations
 
 import gzip
+import math
 import struct
 import zlib
 from dataclasses import dataclass
@@ -114,7 +115,7 @@ def parse_idx(data: bytes, path: Path | str = "<bytes>") -> np.ndarray:
         raise IdxFormatError(path, f"truncated header: {ndim} dimensions need {header_bytes} bytes, file has {len(data)}")
     dims = struct.unpack(f">{ndim}I", data[4:header_bytes])
     dtype = IDX_DTYPES[type_code]
-    expected = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
+    expected = math.prod(dims) * dtype.itemsize  # Python ints: a forged header cannot overflow
     actual = len(data) - header_bytes
     if actual < expected:
         raise IdxFormatError(path, f"truncated data: shape {dims} of {dtype.name} needs {expected} bytes, found {actual}")
