@@ -438,10 +438,7 @@ def _loopback_ifname() -> str | None:
         names = [name for _, name in socket.if_nameindex()]
     except OSError:  # pragma: no cover - platforms without if_nameindex
         return None
-    for name in names:
-        if name == "lo" or name.startswith("lo"):
-            return name
-    return None
+    return next((name for name in names if name.startswith("lo")), None)  # "lo" on Linux, "lo0" on BSDs
 
 
 def _worker_entry(
