@@ -84,3 +84,19 @@ def test_cluster_up_status_down(tmp_path):
         assert not _pid_alive(pid)  # gone (or a zombie waiting for init to reap it)
     missing = _run(["cluster", "status", "--state", str(state)])
     assert missing.returncode == 1 and "no cluster state" in missing.stderr
+
+
+def test_bench_allreduce_runs_both_implementations(tmp_path):
+    from panama.runtime.bench_allreduce import BenchConfig, format_table, run_bench, write_results
+
+    cfg = BenchConfig(workers=2, sizes_mb=[0.05], iters=2, leaves=2, spines=1, payload_elems=1000, timeout_s=60)
+    rows = run_bench(cfg, progress=False)
+    (row,) = rows
+    assert row["size_bytes"] == 50_000 and row["panama_ms"] > 0 and row["gloo_ms"] > 0
+    assert row["ratio"] == pytest.approx(row["panama_algbw_gbps"] / row["gloo_algbw_gbps"])
+    assert row["panama_max_rel_err"] < 1e-6 and row["switch_gbps"] > 0
+    assert set(row["panama_cpu_ms_by_process"]) == {"leaf0", "leaf1", "spine0", "controller", "workers"}
+    write_results(rows, cfg, tmp_path)
+    assert json.loads((tmp_path / "results.json").read_text())["results"][0]["size_mb"] == 0.05
+    assert "panama_cpu_ms_leaf0" in (tmp_path / "results.csv").read_text()
+    assert "ratio" in format_table(rows)

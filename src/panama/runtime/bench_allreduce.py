@@ -18,6 +18,7 @@ import csv
 import json
 import math
 import multiprocessing as mp
+import os
 import sys
 import tempfile
 import time
@@ -67,7 +68,22 @@ def _switch_rx_bytes(controls: list[tuple[str, int]]) -> int:
     return total
 
 
-def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, barrier, queue) -> None:
+def _proc_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, barrier, queue) -> None:
     try:
         from panama.runtime.communicator import Communicator
 
@@ -98,15 +114,20 @@ def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, barri
                 del out
                 barrier.wait()
                 rx0 = _switch_rx_bytes(controls) if rank == 0 else 0
+                cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
                 retx0 = comm.stats()["retransmissions"]
                 barrier.wait()
                 t0 = time.perf_counter()
+                c0 = _own_cpu_s()
                 for _ in range(cfg.iters):
                     comm.allreduce(x, out=y)
+                own = _own_cpu_s() - c0
                 barrier.wait()
                 elapsed = time.perf_counter() - t0
+                queue.put({"impl": "cpu", "size_mb": size_mb, "role": "worker", "cpu_s": own})
                 if rank == 0:
                     rx1 = _switch_rx_bytes(controls)
+                    cpu = {name: _proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()}
                     queue.put(
                         {
                             "impl": "panama",
@@ -115,6 +136,7 @@ def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, barri
                             "switch_rx_bytes": rx1 - rx0,
                             "max_rel_err": err,
                             "retransmissions_rank0": comm.stats()["retransmissions"] - retx0,
+                            "cpu_s": cpu,
                         }
                     )
     except BaseException as exc:  # report, never hang the parent
@@ -144,11 +166,14 @@ def _gloo_worker(rank: int, cfg: BenchConfig, store_path: str, barrier, queue) -
             dist.all_reduce(t)  # warm-up
             barrier.wait()
             t0 = time.perf_counter()
+            c0 = _own_cpu_s()
             for _ in range(cfg.iters):
-                t.copy_(base)  # gloo reduces in place; PANAMA returns a new array
+                t.copy_(base)  # gloo reduces in place (PANAMA writes into a reused buffer)
                 dist.all_reduce(t)
+            own = _own_cpu_s() - c0
             barrier.wait()
             elapsed = time.perf_counter() - t0
+            queue.put({"impl": "cpu", "size_mb": size_mb, "role": "worker", "cpu_s": own})
             if rank == 0:
                 queue.put({"impl": "gloo", "size_mb": size_mb, "seconds": elapsed})
         dist.destroy_process_group()
@@ -164,6 +189,8 @@ def _run_workers(ctx, target, args_for_rank, cfg: BenchConfig, label: str, progr
     for p in procs:
         p.start()
     rows: list[dict] = []
+    cpu_by_size: dict[float, float] = {}
+    cpu_counts: dict[float, int] = {}
     deadline = time.monotonic() + cfg.timeout_s * (len(cfg.sizes_mb) * (cfg.iters + 2)) + 60
     try:
         while len(rows) < len(cfg.sizes_mb):
@@ -179,6 +206,10 @@ def _run_workers(ctx, target, args_for_rank, cfg: BenchConfig, label: str, progr
                 continue
             if "error" in row:
                 raise RuntimeError(f"{label}: {row['error']}")
+            if row["impl"] == "cpu":  # per-rank CPU seconds of the timed calls
+                cpu_by_size[row["size_mb"]] = cpu_by_size.get(row["size_mb"], 0.0) + row["cpu_s"]
+                cpu_counts[row["size_mb"]] = cpu_counts.get(row["size_mb"], 0) + 1
+                continue
             rows.append(row)
             if progress:
                 per = row["seconds"] / cfg.iters
@@ -187,12 +218,27 @@ def _run_workers(ctx, target, args_for_rank, cfg: BenchConfig, label: str, progr
                     file=sys.stderr,
                     flush=True,
                 )
+        # The other ranks' CPU reports follow rank 0's rows; collect them too.
+        end = time.monotonic() + 30
+        while any(cpu_counts.get(size, 0) < cfg.workers for size in cfg.sizes_mb):
+            if time.monotonic() > end:
+                break
+            try:
+                row = queue.get(timeout=1.0)
+            except Exception:
+                continue
+            if row.get("impl") == "cpu":
+                cpu_by_size[row["size_mb"]] = cpu_by_size.get(row["size_mb"], 0.0) + row["cpu_s"]
+                cpu_counts[row["size_mb"]] = cpu_counts.get(row["size_mb"], 0) + 1
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
+    for row in rows:
+        complete = cpu_counts.get(row["size_mb"], 0) == cfg.workers
+        row["workers_cpu_s"] = cpu_by_size[row["size_mb"]] if complete else float("nan")
     return rows
 
 
@@ -218,17 +264,22 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
         log_level="WARNING",
     ) as lc:
         controls = [lc.procs[n].control for n in lc.switch_names]
+        pids = {name: p.pid for name, p in lc.procs.items()}
         for r in _run_workers(
-            ctx, _panama_worker, lambda rank: (rank, cfg, lc.controller, controls), cfg, "panama", progress
+            ctx, _panama_worker, lambda rank: (rank, cfg, lc.controller, controls, pids), cfg, "panama", progress
         ):
             row = rows[r["size_mb"]]
             per = r["seconds"] / cfg.iters
+            per_call_ms = {name: 1e3 * v / cfg.iters for name, v in r["cpu_s"].items()}
+            workers_ms = 1e3 * r["workers_cpu_s"] / cfg.iters
             row.update(
                 panama_ms=per * 1e3,
                 panama_algbw_gbps=row["size_bytes"] / per / 1e9,
                 switch_gbps=r["switch_rx_bytes"] / r["seconds"] / 1e9,
                 panama_max_rel_err=r["max_rel_err"],
                 panama_retransmissions_rank0=r["retransmissions_rank0"],
+                panama_cpu_ms=workers_ms + sum(per_call_ms.values()),
+                panama_cpu_ms_by_process=dict(per_call_ms, workers=workers_ms),
             )
     if cfg.gloo:
         with tempfile.TemporaryDirectory(prefix="panama-gloo-") as tmp:
@@ -236,13 +287,20 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
             for r in _run_workers(ctx, _gloo_worker, lambda rank: (rank, cfg, store), cfg, "gloo", progress):
                 row = rows[r["size_mb"]]
                 per = r["seconds"] / cfg.iters
-                row.update(gloo_ms=per * 1e3, gloo_algbw_gbps=row["size_bytes"] / per / 1e9)
+                row.update(
+                    gloo_ms=per * 1e3,
+                    gloo_algbw_gbps=row["size_bytes"] / per / 1e9,
+                    gloo_cpu_ms=1e3 * r["workers_cpu_s"] / cfg.iters,
+                )
                 row["ratio"] = row["panama_algbw_gbps"] / row["gloo_algbw_gbps"]
     return list(rows.values())
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'size MB':>8} {'PANAMA ms':>10} {'PANAMA GB/s':>12} {'gloo ms':>9} {'gloo GB/s':>10} {'ratio':>6} {'switch GB/s':>12} {'max rel err':>12}"
+    head = (
+        f"{'size MB':>8} {'PANAMA ms':>10} {'PANAMA GB/s':>12} {'gloo ms':>9} {'gloo GB/s':>10} {'ratio':>6} "
+        f"{'switch GB/s':>12} {'max rel err':>12} {'PANAMA CPU ms':>14} {'gloo CPU ms':>12}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         gloo_ms = f"{r['gloo_ms']:9.2f}" if "gloo_ms" in r else f"{'-':>9}"
@@ -250,17 +308,28 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         ratio = f"{r['ratio']:6.2f}" if "ratio" in r else f"{'-':>6}"
         lines.append(
             f"{r['size_mb']:>8g} {r['panama_ms']:10.2f} {r['panama_algbw_gbps']:12.3f} {gloo_ms} {gloo_bw} {ratio} "
-            f"{r['switch_gbps']:12.3f} {r['panama_max_rel_err']:12.2e}"
+            f"{r['switch_gbps']:12.3f} {r['panama_max_rel_err']:12.2e} {r['panama_cpu_ms']:14.1f} "
+            + (f"{r['gloo_cpu_ms']:12.1f}" if "gloo_cpu_ms" in r else f"{'-':>12}")
         )
     lines.append("ratio = PANAMA algbw / gloo algbw (same run); algbw = size / time per allreduce")
+    lines.append("CPU ms = CPU time per allreduce summed over all processes (PANAMA: workers, daemons, controller)")
+    for r in rows:
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in r["panama_cpu_ms_by_process"].items())
+        lines.append(f"  PANAMA CPU ms per allreduce at {r['size_mb']:g} MB: {parts}")
     return "\n".join(lines)
 
 
 def write_results(rows: list[dict[str, Any]], cfg: BenchConfig, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"config": cfg.to_dict(), "results": rows}, indent=2))
-    keys = sorted({k for r in rows for k in r})
+    flat = []
+    for r in rows:
+        r = dict(r)
+        for name, ms in r.pop("panama_cpu_ms_by_process", {}).items():
+            r[f"panama_cpu_ms_{name}"] = ms
+        flat.append(r)
+    keys = sorted({k for r in flat for k in r})
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(flat)

@@ -82,7 +82,7 @@ class Communicator:
         cc_options: dict | None = None,
         drop_prob: float = 0.0,
         seed: int = 0,
-        heartbeat_s: float = 0.5,
+        heartbeat_s: float = 1.0,
         initial_rto_s: float = 0.3,
         min_rto_s: float = 0.1,
         max_rto_s: float = 1.0,
