@@ -217,8 +217,9 @@ def test_a_dead_worker_fails_the_others_and_frees_the_job(cluster):
         assert all(isinstance(e, CommunicatorError) for e in errors), errors
         for e in errors:
             assert "rank 3" in str(e), str(e)
-        # Failed within the configured timeout (the heartbeat deadline is 3 s).
-        assert max(errors_at.values()) <= timeout_s + 1.0
+        # Bounded by the configured timeout (usually the 3-s heartbeat deadline ends it
+        # sooner); the slack only absorbs scheduling delays of a loaded test machine.
+        assert max(errors_at.values()) <= timeout_s + 5.0
         status, body = cluster.controller_call("GET", "/v1/jobs/victim")
         assert status == 200 and body["state"] == "failed" and "rank 3" in body["reason"]
         for s in cluster.switch_stats().values():
@@ -249,7 +250,7 @@ def test_a_dead_daemon_fails_workers_naming_it():
         assert all(isinstance(e, CommunicatorError) for e in errors), errors
         for e in errors:
             assert "spine1" in str(e), str(e)
-        assert max(body.elapsed.values()) <= timeout_s + 1.0
+        assert max(body.elapsed.values()) <= timeout_s + 5.0  # slack: scheduling on a loaded machine
         status, job = lc.controller_call("GET", "/v1/jobs/dead-switch")
         assert job["state"] == "failed" and "spine1" in job["reason"]
         # The surviving daemons no longer hold the job.
