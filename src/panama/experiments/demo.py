@@ -114,8 +114,8 @@ def format_demo(demo: dict[str, Any]) -> str:
         (f"  {'large-job training time (s, simulated)':<38} {_fmt(s['ring']['large_job_training_time_s'], '.4f'):>12} "
         f"{_fmt(s['panama']['large_job_training_time_s'], '.4f'):>12} {_fmt(s['large_job_training_time_ratio'], '.2f'):>12}"),
         f"  {'network bytes':<38} {'':>12} {'':>12} {_fmt(s['bytes_ratio'], '.2f'):>12}",
-        f"  (one seed, short flows < 100 KB: {_fmt(s['ring']['short_flows'], '.0f')} per run; ratios below 1 favour "
-        "panama; several seeds with confidence intervals: panama experiment shared-cluster --quick --seeds 1,2,3,4)",
+        (f"  (one seed, short flows < 100 KB: {_fmt(s['ring']['short_flows'], '.0f')} per run; ratios below 1 favour "
+        "panama; several seeds with confidence intervals: panama experiment shared-cluster --quick --seeds 1,2,3,4)"),
     ]
     t = demo.get("train")
     if t:
