@@ -85,6 +85,10 @@ def test_conflicting_world_size_is_refused(cluster):
         addr, "POST", "/v1/jobs/conflict/register", {"rank": 1, "world_size": 3, "udp": "127.0.0.1:5001"}
     )
     assert status == 409 and reply["error"].startswith("world_size")
+    status, reply = request_json(
+        addr, "POST", "/v1/jobs/conflict/register", {"rank": 0, "world_size": 2, "udp": "127.0.0.1:5002"}
+    )
+    assert status == 409 and reply["error"].startswith("rank") and "already registered" in reply["error"]
     t.join(timeout=10)
     assert first["r"][0] == 504 and "ranks [1]" in first["r"][1]["error"]
     assert all(j["job"] != "conflict" for j in request_json(addr, "GET", "/v1/jobs")[1]["jobs"])

@@ -627,6 +627,11 @@ class ControllerService:
         if payload is not None:
             job.payload_elems = payload if job.payload_elems is None else min(job.payload_elems, payload)
         job.size_bytes = max(job.size_bytes, size_bytes)
+        if rank in job.ranks:
+            other = job.ranks[rank]
+            raise _BadRequest(
+                409, f"rank: {rank} of {name!r} is already registered (from udp {format_addr(other.udp)}); ranks must be unique"
+            )
         mine = Rank(rank, udp, self.hosts_in_order[rank], time.monotonic())
         job.ranks[rank] = mine
         log.info("job %s: rank %d/%d registered from %s", name, rank, world_size, format_addr(udp))
