@@ -172,7 +172,8 @@ def _resolve_shared_cluster(quick: bool, preset: str | None, scenario_path: Path
             if sets:
                 base = base.with_overrides(sets)
     except ScenarioError as exc:
-        raise usage_error(exc.key, exc.detail) from None
+        key = "--scenario" if exc.key in ("SCENARIO", str(scenario_path)) else exc.key
+        raise usage_error(key, exc.detail) from None
     # move single-valued axes that are plain scenario keys into the base?  No: keep them as
     # parameters so that they appear in the outputs; they are validated here.
     from panama.experiments.shared_cluster import apply_params
