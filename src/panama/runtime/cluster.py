@@ -93,6 +93,7 @@ class LocalCluster:
     procs: dict[str, Proc] = field(default_factory=dict, init=False)
     controller_addr: Address | None = field(default=None, init=False)
     _tmp: tempfile.TemporaryDirectory | None = field(default=None, init=False, repr=False)
+    _owner_pid: int = field(default=0, init=False, repr=False)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, attempts: int = 3) -> LocalCluster:
@@ -108,7 +109,8 @@ class LocalCluster:
             self.workdir = self._tmp.name
         work = Path(self.workdir)
         work.mkdir(parents=True, exist_ok=True)
-        atexit.register(self.stop)
+        self._owner_pid = os.getpid()
+        atexit.register(self._stop_at_exit)
         for attempt in range(attempts):
             try:
                 self._start_once(work)
@@ -209,12 +211,18 @@ class LocalCluster:
         stop_processes(procs, timeout_s)
         self.procs.clear()
         try:
-            atexit.unregister(self.stop)
+            atexit.unregister(self._stop_at_exit)
         except Exception:  # pragma: no cover
             pass
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+    def _stop_at_exit(self) -> None:
+        # A forked child inherits the registration; only the process that started the
+        # cluster may stop it.
+        if os.getpid() == self._owner_pid:
+            self.stop()
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -302,7 +310,7 @@ class LocalCluster:
         self._tmp = None
         self.procs = {}
         try:
-            atexit.unregister(self.stop)
+            atexit.unregister(self._stop_at_exit)
         except Exception:  # pragma: no cover
             pass
         return state
