@@ -174,12 +174,12 @@ def _resolve_shared_cluster(quick: bool, preset: str | None, scenario_path: Path
     except ScenarioError as exc:
         key = "--scenario" if exc.key in ("SCENARIO", str(scenario_path)) else exc.key
         raise usage_error(key, exc.detail) from None
-    # move single-valued axes that are plain scenario keys into the base?  No: keep them as
-    # parameters so that they appear in the outputs; they are validated here.
+    # Single values (--load, --trees, --seed) stay sweep parameters rather than base-scenario
+    # edits, so that they appear in every output row; every combination is validated now.
     from panama.experiments.shared_cluster import apply_params
     from panama.experiments.sweep import grid
 
-    for params in grid(axes)[:1] + grid(axes)[-1:]:
+    for params in grid(axes):
         try:
             apply_params(base.model_dump(mode="json"), params)
         except ScenarioError as exc:
