@@ -71,7 +71,10 @@ def test_random_and_truncated_datagrams_during_allreduce(cluster):
     def body(comm, rank):
         outs = [comm.allreduce(data[rank])]
         started.set()
-        while not stop.is_set():  # keep allreducing while the garbage flows
+        # Keep allreducing while the garbage flows. Whether to go on is decided
+        # collectively (an allreduce of the ranks' stop flags), so every rank runs the
+        # same number of calls even though each sees ``stop`` at a different moment.
+        while not comm.allreduce(np.array([stop.is_set()], np.float32))[0]:
             outs.append(comm.allreduce(data[rank]))
         outs.append(comm.allreduce(data[rank]))
         return outs
