@@ -14,6 +14,8 @@ import socket
 import time
 from collections.abc import Hashable
 
+import numpy as np
+
 from panama.core import codec
 from panama.core.packet import ECT0, Packet
 
@@ -97,6 +99,10 @@ class PacketSocket:
         self.addr: Address = sock.getsockname()
         self._out = bytearray(_MAX_DATAGRAM_BYTES)
         self._out_view = memoryview(self._out)
+        self._header = self._out_view[: codec.HEADER_BYTES]
+        # float32 view of the scratch payload area (same dtype object as the codec's).
+        self._out_f32 = np.frombuffer(self._out, dtype=np.dtype("<f4"), offset=codec.HEADER_BYTES)
+        self._iov: list = [self._header]
         self.sent_packets = 0
         self.sent_bytes = 0
         self.send_errors = 0
@@ -106,33 +112,48 @@ class PacketSocket:
     def send(self, packet: Packet, to: Hashable, ecn: int | None = None) -> int:
         """Encode ``packet`` and send it to ``to`` with IP codepoint ``ecn`` (default: ``packet.ecn``).
 
-        Returns the bytes sent (0 when the kernel refused the datagram: counted in
-        ``send_errors``; PANAMA's retransmissions recover from it like from any loss).
+        Zero-copy payload: the header is encoded by :func:`codec.encode_into` into a scratch
+        buffer whose payload area the codec is told is the payload itself (so its payload
+        copy is a no-op), and the datagram leaves as a gather of [header, payload] -- the
+        payload goes from its own memory (user vector, slot row, receive buffer) straight
+        to the kernel. Returns the bytes sent (0 when the kernel refused the datagram:
+        counted in ``send_errors``; retransmissions recover from it like from any loss).
         """
-        n = self._last = codec.encode_into(self._out, packet)
-        tos = packet.ecn if ecn is None else ecn
-        try:
-            if tos == ECT0:
-                self.sock.sendto(self._out_view[:n], to)
-            else:
-                self.sock.sendmsg([self._out_view[:n]], [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))], 0, to)
-        except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED, errno.EPERM):
-                self.send_errors += 1
-                return 0
-            raise
-        self.sent_packets += 1
-        self.sent_bytes += n
-        return n
+        payload = packet.payload
+        count = packet.count
+        if count and payload is not None:
+            shadow = Packet(
+                packet.job_id,
+                packet.tree_id,
+                packet.seq,
+                packet.generation,
+                count,
+                packet.flags,
+                packet.cwnd_cap,
+                packet.ack,
+                packet.ecn,
+                self._out_f32[:count],
+            )
+            n = codec.encode_into(self._out, shadow)
+            if payload.shape[0] != count:  # let the codec report the mismatch
+                codec.encode_into(self._out, packet)
+            self._iov = [self._header, payload]
+        else:
+            n = codec.encode_into(self._out, packet)
+            self._iov = [self._out_view[:n]]
+        self._last = n
+        return self._sendmsg(n, to, packet.ecn if ecn is None else ecn)
 
     def resend(self, to: Hashable, ecn: int = ECT0) -> int:
-        """Send the datagram encoded by the last :meth:`send` again, to ``to`` (multicast by copies)."""
-        n = self._last
+        """Send the datagram of the last :meth:`send` again, to ``to`` (multicast by copies)."""
+        return self._sendmsg(self._last, to, ecn)
+
+    def _sendmsg(self, n: int, to: Hashable, tos: int) -> int:
         try:
-            if ecn == ECT0:
-                self.sock.sendto(self._out_view[:n], to)
+            if tos == ECT0:
+                self.sock.sendmsg(self._iov, (), 0, to)
             else:
-                self.sock.sendmsg([self._out_view[:n]], [(socket.IPPROTO_IP, socket.IP_TOS, bytes((ecn,)))], 0, to)
+                self.sock.sendmsg(self._iov, [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))], 0, to)
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED, errno.EPERM):
                 self.send_errors += 1
