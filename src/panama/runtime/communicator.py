@@ -257,8 +257,8 @@ class Communicator:
             arr = stage
         try:
             result = self._run(arr, out_flat)
-        except CommunicatorError as exc:
-            self._broken = str(exc)
+        except BaseException as exc:  # the transport is mid-generation: no further calls
+            self._broken = str(exc) or type(exc).__name__
             raise
         self.calls += 1
         return wrap(result) if out is None else out
