@@ -78,10 +78,10 @@ def test_cluster_up_status_down(tmp_path):
         down = _run(["cluster", "down", "--state", str(state)])
     assert down.returncode == 0, down.stderr
     assert not state.exists()
-    from panama.runtime.cluster import _pid_alive
+    from panama.runtime.lifeline import pid_alive
 
     for pid in json.loads(up.stdout)["pids"].values():
-        assert not _pid_alive(pid)  # gone (or a zombie waiting for init to reap it)
+        assert not pid_alive(pid)  # gone (or a zombie waiting for init to reap it)
     missing = _run(["cluster", "status", "--state", str(state)])
     assert missing.returncode == 1 and "no cluster state" in missing.stderr
 

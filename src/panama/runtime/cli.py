@@ -61,8 +61,9 @@ def _setup_logging(level: str) -> None:
 @click.option("--status-interval", default=10.0, show_default=True, type=float, help="Seconds between status log lines.")
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--ready-file", default=None, help="Write the bound addresses as JSON here once ready.")
+@click.option("--exit-with", type=click.IntRange(min=1), default=None, help="Stop when this process id is gone.")
 def switch(
-    switch_id, udp, control, packet_memory, payload_elems, ecn_threshold, batch, drop_prob, seed, status_interval, log_level, ready_file
+    switch_id, udp, control, packet_memory, payload_elems, ecn_threshold, batch, drop_prob, seed, status_interval, log_level, ready_file, exit_with
 ):
     """Run one PANAMA switch daemon (a UDP aggregation accelerator) in the foreground.
 
@@ -90,6 +91,10 @@ def switch(
         field, _, msg = str(exc).partition(": ")
         raise usage_error(field.replace("_", "-"), msg) from None
     _setup_logging(log_level)
+    if exit_with is not None:
+        from panama.runtime.lifeline import exit_with as tie_to
+
+        tie_to(exit_with)
     try:
         run_switch(config, ready_file)
     except OSError as exc:
@@ -112,7 +117,10 @@ def switch(
 @click.option("--heartbeat-timeout", default=5.0, show_default=True, type=float, help="Seconds without a heartbeat before a job fails.")
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--ready-file", default=None, help="Write the bound address as JSON here once ready.")
-def controller_serve(cluster_file, listen, threshold_bytes, max_jobs_per_switch, trees, heartbeat_timeout, log_level, ready_file):
+@click.option("--exit-with", type=click.IntRange(min=1), default=None, help="Stop when this process id is gone.")
+def controller_serve(
+    cluster_file, listen, threshold_bytes, max_jobs_per_switch, trees, heartbeat_timeout, log_level, ready_file, exit_with
+):
     """Serve the controller's HTTP/JSON API (docs/runtime.md) for workers and switch daemons."""
     from panama.runtime.controller_service import ClusterFileError, ControllerService, load_cluster, run_controller
 
@@ -131,6 +139,10 @@ def controller_serve(cluster_file, listen, threshold_bytes, max_jobs_per_switch,
     if heartbeat_timeout <= 0:
         raise usage_error("heartbeat-timeout", f"must be > 0, got {heartbeat_timeout}")
     _setup_logging(log_level)
+    if exit_with is not None:
+        from panama.runtime.lifeline import exit_with as tie_to
+
+        tie_to(exit_with)
     service = ControllerService(
         spec,
         threshold_bytes=threshold_bytes,
@@ -204,6 +216,7 @@ def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_ele
         seed=seed,
         log_level=log_level,
         workdir=workdir,
+        detached=True,
     )
     try:
         lc.start()

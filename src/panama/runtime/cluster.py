@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from panama.core.topology import leaf_spine
+from panama.runtime.lifeline import pid_alive
 from panama.runtime.http import HttpError, request_json
 from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, format_addr, free_port, parse_addr
 
@@ -62,7 +63,7 @@ class Proc:
     def alive(self) -> bool:
         if self.popen is not None:
             return self.popen.poll() is None
-        return _pid_alive(self.pid)
+        return pid_alive(self.pid)
 
 
 @dataclass
@@ -90,6 +91,9 @@ class LocalCluster:
     workdir: str | Path | None = None
     startup_timeout_s: float = 30.0
     python: str = sys.executable
+    # False: the processes stop themselves when the process that started them dies
+    # (``--exit-with``); ``panama cluster up`` starts detached ones that outlive it.
+    detached: bool = False
     procs: dict[str, Proc] = field(default_factory=dict, init=False)
     controller_addr: Address | None = field(default=None, init=False)
     _tmp: tempfile.TemporaryDirectory | None = field(default=None, init=False, repr=False)
@@ -177,6 +181,8 @@ class LocalCluster:
         ready = work / f"{name}.ready.json"
         ready.unlink(missing_ok=True)
         cmd = [self.python, "-m", "panama.runtime.cli", *args, "--ready-file", str(ready)]
+        if not self.detached:
+            cmd += ["--exit-with", str(os.getpid())]
         with open(log, "ab") as out:
             popen = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -346,21 +352,6 @@ def probe_health(addr: Address, path: str, what: str) -> bool:
     except HttpError:
         return False
     return status == 200
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # pragma: no cover
-        return True
-    # A zombie child counts as dead.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def _tail(path: Path, lines: int = 5) -> str:
