@@ -121,3 +121,17 @@ def test_bad_use():
     empty = WorkerTransport(1, 0, 1)
     empty.start(0, np.ones(0, np.float32))
     assert empty.done and empty.result().shape == (0,)
+
+
+def test_start_writes_into_a_given_out_vector_and_checks_it():
+    w = WorkerTransport(1, 0, 1, payload_elems=4)
+    data = np.arange(6, dtype=np.float32)
+    out = np.zeros(6, np.float32)
+    w.start(0, data, out=out)
+    for p in w.poll(0):
+        w.receive(result_for(p, p.payload + 1), 1)
+    assert w.result() is out and out.tolist() == [1, 2, 3, 4, 5, 6]
+    with pytest.raises(TypeError, match="writable float32 vector of 6"):
+        w.start(2, data, out=np.zeros(5, np.float32))
+    with pytest.raises(ValueError, match="overlap"):
+        w.start(2, data, out=data)
