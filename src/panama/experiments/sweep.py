@@ -305,14 +305,7 @@ def run_sweep(
                 pool = cf.ProcessPoolExecutor(max_workers=n_jobs)
                 try:
                     futures = {pool.submit(_timed_call, fn, p): (pid, p) for pid, p in todo}
-                    for fut in cf.as_completed(futures):
-                        pid, p = futures[fut]
-                        try:
-                            result, elapsed = fut.result()
-                        except Exception as exc:  # noqa: BLE001 - reported with the point, after the rest
-                            fail(pid, exc)
-                        else:
-                            finish(pid, p, result, elapsed)
+                    _collect(cf.as_completed(futures), futures, finish, fail)
                 except BaseException:
                     # interrupted: drop queued points; finished ones are already on disk
                     pool.shutdown(wait=False, cancel_futures=True)
@@ -328,6 +321,18 @@ def run_sweep(
     return SweepResult(records, computed=computed, resumed=[pid for pid in ids if pid not in computed])
 
 
+def _collect(completed, futures: dict, finish, fail) -> None:
+    """Hand each finished future (concurrent.futures or dask) to ``finish``, or to ``fail``."""
+    for fut in completed:
+        pid, p = futures[fut]
+        try:
+            result, elapsed = fut.result()
+        except Exception as exc:  # noqa: BLE001 - reported with the point, after the rest
+            fail(pid, exc)
+        else:
+            finish(pid, p, result, elapsed)
+
+
 def _run_dask(fn: PointFn, todo, scheduler: Any, finish, fail) -> None:
     try:
         from distributed import Client, as_completed
@@ -340,14 +345,7 @@ def _run_dask(fn: PointFn, todo, scheduler: Any, finish, fail) -> None:
         for pid, p in todo:
             fut = client.submit(_timed_call, fn, p, key=f"panama-sweep-{pid}", pure=False)
             futures[fut] = (pid, p)
-        for fut in as_completed(list(futures)):
-            pid, p = futures[fut]
-            try:
-                result, elapsed = fut.result()
-            except Exception as exc:  # noqa: BLE001 - reported with the point, after the rest
-                fail(pid, exc)
-            else:
-                finish(pid, p, result, elapsed)
+        _collect(as_completed(list(futures)), futures, finish, fail)
     finally:
         if own_client:
             client.close()
