@@ -42,7 +42,7 @@ def test_dctcp_slow_start_then_cut_by_alpha_half():
 def test_dctcp_alpha_tracks_marked_fraction():
     cc = Dctcp(initial_window=20, initial_alpha=1.0)
     seq = 0
-    for window in range(400):
+    for _ in range(400):  # windows of 20 results
         end = seq + 20
         while seq < end:
             cc.on_result(seq, seq % 4 == 0, 20, snd_nxt=end)  # 25% marked

@@ -43,7 +43,7 @@ def test_garbage_and_foreign_packets_do_not_disturb_two_jobs():
         assert acc.receive(Packet(2, 0, pkt.seq, 1, pkt.count, FLAG_RESULT, payload=forged.payload), "b0") == ()
         assert acc.receive(Packet(1, 5, 0, 1, 1, FLAG_RETRANSMIT, payload=np.ones(1, np.float32)), "a0") == ()
     assert all(w.done for w in workers.values())
-    for job_id, names in jobs.items():
+    for names in jobs.values():
         ref = np.sum([inputs[n].astype(np.float64) for n in names], axis=0)
         outs = [workers[n].result() for n in names]
         assert all(o.tobytes() == outs[0].tobytes() for o in outs)

@@ -59,7 +59,7 @@ def run_core_bench(
     grads = [rng.integers(-8, 8, num_elems, dtype=np.int8).astype(np.float32) for _ in range(workers)]
     npkts = -(-num_elems // payload_elems)
     packets = []
-    for rank, grad in enumerate(grads):
+    for grad in grads:
         row = []
         for i in range(npkts):
             lo = i * payload_elems

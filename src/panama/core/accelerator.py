@@ -409,6 +409,7 @@ class Accelerator:
                     part = row[:count]
                     _add(part, payload, part)
         self.contributions += 1
+        # _take_ack, inlined: this runs for every contribution
         ack = packet.ack
         acks = tree.child_ack
         old_ack = acks[from_node]
