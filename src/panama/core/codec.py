@@ -73,11 +73,20 @@ def encode(packet: Packet) -> bytes:
     return bytes(buf)
 
 
-def encode_into(buf: bytearray | memoryview, packet: Packet, offset: int = 0) -> int:
-    """Write ``packet`` into ``buf`` at ``offset``; returns bytes written."""
+def encode_header_into(buf: bytearray | memoryview, packet: Packet, offset: int = 0) -> int:
+    """Write only the header of ``packet`` into ``buf`` at ``offset``; returns the datagram's size.
+
+    For drivers that send the payload from its own memory (a gather ``sendmsg`` of
+    [header, payload]): every field and the payload's length are checked exactly as by
+    :func:`encode_into`, but no payload byte is written.
+    """
     count = packet.count
     if packet.flags & ~KNOWN_FLAGS & 0xFF or not 0 <= packet.flags <= 0xFF:
         raise CodecError(BAD_FIELD, f"flags {packet.flags:#x} has unknown bits")
+    if count:
+        payload = packet.payload
+        if payload is None or payload.shape[0] != count:
+            raise CodecError(BAD_FIELD, f"payload does not hold count={count} floats")
     try:
         HEADER.pack_into(
             buf,
@@ -96,20 +105,36 @@ def encode_into(buf: bytearray | memoryview, packet: Packet, offset: int = 0) ->
         )
     except struct.error as exc:
         raise CodecError(BAD_FIELD, f"header field out of range ({exc}) in {packet!r}") from None
-    end = offset + HEADER_BYTES + FLOAT_BYTES * count
+    return HEADER_BYTES + FLOAT_BYTES * count
+
+
+def encode_into(buf: bytearray | memoryview, packet: Packet, offset: int = 0) -> int:
+    """Write ``packet`` (header and payload) into ``buf`` at ``offset``; returns bytes written."""
+    size = encode_header_into(buf, packet, offset)
+    count = packet.count
     if count:
-        payload = packet.payload
-        if payload is None or payload.shape[0] != count:
-            raise CodecError(BAD_FIELD, f"payload does not hold count={count} floats")
         out = np.frombuffer(buf, dtype=_F32, count=count, offset=offset + HEADER_BYTES)
-        out[:] = payload
-    return end - offset
+        out[:] = packet.payload
+    return size
 
 
-def decode(data: bytes | bytearray | memoryview, ecn: int = 0) -> Packet:
+def payload_view(buf: bytearray | memoryview) -> np.ndarray:
+    """A read-only float32 view of ``buf`` after the header, for :func:`decode`'s ``floats``.
+
+    Drivers that receive into the same buffer again and again make this view once per
+    buffer; decoding then slices it instead of building a new array per datagram.
+    """
+    floats = np.frombuffer(buf, dtype=_F32, count=(len(buf) - HEADER_BYTES) // FLOAT_BYTES, offset=HEADER_BYTES)
+    floats.flags.writeable = False
+    return floats
+
+
+def decode(data: bytes | bytearray | memoryview, ecn: int = 0, floats: np.ndarray | None = None) -> Packet:
     """Parse one datagram strictly. The payload is a read-only view into ``data``.
 
-    ``ecn`` is the IP ECN codepoint the driver received the datagram with.
+    ``ecn`` is the IP ECN codepoint the driver received the datagram with. ``floats``,
+    optional, is :func:`payload_view` of the buffer ``data`` starts at (``data`` is then
+    that buffer or a prefix of it): the payload is sliced from it.
     """
     size = len(data)
     if size < HEADER_BYTES:
@@ -131,7 +156,12 @@ def decode(data: bytes | bytearray | memoryview, ecn: int = 0) -> Packet:
         raise CodecError(COUNT_MISMATCH, f"count {count} needs {need} payload bytes, got {body}")
     if body > need:
         raise CodecError(TRAILING_BYTES, f"{body - need} bytes after {count} floats")
-    payload = np.frombuffer(data, dtype=_F32, count=count, offset=HEADER_BYTES) if count else None
-    if payload is not None and payload.flags.writeable:
-        payload.flags.writeable = False
+    if not count:
+        payload = None
+    elif floats is not None:
+        payload = floats[:count]
+    else:
+        payload = np.frombuffer(data, dtype=_F32, count=count, offset=HEADER_BYTES)
+        if payload.flags.writeable:
+            payload.flags.writeable = False
     return Packet(job_id, tree_id, seq, generation, count, flags, cwnd_cap, ack, ecn & 3, payload)

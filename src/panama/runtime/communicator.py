@@ -123,6 +123,7 @@ class Communicator:
         self.addr = self.sock.addr
         self._recv_buf = bytearray(codec.wire_size(codec.MAX_PAYLOAD_ELEMS) + 1)
         self._recv_view = memoryview(self._recv_buf)
+        self._recv_floats = codec.payload_view(self._recv_buf)  # decode slices payloads from it
         self.transport: WorkerTransport | None = None
         self.plan: dict[str, Any] | None = None
         self.first_hop: Address | None = None
@@ -271,6 +272,7 @@ class Communicator:
         raw.setblocking(True)
         leaf = self.first_hop
         view = self._recv_view
+        floats = self._recv_floats
         poller = select.poll()
         poller.register(raw, select.POLLIN)
         cmsg_space = socket.CMSG_SPACE(4)
@@ -302,7 +304,7 @@ class Communicator:
                     continue
                 ecn = anc[0][2][0] & 3 if anc and anc[0][2] else 0
                 try:
-                    pkt = decode(view[:n], ecn)
+                    pkt = decode(view[:n], ecn, floats)
                 except codec.CodecError as exc:
                     self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
                     continue

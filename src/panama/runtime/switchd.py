@@ -140,6 +140,7 @@ class SwitchDaemon:
         raw.setblocking(True)
         bufs = [bytearray(codec.wire_size(cfg.payload_elems) + 1) for _ in range(cfg.batch)]
         views = [memoryview(b) for b in bufs]
+        floats = [codec.payload_view(b) for b in bufs]  # decode slices payloads from these
         iovs = [[v] for v in views]  # recvmsg_into's buffer lists, made once
         poller = select.poll()
         poller.register(raw, select.POLLIN)
@@ -194,7 +195,7 @@ class SwitchDaemon:
                         self.daemon_drops[DROP_INJECTED] += 1
                         continue
                     try:
-                        packet = decode(views[k][:n], ecn)
+                        packet = decode(views[k][:n], ecn, floats[k])
                     except CodecError as exc:
                         self.malformed[exc.reason] += 1
                         continue

@@ -14,8 +14,6 @@ import socket
 import time
 from collections.abc import Hashable
 
-import numpy as np
-
 from panama.core import codec
 from panama.core.packet import ECT0, Packet
 
@@ -97,11 +95,8 @@ class PacketSocket:
             raise
         self.sock = sock
         self.addr: Address = sock.getsockname()
-        self._out = bytearray(_MAX_DATAGRAM_BYTES)
-        self._out_view = memoryview(self._out)
-        self._header = self._out_view[: codec.HEADER_BYTES]
-        # float32 view of the scratch payload area (same dtype object as the codec's).
-        self._out_f32 = np.frombuffer(self._out, dtype=np.dtype("<f4"), offset=codec.HEADER_BYTES)
+        self._out = bytearray(codec.HEADER_BYTES)  # the header of the datagram being sent
+        self._header = memoryview(self._out)
         self._iov: list = [self._header]
         self.sent_packets = 0
         self.sent_bytes = 0
@@ -112,35 +107,15 @@ class PacketSocket:
     def send(self, packet: Packet, to: Hashable, ecn: int | None = None) -> int:
         """Encode ``packet`` and send it to ``to`` with IP codepoint ``ecn`` (default: ``packet.ecn``).
 
-        Zero-copy payload: the header is encoded by :func:`codec.encode_into` into a scratch
-        buffer whose payload area the codec is told is the payload itself (so its payload
-        copy is a no-op), and the datagram leaves as a gather of [header, payload] -- the
-        payload goes from its own memory (user vector, slot row, receive buffer) straight
-        to the kernel. Returns the bytes sent (0 when the kernel refused the datagram:
-        counted in ``send_errors``; retransmissions recover from it like from any loss).
+        Zero-copy payload: only the header is encoded (:func:`codec.encode_header_into`,
+        into a preallocated buffer) and the datagram leaves as a gather of [header,
+        payload], so the payload goes from its own memory (user vector, slot row, receive
+        buffer) straight to the kernel. Returns the bytes sent (0 when the kernel refused
+        the datagram: counted in ``send_errors``; retransmissions recover from it like
+        from any loss).
         """
-        payload = packet.payload
-        count = packet.count
-        if count and payload is not None:
-            shadow = Packet(
-                packet.job_id,
-                packet.tree_id,
-                packet.seq,
-                packet.generation,
-                count,
-                packet.flags,
-                packet.cwnd_cap,
-                packet.ack,
-                packet.ecn,
-                self._out_f32[:count],
-            )
-            n = codec.encode_into(self._out, shadow)
-            if payload.shape[0] != count:  # let the codec report the mismatch
-                codec.encode_into(self._out, packet)
-            self._iov = [self._header, payload]
-        else:
-            n = codec.encode_into(self._out, packet)
-            self._iov = [self._out_view[:n]]
+        n = codec.encode_header_into(self._out, packet)
+        self._iov = [self._header, packet.payload] if packet.count else [self._header]
         self._last = n
         return self._sendmsg(n, to, packet.ecn if ecn is None else ecn)
 
