@@ -160,3 +160,41 @@ def test_struct_header_layout_is_network_order():
     data = encode(_pkt(job_id=0x01020304))
     assert data[4:8] == bytes([1, 2, 3, 4])
     assert struct.unpack("!H", data[:2])[0] == MAGIC
+
+
+@given(packets)
+@settings(max_examples=200)
+def test_header_only_encoding_plus_payload_bytes_equals_full_encoding(packet):
+    buf = bytearray(HEADER_BYTES)
+    size = codec.encode_header_into(buf, packet)
+    assert size == codec.wire_size(packet.count)
+    payload = packet.payload.astype("<f4").tobytes() if packet.count else b""
+    assert bytes(buf) + payload == encode(packet)
+
+
+def test_header_only_encoding_checks_like_full_encoding():
+    buf = bytearray(HEADER_BYTES)
+    for bad in (_pkt(cwnd_cap=70000), _pkt(flags=0x40), Packet(1, 0, 0, 0, 4, payload=np.zeros(3, np.float32))):
+        with pytest.raises(CodecError) as info:
+            codec.encode_header_into(buf, bad)
+        assert info.value.reason == codec.BAD_FIELD
+    with pytest.raises(CodecError):
+        codec.encode_header_into(buf, Packet(1, 0, 0, 0, 4, payload=None))
+
+
+@given(packets)
+@settings(max_examples=200)
+def test_decode_with_a_payload_view_matches_plain_decode_and_aliases_the_buffer(packet):
+    wire = encode(packet)
+    buf = bytearray(codec.wire_size(40) + 1)  # a receive buffer larger than the datagram
+    buf[: len(wire)] = wire
+    floats = codec.payload_view(buf)
+    assert not floats.flags.writeable
+    fast = decode(memoryview(buf)[: len(wire)], packet.ecn, floats)
+    plain = decode(wire, packet.ecn)
+    assert fast == plain if not packet.count else fast.payload.tobytes() == plain.payload.tobytes()
+    if packet.count:
+        assert not fast.payload.flags.writeable
+        assert np.shares_memory(fast.payload, floats)
+        buf[HEADER_BYTES : HEADER_BYTES + 4] = struct.pack("<f", 123.5)  # the next datagram lands here
+        assert fast.payload[0] == np.float32(123.5)
