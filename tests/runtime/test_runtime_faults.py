@@ -261,6 +261,31 @@ def test_a_dead_daemon_fails_workers_naming_it():
             assert job["job_id"] not in lc.switch_stats(name)["jobs"]
 
 
+def test_a_dead_first_hop_fails_workers_cleanly_and_its_icmp_errors_are_counted():
+    """Workers' sockets are connected to their leaf: its ICMP port-unreachable errors are counted, never raised raw."""
+    with LocalCluster(leaves=2, spines=2, hosts_per_leaf=2, payload_elems=1000, log_level="WARNING") as lc:
+        first_hops, refused = {}, {}
+
+        def body(comm, rank):
+            x = np.ones(20_000, np.float32)
+            comm.allreduce(x)
+            first_hops[rank] = comm.first_hop_name
+            if rank == 0:
+                lc.kill(comm.first_hop_name)
+            try:
+                for _ in range(50):
+                    comm.allreduce(x)
+            finally:
+                st = comm.stats()
+                refused[rank] = st["refused"] + st["send_errors"]  # the error surfaces on a receive or a send
+
+        results, errors = run_ranks(lc.controller, "dead-leaf", W, body, timeout_s=6.0)
+        assert len(errors) == W and all(isinstance(e, CommunicatorError) for e in errors), errors
+        for e in errors:
+            assert first_hops[0] in str(e), str(e)
+        assert refused[0] > 0  # rank 0 sent to its dead leaf right after killing it
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM])
 def test_local_cluster_stops_every_process_even_on_error(sig):
     pids = []

@@ -133,6 +133,7 @@ class Communicator:
         self.malformed: dict[str, int] = {}
         self.calls = 0
         self.dropped_sends = 0
+        self.refused = 0  # ICMP port unreachable from the first hop (its socket is gone)
         self._stage: np.ndarray | None = None
         self._failure: str | None = None
         self._broken: str | None = None
@@ -184,6 +185,7 @@ class Communicator:
         self.job_id = int(reply["job_id"])
         self.first_hop = parse_addr(reply["first_hop"]["udp"], field="first_hop")
         self.first_hop_name = reply["first_hop"]["switch"]
+        self.sock.connect(self.first_hop)
         init_rto, min_rto, max_rto = self._rto
         self.transport = WorkerTransport(
             self.job_id,
@@ -298,6 +300,9 @@ class Communicator:
                     n, anc, flags, src = recv(iov, cmsg_space, dontwait)
                 except BlockingIOError:
                     break
+                except ConnectionRefusedError:  # ICMP: nothing listens at the first hop
+                    self.refused += 1
+                    break
                 got += 1
                 if src != leaf:
                     self.ignored[FOREIGN_SOURCE] = self.ignored.get(FOREIGN_SOURCE, 0) + 1
@@ -351,6 +356,8 @@ class Communicator:
                 f"; sent {st['packets_sent']} ({st['retransmissions']} retransmissions, {st['timeouts']} timeouts), "
                 f"results {st['results']}, ignored {dict(st['ignored'], **self.ignored)}, windows {tr.windows()}"
             )
+        if self.refused:
+            msg += f"; the first hop answered {self.refused} time(s) with ICMP port unreachable (no daemon on its port)"
         if self._failure is not None:
             return f"{msg}; {self._failure}"
         try:
@@ -381,6 +388,7 @@ class Communicator:
             ignored_by_communicator=dict(self.ignored),
             malformed=dict(self.malformed),
             dropped_sends=self.dropped_sends,
+            refused=self.refused,
             send_errors=self.sock.send_errors,
         )
         return base

@@ -98,6 +98,7 @@ class PacketSocket:
         self._out = bytearray(codec.HEADER_BYTES)  # the header of the datagram being sent
         self._header = memoryview(self._out)
         self._iov: list = [self._header]
+        self._peer: Address | None = None  # set by connect()
         self.sent_packets = 0
         self.sent_bytes = 0
         self.send_errors = 0
@@ -123,9 +124,24 @@ class PacketSocket:
         """Send the datagram of the last :meth:`send` again, to ``to`` (multicast by copies)."""
         return self._sendmsg(self._last, to, ecn)
 
+    def connect(self, peer: Address) -> None:
+        """Make ``peer`` this socket's only correspondent (a worker and its first-hop switch).
+
+        The kernel then drops datagrams from any other source, and sends to ``peer`` skip
+        the per-datagram address conversion and route lookup. ICMP errors from ``peer``
+        surface as ``ConnectionRefusedError`` from receives (the caller reports them).
+        """
+        self.sock.connect(peer)
+        self._peer = (peer[0], peer[1])
+
     def _sendmsg(self, n: int, to: Hashable, tos: int) -> int:
         try:
-            if tos == ECT0:
+            if to == self._peer:
+                if tos == ECT0:
+                    self.sock.sendmsg(self._iov)
+                else:
+                    self.sock.sendmsg(self._iov, [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))])
+            elif tos == ECT0:
                 self.sock.sendmsg(self._iov, (), 0, to)
             else:
                 self.sock.sendmsg(self._iov, [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))], 0, to)
