@@ -25,6 +25,7 @@ def _run(args, **kw):
         (["controller", "serve", "--cluster", "/nonexistent/cluster.toml"], "cluster"),
         (["bench", "allreduce", "--workers", "1"], "workers"),
         (["bench", "allreduce", "--size-mb", "1,x"], "size-mb"),
+        (["bench", "allreduce", "--rounds", "0"], "rounds"),
         (["cluster", "up", "--leaves", "0"], "leaves"),
     ],
 )
@@ -89,11 +90,15 @@ def test_cluster_up_status_down(tmp_path):
 def test_bench_allreduce_runs_both_implementations(tmp_path):
     from panama.runtime.bench_allreduce import BenchConfig, format_table, run_bench, write_results
 
-    cfg = BenchConfig(workers=2, sizes_mb=[0.05], iters=2, leaves=2, spines=1, payload_elems=1000, timeout_s=60)
+    cfg = BenchConfig(workers=2, sizes_mb=[0.05], iters=2, rounds=3, leaves=2, spines=1, payload_elems=1000, timeout_s=60)
     rows = run_bench(cfg, progress=False)
     (row,) = rows
     assert row["size_bytes"] == 50_000 and row["panama_ms"] > 0 and row["gloo_ms"] > 0
-    assert row["ratio"] == pytest.approx(row["panama_algbw_gbps"] / row["gloo_algbw_gbps"])
+    assert len(row["panama_ms_by_round"]) == len(row["gloo_ms_by_round"]) == 3
+    ratios = sorted(g / p for g, p in zip(row["gloo_ms_by_round"], row["panama_ms_by_round"]))
+    assert row["ratio"] == pytest.approx(ratios[1]) and row["ratio_min"] == pytest.approx(ratios[0])
+    assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
+    assert row["panama_ms"] == pytest.approx(sorted(row["panama_ms_by_round"])[1])
     assert row["panama_max_rel_err"] < 1e-6 and row["switch_gbps"] > 0
     assert set(row["panama_cpu_ms_by_process"]) == {"leaf0", "leaf1", "spine0", "controller", "workers"}
     write_results(rows, cfg, tmp_path)

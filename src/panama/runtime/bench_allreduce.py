@@ -1,15 +1,21 @@
 """``panama bench allreduce``: PANAMA allreduce through a local cluster vs gloo, in one run.
 
-For every size, ``workers`` processes (spawned) run one warm-up allreduce, meet at a
-barrier, run ``iters`` timed allreduces and meet again; rank 0's time between the two
-barriers divided by ``iters`` is the time per allreduce (so the slowest rank counts).
-Algorithm bandwidth is ``size_bytes / time`` (as nccl-tests' *algbw*). PANAMA writes into
-a result buffer reused across calls (``allreduce(x, out=y)``) as gloo reduces in place;
-PANAMA runs first, then gloo (``torch.distributed``, FileStore on a temporary file, 127.0.0.1), so
-the two never compete for the CPU. The switches' aggregated throughput is the sum over
-daemons of the bytes they received during the timed section, per second. The warm-up
-result of PANAMA is checked on rank 0 against a float64 reference (every rank's data is
-regenerated there from its seed).
+``workers`` processes (spawned) each hold a PANAMA communicator and a gloo process group
+(``torch.distributed``, FileStore on a temporary file, 127.0.0.1). For every size they run
+one warm-up allreduce of each, then ``rounds`` rounds of [``iters`` timed PANAMA
+allreduces, ``iters`` timed gloo allreduces]. Each phase starts and ends at a barrier and
+rank 0's time between the two, divided by ``iters``, is the time per allreduce (so the
+slowest rank counts). The phases never overlap, so the two never compete for the CPU;
+alternating them makes background load on a shared machine hit both alike. Reported:
+the median over rounds of each time per allreduce, and ``ratio``, the median over rounds
+of the round's ``gloo time / PANAMA time`` (= PANAMA algbw / gloo algbw), with its
+smallest and largest round. Algorithm bandwidth is ``size_bytes / time`` (as nccl-tests'
+*algbw*). PANAMA writes into a result buffer reused across calls (``allreduce(x, out=y)``)
+as gloo reduces in place. The switches' aggregated throughput is the sum over daemons of
+the bytes they received during the PANAMA phases, per second of them. CPU time is summed
+over the phases of each implementation (PANAMA: workers, daemons and controller). The
+warm-up result of PANAMA is checked on rank 0 against a float64 reference (every rank's
+data is regenerated there from its seed).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +45,7 @@ class BenchConfig:
     workers: int = 4
     sizes_mb: list[float] = field(default_factory=lambda: [1.0, 16.0, 100.0])
     iters: int = 5
+    rounds: int = 3
     leaves: int = 2
     spines: int = 2
     trees: int | None = None
@@ -83,10 +91,26 @@ def _own_cpu_s() -> float:
     return t.user + t.system
 
 
-def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, barrier, queue) -> None:
+def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_path: str, barrier, queue) -> None:
+    """One rank: both implementations, alternating phases (module docstring); reports to ``queue``."""
     try:
         from panama.runtime.communicator import Communicator
 
+        dist = torch = None
+        if cfg.gloo:
+            import datetime
+
+            import torch
+            import torch.distributed as dist
+
+            torch.set_num_threads(1)
+            dist.init_process_group(
+                "gloo",
+                init_method=f"file://{store_path}",
+                rank=rank,
+                world_size=cfg.workers,
+                timeout=datetime.timedelta(seconds=cfg.timeout_s),
+            )
         with Communicator(
             controller,
             "bench",
@@ -103,143 +127,110 @@ def _panama_worker(rank: int, cfg: BenchConfig, controller: str, controls, pids,
                 n = max(1, int(size_mb * MB) // 4)
                 x = _data(cfg.seed, rank, n)
                 y = np.empty_like(x)  # reused result buffer, as gloo reduces in place
-                out = comm.allreduce(x, out=y)  # warm-up (and correctness check)
+                comm.allreduce(x, out=y)  # warm-up (and correctness check)
                 err = None
                 if rank == 0:
                     ref = np.zeros(n, dtype=np.float64)
                     for r in range(cfg.workers):
                         ref += _data(cfg.seed, r, n)
-                    err = float(np.max(np.abs(out - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
+                    err = float(np.max(np.abs(y - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
                     del ref
-                del out
-                barrier.wait()
-                rx0 = _switch_rx_bytes(controls) if rank == 0 else 0
-                cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
-                retx0 = comm.stats()["retransmissions"]
-                barrier.wait()
-                t0 = time.perf_counter()
-                c0 = _own_cpu_s()
-                for _ in range(cfg.iters):
-                    comm.allreduce(x, out=y)
-                own = _own_cpu_s() - c0
-                barrier.wait()
-                elapsed = time.perf_counter() - t0
-                queue.put({"impl": "cpu", "size_mb": size_mb, "role": "worker", "cpu_s": own})
-                if rank == 0:
-                    rx1 = _switch_rx_bytes(controls)
-                    cpu = {name: _proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()}
-                    queue.put(
-                        {
-                            "impl": "panama",
-                            "size_mb": size_mb,
-                            "seconds": elapsed,
-                            "switch_rx_bytes": rx1 - rx0,
-                            "max_rel_err": err,
-                            "retransmissions_rank0": comm.stats()["retransmissions"] - retx0,
-                            "cpu_s": cpu,
-                        }
-                    )
+                if cfg.gloo:
+                    base = torch.from_numpy(x)
+                    t = base.clone()
+                    dist.all_reduce(t)  # warm-up
+                for rnd in range(cfg.rounds):
+                    # PANAMA phase
+                    barrier.wait()
+                    rx0 = _switch_rx_bytes(controls) if rank == 0 else 0
+                    cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
+                    retx0 = comm.stats()["retransmissions"]
+                    barrier.wait()
+                    t0 = time.perf_counter()
+                    c0 = _own_cpu_s()
+                    for _ in range(cfg.iters):
+                        comm.allreduce(x, out=y)
+                    own = _own_cpu_s() - c0
+                    barrier.wait()
+                    row: dict[str, Any] = {"impl": "panama", "size_mb": size_mb, "round": rnd, "rank": rank, "cpu_s": own}
+                    if rank == 0:
+                        row.update(
+                            seconds=time.perf_counter() - t0,
+                            switch_rx_bytes=_switch_rx_bytes(controls) - rx0,
+                            daemon_cpu_s={name: _proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()},
+                            retransmissions_rank0=comm.stats()["retransmissions"] - retx0,
+                            max_rel_err=err,
+                        )
+                    queue.put(row)
+                    if not cfg.gloo:
+                        continue
+                    # gloo phase
+                    barrier.wait()
+                    t0 = time.perf_counter()
+                    c0 = _own_cpu_s()
+                    for _ in range(cfg.iters):
+                        t.copy_(base)  # gloo reduces in place (PANAMA writes into a reused buffer)
+                        dist.all_reduce(t)
+                    own = _own_cpu_s() - c0
+                    barrier.wait()
+                    row = {"impl": "gloo", "size_mb": size_mb, "round": rnd, "rank": rank, "cpu_s": own}
+                    if rank == 0:
+                        row["seconds"] = time.perf_counter() - t0
+                    queue.put(row)
+        if cfg.gloo:
+            dist.destroy_process_group()
+        queue.put({"impl": "done", "rank": rank})
     except BaseException as exc:  # report, never hang the parent
-        queue.put({"impl": "panama", "error": f"rank {rank}: {type(exc).__name__}: {exc}"})
+        queue.put({"impl": "error", "error": f"rank {rank}: {type(exc).__name__}: {exc}"})
         barrier.abort()
 
 
-def _gloo_worker(rank: int, cfg: BenchConfig, store_path: str, barrier, queue) -> None:
-    try:
-        import datetime
-
-        import torch
-        import torch.distributed as dist
-
-        torch.set_num_threads(1)
-        dist.init_process_group(
-            "gloo",
-            init_method=f"file://{store_path}",
-            rank=rank,
-            world_size=cfg.workers,
-            timeout=datetime.timedelta(seconds=cfg.timeout_s),
-        )
-        for size_mb in cfg.sizes_mb:
-            n = max(1, int(size_mb * MB) // 4)
-            base = torch.from_numpy(_data(cfg.seed, rank, n))
-            t = base.clone()
-            dist.all_reduce(t)  # warm-up
-            barrier.wait()
-            t0 = time.perf_counter()
-            c0 = _own_cpu_s()
-            for _ in range(cfg.iters):
-                t.copy_(base)  # gloo reduces in place (PANAMA writes into a reused buffer)
-                dist.all_reduce(t)
-            own = _own_cpu_s() - c0
-            barrier.wait()
-            elapsed = time.perf_counter() - t0
-            queue.put({"impl": "cpu", "size_mb": size_mb, "role": "worker", "cpu_s": own})
-            if rank == 0:
-                queue.put({"impl": "gloo", "size_mb": size_mb, "seconds": elapsed})
-        dist.destroy_process_group()
-    except BaseException as exc:
-        queue.put({"impl": "gloo", "error": f"rank {rank}: {type(exc).__name__}: {exc}"})
-        barrier.abort()
-
-
-def _run_workers(ctx, target, args_for_rank, cfg: BenchConfig, label: str, progress: bool) -> list[dict]:
+def _collect(ctx, cfg: BenchConfig, args_for_rank, progress: bool) -> list[dict]:
+    """Run the ranks and return every phase report (one per rank, size, round and implementation)."""
     queue = ctx.Queue()
     barrier = ctx.Barrier(cfg.workers)
-    procs = [ctx.Process(target=target, args=(*args_for_rank(r), barrier, queue), daemon=True) for r in range(cfg.workers)]
+    procs = [ctx.Process(target=_worker, args=(*args_for_rank(r), barrier, queue), daemon=True) for r in range(cfg.workers)]
     for p in procs:
         p.start()
-    rows: list[dict] = []
-    cpu_by_size: dict[float, float] = {}
-    cpu_counts: dict[float, int] = {}
-    deadline = time.monotonic() + cfg.timeout_s * (len(cfg.sizes_mb) * (cfg.iters + 2)) + 60
+    reports: list[dict] = []
+    done = 0
+    phases = len(cfg.sizes_mb) * cfg.rounds * (2 if cfg.gloo else 1)
+    deadline = time.monotonic() + cfg.timeout_s * (phases * cfg.iters + 2 * len(cfg.sizes_mb) + 2) + 60
+    pending: dict[tuple[float, int], dict[str, float]] = {}
     try:
-        while len(rows) < len(cfg.sizes_mb):
+        while done < cfg.workers:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RuntimeError(f"{label}: no result within the benchmark deadline")
+                raise RuntimeError("no result within the benchmark deadline")
             try:
                 row = queue.get(timeout=min(left, 1.0))
             except Exception:
                 dead = [r for r, p in enumerate(procs) if not p.is_alive() and p.exitcode not in (0, None)]
                 if dead:
-                    raise RuntimeError(f"{label}: worker rank(s) {dead} died (exit codes {[procs[r].exitcode for r in dead]})") from None
+                    raise RuntimeError(f"worker rank(s) {dead} died (exit codes {[procs[r].exitcode for r in dead]})") from None
                 continue
-            if "error" in row:
-                raise RuntimeError(f"{label}: {row['error']}")
-            if row["impl"] == "cpu":  # per-rank CPU seconds of the timed calls
-                cpu_by_size[row["size_mb"]] = cpu_by_size.get(row["size_mb"], 0.0) + row["cpu_s"]
-                cpu_counts[row["size_mb"]] = cpu_counts.get(row["size_mb"], 0) + 1
+            if row["impl"] == "error":
+                raise RuntimeError(row["error"])
+            if row["impl"] == "done":
+                done += 1
                 continue
-            rows.append(row)
-            if progress:
-                per = row["seconds"] / cfg.iters
-                print(
-                    f"  {label:<6} {row['size_mb']:>8g} MB: {per * 1e3:9.2f} ms per allreduce",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        # The other ranks' CPU reports follow rank 0's rows; collect them too.
-        end = time.monotonic() + 30
-        while any(cpu_counts.get(size, 0) < cfg.workers for size in cfg.sizes_mb):
-            if time.monotonic() > end:
-                break
-            try:
-                row = queue.get(timeout=1.0)
-            except Exception:
-                continue
-            if row.get("impl") == "cpu":
-                cpu_by_size[row["size_mb"]] = cpu_by_size.get(row["size_mb"], 0.0) + row["cpu_s"]
-                cpu_counts[row["size_mb"]] = cpu_counts.get(row["size_mb"], 0) + 1
+            reports.append(row)
+            if progress and row["rank"] == 0:
+                key = (row["size_mb"], row["round"])
+                per_ms = pending.setdefault(key, {})
+                per_ms[row["impl"]] = 1e3 * row["seconds"] / cfg.iters
+                if len(per_ms) == (2 if cfg.gloo else 1):
+                    line = f"  {row['size_mb']:>8g} MB round {row['round'] + 1}/{cfg.rounds}: PANAMA {per_ms['panama']:8.2f} ms"
+                    if cfg.gloo:
+                        line += f", gloo {per_ms['gloo']:8.2f} ms, ratio {per_ms['gloo'] / per_ms['panama']:5.2f}"
+                    print(line, file=sys.stderr, flush=True)
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
                 p.join(timeout=5)
-    for row in rows:
-        complete = cpu_counts.get(row["size_mb"], 0) == cfg.workers
-        row["workers_cpu_s"] = cpu_by_size[row["size_mb"]] if complete else float("nan")
-    return rows
+    return reports
 
 
 def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
@@ -248,9 +239,12 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
 
     ctx = mp.get_context("spawn")
     hosts_per_leaf = max(1, math.ceil(cfg.workers / cfg.leaves))
-    rows: dict[float, dict[str, Any]] = {s: {"size_mb": s, "size_bytes": int(s * MB)} for s in cfg.sizes_mb}
     if progress:
-        print(f"panama bench allreduce: {cfg.workers} workers, sizes {cfg.sizes_mb} MB, {cfg.iters} iterations", file=sys.stderr)
+        print(
+            f"panama bench allreduce: {cfg.workers} workers, {cfg.leaves} leaves, {cfg.spines} spines, sizes "
+            f"{cfg.sizes_mb} MB, {cfg.rounds} rounds of {cfg.iters} allreduces per implementation",
+            file=sys.stderr,
+        )
     with LocalCluster(
         leaves=cfg.leaves,
         spines=cfg.spines,
@@ -262,43 +256,60 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
         threshold_bytes=0,
         heartbeat_timeout_s=max(10.0, cfg.timeout_s / 4),
         log_level="WARNING",
-    ) as lc:
+    ) as lc, tempfile.TemporaryDirectory(prefix="panama-gloo-") as tmp:
         controls = [lc.procs[n].control for n in lc.switch_names]
         pids = {name: p.pid for name, p in lc.procs.items()}
-        for r in _run_workers(
-            ctx, _panama_worker, lambda rank: (rank, cfg, lc.controller, controls, pids), cfg, "panama", progress
-        ):
-            row = rows[r["size_mb"]]
-            per = r["seconds"] / cfg.iters
-            per_call_ms = {name: 1e3 * v / cfg.iters for name, v in r["cpu_s"].items()}
-            workers_ms = 1e3 * r["workers_cpu_s"] / cfg.iters
+        store = str(Path(tmp) / "store")
+        reports = _collect(ctx, cfg, lambda rank: (rank, cfg, lc.controller, controls, pids, store), progress)
+    return summarize(reports, cfg)
+
+
+def summarize(reports: list[dict], cfg: BenchConfig) -> list[dict[str, Any]]:
+    """One row per size from the phase reports of :func:`_collect` (medians over rounds)."""
+    rows = []
+    for size_mb in cfg.sizes_mb:
+        mine = [r for r in reports if r["size_mb"] == size_mb]
+        lead = {(r["impl"], r["round"]): r for r in mine if r["rank"] == 0}
+        calls = cfg.rounds * cfg.iters
+        pan = [lead[("panama", k)] for k in range(cfg.rounds)]
+        pan_s = [r["seconds"] / cfg.iters for r in pan]
+        size_bytes = int(size_mb * MB)
+        per = statistics.median(pan_s)
+        daemon_ms = {name: 1e3 * sum(r["daemon_cpu_s"][name] for r in pan) / calls for name in pan[0]["daemon_cpu_s"]}
+        workers_ms = 1e3 * sum(r["cpu_s"] for r in mine if r["impl"] == "panama") / calls
+        pan_seconds = sum(r["seconds"] for r in pan)
+        row: dict[str, Any] = {
+            "size_mb": size_mb,
+            "size_bytes": size_bytes,
+            "panama_ms": per * 1e3,
+            "panama_algbw_gbps": size_bytes / per / 1e9,
+            "switch_gbps": sum(r["switch_rx_bytes"] for r in pan) / pan_seconds / 1e9,
+            "panama_max_rel_err": pan[0]["max_rel_err"],
+            "panama_retransmissions_rank0": sum(r["retransmissions_rank0"] for r in pan),
+            "panama_cpu_ms": workers_ms + sum(daemon_ms.values()),
+            "panama_cpu_ms_by_process": dict(daemon_ms, workers=workers_ms),
+            "panama_ms_by_round": [s * 1e3 for s in pan_s],
+        }
+        if cfg.gloo:
+            glo_s = [lead[("gloo", k)]["seconds"] / cfg.iters for k in range(cfg.rounds)]
+            g = statistics.median(glo_s)
+            ratios = [gs / ps for gs, ps in zip(glo_s, pan_s)]
             row.update(
-                panama_ms=per * 1e3,
-                panama_algbw_gbps=row["size_bytes"] / per / 1e9,
-                switch_gbps=r["switch_rx_bytes"] / r["seconds"] / 1e9,
-                panama_max_rel_err=r["max_rel_err"],
-                panama_retransmissions_rank0=r["retransmissions_rank0"],
-                panama_cpu_ms=workers_ms + sum(per_call_ms.values()),
-                panama_cpu_ms_by_process=dict(per_call_ms, workers=workers_ms),
+                gloo_ms=g * 1e3,
+                gloo_algbw_gbps=size_bytes / g / 1e9,
+                gloo_cpu_ms=1e3 * sum(r["cpu_s"] for r in mine if r["impl"] == "gloo") / calls,
+                gloo_ms_by_round=[s * 1e3 for s in glo_s],
+                ratio=statistics.median(ratios),
+                ratio_min=min(ratios),
+                ratio_max=max(ratios),
             )
-    if cfg.gloo:
-        with tempfile.TemporaryDirectory(prefix="panama-gloo-") as tmp:
-            store = str(Path(tmp) / "store")
-            for r in _run_workers(ctx, _gloo_worker, lambda rank: (rank, cfg, store), cfg, "gloo", progress):
-                row = rows[r["size_mb"]]
-                per = r["seconds"] / cfg.iters
-                row.update(
-                    gloo_ms=per * 1e3,
-                    gloo_algbw_gbps=row["size_bytes"] / per / 1e9,
-                    gloo_cpu_ms=1e3 * r["workers_cpu_s"] / cfg.iters,
-                )
-                row["ratio"] = row["panama_algbw_gbps"] / row["gloo_algbw_gbps"]
-    return list(rows.values())
+        rows.append(row)
+    return rows
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'size MB':>8} {'PANAMA ms':>10} {'PANAMA GB/s':>12} {'gloo ms':>9} {'gloo GB/s':>10} {'ratio':>6} "
+        f"{'size MB':>8} {'PANAMA ms':>10} {'PANAMA GB/s':>12} {'gloo ms':>9} {'gloo GB/s':>10} {'ratio':>6} {'range':>11} "
         f"{'switch GB/s':>12} {'max rel err':>12} {'PANAMA CPU ms':>14} {'gloo CPU ms':>12}"
     )
     lines = [head, "-" * len(head)]
@@ -306,12 +317,16 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         gloo_ms = f"{r['gloo_ms']:9.2f}" if "gloo_ms" in r else f"{'-':>9}"
         gloo_bw = f"{r['gloo_algbw_gbps']:10.3f}" if "gloo_algbw_gbps" in r else f"{'-':>10}"
         ratio = f"{r['ratio']:6.2f}" if "ratio" in r else f"{'-':>6}"
+        spread = f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio" in r else "-"
         lines.append(
-            f"{r['size_mb']:>8g} {r['panama_ms']:10.2f} {r['panama_algbw_gbps']:12.3f} {gloo_ms} {gloo_bw} {ratio} "
+            f"{r['size_mb']:>8g} {r['panama_ms']:10.2f} {r['panama_algbw_gbps']:12.3f} {gloo_ms} {gloo_bw} {ratio} {spread:>11} "
             f"{r['switch_gbps']:12.3f} {r['panama_max_rel_err']:12.2e} {r['panama_cpu_ms']:14.1f} "
             + (f"{r['gloo_cpu_ms']:12.1f}" if "gloo_cpu_ms" in r else f"{'-':>12}")
         )
-    lines.append("ratio = PANAMA algbw / gloo algbw (same run); algbw = size / time per allreduce")
+    lines.append(
+        "ms = median over rounds of the time per allreduce; algbw = size / time per allreduce; ratio = PANAMA algbw / "
+        "gloo algbw, median over rounds (range: smallest-largest round), phases alternating in one run"
+    )
     lines.append("CPU ms = CPU time per allreduce summed over all processes (PANAMA: workers, daemons, controller)")
     for r in rows:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in r["panama_cpu_ms_by_process"].items())

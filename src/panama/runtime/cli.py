@@ -302,7 +302,10 @@ def _any_alive(state: dict) -> bool:
 @click.command("allreduce")
 @click.option("--workers", default=4, show_default=True, type=int, help="Ranks (processes) per run.")
 @click.option("--size-mb", default="1,16,100", show_default=True, help="Comma-separated gradient sizes in MB (10^6 bytes).")
-@click.option("--iters", default=5, show_default=True, type=int, help="Timed allreduces per size (after one warm-up).")
+@click.option("--iters", default=5, show_default=True, type=int, help="Timed allreduces per implementation per round.")
+@click.option(
+    "--rounds", default=3, show_default=True, type=int, help="Alternating PANAMA/gloo phases per size (medians reported)."
+)
 @click.option("--leaves", default=2, show_default=True, type=int)
 @click.option("--spines", default=2, show_default=True, type=int)
 @click.option("--trees", default=None, type=int, help="Trees per job [default: number of spines].")
@@ -316,7 +319,7 @@ def _any_alive(state: dict) -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def bench_allreduce(
-    workers, size_mb, iters, leaves, spines, trees, payload_elems, packet_memory, cc, ecn_threshold, min_rto_ms, skip_gloo, out_dir, as_json, seed
+    workers, size_mb, iters, rounds, leaves, spines, trees, payload_elems, packet_memory, cc, ecn_threshold, min_rto_ms, skip_gloo, out_dir, as_json, seed
 ):
     """Time PANAMA allreduce through a local cluster against gloo (torch.distributed) in the same run."""
     from panama.runtime.bench_allreduce import BenchConfig, format_table, run_bench, write_results
@@ -332,6 +335,8 @@ def bench_allreduce(
         raise usage_error("workers", f"must be >= 2, got {workers}")
     if iters < 1:
         raise usage_error("iters", f"must be >= 1, got {iters}")
+    if rounds < 1:
+        raise usage_error("rounds", f"must be >= 1, got {rounds}")
     if ecn_threshold < 0:
         raise usage_error("ecn-threshold", f"must be >= 0, got {ecn_threshold}")
     if min_rto_ms <= 0:
@@ -342,6 +347,7 @@ def bench_allreduce(
         workers=workers,
         sizes_mb=sizes,
         iters=iters,
+        rounds=rounds,
         leaves=leaves,
         spines=spines,
         trees=trees,
