@@ -164,3 +164,24 @@ def test_out_buffers_and_in_place(cluster):
     for y, x in results:
         assert y.tobytes() == results[0][0].tobytes() and x.tobytes() == y.tobytes()
     assert_close_to_reference(results[0][0], data)
+
+
+def test_datagram_count_matches_the_tree_edge_formula(cluster):
+    """Every tree edge carries each packet once up and once down (the bench's hop model)."""
+    from panama.runtime.bench_allreduce import loopback_datagrams
+
+    n = 10 * TEST_PAYLOAD_ELEMS + 7  # 11 packets per rank over 2 trees
+    rx_before = sum(s["rx_packets"] for s in cluster.switch_stats().values())
+
+    def body(comm, rank):
+        comm.allreduce(np.ones(n, np.float32))
+        st = comm.stats()
+        return st["results"], st["retransmissions"]
+
+    results, errors = run_ranks(cluster.controller, "datagrams", W, body, timeout_s=30)
+    assert errors == [None] * W
+    assert all(retx == 0 for _, retx in results)  # nothing lost or resent: each datagram counted once
+    switch_rx = sum(s["rx_packets"] for s in cluster.switch_stats().values()) - rx_before
+    worker_rx = sum(res for res, _ in results)
+    per_call = loopback_datagrams(4 * n, W, switches_per_tree=3, payload_elems=TEST_PAYLOAD_ELEMS)
+    assert switch_rx + worker_rx == per_call == 2 * 11 * (W + 2)
