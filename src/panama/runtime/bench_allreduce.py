@@ -52,7 +52,7 @@ class BenchConfig:
     payload_elems: int = RUNTIME_PAYLOAD_ELEMS
     packet_memory: int = 512
     cc: str = "dctcp"
-    ecn_threshold_pkts: int = 48
+    ecn_threshold_pkts: int = 128
     min_rto_s: float = 0.1
     gloo: bool = True
     seed: int = 0

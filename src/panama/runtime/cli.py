@@ -50,10 +50,10 @@ def _setup_logging(level: str) -> None:
 )
 @click.option(
     "--ecn-threshold",
-    default=48,
+    default=128,
     show_default=True,
     type=int,
-    help="Mark CE when the backlog exceeds this many datagrams (0: never).",
+    help="Mark CE when the backlog exceeds this many full datagrams' bytes (0: never).",
 )
 @click.option("--batch", default=64, show_default=True, type=int, help="Datagrams drained per batch.")
 @click.option("--drop-prob", default=0.0, show_default=True, type=float, help="Drop received datagrams (fault injection).")
@@ -312,7 +312,7 @@ def _any_alive(state: dict) -> bool:
 @click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16369].")
 @click.option("--packet-memory", default=512, show_default=True, type=int)
 @click.option("--cc", default="dctcp", show_default=True, type=click.Choice(["dctcp", "fixed", "none"]))
-@click.option("--ecn-threshold", default=48, show_default=True, type=int, help="Switch CE-marking backlog (datagrams; 0: off).")
+@click.option("--ecn-threshold", default=128, show_default=True, type=int, help="Switch CE-marking backlog (full datagrams; 0: off).")
 @click.option("--min-rto-ms", default=100.0, show_default=True, type=float, help="Workers' minimum retransmission timeout.")
 @click.option("--skip-gloo", is_flag=True, help="Time PANAMA only (no ratio).")
 @click.option("--out", "out_dir", default=None, help="Directory for results.json and results.csv.")

@@ -79,7 +79,7 @@ class LocalCluster:
     hosts_per_leaf: int = 4
     packet_memory: int = 512
     payload_elems: int = RUNTIME_PAYLOAD_ELEMS
-    ecn_threshold_pkts: int = 48
+    ecn_threshold_pkts: int = 128
     threshold_bytes: int = 0
     max_jobs_per_switch: int = 8
     trees: int | None = None

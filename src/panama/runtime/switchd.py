@@ -13,11 +13,14 @@ results carry ``FLAG_ECE``); results relayed down after arriving as CE leave as 
 mark made on the way down reaches the worker, which echoes it upward). A CE
 contribution never marks the *IP* codepoint of results: that would loop (worker echo ->
 CE result -> echo ...). The daemon marks CE itself when its backlog exceeds
-``ecn_threshold_pkts``. Backlog is measured at dequeue: the datagrams already drained in
-the current batch and not yet processed (a lower bound of the socket's receive queue,
-exact while the queue is shorter than ``batch``). Marking happens on what the daemon
-emits while the backlog is above the threshold (RED-style on the instantaneous queue,
-as in DCTCP's switch rule).
+``ecn_threshold_pkts``. Backlog is measured in bytes at dequeue: the datagrams already
+drained in the current batch and not yet processed, plus, when the batch came back full
+(so more may wait), the datagrams in the kernel's receive queue (``SO_MEMINFO``
+rmem_alloc, one ``getsockopt`` per full batch, divided by the buffer memory one full
+datagram takes, measured once at start) counted as full datagrams. The threshold is ``ecn_threshold_pkts`` full datagrams
+(``ecn_threshold_pkts * wire_size(payload_elems)`` bytes). Marking happens on what the
+daemon emits while the backlog is above it (RED-style on the instantaneous queue, as in
+DCTCP's switch rule).
 
 Control plane (HTTP/JSON via aiohttp on ``control``, see docs/runtime.md):
 ``GET /health``, ``GET /stats``, ``GET /metrics`` (Prometheus text), ``GET /jobs``,
@@ -38,6 +41,7 @@ import os
 import select
 import signal
 import socket
+import sys
 import threading
 import time
 from collections import Counter
@@ -58,6 +62,9 @@ DROP_INJECTED = "injected"
 DROP_OVERSIZE = "oversize"
 DROP_SEND_ERROR = "send_error"
 
+_SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)  # Linux; Python does not export it
+_MEMINFO_BYTES = 9 * 4  # struct of u32, rmem_alloc first
+
 
 @dataclass
 class SwitchConfig:
@@ -68,7 +75,7 @@ class SwitchConfig:
     control: Address = ("127.0.0.1", 0)
     packet_memory: int = 512  # slots of payload_elems float32 each
     payload_elems: int = RUNTIME_PAYLOAD_ELEMS
-    ecn_threshold_pkts: int = 48  # mark CE when the backlog exceeds this; 0 disables
+    ecn_threshold_pkts: int = 128  # mark CE when the backlog exceeds this many full datagrams; 0 disables
     batch: int = 64  # datagrams drained per batch
     drop_prob: float = 0.0
     seed: int = 0
@@ -155,7 +162,12 @@ class SwitchDaemon:
         resend = sock.resend
         drop_prob = cfg.drop_prob
         rng = self._rng
-        threshold = cfg.ecn_threshold_pkts or 1 << 30
+        datagram_bytes = codec.wire_size(cfg.payload_elems)
+        threshold = cfg.ecn_threshold_pkts * datagram_bytes if cfg.ecn_threshold_pkts else 1 << 62
+        getsockopt = raw.getsockopt
+        sol_socket = int(socket.SOL_SOCKET)
+        truesize = _datagram_truesize(datagram_bytes)
+        meminfo = truesize > 0  # SO_MEMINFO works here
         batch = cfg.batch
         recv = raw.recvmsg_into
         items: list[tuple[int, int, int, tuple]] = []
@@ -180,16 +192,29 @@ class SwitchDaemon:
                 poller.poll(200)  # ms; wakes up to check the stop flag
                 continue
             count = k
+            queued = 0  # bytes still in the kernel's receive queue (only looked up after a full batch)
+            if count == batch and meminfo:
+                try:
+                    rmem = int.from_bytes(getsockopt(sol_socket, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
+                except OSError:
+                    meminfo = False
+                else:
+                    queued = rmem * datagram_bytes // truesize
+            behind = queued  # backlog behind the datagram being processed, in bytes
+            for item in items:
+                behind += item[1] if item[1] > 0 else 0
             rx_bytes = 0
             with self.lock:
                 self.batches += 1
                 self.rx_packets += count
-                if count - 1 > self.max_backlog_pkts:
-                    self.max_backlog_pkts = count - 1
-                for pos, (k, n, ecn, src) in enumerate(items):
+                backlog_pkts = count - 1 + queued // datagram_bytes
+                if backlog_pkts > self.max_backlog_pkts:
+                    self.max_backlog_pkts = backlog_pkts
+                for k, n, ecn, src in items:
                     if n < 0:
                         self.daemon_drops[DROP_OVERSIZE] += 1
                         continue
+                    behind -= n
                     rx_bytes += n
                     if drop_prob and rng.random() < drop_prob:
                         self.daemon_drops[DROP_INJECTED] += 1
@@ -211,7 +236,7 @@ class SwitchDaemon:
                     # marked contribution is already folded into the slot by the accelerator
                     # (partial CE upward, FLAG_ECE on results), so it must not mark results.
                     relay_ce = ecn == CE and pflags & FLAG_RESULT
-                    congested = count - 1 - pos > threshold
+                    congested = behind > threshold
                     prev = None
                     for to, pkt in out:
                         tos = pkt.ecn
@@ -509,6 +534,28 @@ def write_ready_file(path: str, info: dict) -> None:
 
 
 # ---------------------------------------------------------------------- helpers
+def _datagram_truesize(datagram_bytes: int) -> int:
+    """Receive-buffer bytes the kernel charges for one datagram of ``datagram_bytes`` (0: unknown).
+
+    Measured once with a throwaway socket pair on 127.0.0.1 (SO_MEMINFO rmem_alloc after
+    one datagram), so the daemon can turn its socket's queued memory into datagrams.
+    """
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * datagram_bytes)
+            rx.bind(("127.0.0.1", 0))
+            tx.sendto(bytes(datagram_bytes), rx.getsockname())
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                rmem = int.from_bytes(rx.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
+                if rmem:
+                    return max(rmem, datagram_bytes)
+                time.sleep(0.001)
+    except OSError:
+        pass
+    return 0
+
+
 def _same_datagram(a, b) -> bool:
     """True when ``a`` and ``b`` encode to the same bytes (same header fields and payload object)."""
     return (
