@@ -93,8 +93,18 @@ def test_timer_rearm_earlier_and_cancel():
     assert fired == [40]
     tm.arm(85)
     eng.run()
-    # The stale entry at 100 still pops (ignored), so a run to exhaustion ends at 100.
-    assert fired == [40, 85] and eng.now == 100
+    # The stale entry at 100 still pops but is ignored: a run to exhaustion ends at the last real event.
+    assert fired == [40, 85] and eng.now == 85 and eng.pending() == 0
+
+
+def test_a_cancelled_timer_does_not_extend_a_drained_run():
+    eng = Engine(progress=False)
+    done = []
+    rto = eng.timer(lambda: done.append("timeout"))
+    rto.arm(1_000_000)  # e.g. a retransmission timer
+    eng.at(10, lambda: (done.append("ack"), rto.cancel()))
+    eng.run()
+    assert done == ["ack"] and eng.now == 10
 
 
 def test_timer_rearmed_from_its_own_callback():

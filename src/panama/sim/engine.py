@@ -119,6 +119,7 @@ class Engine:
         rng = range(_CHUNK)
         n = 0
         i = -1
+        last = self.now  # time of the last event that did something (stale timer entries do not)
         wall0 = time.monotonic()
         status = None if self.progress is False else _Status(self, until_ps, wall0)
         try:
@@ -131,7 +132,10 @@ class Engine:
                         push(heap, (t, seq, fn))
                         raise _Drained
                     self.now = t
-                    fn()
+                    if fn() is _STALE:
+                        self.now = last
+                    else:
+                        last = t
                 n += _CHUNK
                 i = -1
                 if status is not None:
@@ -150,6 +154,12 @@ class Engine:
 
 class _Drained(Exception):
     pass
+
+
+# Returned by an event callback that did nothing (a superseded or cancelled timer entry):
+# :meth:`Engine.run` then leaves ``now`` at the previous event's time, so a run that drains
+# the heap ends at its last real event, not at a withdrawn deadline.
+_STALE = object()
 
 
 class _Status:
@@ -192,7 +202,8 @@ class Timer:
     ``arm(t)`` sets the deadline to ``t``; if the live entry is due no later than ``t`` it
     is reused (on expiry the timer re-pushes itself at the later deadline), otherwise a
     new entry is pushed and the old one becomes stale. ``cancel()`` clears the deadline.
-    ``when`` is the current deadline or ``None``.
+    ``when`` is the current deadline or ``None``. Stale and cancelled entries still pop
+    (and count as processed events) but do not move the engine's ``now``.
     """
 
     __slots__ = ("engine", "callback", "when", "_entry_time", "_token")
@@ -223,21 +234,22 @@ class Timer:
     def armed(self) -> bool:
         return self.when is not None
 
-    def _fire(self, token: int) -> None:
+    def _fire(self, token: int) -> object:
         if token != self._token:
-            return  # stale entry
+            return _STALE  # superseded entry: the engine does not let it move ``now``
         self._entry_time = None
         when = self.when
         if when is None:
-            return
+            return _STALE  # cancelled
         eng = self.engine
         if when > eng.now:
             self._token += 1
             self._entry_time = when
             eng.push(when, partial(self._fire, self._token))
-            return
+            return _STALE  # re-armed later: nothing happened now
         self.when = None
         self.callback()
+        return None
 
 
 class TraceRecorder:
