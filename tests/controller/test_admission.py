@@ -195,18 +195,32 @@ def test_shares_and_forwarding_table():
         ctl.share_slots("h0")
 
 
-def test_accelerator_shares_follow_the_controller():
-    """The nominal share the controller reports is what the accelerator computes."""
-    accs = {s: Accelerator(90, name=s, store_payloads=False) for s in LS.switches}
-    ctl = Controller(LS, packet_memory=90)
+@pytest.mark.parametrize("reserve", [0, 1, 2])
+def test_accelerator_shares_follow_the_controller(reserve):
+    """The nominal share the controller reports is what the accelerator computes, reserve included."""
+    accs = {s: Accelerator(90, name=s, store_payloads=False, reserve_shares=reserve) for s in LS.switches}
+    ctl = Controller(LS, packet_memory=90, reserve_shares=reserve)
     plans = [ctl.admit(n, hosts, BIG, 2) for n, hosts in (("a", ["h0", "h4"]), ("b", ["h1", "h8"]), ("c", ["h2", "h12"]))]
     for p in plans:
         install(p, accs)
     for s, acc in accs.items():
         assert sorted(acc.jobs()) == ctl.jobs_at(s)
-        if acc.jobs():
-            assert acc.job_share() == ctl.share_slots(s)
-    assert ctl.share_slots("leaf0") == 30
+        assert acc.job_share() == ctl.share_slots(s)
+    assert ctl.share_slots("leaf0") == 90 // (3 + reserve)
+
+
+def test_admission_counts_the_reserved_shares():
+    """A share is packet_memory // (jobs + reserve): the reserve refuses a job that fits without it."""
+    plain = Controller(LS, packet_memory=12)
+    held = Controller(LS, packet_memory=12, reserve_shares=5)
+    for ctl in (plain, held):
+        assert ctl.admit("a", ["h0", "h4"], BIG, 1).admitted  # 12 // 1 and 12 // 6 = 2 slots: both fit
+    assert plain.admit("b", ["h1", "h5"], BIG, 1).admitted  # 12 // 2 = 6 slots
+    late = held.admit("b", ["h1", "h5"], BIG, 1)  # 12 // 7 = 1 slot < MIN_SLOTS_PER_TREE
+    assert not late.admitted and "slots" in late.reason
+    assert held.share_slots("leaf0") == 2 and plain.share_slots("leaf0") == 6
+    with pytest.raises(ControllerError):
+        Controller(LS, reserve_shares=-1)
 
 
 def test_install_is_all_or_nothing():

@@ -12,8 +12,9 @@ Rules (details and rationale in docs/controller.md):
 - Admission. A job aggregates in-network iff it has workers on at least two distinct
   hosts, one worker per host, ``size_bytes >= threshold_bytes``, and every accelerator
   on its trees has room: fewer than ``max_jobs_per_switch`` jobs, and after the job
-  joins, the nominal share ``packet_memory // jobs`` still gives every tree of every
-  job crossing that switch at least :data:`MIN_SLOTS_PER_TREE` slots. Otherwise the
+  joins, the nominal share ``packet_memory // (jobs + reserve_shares)`` still gives
+  every tree of every job crossing that switch at least :data:`MIN_SLOTS_PER_TREE`
+  slots (``reserve_shares``: the shares the accelerators keep free, 0 by default). Otherwise the
   plan says ``admitted=False`` with the reason, and the job uses host-based allreduce.
   Unknown hosts, bad arguments, duplicate names and releasing unknown jobs raise
   :class:`ControllerError` naming the field.
@@ -201,12 +202,14 @@ class Controller:
         max_jobs_per_switch: int = DEFAULT_MAX_JOBS_PER_SWITCH,
         packet_memory: int = DEFAULT_PACKET_MEMORY,
         group_pool: str = DEFAULT_GROUP_POOL,
+        reserve_shares: int = 0,
     ):
         if not isinstance(topology, Topology):
             raise ControllerError("topology", f"must be a Topology, got {type(topology).__name__}")
         _require_int("threshold_bytes", threshold_bytes, 0)
         _require_int("max_jobs_per_switch", max_jobs_per_switch, 1)
         _require_int("packet_memory", packet_memory, MIN_SLOTS_PER_TREE)
+        _require_int("reserve_shares", reserve_shares, 0)
         try:
             pool = ipaddress.IPv4Network(group_pool, strict=True)
         except (ValueError, TypeError) as exc:
@@ -217,6 +220,9 @@ class Controller:
         self.threshold_bytes = threshold_bytes
         self.max_jobs_per_switch = max_jobs_per_switch
         self.packet_memory = packet_memory
+        # Shares the accelerators keep free for arriving jobs (their ``reserve_shares``):
+        # a job's nominal share is packet_memory // (jobs + reserve_shares).
+        self.reserve_shares = reserve_shares
         self.group_pool = str(pool)
         self._pool_base = int(pool.network_address)
         self._pool_size = pool.num_addresses
@@ -256,11 +262,12 @@ class Controller:
         return sorted(self._state.get(switch, {}))
 
     def share_slots(self, switch: str) -> int:
-        """Nominal per-job share at ``switch``: ``packet_memory // jobs`` (all memory if none).
+        """Nominal per-job share at ``switch``: ``packet_memory // (jobs + reserve_shares)``.
 
-        The accelerator itself only lets a job's limit fall to this as its slots free up.
+        With no job and no reserve that is all the memory. The accelerator itself only
+        lets a job's limit fall to this as its slots free up.
         """
-        return self.packet_memory // max(1, len(self.jobs_at(switch)))
+        return self.packet_memory // max(1, len(self.jobs_at(switch)) + self.reserve_shares)
 
     def job_shares(self, switch: str) -> dict[int, int]:
         """``{job_id: nominal slots}`` at ``switch``."""
@@ -443,7 +450,7 @@ class Controller:
 
     # ------------------------------------------------------------------ capacity
     def _share_after_join(self, switch: str) -> int:
-        return self.packet_memory // (len(self._state.get(switch, {})) + 1)
+        return self.packet_memory // (len(self._state.get(switch, {})) + 1 + self.reserve_shares)
 
     def _max_new_trees(self, switch: str) -> int:
         return self._share_after_join(switch) // MIN_SLOTS_PER_TREE
@@ -453,7 +460,7 @@ class Controller:
         jobs = self._state.get(switch, {})
         if len(jobs) >= self.max_jobs_per_switch:
             return f"{switch} already serves {len(jobs)} jobs (max_jobs_per_switch={self.max_jobs_per_switch})"
-        share = self.packet_memory // (len(jobs) + 1)
+        share = self._share_after_join(switch)
         need = max([new_trees] + [len(t) for t in jobs.values()]) * MIN_SLOTS_PER_TREE
         if share < need:
             return (
@@ -647,7 +654,7 @@ class Controller:
         assert state == {s: j for s, j in self._state.items() if j}, "switch state out of sync"
         for sw, jobs in state.items():
             assert len(jobs) <= self.max_jobs_per_switch, (sw, len(jobs))
-            share = self.packet_memory // len(jobs)
+            share = self.packet_memory // (len(jobs) + self.reserve_shares)
             for trees in jobs.values():
                 assert len(trees) * MIN_SLOTS_PER_TREE <= share, (sw, len(trees), share)
 
@@ -659,7 +666,7 @@ class Controller:
             "name": switch,
             "tier": self.topology.tier(switch),
             "jobs": jobs,
-            "share_slots": self.share_slots(switch) if jobs else self.packet_memory,
+            "share_slots": self.share_slots(switch),
             "entries": [e.to_dict(names.get(e.job_id)) for e in self.switch_entries(switch)],
         }
 

@@ -177,6 +177,7 @@ class Simulation:
                 threshold_bytes=sc.panama.threshold_bytes,
                 max_jobs_per_switch=sc.panama.max_jobs_per_switch,
                 packet_memory=ps.packet_memory_slots,
+                reserve_shares=ps.reserve_shares,  # the same reserve the accelerators keep
             )
         except ControllerError as exc:
             key = {"packet_memory": "pswitch.packet_memory_slots"}.get(exc.field, f"panama.{exc.field}")
