@@ -1,5 +1,8 @@
-"""A local PANAMA cluster: a controller and switch daemons as background processes on 127.0.0.1.
+"""A local PANAMA cluster: a controller and switch daemons as background processes.
 
+They bind 127.0.0.1 by default, or another address of this host (``host``), optionally
+inside a network namespace (``netns``) so that workers in other namespaces reach them
+over a (virtual) network as they would across machines.
 ``LocalCluster`` (a context manager) is what tests, the benchmark and the training
 engineer use; ``panama cluster up|down|status`` wraps it for the shell. Every daemon
 gets ports picked free just before it starts (a daemon that loses the race fails to
@@ -94,6 +97,11 @@ class LocalCluster:
     # False: the processes stop themselves when the process that started them dies
     # (``--exit-with``); ``panama cluster up`` starts detached ones that outlive it.
     detached: bool = False
+    # Address every daemon and the controller bind (an address of this host, or of
+    # ``netns``), and an optional network namespace to run them in (``ip netns exec``,
+    # root only): workers elsewhere (other namespaces or machines) then reach them there.
+    host: str = "127.0.0.1"
+    netns: str | None = None
     procs: dict[str, Proc] = field(default_factory=dict, init=False)
     controller_addr: Address | None = field(default=None, init=False)
     _tmp: tempfile.TemporaryDirectory | None = field(default=None, init=False, repr=False)
@@ -134,8 +142,8 @@ class LocalCluster:
         for i, name in enumerate(topo.switches):
             role = "leaf" if topo.tier(name) == "tor" else topo.tier(name)
             drop = self.switch_drop_prob.get(name, self.drop_prob)
-            udp = ("127.0.0.1", free_port(kind=socket.SOCK_DGRAM))
-            control = ("127.0.0.1", free_port())
+            udp = (self.host, self._free_port(socket.SOCK_DGRAM))
+            control = (self.host, self._free_port(socket.SOCK_STREAM))
             args = [
                 "switch",
                 "--id", name,
@@ -155,7 +163,7 @@ class LocalCluster:
         args = [
             "controller", "serve",
             "--cluster", str(cluster_file),
-            "--listen", "127.0.0.1:0",
+            "--listen", f"{self.host}:0",
             "--threshold-bytes", str(self.threshold_bytes),
             "--max-jobs-per-switch", str(self.max_jobs_per_switch),
             "--heartbeat-timeout", repr(self.heartbeat_timeout_s),
@@ -172,6 +180,11 @@ class LocalCluster:
             elif (info["udp"], info["control"]) != (format_addr(proc.udp), format_addr(proc.control)):
                 raise ClusterError(f"{proc.name} reports {info}, expected udp {proc.udp} control {proc.control}")
 
+    def _free_port(self, kind: int) -> int:
+        # A port free on this host's loopback; in a fresh namespace every port is free,
+        # and a daemon that still finds its port taken makes start() retry.
+        return free_port("127.0.0.1" if self.netns else self.host, kind=kind)
+
     def stop_processes_only(self) -> None:
         stop_processes(list(self.procs.values()))
         self.procs.clear()
@@ -183,6 +196,8 @@ class LocalCluster:
         cmd = [self.python, "-m", "panama.runtime.cli", *args, "--ready-file", str(ready)]
         if not self.detached:
             cmd += ["--exit-with", str(os.getpid())]
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns, *cmd]  # exec: same PID, signals reach the daemon
         with open(log, "ab") as out:
             popen = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
