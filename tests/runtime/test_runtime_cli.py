@@ -27,6 +27,7 @@ def _run(args, **kw):
         (["bench", "allreduce", "--size-mb", "1,x"], "size-mb"),
         (["bench", "allreduce", "--rounds", "0"], "rounds"),
         (["cluster", "up", "--leaves", "0"], "leaves"),
+        (["cluster", "up", "--host", "localhost"], "host"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_field(args, field, capsys):

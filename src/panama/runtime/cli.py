@@ -7,6 +7,7 @@ starts its daemons that way, with the interpreter it runs under).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import sys
@@ -159,7 +160,7 @@ def controller_serve(
 # ---------------------------------------------------------------------- panama cluster
 @click.group("cluster")
 def cluster():
-    """Start, inspect and stop a local cluster (controller + switch daemons on 127.0.0.1)."""
+    """Start, inspect and stop a local cluster (controller + switch daemons on this machine)."""
 
 
 _state_option = click.option(
@@ -185,9 +186,15 @@ def _state_file(state_path):
 @click.option("--drop-prob", default=0.0, show_default=True, type=float, help="Loss injected at every switch.")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="IPv4 address of this machine that the daemons and controller bind (workers on other machines connect there).",
+)
 @_state_option
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
-def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_elems, threshold_bytes, heartbeat_timeout, drop_prob, seed, log_level, state_path, as_json):
+def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_elems, threshold_bytes, heartbeat_timeout, drop_prob, seed, log_level, host, state_path, as_json):
     """Start a local cluster in the background and record it in the state file."""
     from panama.runtime.cluster import ClusterError, LocalCluster
     from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
@@ -197,6 +204,10 @@ def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_ele
             raise usage_error(name, f"must be >= {low}, got {value}")
     if not 0 <= drop_prob < 1:
         raise usage_error("drop-prob", f"must be in [0, 1), got {drop_prob}")
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise usage_error("host", f"expected an IPv4 address, got {host!r}") from None
     state_file = _state_file(state_path)
     if state_file.exists():
         old = json.loads(state_file.read_text())
@@ -217,6 +228,7 @@ def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_ele
         log_level=log_level,
         workdir=workdir,
         detached=True,
+        host=host,
     )
     try:
         lc.start()
