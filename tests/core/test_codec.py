@@ -198,3 +198,16 @@ def test_decode_with_a_payload_view_matches_plain_decode_and_aliases_the_buffer(
         assert np.shares_memory(fast.payload, floats)
         buf[HEADER_BYTES : HEADER_BYTES + 4] = struct.pack("<f", 123.5)  # the next datagram lands here
         assert fast.payload[0] == np.float32(123.5)
+
+
+def test_full_encoding_converts_payloads_header_only_encoding_refuses_them():
+    """encode_into writes the wire form of any float payload; encode_header_into (gather sends) needs it already."""
+    values = np.array([1.5, -2.0, 3.25], dtype=np.float64)
+    for payload in (values, values.astype(">f4"), np.repeat(values.astype(np.float32), 2)[::2]):
+        wire = encode(Packet(1, 0, 0, 0, 3, payload=payload))
+        assert decode(wire).payload.tolist() == [1.5, -2.0, 3.25]
+        if payload.dtype == np.float32 and payload.dtype.isnative:
+            continue  # strided float32: the gather send refuses it (BufferError), not the codec
+        with pytest.raises(CodecError) as info:
+            codec.encode_header_into(bytearray(HEADER_BYTES), Packet(1, 0, 0, 0, 3, payload=payload))
+        assert info.value.reason == codec.BAD_FIELD and "float32" in str(info.value)

@@ -23,6 +23,7 @@ separately.
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import numpy as np
 
@@ -77,8 +78,10 @@ def encode_header_into(buf: bytearray | memoryview, packet: Packet, offset: int 
     """Write only the header of ``packet`` into ``buf`` at ``offset``; returns the datagram's size.
 
     For drivers that send the payload from its own memory (a gather ``sendmsg`` of
-    [header, payload]): every field and the payload's length are checked exactly as by
-    :func:`encode_into`, but no payload byte is written.
+    [header, payload]): every field and the payload's length are checked as by
+    :func:`encode_into`, and the payload must already be little-endian float32 (which
+    :func:`encode_into` would convert to; a gather send itself refuses a non-contiguous
+    buffer); no payload byte is written.
     """
     count = packet.count
     if packet.flags & ~KNOWN_FLAGS & 0xFF or not 0 <= packet.flags <= 0xFF:
@@ -87,6 +90,8 @@ def encode_header_into(buf: bytearray | memoryview, packet: Packet, offset: int 
         payload = packet.payload
         if payload is None or payload.shape[0] != count:
             raise CodecError(BAD_FIELD, f"payload does not hold count={count} floats")
+        if payload.dtype is not _F32 and payload.dtype != _F32:  # identity first: the common case is cheap
+            raise CodecError(BAD_FIELD, f"payload is {payload.dtype}, not little-endian float32")
     try:
         HEADER.pack_into(
             buf,
@@ -109,12 +114,17 @@ def encode_header_into(buf: bytearray | memoryview, packet: Packet, offset: int 
 
 
 def encode_into(buf: bytearray | memoryview, packet: Packet, offset: int = 0) -> int:
-    """Write ``packet`` (header and payload) into ``buf`` at ``offset``; returns bytes written."""
-    size = encode_header_into(buf, packet, offset)
+    """Write ``packet`` (header and payload, converted to little-endian float32) into ``buf``."""
     count = packet.count
+    payload = packet.payload
+    if count and payload is not None and payload.shape[0] == count:
+        if payload.dtype != _F32 or not payload.flags.c_contiguous:  # e.g. float64, big-endian, strided
+            payload = np.ascontiguousarray(payload, dtype=_F32)
+            packet = replace(packet, payload=payload)
+    size = encode_header_into(buf, packet, offset)
     if count:
         out = np.frombuffer(buf, dtype=_F32, count=count, offset=offset + HEADER_BYTES)
-        out[:] = packet.payload
+        out[:] = payload
     return size
 
 
