@@ -98,6 +98,10 @@ def test_backlog_above_threshold_marks_ce(daemon_factory):
 
 def test_backlog_counts_what_still_waits_in_the_kernel_after_a_full_batch(daemon_factory):
     """A batch of 2 can never hold 6 datagrams behind the first: the socket queue must count."""
+    from panama.runtime.switchd import _datagram_truesize
+
+    if not _datagram_truesize(codec.wire_size(PE)):
+        pytest.skip("SO_MEMINFO is not available on this kernel (the backlog then counts the batch only)")
     d = daemon_factory(ecn_threshold_pkts=6, batch=2)
     kids = [PacketSocket() for _ in range(2)]
     d.install_job(1, [{"tree_id": 0, "children": [format_addr(k.addr) for k in kids], "parent": None}])
