@@ -89,7 +89,7 @@ def test_cluster_up_status_down(tmp_path):
 
 
 def test_bench_allreduce_runs_both_implementations(tmp_path):
-    from panama.runtime.bench_allreduce import BenchConfig, format_table, run_bench, write_results
+    from panama.runtime.bench_allreduce import BenchConfig, format_table, loopback_datagrams, run_bench, write_results
 
     cfg = BenchConfig(workers=2, sizes_mb=[0.05], iters=2, rounds=3, leaves=2, spines=1, payload_elems=1000, timeout_s=60)
     rows = run_bench(cfg, progress=False)
@@ -100,6 +100,9 @@ def test_bench_allreduce_runs_both_implementations(tmp_path):
     assert row["ratio"] == pytest.approx(ratios[1]) and row["ratio_min"] == pytest.approx(ratios[0])
     assert row["ratio_min"] <= row["ratio"] <= row["ratio_max"]
     assert row["panama_ms"] == pytest.approx(sorted(row["panama_ms_by_round"])[1])
+    # 50 kB = 13 packets of 1000 floats per rank, over trees of leaf0 + leaf1 + spine0: 2 x 13 x (2 + 2) datagrams
+    expected = loopback_datagrams(50_000, 2, switches_per_tree=3, payload_elems=1000)
+    assert row["datagrams_per_call"] >= expected == 104  # more only if something was retransmitted
     assert row["panama_max_rel_err"] < 1e-6 and row["switch_gbps"] > 0
     assert set(row["panama_cpu_ms_by_process"]) == {"leaf0", "leaf1", "spine0", "controller", "workers"}
     write_results(rows, cfg, tmp_path)

@@ -77,14 +77,17 @@ def _data(seed: int, rank: int, n: int) -> np.ndarray:
     return np.random.default_rng([seed, rank]).standard_normal(n, dtype=np.float32)
 
 
-def _switch_rx_bytes(controls: list[tuple[str, int]]) -> int:
+def _switch_rx(controls: list[tuple[str, int]]) -> tuple[int, int]:
+    """Datagrams and bytes received so far, summed over the switch daemons."""
     from panama.runtime.http import request_json
 
-    total = 0
+    packets = total = 0
     for addr in controls:
         status, body = request_json(addr, "GET", "/stats", timeout_s=10.0, what="switch")
-        total += int(body["rx_bytes"]) if status == 200 else 0
-    return total
+        if status == 200:
+            packets += int(body["rx_packets"])
+            total += int(body["rx_bytes"])
+    return packets, total
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -153,9 +156,10 @@ def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_
                 for rnd in range(cfg.rounds):
                     # PANAMA phase
                     barrier.wait()
-                    rx0 = _switch_rx_bytes(controls) if rank == 0 else 0
+                    rx0 = _switch_rx(controls) if rank == 0 else (0, 0)
                     cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
                     retx0 = comm.stats()["retransmissions"]
+                    results0 = comm.stats()["results"]
                     barrier.wait()
                     t0 = time.perf_counter()
                     c0 = _own_cpu_s()
@@ -163,11 +167,21 @@ def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_
                         comm.allreduce(x, out=y)
                     own = _own_cpu_s() - c0
                     barrier.wait()
-                    row: dict[str, Any] = {"impl": "panama", "size_mb": size_mb, "round": rnd, "rank": rank, "cpu_s": own}
+                    row: dict[str, Any] = {
+                        "impl": "panama",
+                        "size_mb": size_mb,
+                        "round": rnd,
+                        "rank": rank,
+                        "cpu_s": own,
+                        "results": comm.stats()["results"] - results0,  # datagrams this worker received
+                    }
                     if rank == 0:
+                        elapsed = time.perf_counter() - t0
+                        rx1 = _switch_rx(controls)
                         row.update(
-                            seconds=time.perf_counter() - t0,
-                            switch_rx_bytes=_switch_rx_bytes(controls) - rx0,
+                            seconds=elapsed,
+                            switch_rx_packets=rx1[0] - rx0[0],
+                            switch_rx_bytes=rx1[1] - rx0[1],
                             daemon_cpu_s={name: _proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()},
                             retransmissions_rank0=comm.stats()["retransmissions"] - retx0,
                             max_rel_err=err,
@@ -297,6 +311,11 @@ def summarize(reports: list[dict], cfg: BenchConfig) -> list[dict[str, Any]]:
             "switch_gbps": sum(r["switch_rx_bytes"] for r in pan) / pan_seconds / 1e9,
             "panama_max_rel_err": pan[0]["max_rel_err"],
             "panama_retransmissions_rank0": sum(r["retransmissions_rank0"] for r in pan),
+            # Every datagram of the PANAMA phases, as received by a daemon or a worker.
+            "datagrams_per_call": (
+                sum(r["switch_rx_packets"] for r in pan) + sum(r["results"] for r in mine if r["impl"] == "panama")
+            )
+            / calls,
             "panama_cpu_ms": workers_ms + sum(daemon_ms.values()),
             "panama_cpu_ms_by_process": dict(daemon_ms, workers=workers_ms),
             "panama_ms_by_round": [s * 1e3 for s in pan_s],
@@ -339,6 +358,11 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         "gloo algbw, median over rounds (range: smallest-largest round), phases alternating in one run"
     )
     lines.append("CPU ms = CPU time per allreduce summed over all processes (PANAMA: workers, daemons, controller)")
+    for r in rows:
+        lines.append(
+            f"  PANAMA datagrams per allreduce at {r['size_mb']:g} MB: {r['datagrams_per_call']:,.0f} "
+            "(received by daemons and workers; each crossed loopback once)"
+        )
     for r in rows:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in r["panama_cpu_ms_by_process"].items())
         lines.append(f"  PANAMA CPU ms per allreduce at {r['size_mb']:g} MB: {parts}")
