@@ -12,7 +12,9 @@ of the round's ``gloo time / PANAMA time`` (= PANAMA algbw / gloo algbw), with i
 smallest and largest round. Algorithm bandwidth is ``size_bytes / time`` (as nccl-tests'
 *algbw*). PANAMA writes into a result buffer reused across calls (``allreduce(x, out=y)``)
 as gloo reduces in place. The switches' aggregated throughput is the sum over daemons of
-the bytes they received during the PANAMA phases, per second of them. CPU time is summed
+the bytes they received during the PANAMA phases, per second of them; datagrams per
+allreduce counts what daemons and workers received in them (each crossed loopback once,
+see :func:`loopback_datagrams`). CPU time is summed
 over the phases of each implementation (PANAMA: workers, daemons and controller). The
 warm-up result of PANAMA is checked on rank 0 against a float64 reference (every rank's
 data is regenerated there from its seed).
