@@ -11,7 +11,7 @@ from panama.sim.runner import Simulation
 from panama.sim.outputs import collect
 from panama.sim.scenario import Scenario
 
-MEMORY = 48  # slots: 4 jobs x 2 trees leave 6 slots per tree, cwnd_cap 3
+MEMORY = 48  # slots: 48 // (4 jobs + 1 reserved share) = 9 per job, 4 per tree of 2, cwnd_cap 2
 
 
 def scenario(**over) -> Scenario:
