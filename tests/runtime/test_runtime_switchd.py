@@ -77,20 +77,21 @@ def test_intermediate_relays_ce_of_results_and_marks_partials(daemon_factory):
         assert pkt.ecn == CE and np.all(pkt.payload == 7.0)
 
 
-def test_backlog_above_threshold_marks_ce(daemon_factory):
-    d = daemon_factory(ecn_threshold_pkts=4, batch=64)
+def _marks_after_a_queued_burst(d: SwitchDaemon, seqs: int = 20) -> list[bool]:
+    """Queue ``seqs`` contributions from each of 2 children before the data plane runs; CE of each result."""
     kids = [PacketSocket() for _ in range(2)]
     d.install_job(1, [{"tree_id": 0, "children": [format_addr(k.addr) for k in kids], "parent": None}])
-    # Queue 40 contributions before the data plane runs: the first batch sees a backlog.
-    for seq in range(20):
+    for seq in range(seqs):
         for k in kids:
             k.send(_contribution(seq, 1.0), d.udp_addr)
     time.sleep(0.05)
     d.start_data_plane()
-    marks = []
-    for _ in range(20):
-        pkt, _ = _recv(kids[0])
-        marks.append(pkt.ecn == CE)
+    return [_recv(kids[0])[0].ecn == CE for _ in range(seqs)]
+
+
+def test_backlog_above_threshold_marks_ce(daemon_factory):
+    d = daemon_factory(ecn_threshold_pkts=4, batch=64)
+    marks = _marks_after_a_queued_burst(d)  # 40 contributions: the first batch sees a backlog
     assert any(marks) and not all(marks)  # early results (deep backlog) marked, last ones not
     assert d.stats()["ce_marked"] > 0
     assert d.stats()["max_backlog_pkts"] > 4
@@ -103,17 +104,7 @@ def test_backlog_counts_what_still_waits_in_the_kernel_after_a_full_batch(daemon
     if not _datagram_truesize(codec.wire_size(PE)):
         pytest.skip("SO_MEMINFO is not available on this kernel (the backlog then counts the batch only)")
     d = daemon_factory(ecn_threshold_pkts=6, batch=2)
-    kids = [PacketSocket() for _ in range(2)]
-    d.install_job(1, [{"tree_id": 0, "children": [format_addr(k.addr) for k in kids], "parent": None}])
-    for seq in range(20):
-        for k in kids:
-            k.send(_contribution(seq, 1.0), d.udp_addr)
-    time.sleep(0.05)
-    d.start_data_plane()
-    marks = []
-    for _ in range(20):
-        pkt, _ = _recv(kids[0])
-        marks.append(pkt.ecn == CE)
+    marks = _marks_after_a_queued_burst(d)
     assert marks[0] and not marks[-1]  # deep queue first, drained at the end
     st = d.stats()
     assert 30 <= st["max_backlog_pkts"] <= 45  # 40 queued: 1 in the batch behind the first + ~38 in the kernel (estimated)
