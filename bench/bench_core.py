@@ -10,13 +10,12 @@ a shared machine; wall-clock ratios come from ``panama bench core``.
 from __future__ import annotations
 
 import argparse
-import collections
 import statistics
-import sys
 
 import numpy as np
 
 from panama.benchmarks.core import run_core_bench
+from panama.benchmarks.opcodes import count_opcodes
 from panama.core.accelerator import Accelerator
 from panama.core.packet import ECT0, MAX_CWND_CAP, Packet
 
@@ -32,21 +31,13 @@ def opcode_profile(workers: int = 8, packets: int = 400, payload_elems: int = 36
     ]
     acc = Accelerator(4 * window + 8, payload_elems, group_results=True)
     acc.install_tree(1, 0, list(range(workers)), None)
-    counts: collections.Counter[str] = collections.Counter()
-
-    def tracer(frame, event, arg):
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            counts[frame.f_code.co_qualname] += 1
-        return tracer
-
     receive = acc.receive
-    sys.settrace(tracer)
-    try:
+
+    def feed() -> None:
         for pkt, src in order:
             receive(pkt, src)
-    finally:
-        sys.settrace(None)
+
+    counts = count_opcodes(feed)
     n = len(order)
     return sum(counts.values()) / n, [(name, c / n) for name, c in counts.most_common(8)]
 

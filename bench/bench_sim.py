@@ -11,10 +11,9 @@ measure to optimise against on a shared machine; wall-clock ratios come from
 from __future__ import annotations
 
 import argparse
-import collections
 import statistics
-import sys
 
+from panama.benchmarks.opcodes import count_opcodes
 from panama.core.units import ms
 from panama.sim.bench import build_reference, run_bench
 
@@ -25,19 +24,7 @@ def opcode_profile(warm_ms: float = 2.0, measure_ms: float = 3.0) -> tuple[float
     eng, net = ref["engine"], ref["network"]
     eng.run(ms(warm_ms))
     h0 = net.hops()
-    counts: collections.Counter[str] = collections.Counter()
-
-    def tracer(frame, event, arg):
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            counts[frame.f_code.co_qualname] += 1
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        eng.run(ms(warm_ms + measure_ms))
-    finally:
-        sys.settrace(None)
+    counts = count_opcodes(lambda: eng.run(ms(warm_ms + measure_ms)))
     hops = net.hops() - h0
     total = sum(counts.values()) / hops
     return total, [(name, c / hops) for name, c in counts.most_common(12)]
@@ -47,20 +34,8 @@ def loop_opcodes(n_hops: int = 20_000) -> float:
     """Bytecodes per hop of the minimal heapq loop (the baseline of ``panama bench sim``)."""
     from panama.sim.bench import minimal_loop
 
-    count = [0]
-
-    def tracer(frame, event, arg):
-        frame.f_trace_opcodes = True
-        if event == "opcode":
-            count[0] += 1
-        return tracer
-
-    sys.settrace(tracer)
-    try:
-        minimal_loop(n_hops)
-    finally:
-        sys.settrace(None)
-    return count[0] / n_hops
+    counts = count_opcodes(lambda: minimal_loop(n_hops))
+    return sum(counts.values()) / n_hops
 
 
 def main() -> None:
