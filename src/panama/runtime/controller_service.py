@@ -678,7 +678,8 @@ class ControllerService:
             }
         )
 
-    async def h_heartbeat(self, request: web.Request) -> web.Response:
+    async def _registered_rank(self, request: web.Request) -> tuple[Job, Rank]:
+        """The job and the rank a heartbeat or leave request names; 404 when either is unknown."""
         name = request.match_info["job"]
         body = await _json_object(request)
         rank = _int_field(body, "rank", 0)
@@ -689,21 +690,16 @@ class ControllerService:
         x = job.ranks.get(rank)
         if x is None:
             raise _BadRequest(404, f"rank: {rank} is not registered in job {name!r}")
+        return job, x
+
+    async def h_heartbeat(self, request: web.Request) -> web.Response:
+        job, x = await self._registered_rank(request)
         if job.state == RUNNING:
             x.last_seen = time.monotonic()
         return web.json_response({"state": job.state, "reason": job.reason, "job_id": job.job_id})
 
     async def h_leave(self, request: web.Request) -> web.Response:
-        name = request.match_info["job"]
-        body = await _json_object(request)
-        rank = _int_field(body, "rank", 0)
-        job_id = _int_field(body, "job_id", 1, default=None)
-        job = self._find(name, job_id)
-        if job is None:
-            raise _BadRequest(404, f"job: unknown job {name!r}")
-        x = job.ranks.get(rank)
-        if x is None:
-            raise _BadRequest(404, f"rank: {rank} is not registered in job {name!r}")
+        job, x = await self._registered_rank(request)
         x.left = True
         if job.state == RUNNING and all(r.left for r in job.ranks.values()):
             await self.teardown(job, COMPLETED, f"all {job.world_size} ranks left")
