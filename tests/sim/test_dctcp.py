@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 import pytest
+from sim_helpers import star
 
 from panama.core.units import ms, us
 from panama.sim.dctcp import Dctcp, DctcpConfig, goodput_bps, jain
 from panama.sim.engine import Engine
 from panama.sim.network import KIND_DATA, Network, NetworkConfig
-
-
-def star(n_hosts: int, rate_bps=10e9, delay_ps=us(10)) -> nx.Graph:
-    g = nx.Graph()
-    g.add_node("tor0", kind="tor")
-    for i in range(n_hosts):
-        g.add_node(f"h{i}", kind="host")
-        g.add_edge(f"h{i}", "tor0", rate_bps=rate_bps, delay_ps=delay_ps)
-    return g
 
 
 def setup(graph, cfg=None, tcp_cfg=None, seed=0):
@@ -30,7 +21,7 @@ def setup(graph, cfg=None, tcp_cfg=None, seed=0):
 
 def test_long_flows_fill_the_bottleneck_fairly_with_queue_near_k():
     n = 4
-    eng, net, tcp = setup(star(n + 1))
+    eng, net, tcp = setup(star(n + 1, delay_ps=us(10)))
     flows = [tcp.start_flow(f"h{i}", f"h{n}", None, us(i)) for i in range(n)]
     bottleneck = net.port("tor0", f"h{n}")
     eng.run(ms(2))  # slow start and the first cuts
@@ -55,7 +46,7 @@ def test_long_flows_fill_the_bottleneck_fairly_with_queue_near_k():
 def test_without_ecn_the_queue_grows_to_the_buffer():
     # Control for the test above: plain NewReno-style behaviour fills the buffer and drops.
     n = 4
-    eng, net, tcp = setup(star(n + 1), NetworkConfig(ecn=False, queue_limit_bytes=100 * 1500))
+    eng, net, tcp = setup(star(n + 1, delay_ps=us(10)), NetworkConfig(ecn=False, queue_limit_bytes=100 * 1500))
     for i in range(n):
         tcp.start_flow(f"h{i}", f"h{n}", None)
     eng.run(ms(10))
@@ -67,7 +58,7 @@ def test_host_ecn_bounds_a_flow_limited_by_its_own_nic():
     # window and the NIC queue grow without bound; with it the NIC queue stays near K.
     peaks = {}
     for host_ecn in (False, True):
-        eng, net, tcp = setup(star(2), NetworkConfig(host_ecn=host_ecn))
+        eng, net, tcp = setup(star(2, delay_ps=us(10)), NetworkConfig(host_ecn=host_ecn))
         f = tcp.start_flow("h0", "h1", None)
         nic = net.port("h0", "tor0")
         s = net.sample_queues(us(5), [nic])
@@ -203,7 +194,7 @@ def test_goodput_and_jain_helpers():
 
 
 def test_bad_flow_arguments_name_the_field():
-    eng, net, tcp = setup(star(2))
+    eng, net, tcp = setup(star(2, delay_ps=us(10)))
     with pytest.raises(ValueError, match="src/dst"):
         tcp.start_flow("h0", "h0", 100)
     with pytest.raises(ValueError, match="size_bytes"):

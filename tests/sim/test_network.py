@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 import pytest
+from sim_helpers import star
 
 from panama.core.packet import CE, ECT0, NOT_ECT
 from panama.core.topology import fat_tree, leaf_spine
@@ -19,15 +19,6 @@ from panama.sim.network import (
     NetworkConfig,
     SimPacket,
 )
-
-
-def star(n_hosts: int, rate_bps=10e9, delay_ps=us(1), rates: dict | None = None) -> nx.Graph:
-    g = nx.Graph()
-    g.add_node("tor0", kind="tor")
-    for i in range(n_hosts):
-        g.add_node(f"h{i}", kind="host")
-        g.add_edge(f"h{i}", "tor0", rate_bps=(rates or {}).get(i, rate_bps), delay_ps=delay_ps)
-    return g
 
 
 def make(graph, config=None, seed=0, trace=None):

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 import pytest
+from sim_helpers import star
 
 from panama.core.topology import leaf_spine
 from panama.core.units import ms, us
 from panama.sim.dctcp import Dctcp
 from panama.sim.engine import Engine
 from panama.sim.network import KIND_OTHER, LosslessPort, Network, NetworkConfig, SimPacket
-
-
-def star(n_hosts: int, rate_bps=10e9, delay_ps=us(1)) -> nx.Graph:
-    g = nx.Graph()
-    g.add_node("tor0", kind="tor")
-    for i in range(n_hosts):
-        g.add_node(f"h{i}", kind="host")
-        g.add_edge(f"h{i}", "tor0", rate_bps=rate_bps, delay_ps=delay_ps)
-    return g
 
 
 def incast(graph, cfg, senders, receiver, size_bytes=64_000, seed=0, until=ms(50)):
