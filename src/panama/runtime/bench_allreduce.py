@@ -160,8 +160,7 @@ def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_
                     barrier.wait()
                     rx0 = _switch_rx(controls) if rank == 0 else (0, 0)
                     cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
-                    retx0 = comm.stats()["retransmissions"]
-                    results0 = comm.stats()["results"]
+                    st0 = comm.stats()
                     barrier.wait()
                     t0 = time.perf_counter()
                     c0 = _own_cpu_s()
@@ -169,13 +168,14 @@ def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_
                         comm.allreduce(x, out=y)
                     own = _own_cpu_s() - c0
                     barrier.wait()
+                    st1 = comm.stats()
                     row: dict[str, Any] = {
                         "impl": "panama",
                         "size_mb": size_mb,
                         "round": rnd,
                         "rank": rank,
                         "cpu_s": own,
-                        "results": comm.stats()["results"] - results0,  # datagrams this worker received
+                        "results": st1["results"] - st0["results"],  # datagrams this worker received
                     }
                     if rank == 0:
                         elapsed = time.perf_counter() - t0
@@ -185,7 +185,7 @@ def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_
                             switch_rx_packets=rx1[0] - rx0[0],
                             switch_rx_bytes=rx1[1] - rx0[1],
                             daemon_cpu_s={name: _proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()},
-                            retransmissions_rank0=comm.stats()["retransmissions"] - retx0,
+                            retransmissions_rank0=st1["retransmissions"] - st0["retransmissions"],
                             max_rel_err=err,
                         )
                     queue.put(row)

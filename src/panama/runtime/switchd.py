@@ -174,6 +174,7 @@ class SwitchDaemon:
         while not self._stop.is_set():
             items.clear()
             k = 0
+            behind = 0  # backlog behind the datagram being processed, in bytes (drained ones first)
             while k < batch:
                 try:
                     n, anc, flags, src = recv(iovs[k], cmsg_space, dontwait)
@@ -186,7 +187,11 @@ class SwitchDaemon:
                     break
                 # Only IP_TOS was asked for, so the one control message (if any) is it.
                 ecn = anc[0][2][0] & 3 if anc and anc[0][2] else 0
-                items.append((k, -1 if flags & msg_trunc else n, ecn, src))
+                if flags & msg_trunc:
+                    n = -1
+                else:
+                    behind += n
+                items.append((k, n, ecn, src))
                 k += 1
             if not k:
                 poller.poll(200)  # ms; wakes up to check the stop flag
@@ -200,9 +205,7 @@ class SwitchDaemon:
                     meminfo = False
                 else:
                     queued = rmem * datagram_bytes // truesize
-            behind = queued  # backlog behind the datagram being processed, in bytes
-            for item in items:
-                behind += item[1] if item[1] > 0 else 0
+            behind += queued
             rx_bytes = 0
             with self.lock:
                 self.batches += 1
