@@ -1,0 +1,81 @@
+"""Queue-occupancy sampling of simulated ports (:class:`QueueSampler`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from panama.sim.engine import Engine
+
+if TYPE_CHECKING:
+    from panama.sim.dataplane import Port
+
+__all__ = ["QueueSampler"]
+
+
+class QueueSampler:
+    """Periodic occupancy samples of a set of ports (one pending event).
+
+    ``times_ps`` and ``samples[i]`` (bytes, for ``ports[i]``) grow together. Sampling
+    stops by itself when it is the only pending event, or after :meth:`stop`.
+    """
+
+    def __init__(self, engine: Engine, ports: list[Port], interval_ps: int, *, start_ps: int | None = None):
+        if interval_ps <= 0:
+            raise ValueError(f"interval_ps: must be > 0, got {interval_ps!r}")
+        self.engine = engine
+        self.ports = ports
+        self.interval_ps = int(interval_ps)
+        self.times_ps: list[int] = []
+        self.samples: list[list[int]] = [[] for _ in ports]
+        self._stopped = False
+        self._cb = self._sample
+        engine.at(engine.now if start_ps is None else start_ps, self._cb)
+
+    def stop(self) -> None:
+        self._stopped = True
+
+    def _sample(self) -> None:
+        if self._stopped:
+            return
+        eng = self.engine
+        now = eng.now
+        self.times_ps.append(now)
+        for p, col in zip(self.ports, self.samples):
+            b = p.busy_until - now
+            col.append(((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte)
+        if eng.heap:
+            eng.push(now + self.interval_ps, self._cb)
+
+    def busiest(self) -> tuple[Port | None, list[int]]:
+        """The port with the largest mean occupancy and its samples (bytes)."""
+        best, best_sum = None, -1
+        for i, col in enumerate(self.samples):
+            s = sum(col)
+            if s > best_sum:
+                best, best_sum = i, s
+        if best is None:
+            return None, []
+        return self.ports[best], self.samples[best]
+
+    def stats(self, port: Port | None = None, packet_bytes: int = 1500) -> dict[str, Any]:
+        """Mean / p50 / p99 / max occupancy of ``port`` (default: the busiest) in bytes and
+        in packets of ``packet_bytes``."""
+        if port is None:
+            port, col = self.busiest()
+        else:
+            col = self.samples[self.ports.index(port)]
+        if port is None or not col:
+            return {"port": None, "samples": 0}
+        a = np.asarray(col, dtype=np.float64)
+        return {
+            "port": port.name,
+            "samples": int(a.size),
+            "mean_bytes": float(a.mean()),
+            "p50_bytes": float(np.percentile(a, 50)),
+            "p99_bytes": float(np.percentile(a, 99)),
+            "max_bytes": float(a.max()),
+            "mean_pkts": float(a.mean() / packet_bytes),
+            "p99_pkts": float(np.percentile(a, 99) / packet_bytes),
+        }
