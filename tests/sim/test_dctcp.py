@@ -14,7 +14,7 @@ from panama.sim.network import KIND_DATA, Network, NetworkConfig
 
 def setup(graph, cfg=None, tcp_cfg=None, seed=0):
     rng = np.random.default_rng(seed)
-    eng = Engine(progress=False)
+    eng = Engine()
     net = Network(eng, graph, cfg or NetworkConfig(), rng=rng)
     return eng, net, Dctcp(net, tcp_cfg, rng=rng)
 
@@ -172,7 +172,7 @@ def test_lost_retransmission_backs_off():
 def test_on_complete_hooks_and_summary():
     seen = []
     rng = np.random.default_rng(0)
-    eng = Engine(progress=False)
+    eng = Engine()
     net = Network(eng, star(3, delay_ps=us(1)), rng=rng)
     tcp = Dctcp(net, rng=rng, on_complete=lambda f: seen.append(("stack", f.id)))
     tcp.start_flow("h0", "h2", 5000, on_complete=lambda f: seen.append(("flow", f.id)))

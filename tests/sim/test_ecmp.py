@@ -48,7 +48,7 @@ def test_ecmp_choices_are_uniform_and_independent_across_switches():
 def test_many_flows_spread_over_the_core():
     topo = fat_tree(4)  # 16 hosts, 4 cores
     rng = np.random.default_rng(7)
-    eng = Engine(progress=False)
+    eng = Engine()
     net = Network(eng, topo, rng=rng)
     tcp = Dctcp(net, rng=rng)
     hosts = topo.hosts
@@ -73,7 +73,7 @@ def test_one_flow_one_path_and_seeded_choice():
     topo = fat_tree(4)
 
     def paths(seed):
-        net = Network(Engine(progress=False), topo, rng=np.random.default_rng(seed))
+        net = Network(Engine(), topo, rng=np.random.default_rng(seed))
         return [tuple(p.name for p in net.path(0, 15, flow_hash(i, 5))) for i in range(64)]
 
     assert paths(3) == paths(3)

@@ -27,7 +27,7 @@ WARM, END = ms(2), ms(10)
 
 
 def shares(trees: int, flows: int, latency_ps: int = 500_000):
-    eng = Engine(progress=False)
+    eng = Engine()
     topo = parse_topology("leaf-spine:leaves=3,spines=1,hosts_per_leaf=4")
     net = Network(eng, topo, NetworkConfig(lossless=True), rng=np.random.default_rng(0))
     fab = PSwitchFabric(net, 4096, latency_ps=latency_ps)

@@ -22,7 +22,7 @@ from panama.sim.network import (
 
 
 def make(graph, config=None, seed=0, trace=None):
-    eng = Engine(progress=False, trace=trace)
+    eng = Engine(trace=trace)
     net = Network(eng, graph, config or NetworkConfig(), rng=np.random.default_rng(seed))
     return eng, net
 

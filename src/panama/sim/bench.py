@@ -52,11 +52,10 @@ def reference_graph(n_senders: int = 4, rate_bps: float = RATE_BPS, delay_ps: in
     return g
 
 
-def build_reference(n_senders: int = 4, seed: int = 1, *, sample_interval_ps: int = us(10),
-                    progress: bool | None = False) -> dict[str, Any]:
+def build_reference(n_senders: int = 4, seed: int = 1, *, sample_interval_ps: int = us(10)) -> dict[str, Any]:
     """Set up the reference scenario (nothing run yet): engine, network, flows, sampler."""
     rng = np.random.default_rng(seed)
-    eng = Engine(progress=progress)
+    eng = Engine()
     net = Network(eng, reference_graph(n_senders), NetworkConfig(), rng=rng)
     tcp = Dctcp(net, DctcpConfig(), rng=rng)
     rx = f"h{n_senders}"
@@ -97,9 +96,9 @@ def summarize_reference(ref: dict[str, Any], duration_ps: int, events: int, wall
 
 
 def run_reference(duration_ps: int = ms(100), n_senders: int = 4, seed: int = 1, *,
-                  sample_interval_ps: int = us(10), progress: bool | None = False) -> dict[str, Any]:
+                  sample_interval_ps: int = us(10)) -> dict[str, Any]:
     """Run the reference DCTCP scenario; returns results and simulator speed."""
-    ref = build_reference(n_senders, seed, sample_interval_ps=sample_interval_ps, progress=progress)
+    ref = build_reference(n_senders, seed, sample_interval_ps=sample_interval_ps)
     t0 = time.perf_counter()
     events = ref["engine"].run(duration_ps)
     wall = time.perf_counter() - t0

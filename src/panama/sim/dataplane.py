@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
 from panama.core.packet import CE
@@ -50,7 +49,7 @@ class Port:
     __slots__ = (
         "owner", "peer", "index", "peer_index", "reverse", "name", "tier", "rate_bps", "ps_per_byte",
         "delay_ps", "busy_until", "pipe", "armed", "paused", "paused_since", "waiting",
-        "waiting_ps", "limit_ps", "k_ps", "release", "rel_armed", "_eng", "_heap", "_cnt", "_trace",
+        "waiting_ps", "limit_ps", "k_ps", "release", "rel_armed", "_eng", "_trace",
         "_deliver_cb", "_release_cb", "net",
         "tx_packets", "tx_bytes", "ecn_marks", "drops", "pauses", "paused_ps",
     )
@@ -59,8 +58,6 @@ class Port:
         self.net = net
         eng = net.engine
         self._eng = eng
-        self._heap = eng.heap
-        self._cnt = eng.counter
         self._trace = eng.trace
         self.owner = owner
         self.peer = peer
@@ -154,7 +151,7 @@ class Port:
         self.pipe.append((arrive, pkt))
         if not self.armed:
             self.armed = True
-            heappush(self._heap, (arrive, next(self._cnt), self._deliver_cb))
+            self._eng.push(arrive, self._deliver_cb)
         if self._trace is not None:
             self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // self.ps_per_byte))
         return True
@@ -168,7 +165,7 @@ class Port:
         while pipe:
             head = pipe[0]
             if head[0] > now:
-                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
+                self._eng.push(head[0], self._deliver_cb)
                 return
             pipe.popleft()
             recv(head[1], idx)
@@ -193,7 +190,7 @@ class Port:
                 return
             t = pipe[0][0]
             if t > self._eng.now:
-                heappush(self._heap, (t, next(self._cnt), self._deliver_cb))
+                self._eng.push(t, self._deliver_cb)
                 return
 
     def _deliver_switch(self) -> None:
@@ -215,7 +212,7 @@ class Port:
                     return
                 t = pipe[0][0]
                 if t > now:
-                    heappush(self._heap, (t, next(self._cnt), self._deliver_cb))
+                    self._eng.push(t, self._deliver_cb)
                     return
                 continue
             dst = pkt.dst
@@ -249,7 +246,7 @@ class Port:
                     out.pipe.append((end, pkt))
                     if not out.armed:
                         out.armed = True
-                        heappush(self._heap, (end, next(self._cnt), out._deliver_cb))
+                        self._eng.push(end, out._deliver_cb)
                     if out._trace is not None:
                         out._trace((now, "tx", sw.name, out.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // out.ps_per_byte))
             if not pipe:
@@ -257,7 +254,7 @@ class Port:
                 return
             t = pipe[0][0]
             if t > now:
-                heappush(self._heap, (t, next(self._cnt), self._deliver_cb))
+                self._eng.push(t, self._deliver_cb)
                 return
 
     # ------------------------------------------------------------------ PFC (LosslessPort)
@@ -295,7 +292,7 @@ class HostPort(Port):
         self.pipe.append((end, pkt))
         if not self.armed:
             self.armed = True
-            heappush(self._heap, (end, next(self._cnt), self._deliver_cb))
+            self._eng.push(end, self._deliver_cb)
         if self._trace is not None:
             self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, (bu - now) // self.ps_per_byte))
         return True
@@ -332,10 +329,10 @@ class LosslessPort(Port):
             rel.append((end, size, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
-                heappush(self._heap, (end, next(self._cnt), self._release_cb))
+                self._eng.push(end, self._release_cb)
         if not self.armed:
             self.armed = True
-            heappush(self._heap, (arrive, next(self._cnt), self._deliver_cb))
+            self._eng.push(arrive, self._deliver_cb)
         if self._trace is not None:
             self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // self.ps_per_byte))
         return True
@@ -348,7 +345,7 @@ class LosslessPort(Port):
         while pipe:
             head = pipe[0]
             if head[0] > now:
-                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
+                self._eng.push(head[0], self._deliver_cb)
                 return
             pipe.popleft()
             pkt = head[1]
@@ -371,7 +368,7 @@ class LosslessPort(Port):
         while pipe:
             head = pipe[0]
             if head[0] > now:
-                heappush(self._heap, (head[0], next(self._cnt), self._deliver_cb))
+                self._eng.push(head[0], self._deliver_cb)
                 return
             pipe.popleft()
             pkt = head[1]
@@ -423,10 +420,10 @@ class LosslessPort(Port):
             rel.append((end, pkt.size_bytes, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
-                heappush(self._heap, (end, next(self._cnt), self._release_cb))
+                self._eng.push(end, self._release_cb)
         if not self.armed:
             self.armed = True
-            heappush(self._heap, (arrive, next(self._cnt), self._deliver_cb))
+            self._eng.push(arrive, self._deliver_cb)
 
     def _send_paused(self, pkt: SimPacket, in_idx: int, tx: int) -> bool:
         now = self._eng.now
@@ -499,7 +496,7 @@ class LosslessPort(Port):
         while rel:
             head = rel[0]
             if head[0] > now:
-                heappush(self._heap, (head[0], next(self._cnt), self._release_cb))
+                self._eng.push(head[0], self._release_cb)
                 break
             rel.popleft()
             ingress[head[2]] -= head[1]
@@ -514,10 +511,11 @@ class LosslessPort(Port):
 class Node:
     """Common part of hosts and switches: name, ports, forwarding table."""
 
-    __slots__ = ("net", "name", "kind", "ports", "port_by_name", "fib", "fib1", "salt")
+    __slots__ = ("net", "_eng", "name", "kind", "ports", "port_by_name", "fib", "fib1", "salt")
 
     def __init__(self, net: Network, name: str, kind: str):
         self.net = net
+        self._eng = net.engine
         self.name = name
         self.kind = kind
         self.ports: list[Port] = []
@@ -694,19 +692,19 @@ class Switch(Node):
             port.send(p, in_idx)
 
     def _delay(self, out: Any, in_idx: int) -> None:
-        t = self.net.engine.now + self.hook_latency_ps
+        t = self._eng.now + self.hook_latency_ps
         self._delayline.append((t, list(out), in_idx))
         if not self._dl_armed:
             self._dl_armed = True
-            self.net.engine.push(t, self._dl_cb)
+            self._eng.push(t, self._dl_cb)
 
     def _drain_delayline(self) -> None:
         dl = self._delayline
-        now = self.net.engine.now
+        now = self._eng.now
         while dl:
             t, out, in_idx = dl[0]
             if t > now:
-                self.net.engine.push(t, self._dl_cb)
+                self._eng.push(t, self._dl_cb)
                 return
             dl.popleft()
             self._emit(out, in_idx)
@@ -750,7 +748,7 @@ class Switch(Node):
         self.pause_sent[in_idx] = pause
         link = self.ports[in_idx]
         up = link.reverse
-        eng = self.net.engine
+        eng = self._eng
         if pause:
             self.pauses_sent += 1
             eng.push(eng.now + link.delay_ps, up.pause)

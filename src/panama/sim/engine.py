@@ -3,8 +3,7 @@
 Contract
 --------
 * Time is an ``int`` number of picoseconds (``panama.core.units``); ``Engine.now`` is
-  the time of the event being processed. Nothing reads a wall clock except the
-  optional progress display.
+  the time of the event being processed. Nothing here reads a wall clock.
 * The event list is a heap of ``(time_ps, seq, callback)`` tuples; ``seq`` increases
   with every push, so events at equal times run in the order they were scheduled and a
   run is deterministic. Callbacks take no arguments (bound methods made once per
@@ -23,19 +22,14 @@ Contract
 
 from __future__ import annotations
 
-import itertools
-import sys
-import time
 from collections.abc import Callable
 from functools import partial
 from heapq import heappop, heappush
 from typing import Any
 
-from panama.core.units import PS_PER_MS
-
 __all__ = ["Engine", "Timer", "TraceRecorder", "StopRun"]
 
-_CHUNK = 1 << 14  # events between progress / wall-clock checks
+_NEVER = 1 << 62  # later than any simulated time (about 53 days)
 
 
 class StopRun(Exception):
@@ -45,31 +39,20 @@ class StopRun(Exception):
 class Engine:
     """The event list and the simulated clock.
 
-    ``progress``: ``None`` (default) shows a status line on stderr every
-    ``progress_every_s`` wall seconds once a run has lasted ``progress_after_s``;
-    ``False`` never; ``True`` is the same as ``None``. ``trace``: ``None`` or a callable receiving flat tuples
-    ``(time_ps, event, *fields)`` (schema in docs/simulator-network.md).
+    ``trace``: ``None`` or a callable receiving flat tuples ``(time_ps, event, *fields)``
+    (schema in docs/simulator-network.md). The engine reads no wall clock: a driver that
+    wants a progress display runs it in slices of simulated time (as
+    :meth:`panama.sim.runner.Simulation.run` does).
     """
 
-    __slots__ = ("now", "heap", "counter", "trace", "progress", "progress_after_s", "progress_every_s", "events")
+    __slots__ = ("now", "heap", "seq", "trace", "events")
 
-    def __init__(
-        self,
-        *,
-        trace: Callable[[tuple], None] | None = None,
-        progress: bool | None = None,
-        progress_after_s: float = 3.0,
-        progress_every_s: float = 2.0,
-    ):
+    def __init__(self, *, trace: Callable[[tuple], None] | None = None):
         self.now: int = 0
         self.heap: list[tuple[int, int, Callable[[], Any]]] = []
-        # Tie-breaking sequence numbers: ``next(counter)``. Hot components push
-        # ``(time, next(counter), callback)`` onto ``heap`` directly (same as push()).
-        self.counter = itertools.count()
+        # Tie-breaking sequence number of the last push (every push goes through push()).
+        self.seq = 0
         self.trace = trace
-        self.progress = progress
-        self.progress_after_s = progress_after_s
-        self.progress_every_s = progress_every_s
         self.events: int = 0  # events processed so far (all runs)
 
     # ------------------------------------------------------------------ scheduling
@@ -78,7 +61,7 @@ class Engine:
         :class:`Timer` for events that may be withdrawn."""
         if time_ps < self.now:
             raise ValueError(f"cannot schedule at {time_ps} ps, before now={self.now} ps")
-        heappush(self.heap, (time_ps, next(self.counter), callback))
+        self.push(time_ps, callback)
 
     def after(self, delay_ps: int, callback: Callable[[], Any]) -> None:
         """Run ``callback()`` ``delay_ps`` (>= 0) after now."""
@@ -86,7 +69,9 @@ class Engine:
 
     def push(self, time_ps: int, callback: Callable[[], Any]) -> None:
         """Unchecked :meth:`at` for hot paths of components that know ``time_ps >= now``."""
-        heappush(self.heap, (time_ps, next(self.counter), callback))
+        seq = self.seq + 1
+        self.seq = seq
+        heappush(self.heap, (time_ps, seq, callback))
 
     def timer(self, callback: Callable[[], Any]) -> Timer:
         """A re-armable, cancellable timer calling ``callback()``."""
@@ -113,87 +98,33 @@ class Engine:
         ``until_ps`` is next (it stays queued; ``now`` becomes ``until_ps``), or
         :meth:`stop` / :class:`StopRun`. Returns the number of events processed."""
         heap = self.heap
-        pop = heappop
-        push = heappush
-        limit = until_ps if until_ps is not None else (1 << 62)
-        rng = range(_CHUNK)
+        limit = _NEVER if until_ps is None else until_ps
         n = 0
-        i = -1
         last = self.now  # time of the last event that did something (stale timer entries do not)
-        wall0 = time.monotonic()
-        status = None if self.progress is False else _Status(self, until_ps, wall0)
         try:
-            while True:
-                for i in rng:
-                    if not heap:
-                        raise _Drained
-                    t, seq, fn = pop(heap)
-                    if t > limit:
-                        push(heap, (t, seq, fn))
-                        raise _Drained
-                    self.now = t
-                    if fn() is _STALE:
-                        self.now = last
-                    else:
-                        last = t
-                n += _CHUNK
-                i = -1
-                if status is not None:
-                    status.tick(n)
-        except _Drained:
-            done = n + i  # event ``i`` of this chunk was not processed
+            while heap:
+                t, seq, fn = heappop(heap)
+                if t > limit:
+                    heappush(heap, (t, seq, fn))
+                    break
+                self.now = t
+                n += 1
+                if fn() is _STALE:
+                    self.now = last
+                else:
+                    last = t
         except StopRun:
-            done = n + i + 1
+            pass
         if until_ps is not None and self.now < until_ps and (not heap or heap[0][0] > until_ps):
             self.now = until_ps
-        if status is not None:
-            status.close()
-        self.events += done
-        return done
-
-
-class _Drained(Exception):
-    pass
+        self.events += n
+        return n
 
 
 # Returned by an event callback that did nothing (a superseded or cancelled timer entry):
 # :meth:`Engine.run` then leaves ``now`` at the previous event's time, so a run that drains
 # the heap ends at its last real event, not at a withdrawn deadline.
 _STALE = object()
-
-
-class _Status:
-    """Periodic one-line status on stderr for long runs (after ``progress_after_s``)."""
-
-    __slots__ = ("engine", "until", "wall0", "last", "shown")
-
-    def __init__(self, engine: Engine, until: int | None, wall0: float):
-        self.engine = engine
-        self.until = until
-        self.wall0 = wall0
-        self.last = wall0
-        self.shown = False
-
-    def tick(self, n: int) -> None:
-        w = time.monotonic()
-        eng = self.engine
-        if w - self.wall0 < eng.progress_after_s or (self.shown and w - self.last < eng.progress_every_s):
-            return
-        self.last = w
-        self.shown = True
-        now_ms = self.engine.now / PS_PER_MS
-        if self.until:
-            pct = 100.0 * self.engine.now / self.until
-            where = f"{now_ms:.3f}/{self.until / PS_PER_MS:.3f} ms ({pct:.0f}%)"
-        else:
-            where = f"{now_ms:.3f} ms"
-        rate = n / (w - self.wall0)
-        print(f"\r[sim] t={where} events={n:,} ({rate / 1e3:.0f}k ev/s, {w - self.wall0:.0f}s)",
-              end="", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.shown:
-            print(file=sys.stderr, flush=True)
 
 
 class Timer:

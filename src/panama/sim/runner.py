@@ -155,7 +155,7 @@ class Simulation:
         streams = dict(zip(_STREAMS, np.random.SeedSequence(sc.seed).spawn(len(_STREAMS)), strict=True))
         self.rngs = {k: np.random.default_rng(v) for k, v in streams.items()}
         self.topology = build_topology(sc)
-        self.engine = Engine(progress=False)
+        self.engine = Engine()
         try:
             self.net = Network(self.engine, self.topology, network_config(sc), rng=self.rngs["network"])
         except ValueError as exc:
