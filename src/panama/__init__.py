@@ -11,6 +11,12 @@ Layers (imports point downward only):
 
 __version__ = "0.1.0"
 
+from panama import _ext
+
+# PANAMA_NO_EXTENSIONS=1 (or extensions older than their sources): load the simulator's
+# compiled modules from their .py files. Must run before any of them is imported.
+_ext.install_pure_finder()
+
 
 def __getattr__(name: str):
     # The communicator pulls in sockets and (optionally) torch; import it lazily so

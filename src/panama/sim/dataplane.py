@@ -31,6 +31,7 @@ __all__ = ["Port", "HostPort", "LosslessPort", "Node", "Host", "Switch", "Packet
 
 _BITS_PS = 8_000_000_000_000  # bits * ps per second (8 * PS_PER_S)
 _NEVER = 1 << 62
+_CE = CE  # a C constant when compiled
 
 
 class Port:
@@ -140,8 +141,8 @@ class Port:
         if backlog + tx > self.limit_ps:
             self.net._drop(self, pkt, DROP_QUEUE_FULL)
             return False
-        if backlog > self.k_ps and 0 < pkt.ecn < CE:
-            pkt.ecn = CE
+        if backlog > self.k_ps and 0 < pkt.ecn < _CE:
+            pkt.ecn = _CE
             self.ecn_marks += 1
         end = bu + tx
         self.busy_until = end
@@ -235,8 +236,8 @@ class Port:
                 if backlog + tx > out.limit_ps:
                     self.net._drop(out, pkt, DROP_QUEUE_FULL)
                 else:
-                    if backlog > out.k_ps and 0 < pkt.ecn < CE:
-                        pkt.ecn = CE
+                    if backlog > out.k_ps and 0 < pkt.ecn < _CE:
+                        pkt.ecn = _CE
                         out.ecn_marks += 1
                     end = bu + tx
                     out.busy_until = end
@@ -280,8 +281,8 @@ class HostPort(Port):
         bu = self.busy_until
         if bu < now:
             bu = now
-        elif bu - now > self.k_ps and 0 < pkt.ecn < CE:
-            pkt.ecn = CE
+        elif bu - now > self.k_ps and 0 < pkt.ecn < _CE:
+            pkt.ecn = _CE
             self.ecn_marks += 1
         size = pkt.size_bytes
         end = bu + size * self.ps_per_byte
@@ -314,8 +315,8 @@ class LosslessPort(Port):
         if bu < now:
             bu = now
         backlog = bu - now
-        if backlog > self.k_ps and 0 < pkt.ecn < CE:
-            pkt.ecn = CE
+        if backlog > self.k_ps and 0 < pkt.ecn < _CE:
+            pkt.ecn = _CE
             self.ecn_marks += 1
         self.tx_packets += 1
         self.tx_bytes += size
@@ -428,8 +429,8 @@ class LosslessPort(Port):
     def _send_paused(self, pkt: SimPacket, in_idx: int, tx: int) -> bool:
         now = self._eng.now
         backlog = self.backlog_ps()
-        if backlog > self.k_ps and 0 < pkt.ecn < CE:
-            pkt.ecn = CE
+        if backlog > self.k_ps and 0 < pkt.ecn < _CE:
+            pkt.ecn = _CE
             self.ecn_marks += 1
         self.tx_packets += 1
         self.tx_bytes += pkt.size_bytes

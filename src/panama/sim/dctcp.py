@@ -41,12 +41,21 @@ import numpy as np
 from panama.core.packet import CE, ECT0, NOT_ECT
 from panama.core.units import PS_PER_S, ms
 from panama.sim.engine import Timer
-from panama.sim.network import KIND_ACK, KIND_DATA, Network, SimPacket
+from panama.sim.network import Network
+from panama.sim.packet import KIND_ACK, KIND_DATA, SimPacket
 from panama.sim.routing import flow_hash
 
 __all__ = ["DctcpConfig", "Dctcp", "Flow", "FLAG_ECE"]
 
 FLAG_ECE = 0x1  # on ACKs: the acknowledged segment arrived with CE
+
+# The same constants as C values when compiled (dctcp.pxd); plain globals otherwise.
+_KIND_DATA = KIND_DATA
+_KIND_ACK = KIND_ACK
+_CE = CE
+_ECT0 = ECT0
+_NOT_ECT = NOT_ECT
+_FLAG_ECE = FLAG_ECE
 
 
 @dataclass
@@ -147,7 +156,7 @@ class Flow:
         self._send = hs.uplink.send if hs.uplink is not None else hs.send
         self._ack_send = hd.uplink.send if hd.uplink is not None else hd.send
         self._payload = cfg.mss_bytes + cfg.header_bytes
-        self._ecn = ECT0 if cfg.ecn else NOT_ECT
+        self._ecn = _ECT0 if cfg.ecn else _NOT_ECT
         self._eng = stack.network.engine
         self._max_cwnd = float(cfg.max_cwnd_pkts)
         self._ack_bytes = cfg.ack_bytes
@@ -217,12 +226,12 @@ class Flow:
         payload = self.last_payload if seq == self.num_pkts - 1 else cfg.mss_bytes
         size = payload + cfg.header_bytes
         now = stack.engine.now
-        ecn = ECT0 if cfg.ecn else NOT_ECT
+        ecn = _ECT0 if cfg.ecn else _NOT_ECT
         if spare is None:
-            p = SimPacket(KIND_DATA, self.src, self.dst, size, self.hash, ecn, self._on_data_cb, seq, 0, now, 0, None)
+            p = SimPacket(_KIND_DATA, self.src, self.dst, size, self.hash, ecn, self._on_data_cb, seq, 0, now, 0, None)
         else:
             p = spare
-            p.kind = KIND_DATA
+            p.kind = _KIND_DATA
             p.src = self.src
             p.dst = self.dst
             p.size_bytes = size
@@ -256,7 +265,7 @@ class Flow:
                 # Fast path: a new full-size segment in a recycled packet object.
                 p = spare
                 spare = None
-                p.kind = KIND_DATA
+                p.kind = _KIND_DATA
                 p.src = self.src
                 p.dst = self.dst
                 p.size_bytes = self._payload
@@ -313,7 +322,7 @@ class Flow:
             nxt = self.snd_nxt
             if nxt - ack < cwnd and nxt == self.max_sent and nxt < self.num_pkts - 1:
                 # Usual case: exactly one new full-size segment, in the ACK's packet object.
-                pkt.kind = KIND_DATA
+                pkt.kind = _KIND_DATA
                 pkt.src, pkt.dst = pkt.dst, pkt.src
                 pkt.size_bytes = self._payload
                 pkt.ecn = self._ecn
@@ -335,7 +344,7 @@ class Flow:
         stack = self.stack
         now = stack.engine.now
         ack = pkt.ack
-        ece = pkt.flags & FLAG_ECE
+        ece = pkt.flags & _FLAG_ECE
         cfg = stack.config
         if ack >= self.win_end:
             # RTT sample (RFC 6298) from the echoed timestamp, once per window.
@@ -469,15 +478,15 @@ class Flow:
         elif seq > nxt:
             self.ooo.add(seq)
         # The data packet becomes its own ACK (the network no longer references it).
-        if pkt.ecn == CE:
+        if pkt.ecn == _CE:
             self.rcv_ce += 1
-            pkt.flags = FLAG_ECE
+            pkt.flags = _FLAG_ECE
         else:
             pkt.flags = 0
-        pkt.kind = KIND_ACK
+        pkt.kind = _KIND_ACK
         pkt.src, pkt.dst = pkt.dst, pkt.src
         pkt.size_bytes = self._ack_bytes
-        pkt.ecn = NOT_ECT
+        pkt.ecn = _NOT_ECT
         pkt.ack = nxt
         pkt.deliver = self._on_ack_cb
         self._ack_send(pkt)

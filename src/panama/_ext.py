@@ -1,0 +1,113 @@
+"""The compiled fast path: which modules are compiled, and the switch that turns it off.
+
+The simulator's hot modules (and the core modules it drives) are ordinary Python files
+that Cython compiles, unchanged, into extension modules when the package is installed on
+a machine with a C compiler (``setup.py``; types live in ``.pxd`` files beside them).
+The same ``.py`` files run interpreted when no extension was built, or when the
+environment variable ``PANAMA_NO_EXTENSIONS`` is set to a non-empty value other than
+``0`` (as aiohttp's ``AIOHTTP_NO_EXTENSIONS``): then a finder placed in front of the
+import system loads those modules from their sources even where the ``.so`` exist.
+Both paths give bit-identical simulation results (``tests/sim/test_compiled.py``).
+
+This module is read by ``setup.py`` (with ``runpy``): it imports the standard library
+only.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+__all__ = ["COMPILED_MODULES", "no_extensions", "install_pure_finder", "module_is_compiled", "compiled", "compiled_modules"]
+
+# Modules compiled by setup.py, in the order they are built.
+COMPILED_MODULES: tuple[str, ...] = (
+    "panama.sim.engine",
+    "panama.sim.packet",
+    "panama.sim.dataplane",
+    "panama.sim.dctcp",
+)
+
+ENV_VAR = "PANAMA_NO_EXTENSIONS"
+
+
+def no_extensions() -> bool:
+    """True when ``PANAMA_NO_EXTENSIONS`` asks for the pure-Python path."""
+    return os.environ.get(ENV_VAR, "") not in ("", "0")
+
+
+class _PureFinder:
+    """Meta-path finder: loads the compiled modules from their ``.py`` sources."""
+
+    @staticmethod
+    def find_spec(fullname: str, path=None, target=None):
+        if fullname not in COMPILED_MODULES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.origin is None or spec.origin.endswith(".py"):
+            return spec
+        source = os.path.join(os.path.dirname(spec.origin), fullname.rpartition(".")[2] + ".py")
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+def _built_extension(name: str) -> str | None:
+    """Path of the extension module built for ``name`` beside its source, if any."""
+    base = os.path.join(_PACKAGE_DIR, *name.split(".")[1:])
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if os.path.exists(base + suffix):
+            return base + suffix
+    return None
+
+
+def _stale_extensions() -> list[str]:
+    """Compiled modules whose ``.py`` or ``.pxd`` is newer than their extension (an
+    edited source in an editable install that was not rebuilt)."""
+    stale = []
+    for name in COMPILED_MODULES:
+        built = _built_extension(name)
+        if built is None:
+            continue
+        base = os.path.join(_PACKAGE_DIR, *name.split(".")[1:])
+        t = os.path.getmtime(built)
+        if any(os.path.exists(base + ext) and os.path.getmtime(base + ext) > t for ext in (".py", ".pxd")):
+            stale.append(name)
+    return stale
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def install_pure_finder() -> None:
+    """Put the pure-Python finder in front of the import system if the switch is set,
+    or if some extension is older than its source (then with one line on stderr: the
+    compiled modules share extension types, so they run compiled all together or not at
+    all). Called by ``panama/__init__.py`` before any compiled module is imported."""
+    if any(isinstance(f, _PureFinder) for f in sys.meta_path):
+        return
+    if not no_extensions():
+        stale = _stale_extensions()
+        if not stale:
+            return
+        print(f"panama: compiled extensions older than their sources ({', '.join(stale)}); "
+              "running pure Python (rebuild: pip install -e .)", file=sys.stderr)
+    sys.meta_path.insert(0, _PureFinder())
+
+
+def module_is_compiled(name: str) -> bool:
+    """Whether module ``name`` (imported here if needed) was loaded from an extension."""
+    mod = importlib.import_module(name)
+    origin = getattr(mod, "__file__", None) or ""
+    return origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
+def compiled_modules() -> dict[str, bool]:
+    """Every module of the fast path and whether it runs compiled."""
+    return {name: module_is_compiled(name) for name in COMPILED_MODULES}
+
+
+def compiled() -> bool:
+    """True when every module of the fast path runs compiled (the ``"compiled"`` key of
+    ``summary.json`` and ``panama bench sim --json``)."""
+    return all(compiled_modules().values())

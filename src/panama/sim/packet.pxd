@@ -1,0 +1,15 @@
+# Types of panama/sim/packet.py for the compiled fast path (setup.py); the .py is the source.
+
+cdef class SimPacket:
+    cdef public long long kind
+    cdef public long long src
+    cdef public long long dst
+    cdef public long long size_bytes
+    cdef public object flow_hash
+    cdef public long long ecn
+    cdef public object deliver
+    cdef public long long seq
+    cdef public long long ack
+    cdef public long long ts_ps
+    cdef public long long flags
+    cdef public object inner
