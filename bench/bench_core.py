@@ -29,7 +29,7 @@ def opcode_profile(workers: int = 8, packets: int = 400, payload_elems: int = 36
         for i in range(packets)
         for w in range(workers)
     ]
-    acc = Accelerator(4 * window + 8, payload_elems, group_results=True)
+    acc = Accelerator(4 * window + 8, payload_elems)
     acc.install_tree(1, 0, list(range(workers)), None)
     receive = acc.receive
 

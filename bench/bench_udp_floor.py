@@ -119,7 +119,7 @@ def main() -> None:
     print(f"floor: {hop_us:.1f} us of CPU per 64 KB loopback hop (median of {len(runs)})")
     print(f"{'cluster':<28} {'hops per allreduce':>18} {'floor CPU ms':>13}")
     for name, switches in (("one rack (1 leaf)", 1), ("2 tiers (2 leaves, 2 spines)", 3)):
-        hops = loopback_datagrams(size, args.workers, switches)
+        hops = loopback_datagrams(size, args.workers, switches, trees=1 if switches == 1 else 2)
         print(f"{name:<28} {hops:>18,} {hops * hop_us / 1e3:>13.0f}")
     print(f"({args.workers} workers, {args.size_mb:g} MB; compare with gloo CPU ms from `panama bench allreduce`)")
 

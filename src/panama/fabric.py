@@ -13,14 +13,13 @@ Layout: ``leaves`` leaf accelerators; worker ``r`` of every job sits under leaf
 
 from __future__ import annotations
 
-import copy
 import heapq
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from panama.core.accelerator import ALL_CHILDREN, Accelerator
+from panama.core.accelerator import Accelerator, cwnd_cap_for_slots
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS
 from panama.core.packet import CE, NOT_ECT, Packet
 from panama.core.transport import TransportError, WorkerTransport
@@ -131,12 +130,12 @@ def allreduce(
     leaf_names = [f"leaf{i}" for i in range(leaves)]
     root_names = [f"root{t}" for t in range(trees)] if leaves > 1 else []
     accs: dict[str, Accelerator] = {
-        name: Accelerator(packet_memory, payload_elems, name=name, group_results=True)
-        for name in leaf_names + root_names
+        name: Accelerator(packet_memory, payload_elems, name=name) for name in leaf_names + root_names
     }
     job_ids = {key: i + 1 for i, key in enumerate(jobs_in)}
     workers: dict[tuple[int, int], WorkerTransport] = {}
     worker_leaf: dict[tuple[int, int], str] = {}
+    tree_switches: dict[tuple[int, int], list[str]] = {}  # (job, tree) -> switches it crosses
     for key, arrays in jobs_in.items():
         job_id = job_ids[key]
         by_leaf: dict[str, list[tuple[int, int]]] = {}
@@ -148,17 +147,39 @@ def allreduce(
         for t in range(trees):
             if leaves == 1:
                 accs[leaf_names[0]].install_tree(job_id, t, by_leaf[leaf_names[0]], None)
+                tree_switches[(job_id, t)] = [leaf_names[0]]
             else:
                 root = root_names[t]
                 accs[root].install_tree(job_id, t, list(by_leaf), None)
                 for leaf, nodes in by_leaf.items():
                     accs[leaf].install_tree(job_id, t, nodes, root)
+                tree_switches[(job_id, t)] = [root, *by_leaf]
+    # What a controller's plan tells every worker: each tree's cap from the shares as
+    # installed (the accelerators' own rule; jobs on a switch split its memory, a job's
+    # trees there split its share).
+    jobs_at: dict[str, set[int]] = {}
+    trees_at: dict[tuple[str, int], int] = {}
+    for (job_id, _t), switches in tree_switches.items():
+        for sw in switches:
+            jobs_at.setdefault(sw, set()).add(job_id)
+            trees_at[(sw, job_id)] = trees_at.get((sw, job_id), 0) + 1
+
+    def plan_cap(job_id: int, t: int) -> int:
+        return min(
+            cwnd_cap_for_slots(packet_memory // len(jobs_at[sw]) // trees_at[(sw, job_id)])
+            for sw in tree_switches[(job_id, t)]
+        )
+
+    for key, arrays in jobs_in.items():
+        job_id = job_ids[key]
+        caps = [plan_cap(job_id, t) for t in range(trees)]
         for rank in range(len(arrays)):
             workers[(job_id, rank)] = WorkerTransport(
                 job_id,
                 rank,
                 trees,
                 payload_elems=payload_elems,
+                cwnd_caps=caps,
                 cc=cc,
                 cc_options=cc_options,
                 initial_rto_ps=link_delay_ps * 40,
@@ -175,22 +196,25 @@ def allreduce(
     jitter = 8 * link_delay_ps if reorder else 0
 
     def transmit(src: Hashable, dst: Hashable, pkt: Packet, now: int, kind: int) -> None:
+        # The codepoint travels beside the packet (set on delivery): one packet object
+        # may be on several links at once (a result sent to every child).
         nonlocal seq
         report.link_packets += 1
         if loss and rand() < loss:
             report.lost += 1
             return
-        if ecn and pkt.ecn != NOT_ECT and pkt.ecn != CE and rand() < ecn:
-            pkt.ecn = CE
+        codepoint = pkt.ecn
+        if ecn and codepoint != NOT_ECT and codepoint != CE and rand() < ecn:
+            codepoint = CE
             report.marked += 1
         at = now + delay + (int(rand() * jitter) if jitter else 0)
         seq += 1
-        heapq.heappush(heap, (at, seq, kind, dst, pkt, src))
+        heapq.heappush(heap, (at, seq, kind, dst, pkt, src, codepoint))
         if duplicate and rand() < duplicate:
             report.duplicated += 1
             seq += 1
             again = at + (int(rand() * jitter) if jitter else delay)
-            heapq.heappush(heap, (again, seq, kind, dst, copy.copy(pkt), src))
+            heapq.heappush(heap, (again, seq, kind, dst, pkt, src, codepoint))
 
     def pump(node: tuple[int, int], now: int) -> None:
         nonlocal seq
@@ -202,7 +226,7 @@ def allreduce(
         if deadline is not None and timer_at.get(node) != deadline:
             timer_at[node] = deadline
             seq += 1
-            heapq.heappush(heap, (deadline, seq, _TIMER, node, None, None))
+            heapq.heappush(heap, (deadline, seq, _TIMER, node, None, None, 0))
 
     for key, arrays in jobs_in.items():
         for rank, a in enumerate(arrays):
@@ -212,22 +236,22 @@ def allreduce(
 
     remaining = sum(1 for w in workers.values() if not w.done)
     now = 0
+    finished_ps = 0
     events = 0
-    while remaining:
+    # Run until every worker is done and every packet in flight has arrived (the closing
+    # acks free what the accelerators retained for the workers).
+    while remaining or heap:
         if not heap:
             raise FabricError(f"stalled at t={now} ps with {remaining} workers unfinished: {_missing(workers)}")
-        now, _, kind, dst, pkt, src = heapq.heappop(heap)
+        now, _, kind, dst, pkt, src, codepoint = heapq.heappop(heap)
         events += 1
         if events > max_events:
             raise FabricError(f"event budget {max_events} spent with {remaining} workers unfinished: {_missing(workers)}")
+        if kind != _TIMER:
+            pkt.ecn = codepoint
         if kind == _DELIVER_ACC:
-            acc = accs[dst]
-            for to, out in acc.receive(pkt, src):
-                if to is ALL_CHILDREN:  # the switch's multicast group: one copy per child
-                    for child in acc.children_of(out.job_id, out.tree_id):
-                        kind_out = _DELIVER_WORKER if child in workers else _DELIVER_ACC
-                        transmit(dst, child, copy.copy(out), now, kind_out)
-                else:
+            for destinations, out in accs[dst].receive(pkt, src):
+                for to in destinations:
                     transmit(dst, to, out, now, _DELIVER_WORKER if to in workers else _DELIVER_ACC)
         elif kind == _DELIVER_WORKER:
             w = workers[dst]
@@ -235,6 +259,7 @@ def allreduce(
             w.receive(pkt, now)
             if w.done and not was_done:
                 remaining -= 1
+                finished_ps = now
             pump(dst, now)
         else:
             if timer_at.get(dst) != now:
@@ -247,7 +272,7 @@ def allreduce(
                 raise FabricError(f"worker {dst}: {exc}") from exc
             pump(dst, now)
 
-    report.simulated_ps = now
+    report.simulated_ps = finished_ps
     report.events = events
     for name, acc in accs.items():
         acc.check_invariants()

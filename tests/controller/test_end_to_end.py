@@ -31,7 +31,7 @@ class HandPump:
         self.plans = plans
         self.edges = {(p.job_id, t.tree_id): set(t.edges) for p in plans for t in p.trees}
         self.workers = {
-            (p.job_id, h): WorkerTransport(p.job_id, rank, p.tree_ids, cc="dctcp")
+            (p.job_id, h): WorkerTransport(p.job_id, rank, p.tree_ids, cwnd_caps=p.cwnd_caps, cc="dctcp")
             for p in plans
             for rank, h in enumerate(p.hosts)
         }
@@ -60,8 +60,9 @@ class HandPump:
                 if topo.is_host(dst):
                     self.workers[(pkt.job_id, dst)].receive(pkt, self.now)
                 else:
-                    for to, out in self.accs[dst].receive(pkt, src):
-                        queue.append((dst, to, out))
+                    for destinations, out in self.accs[dst].receive(pkt, src):
+                        for to in destinations:
+                            queue.append((dst, to, out))
         assert all(w.done for w in self.workers.values()), "allreduce did not finish"
         return {p.name: [self.workers[(p.job_id, h)].result() for h in p.hosts] for p in self.plans}
 
@@ -92,8 +93,9 @@ def test_two_tier_job_on_leaf_spine_sums_exactly():
     for r in results["job"]:
         np.testing.assert_array_equal(r, expect)  # integer-valued: exact in float32
     packets = -(-n // 361)
-    # Up: 5 host hops + 4 ToR->spine partials; down: the same again, per packet.
-    assert pump.hops == packets * 2 * (5 + 4)
+    # Up: 5 host hops + 4 ToR->spine partials; down: the same again, per packet. Then
+    # the closing acks, per tree: one from each worker, one from each ToR to the spine.
+    assert pump.hops == packets * 2 * (5 + 4) + 2 * (5 + 4)
     # A second allreduce (next generation) with real-valued data over the same state.
     floats = {"job": [rng.standard_normal(n).astype(np.float32) for _ in plan.hosts]}
     check_sums([plan], floats, pump.allreduce(floats))

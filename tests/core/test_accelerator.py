@@ -8,6 +8,11 @@ from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, Packet
 
 
+def flat(acc, packet, from_node):
+    """What ``acc`` sends for ``packet``, one ``(neighbour, packet)`` pair per copy."""
+    return tuple(A.per_destination(acc.receive(packet, from_node)))
+
+
 def contrib(seq, values, *, job=1, tree=0, gen=1, ack=0, ecn=ECT0, cap=0xFFFF, flags=0):
     values = np.asarray(values, dtype=np.float32)
     return Packet(job, tree, seq, gen, len(values), flags, cap, ack, ecn, values)
@@ -16,28 +21,29 @@ def contrib(seq, values, *, job=1, tree=0, gen=1, ack=0, ecn=ECT0, cap=0xFFFF, f
 def test_single_tier_sum_ecn_or_and_cap_min():
     acc = Accelerator(16, 4)
     acc.install_tree(1, 0, ["a", "b", "c"], None)
-    assert acc.receive(contrib(0, [1, 2], cap=100), "a") == ()
-    assert acc.receive(contrib(0, [10, 20], ecn=CE), "b") == ()
-    out = acc.receive(contrib(0, [100, 200], cap=3), "c")
+    assert flat(acc, contrib(0, [1, 2], cap=100), "a") == ()
+    assert flat(acc, contrib(0, [10, 20], ecn=CE), "b") == ()
+    out = flat(acc, contrib(0, [100, 200], cap=3), "c")
     assert [to for to, _ in out] == ["a", "b", "c"]
     for _, pkt in out:
         assert pkt.flags & FLAG_RESULT and pkt.flags & FLAG_ECE
         assert pkt.cwnd_cap == 3
         assert pkt.payload.tolist() == [111, 222]
-    # memory share: 16 slots, one job one tree -> target 16, advertised cap 8
-    assert acc.tree_status(1, 0)["cwnd_cap"] == 8
+    # memory share: 16 slots, one job one tree -> target 16, one slot kept for the
+    # oldest packet, advertised cap (16 - 1) // 2 = 7
+    assert acc.tree_status(1, 0)["cwnd_cap"] == 7
 
 
 def test_duplicate_never_added_twice_and_retransmit_answered_unicast():
     acc = Accelerator(16, 4)
     acc.install_tree(1, 0, ["a", "b"], None)
-    acc.receive(contrib(0, [1]), "a")
-    assert acc.receive(contrib(0, [1]), "a") == ()
-    assert acc.receive(contrib(0, [1], flags=FLAG_RETRANSMIT), "a") == ()  # still aggregating: dropped
+    flat(acc, contrib(0, [1]), "a")
+    assert flat(acc, contrib(0, [1]), "a") == ()
+    assert flat(acc, contrib(0, [1], flags=FLAG_RETRANSMIT), "a") == ()  # still aggregating: dropped
     assert acc.drops[A.DUPLICATE] == 2
-    out = acc.receive(contrib(0, [2]), "b")
+    out = flat(acc, contrib(0, [2]), "b")
     assert [p.payload[0] for _, p in out] == [3, 3]
-    again = acc.receive(contrib(0, [2], flags=FLAG_RETRANSMIT), "b")
+    again = flat(acc, contrib(0, [2], flags=FLAG_RETRANSMIT), "b")
     assert [(to, p.payload[0], p.flags & FLAG_RESULT) for to, p in again] == [("b", 3, FLAG_RESULT)]
     assert acc.retransmits_answered == 1
 
@@ -45,8 +51,8 @@ def test_duplicate_never_added_twice_and_retransmit_answered_unicast():
 def test_ecn_or_never_turns_ect_mix_into_ce():
     acc = Accelerator(4, 2)
     acc.install_tree(1, 0, ["a", "b"], "up")
-    acc.receive(contrib(0, [1], ecn=1), "a")  # ECT(1)
-    [(to, partial)] = acc.receive(contrib(0, [1], ecn=ECT0), "b")
+    flat(acc, contrib(0, [1], ecn=1), "a")  # ECT(1)
+    [(to, partial)] = flat(acc, contrib(0, [1], ecn=ECT0), "b")
     assert to == "up" and partial.ecn == ECT0
 
 
@@ -60,26 +66,26 @@ def two_tier():
 
 def test_two_tier_partial_up_result_down_and_retransmissions():
     leaf, root = two_tier()
-    leaf.receive(contrib(5, [1, 1], ack=5), "w0")
-    [(to, partial)] = leaf.receive(contrib(5, [2, 2], ack=5, ecn=CE), "w1")
+    flat(leaf, contrib(5, [1, 1], ack=5), "w0")
+    [(to, partial)] = flat(leaf, contrib(5, [2, 2], ack=5, ecn=CE), "w1")
     assert to == "root" and partial.payload.tolist() == [3, 3] and partial.ecn == CE and partial.ack == 5
-    assert root.receive(partial, "leaf") == ()
-    out = root.receive(contrib(5, [10, 10], ack=5), "other")
+    assert flat(root, partial, "leaf") == ()
+    out = flat(root, contrib(5, [10, 10], ack=5), "other")
     to_leaf = [p for to, p in out if to == "leaf"][0]
     assert to_leaf.flags & FLAG_ECE
     # worker w1 times out before the result arrives: the leaf re-sends its partial upward
-    [(to, resent)] = leaf.receive(contrib(5, [2, 2], ack=5, flags=FLAG_RETRANSMIT), "w1")
+    [(to, resent)] = flat(leaf, contrib(5, [2, 2], ack=5, flags=FLAG_RETRANSMIT), "w1")
     assert to == "root" and resent.flags & FLAG_RETRANSMIT
     # the root already has the result: it answers the leaf alone
-    [(to, answer)] = root.receive(resent, "leaf")
+    [(to, answer)] = flat(root, resent, "leaf")
     assert to == "leaf" and answer.payload.tolist() == [13, 13]
-    down = leaf.receive(to_leaf, "root")
+    down = flat(leaf, to_leaf, "root")
     assert sorted(to for to, _ in down) == ["w0", "w1"]
     assert all(p.payload.tolist() == [13, 13] and p.flags & FLAG_ECE for _, p in down)
-    assert leaf.receive(answer, "root") == ()  # duplicate result
+    assert flat(leaf, answer, "root") == ()  # duplicate result
     assert leaf.drops[A.DUPLICATE_RESULT] == 1
     # results only come from the parent
-    assert leaf.receive(to_leaf, "w0") == ()
+    assert flat(leaf, to_leaf, "w0") == ()
     assert leaf.drops[A.NOT_PARENT] == 1
 
 
@@ -87,14 +93,14 @@ def test_slots_freed_when_every_child_acknowledged_then_stale():
     acc = Accelerator(8, 2)
     acc.install_tree(1, 0, ["a", "b"], None)
     for seq in range(3):
-        acc.receive(contrib(seq, [1]), "a")
-        acc.receive(contrib(seq, [1]), "b")
+        flat(acc, contrib(seq, [1]), "a")
+        flat(acc, contrib(seq, [1]), "b")
     assert acc.used_slots == 3
-    acc.receive(contrib(3, [1], ack=2), "a")
+    flat(acc, contrib(3, [1], ack=2), "a")
     assert acc.used_slots == 4  # b has not acknowledged yet
-    acc.receive(contrib(3, [1], ack=3), "b")
+    flat(acc, contrib(3, [1], ack=3), "b")
     assert acc.used_slots == 2  # seqs 0 and 1 freed (min ack is 2)
-    assert acc.receive(contrib(0, [1], flags=FLAG_RETRANSMIT), "a") == ()
+    assert flat(acc, contrib(0, [1], flags=FLAG_RETRANSMIT), "a") == ()
     assert acc.drops[A.STALE] == 1
     acc.check_invariants()
 
@@ -113,63 +119,70 @@ def test_slots_freed_when_every_child_acknowledged_then_stale():
 def test_foreign_packets_are_counted_drops_without_state_change(packet, src, reason):
     acc = Accelerator(8, 4)
     acc.install_tree(1, 0, ["a", "b"], None)
-    acc.receive(contrib(0, [5]), "a")
+    flat(acc, contrib(0, [5]), "a")
     before = acc.stats()
-    assert acc.receive(packet, src) == ()
+    assert flat(acc, packet, src) == ()
     assert acc.drops[reason] == 1
     after = acc.stats()
     assert after["used_slots"] == before["used_slots"] and after["contributions"] == before["contributions"]
-    [_, (_, pkt)] = acc.receive(contrib(0, [7]), "b")
+    [_, (_, pkt)] = flat(acc, contrib(0, [7]), "b")
     assert pkt.payload.tolist() == [12]
 
 
 def test_generation_and_count_mismatch_dropped():
     acc = Accelerator(8, 4)
     acc.install_tree(1, 0, ["a", "b"], None)
-    acc.receive(contrib(0, [1, 1], gen=4), "a")
-    assert acc.receive(contrib(0, [1, 1], gen=3), "b") == ()
-    assert acc.receive(contrib(0, [1], gen=4), "b") == ()
+    flat(acc, contrib(0, [1, 1], gen=4), "a")
+    assert flat(acc, contrib(0, [1, 1], gen=3), "b") == ()
+    assert flat(acc, contrib(0, [1], gen=4), "b") == ()
     assert acc.drops[A.GENERATION_MISMATCH] == 1 and acc.drops[A.COUNT_MISMATCH] == 1
 
 
 def test_share_exceeded_is_dropped_and_memory_never_overflows():
     acc = Accelerator(4, 2)
     acc.install_tree(1, 0, ["a", "b"], None)
-    for seq in range(4):
-        acc.receive(contrib(seq, [1]), "a")
-    assert acc.receive(contrib(4, [1]), "a") == ()
+    # a's packets 1..3 (its oldest, 0, was lost) take every slot but the last one
+    for seq in range(1, 4):
+        flat(acc, contrib(seq, [1]), "a")
+    assert flat(acc, contrib(4, [1]), "a") == ()
     assert acc.drops[A.SHARE_EXCEEDED] == 1
-    assert acc.used_slots == 4
+    assert acc.used_slots == 3
+    # the liveness rule: a's oldest packet (seq == ack) still gets the last slot
+    assert flat(acc, contrib(0, [1]), "a") == ()
+    assert acc.used_slots == 4 and acc.drops[A.SHARE_EXCEEDED] == 1
+    [(_, result), _] = flat(acc, contrib(0, [2]), "b")
+    assert result.payload.tolist() == [3]
+    assert flat(acc, contrib(4, [1], ack=1), "a") == ()  # full: nothing else gets in
+    assert acc.drops[A.SHARE_EXCEEDED] == 2 and acc.used_slots == 4
     acc.check_invariants()
 
 
 def test_new_job_grows_only_into_memory_the_old_job_frees():
     acc = Accelerator(8, 1)
     acc.install_tree(1, 0, ["a", "b"], None)
-    for seq in range(8):
-        acc.receive(contrib(seq, [1], job=1), "a")
-        acc.receive(contrib(seq, [1], job=1), "b")
-    assert acc.used_slots == 8
+    for seq in range(7):  # 7 results retained (nobody acknowledged): all but the reserved slot
+        flat(acc, contrib(seq, [1], job=1), "a")
+        flat(acc, contrib(seq, [1], job=1), "b")
+    assert acc.used_slots == 7
     acc.install_tree(2, 0, ["c", "d"], None)
     acc.check_invariants()
     st1, st2 = acc.tree_status(1, 0), acc.tree_status(2, 0)
-    assert st1["target"] == 4 and st1["limit"] == 8 and st2["limit"] == 0 and st2["cwnd_cap"] == 2
-    assert acc.receive(contrib(0, [1], job=2), "c") == ()
+    assert st1["target"] == 4 and st1["limit"] == 8 and st2["limit"] == 0 and st2["cwnd_cap"] == 1
+    assert flat(acc, contrib(0, [1], job=2), "c") == ()
     assert acc.drops[A.SHARE_EXCEEDED] == 1
     # job 1 goes on; its limit is held until the floor passes what its workers could
-    # have sent before seeing the new cap. Memory is full, so a's seq 8 is dropped (b has
-    # not acknowledged anything yet); seq 9 is the first result with the new cap, so the
-    # hold ends once the floor passes 9 + old cap 4, i.e. with the acks seq 15 carries
-    # (slot 8 stays: it still waits for a's retransmission).
-    seq = 8
+    # have sent before seeing the new cap. a's seq 7 finds no slot (b has acknowledged
+    # nothing yet) and is dropped; seq 8 is the first result with the new cap 1, so the
+    # hold ends once the floor passes 8 + old cap 3, with the acks seq 13 carries.
+    seq = 7
     while acc.tree_status(1, 0)["limit"] > 4:
         for child in ("a", "b"):
-            acc.receive(contrib(seq, [1], job=1, ack=seq - 1), child)
+            flat(acc, contrib(seq, [1], job=1, ack=seq - 1), child)
         acc.check_invariants()
         seq += 1
-    assert seq == 16 and acc.tree_status(2, 0)["limit"] == 4
+    assert seq == 14 and acc.tree_status(2, 0)["limit"] == 4
     assert acc.drops[A.SHARE_EXCEEDED] == 2
-    acc.receive(contrib(0, [1], job=2), "c")
+    flat(acc, contrib(0, [1], job=2), "c")
     assert acc.occupancy() == {1: 2, 2: 1}
     acc.remove_job(1)
     assert acc.tree_status(2, 0)["limit"] == 8
@@ -184,7 +197,7 @@ def test_trees_of_one_job_split_its_share():
     acc.install_tree(1, 1, ["a"], "r1")
     acc.install_tree(2, 0, ["b"], None)
     assert acc.tree_status(1, 0)["target"] == 25 and acc.tree_status(1, 1)["target"] == 25
-    assert acc.tree_status(2, 0)["target"] == 50 and acc.tree_status(2, 0)["cwnd_cap"] == 25
+    assert acc.tree_status(2, 0)["target"] == 50 and acc.tree_status(2, 0)["cwnd_cap"] == 24
 
 
 def test_control_plane_errors():
@@ -203,30 +216,28 @@ def test_control_plane_errors():
 def test_size_only_mode_keeps_no_payload():
     acc = Accelerator(4, 361, store_payloads=False)
     acc.install_tree(1, 0, ["a", "b"], None)
-    acc.receive(Packet(1, 0, 0, 1, 361), "a")
-    out = acc.receive(Packet(1, 0, 0, 1, 361), "b")
+    flat(acc, Packet(1, 0, 0, 1, 361), "a")
+    out = flat(acc, Packet(1, 0, 0, 1, 361), "b")
     assert len(out) == 2 and out[0][1].payload is None and out[0][1].count == 361
 
 
-def test_group_results_emit_one_packet_for_all_children():
-    acc = Accelerator(8, 2, group_results=True)
+def test_a_result_is_one_packet_for_every_child_and_answers_stay_unicast():
+    acc = Accelerator(8, 2)
     acc.install_tree(1, 0, ["a", "b", "c"], None)
     acc.receive(contrib(0, [1]), "a")
     acc.receive(contrib(0, [1]), "b")
-    [(to, pkt)] = acc.receive(contrib(0, [1]), "c")
-    assert to is A.ALL_CHILDREN and pkt.payload.tolist() == [3]
-    assert acc.children_of(1, 0) == ("a", "b", "c")
-    # answers to a retransmission stay unicast
-    [(to, _)] = acc.receive(contrib(0, [1], flags=FLAG_RETRANSMIT), "b")
-    assert to == "b"
+    [(destinations, pkt)] = acc.receive(contrib(0, [1]), "c")
+    assert destinations == ("a", "b", "c") == acc.children_of(1, 0) and pkt.payload.tolist() == [3]
+    [(destinations, _)] = acc.receive(contrib(0, [1], flags=FLAG_RETRANSMIT), "b")
+    assert destinations == ("b",)
 
 
 def test_shrinking_tree_keeps_its_limit_until_workers_know_the_new_cap():
     """A job arrives while another runs at its full window: the old job loses nothing."""
     acc = Accelerator(16, 1)
     acc.install_tree(1, 0, ["a", "b"], None)
-    assert acc.tree_status(1, 0)["cwnd_cap"] == 8
-    window = 8
+    assert acc.tree_status(1, 0)["cwnd_cap"] == 7
+    window = 7
     seq = 0
 
     def step(upto):
@@ -234,15 +245,15 @@ def test_shrinking_tree_keeps_its_limit_until_workers_know_the_new_cap():
         while seq < upto:
             ack = max(0, seq - window + 1)
             for child in ("a", "b"):
-                acc.receive(contrib(seq, [1], ack=ack), child)
+                flat(acc, contrib(seq, [1], ack=ack), child)
             seq += 1
 
-    step(20)  # steady state: window 8, up to 16 slots live
+    step(20)  # steady state: window 7, up to 14 slots live
     acc.install_tree(2, 0, ["c", "d"], None)
-    assert acc.tree_status(1, 0)["cwnd_cap"] == 4
+    assert acc.tree_status(1, 0)["cwnd_cap"] == 3
     step(20 + 2 * window)  # the old job keeps its old window for a while: nothing dropped
     assert acc.drops[A.SHARE_EXCEEDED] == 0
-    window = 4  # its workers have now seen the new cap
+    window = 3  # its workers have now seen the new cap
     step(60)
     acc.check_invariants()
     assert acc.tree_status(1, 0)["limit"] == 8 and acc.tree_status(2, 0)["limit"] == 8
@@ -253,13 +264,13 @@ def test_reserved_share_lets_a_newcomer_start_at_once():
     acc = Accelerator(12, 1, reserve_shares=1)
     acc.install_tree(1, 0, ["a", "b"], None)
     assert acc.tree_status(1, 0)["target"] == 6
-    for seq in range(6):
-        acc.receive(contrib(seq, [1], job=1), "a")
-        acc.receive(contrib(seq, [1], job=1), "b")
+    for seq in range(5):
+        flat(acc, contrib(seq, [1], job=1), "a")
+        flat(acc, contrib(seq, [1], job=1), "b")
     acc.install_tree(2, 0, ["c", "d"], None)
     assert acc.tree_status(2, 0)["limit"] == 4  # 12 // (2 + 1), all of it free now
-    acc.receive(contrib(0, [1], job=2), "c")
-    assert acc.drops[A.SHARE_EXCEEDED] == 0 and acc.occupancy() == {1: 6, 2: 1}
+    flat(acc, contrib(0, [1], job=2), "c")
+    assert acc.drops[A.SHARE_EXCEEDED] == 0 and acc.occupancy() == {1: 5, 2: 1}
     acc.check_invariants()
     with pytest.raises(AcceleratorError, match="reserve_shares"):
         Accelerator(4, reserve_shares=-1)

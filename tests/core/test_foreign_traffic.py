@@ -28,9 +28,10 @@ def test_garbage_and_foreign_packets_do_not_disturb_two_jobs():
         now += 1
         name, pkt = queue.pop(0)
         # the real packet, wire-encoded and decoded like the runtime does
-        for to, out in acc.receive(codec.decode(codec.encode(pkt)), name):
-            workers[to].receive(codec.decode(codec.encode(out)), now)
-            queue.extend((to, p) for p in workers[to].poll(now))
+        for destinations, out in acc.receive(codec.decode(codec.encode(pkt)), name):
+            for to in destinations:
+                workers[to].receive(codec.decode(codec.encode(out)), now)
+                queue.extend((to, p) for p in workers[to].poll(now))
         # garbage bytes
         try:
             codec.decode(rng.bytes(int(rng.integers(0, 80))))

@@ -183,5 +183,5 @@ def test_datagram_count_matches_the_tree_edge_formula(cluster):
     assert all(retx == 0 for _, retx in results)  # nothing lost or resent: each datagram counted once
     switch_rx = sum(s["rx_packets"] for s in cluster.switch_stats().values()) - rx_before
     worker_rx = sum(res for res, _ in results)
-    per_call = loopback_datagrams(4 * n, W, switches_per_tree=3, payload_elems=TEST_PAYLOAD_ELEMS)
-    assert switch_rx + worker_rx == per_call == 2 * 11 * (W + 2)
+    per_call = loopback_datagrams(4 * n, W, switches_per_tree=3, payload_elems=TEST_PAYLOAD_ELEMS, trees=2)
+    assert switch_rx + worker_rx == per_call == 2 * 11 * (W + 2) + 2 * (W + 2)  # + closing acks

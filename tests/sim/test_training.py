@@ -65,9 +65,10 @@ def test_uplink_carries_S_in_network_vs_2_n_minus_1_over_n_S_for_ring():
     ring = run_scenario(tiny("ring", iterations=iters), progress=False)
     assert ina.summary["jobs"]["j"]["iterations_done"] == ring.summary["jobs"]["j"]["iterations_done"] == iters
 
-    # In-network: one packet per 361 floats, each 20 IP + 8 UDP + 28 header + 4 * count bytes.
+    # In-network: one packet per 361 floats, each 20 IP + 8 UDP + 28 header + 4 * count bytes,
+    # and the closing ack (header only) on each of the 2 trees.
     npkts = -(-GRAD // (4 * 361))
-    ina_expected = iters * (GRAD + npkts * (20 + 8 + 28))
+    ina_expected = iters * (GRAD + npkts * (20 + 8 + 28) + 2 * 56)
     for w in ina.sim.jobs[0].workers:
         assert w.transport.stats["retransmissions"] == 0
     for h in HOSTS:
@@ -86,7 +87,7 @@ def test_uplink_carries_S_in_network_vs_2_n_minus_1_over_n_S_for_ring():
         assert uplink_bytes(ring, h) == ring_expected
 
     # Gradient payload only: S versus 2(N-1)/N * S.
-    assert iters * GRAD == ina_expected - iters * npkts * 56
+    assert iters * GRAD == ina_expected - iters * (npkts + 2) * 56
     assert iters * steps * chunk == pytest.approx(iters * 2 * (n - 1) / n * GRAD, rel=1e-6)
     # With headers the ratio stays within a few percent of 2(N-1)/N = 1.5.
     assert ring_expected / ina_expected == pytest.approx(2 * (n - 1) / n, rel=0.05)
@@ -157,7 +158,7 @@ def test_panama_and_ring_jobs_side_by_side_on_one_fabric():
     chunk = ring_chunk_bytes(GRAD, n)
     segs = -(-chunk // cfg.mss_bytes)
     for h in ["h0", "h1", "h4", "h5"]:
-        assert uplink_bytes(r, h) == iters * (GRAD + 56 * npkts)
+        assert uplink_bytes(r, h) == iters * (GRAD + 56 * npkts + 56 * 2)  # + a closing ack per tree
     for h in ["h2", "h3", "h6", "h7"]:
         assert uplink_bytes(r, h) == iters * ring_steps(n) * (chunk + segs * (cfg.header_bytes + cfg.ack_bytes))
     assert r.summary["drops"] == 0

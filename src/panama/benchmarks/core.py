@@ -4,8 +4,8 @@ The contributions of every worker are built before timing (packet objects with v
 into each worker's gradient), so the timed loop measures what one accelerator does per
 packet: look up the tree and slot, check the bitmap, add the payload, fold ECN and
 cwnd_cap, take the ack, free acknowledged slots, and emit one result per completed slot
-(to the tree's multicast group, ``group_results=True``: replicating it to the children
-is the switch's multicast engine, as in the UDP daemon). The baseline loop
+(one packet for all the tree's children, as every driver gets it: replicating it to
+the children is the switch's multicast engine, as in the UDP daemon). The baseline loop
 performs the same number of ``numpy.add`` calls on the same payload views into one
 preallocated row: the floor any Python-driven per-packet design pays.
 """
@@ -71,7 +71,7 @@ def run_core_bench(
     best_acc = best_np = float("inf")
     exact = True
     for _ in range(repeat):
-        acc = Accelerator(4 * window + 8, payload_elems, name="bench", group_results=True)
+        acc = Accelerator(4 * window + 8, payload_elems, name="bench")
         acc.install_tree(1, 0, list(range(workers)), None)
         results = []
         receive = acc.receive

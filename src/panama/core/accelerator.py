@@ -6,7 +6,11 @@ Inputs (the only ones): ``install_tree`` / ``remove_tree`` / ``remove_job`` from
 controller, and ``receive(packet, from_node)`` for every PANAMA packet the switch hands
 to it. ``from_node`` is the neighbour the packet came from (ingress port in hardware,
 source address in the UDP runtime); it is how the accelerator knows which child sent a
-contribution. ``receive`` returns the packets to emit as ``(to_node, packet)`` pairs.
+contribution. ``receive`` returns what to emit as ``(destinations, packet)`` pairs: one
+packet object per emission and the tuple of neighbours it goes to (a result: every
+child of the tree, the switch's multicast group; a partial sum: ``(parent,)``; an
+answer to a retransmission: ``(from_node,)``). Drivers send that one packet to each
+destination (:func:`per_destination` flattens the pairs) and never change it.
 The accelerator keeps no time and no timers: retransmissions are the workers' job.
 
 Slots and exactly-once
@@ -16,26 +20,58 @@ the children that contributed, so a duplicate is never added twice. A complete s
 sent to the parent (``PARTIAL_SENT``) or, at the root, becomes the result and is sent to
 every child (``RESULT``). Intermediate switches store the result when it comes down
 and relay it. Every slot is retained until every child's ``ack`` (the cumulative
-acknowledgement carried by its contributions) has passed it, i.e. until every worker
-below holds the result; until then a retransmitted contribution is answered from the
-slot (the result, unicast; or the partial, re-sent upward). A packet whose ``seq`` is
-below that floor is stale and dropped. Since a worker sends ``seq`` only below
-``ack + window``, at most ``2 * window`` slots of a tree are live, which is why the
-advertised ``cwnd_cap`` is half of the tree's share.
+acknowledgement carried by its contributions and by the header-only ``FLAG_ACK``
+packet a worker sends when an allreduce completes) has passed it, i.e. until every
+worker below holds the result; until then a retransmitted contribution is answered from
+the slot (the result, unicast; or the partial, re-sent upward). A packet whose ``seq``
+is below that floor is stale and dropped. A ``FLAG_ACK`` packet only moves acks; when it
+raises the floor of a tree with a parent, one ``FLAG_ACK`` carrying the new floor goes
+up, so idle trees hold no slot anywhere.
+
+ECN
+---
+CE on contributions is ORed into the slot: a partial leaves CE, a result carries
+``FLAG_ECE`` to every worker (the tree-wide echo all workers react to alike). A result
+that *arrives* CE was marked on the way down, below the root: it is relayed to every
+child as CE (the IP codepoint), never as ``FLAG_ECE`` (the workers of other subtrees did
+not see that mark); each worker echoes a CE result in its next contribution, which
+folds the mark into the tree-wide echo one round later. Answers to retransmissions leave
+ECT(0).
+
+Liveness (invariant)
+--------------------
+*The oldest outstanding packet of every sender can always be aggregated.* A
+contribution whose ``seq`` equals its own ``ack`` (its sender has every result below
+it) may take a tree's last free slot; every other new slot must leave that one free
+(``used < limit - 1``). Whenever such a packet finds no slot, every child's ack is at
+most its ``seq``, so at most one sequence number of a tree is ever in that position:
+the reserved slot always serves it once the slots retained below it are acknowledged,
+which happens as their owners' acks arrive (acks are taken even from dropped
+packets). Hence, whatever the share, loss, duplication or reordering, the lowest
+sequence number without a result is eventually summed at every tier, the floor moves,
+and retransmissions make progress. Windows never need to exceed what the share holds:
+a worker may send ``seq`` only below ``ack + window`` and results are retained until
+acknowledged, so at most about ``2 * window`` slots of a tree are live, which is why the
+advertised ``cwnd_cap`` is :func:`cwnd_cap_for_slots` of the tree's share (half of what
+is left after the reserved slot).
 
 Memory shares
 -------------
 ``packet_memory`` slots are split evenly between installed jobs (``memory // jobs``)
 and a job's share evenly between its trees that cross this accelerator. A tree's
 *limit* (what it may allocate) follows its target share, but never drops below what
-its workers may still send: when a new job arrives, an existing tree keeps its limit
-until a result carrying the smaller ``cwnd_cap`` has gone out and the floor has passed
-every packet sent under the old cap; then it shrinks as its slots free up and the
-newcomer grows into the freed memory. The sum of limits never exceeds
-``packet_memory``. Contributions that would need a slot beyond the limit are dropped
-(``share_exceeded``): they never touch sums or slots; only their cumulative ``ack``
-(validated, from a known child) is taken, since it can only free results every child
-already holds and keeps a shrinking share from stalling.
+its workers may still send while they hold slots here: when a new job arrives, an active
+tree keeps its limit until a result carrying the smaller ``cwnd_cap`` has gone out and
+the floor has passed every packet sent under the old cap; then it shrinks as its slots
+free up and the newcomer grows into the freed memory. A tree that holds no slot (an
+idle job between allreduces, or one not yet started) shrinks to its target at once, so a
+newcomer is never starved by idle jobs; should such a tree come back with a window
+above the new cap, the packets beyond its limit are dropped and retransmitted (the
+liveness rule keeps it moving) and its first result carries the new cap. The sum of
+limits never exceeds ``packet_memory``. Contributions that would need a slot beyond the
+limit are dropped (``share_exceeded``): they never touch sums or slots; only their
+cumulative ``ack`` (validated, from a known child) is taken, since it can only free
+results every child already holds and keeps a shrinking share from stalling.
 """
 
 from __future__ import annotations
@@ -47,7 +83,7 @@ from enum import IntEnum
 import numpy as np
 
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS
-from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, Packet
+from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, Packet
 
 # Drop reasons (named constants; counters and plots group by them).
 UNKNOWN_JOB = "unknown_job"
@@ -82,16 +118,24 @@ DROP_REASONS = (
 _NOTHING: tuple = ()
 
 
-class _AllChildren:
-    """Destination of a result meant for every child of the tree (``group_results=True``)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "ALL_CHILDREN"
+Emitted = Sequence[tuple[tuple, Packet]]  # (destinations, packet) pairs, see Accelerator.receive
 
 
-ALL_CHILDREN = _AllChildren()
+def cwnd_cap_for_slots(slots: int) -> int:
+    """The ``cwnd_cap`` a tree with a share of ``slots`` slots advertises.
+
+    One slot stays reserved for the oldest outstanding packet (the liveness rule); a
+    window of ``w`` keeps at most about ``2 * w`` slots live, so ``w <= (slots - 1) // 2``.
+    At least 1 (a tree always may send its oldest packet), at most the 16-bit field.
+    """
+    return max(1, min(MAX_CWND_CAP, (slots - 1) // 2))
+
+
+def per_destination(emitted: Emitted) -> list[tuple[Hashable, Packet]]:
+    """Flatten ``receive``'s output to one ``(neighbour, packet)`` pair per copy sent."""
+    return [(to, packet) for destinations, packet in emitted for to in destinations]
+
+
 _add = np.add  # positional ``out``: measurably cheaper per call than the keyword
 
 
@@ -177,9 +221,7 @@ class Accelerator:
     ``store_payloads=False`` no memory is allocated and payloads are ignored (the
     simulator moves sizes only). ``copy_payloads=False`` lets emitted packets share
     the slot's memory; only drivers that serialise emitted packets immediately may
-    use it. ``group_results=True`` emits a result for all children of a tree as one
-    ``(ALL_CHILDREN, packet)`` pair, to be replicated by the driver (a switch's multicast
-    group) using :meth:`children_of`; unicast answers to retransmissions are unchanged.
+    use it.
     ``reserve_shares`` keeps that many job shares free (share = memory // (jobs +
     reserve)), so a job arriving while others run gets memory at once instead of waiting
     for them to shrink; 0 is the source's rule (memory // jobs).
@@ -193,7 +235,6 @@ class Accelerator:
         name: Hashable = "acc",
         store_payloads: bool = True,
         copy_payloads: bool = True,
-        group_results: bool = False,
         reserve_shares: int = 0,
     ):
         if packet_memory < 1:
@@ -205,7 +246,6 @@ class Accelerator:
         self.payload_elems = payload_elems
         self.store_payloads = store_payloads
         self.copy_payloads = copy_payloads
-        self.group_results = group_results
         if reserve_shares < 0:
             raise AcceleratorError(f"reserve_shares must be >= 0, got {reserve_shares}")
         self.reserve_shares = reserve_shares
@@ -228,6 +268,9 @@ class Accelerator:
         self.retransmits_answered = 0
         self.partials_resent = 0
         self.slots_freed = 0
+        self.acks_in = 0
+        self.acks_out = 0
+        self.acks_unmatched = 0
 
     # ------------------------------------------------------------------ control plane
     def install_tree(self, job_id: int, tree_id: int, children: Sequence[Hashable], parent: Hashable | None) -> None:
@@ -242,6 +285,14 @@ class Accelerator:
             raise AcceleratorError(f"{self.name}: job {job_id} tree {tree_id} has duplicate children {children}")
         if parent is not None and parent in children:
             raise AcceleratorError(f"{self.name}: parent {parent!r} of job {job_id} tree {tree_id} is also a child")
+        jobs = len(self._jobs) + (job_id not in self._jobs) + self.reserve_shares
+        trees_of_job = len(self._jobs.get(job_id, ())) + 1
+        most_trees = max([trees_of_job] + [len(trees) for j, trees in self._jobs.items() if j != job_id])
+        if self.packet_memory // jobs < most_trees:
+            raise AcceleratorError(
+                f"{self.name}: no room for job {job_id} tree {tree_id}: {self.packet_memory} slots over {jobs} job "
+                f"shares leave some of {most_trees} trees of one job without a slot"
+            )
         tree = _Tree(job_id, tree_id, children, parent)
         self._trees[key] = tree
         self._jobs.setdefault(job_id, []).append(tree)
@@ -291,8 +342,13 @@ class Accelerator:
             per_tree = share // len(trees)
             for tree in trees:
                 tree.target = per_tree
-                tree.cap = max(1, min(MAX_CWND_CAP, per_tree // 2))
-                if tree.limit > per_tree and tree.cap_sent > tree.cap:
+                tree.cap = cwnd_cap_for_slots(per_tree)
+                if tree.limit > per_tree and not tree.used:
+                    # Holds no slot (idle, or not started): shrink now, so a newcomer is
+                    # never starved by jobs between allreduces.
+                    tree.hold_seq = None
+                    tree.limit = per_tree
+                elif tree.limit > per_tree and tree.cap_sent > tree.cap:
                     # Shrinking below a cap the workers were told: they keep their old
                     # window until a result with the new cap reaches them; hold the limit.
                     earlier = tree.hold_cap if tree.hold_seq is not None else 0
@@ -328,18 +384,26 @@ class Accelerator:
         self.slots_freed += 1
 
     # ------------------------------------------------------------------ data plane
-    def receive(self, packet: Packet, from_node: Hashable) -> Sequence[tuple[Hashable, Packet]]:
-        """Process one PANAMA packet from neighbour ``from_node``; return what to emit."""
+    def receive(self, packet: Packet, from_node: Hashable) -> Emitted:
+        """Process one PANAMA packet from neighbour ``from_node``; return what to emit
+        as ``(destinations, packet)`` pairs (see the module docstring)."""
         tree = self._trees.get((packet.job_id, packet.tree_id))
+        flags = packet.flags
         if tree is None:
-            self.drops[UNKNOWN_JOB if packet.job_id not in self._jobs else UNKNOWN_TREE] += 1
+            if flags & FLAG_ACK:
+                # A job's last closing acks race its removal: nothing is lost, nothing to free.
+                self.acks_unmatched += 1
+            else:
+                self.drops[UNKNOWN_JOB if packet.job_id not in self._jobs else UNKNOWN_TREE] += 1
             return _NOTHING
-        if packet.flags & FLAG_RESULT:
+        if flags & FLAG_RESULT:
             return self._receive_result(tree, packet, from_node)
         bit = tree.child_bit.get(from_node)
         if bit is None:
             self.drops[NOT_CHILD] += 1
             return _NOTHING
+        if flags & FLAG_ACK:
+            return self._receive_ack(tree, packet, from_node)
         count = packet.count
         if count > self.payload_elems:
             self.drops[TOO_LARGE] += 1
@@ -353,12 +417,14 @@ class Accelerator:
             if seq < tree.floor:
                 self.drops[STALE] += 1
                 return _NOTHING
-            if tree.used >= tree.limit:
+            # The liveness rule: the last free slot is kept for a sender's oldest packet.
+            room = tree.limit if seq == packet.ack else tree.limit - 1
+            if tree.used >= room:
                 # Take the (validated) cumulative ack first: it only frees results every
                 # child already holds, and without it a shrinking share could stall
                 # until retransmission timeouts.
                 self._take_ack(tree, from_node, packet.ack)
-                if tree.used >= tree.limit:
+                if tree.used >= room:
                     self.drops[SHARE_EXCEEDED] += 1
                     return _NOTHING
             slot = self._free.pop()
@@ -423,15 +489,15 @@ class Accelerator:
             return self._complete(tree, slot)
         return _NOTHING
 
-    def _complete(self, tree: _Tree, slot: _Slot) -> list[tuple[Hashable, Packet]]:
+    def _complete(self, tree: _Tree, slot: _Slot) -> Emitted:
         payload = self._payload_out(slot)
         if tree.parent is None:
             slot.state = SlotState.RESULT
             self.results_out += 1
-            return self._results_to(tree, slot, payload, tree.children)
+            return self._results_to(tree, slot, payload, tree.children, ECT0)
         slot.state = SlotState.PARTIAL_SENT
         self.partials_out += 1
-        return [(tree.parent, self._partial(tree, slot, payload, 0))]
+        return (((tree.parent,), self._partial(tree, slot, payload, 0)),)
 
     def _payload_out(self, slot: _Slot) -> np.ndarray | None:
         row = slot.row
@@ -454,9 +520,7 @@ class Accelerator:
             payload,
         )
 
-    def _results_to(
-        self, tree: _Tree, slot: _Slot, payload: np.ndarray | None, children: Sequence[Hashable]
-    ) -> list[tuple[Hashable, Packet]]:
+    def _results_to(self, tree: _Tree, slot: _Slot, payload: np.ndarray | None, children: tuple, ecn: int) -> Emitted:
         flags = FLAG_RESULT | FLAG_ECE if slot.ce else FLAG_RESULT
         cap = slot.cap if slot.cap < tree.cap else tree.cap
         if cap > tree.cap_sent:
@@ -465,12 +529,8 @@ class Accelerator:
             # First result carrying the new cap: packets a worker sent before seeing it
             # reach at most hold_cap sequence numbers further.
             tree.hold_seq = slot.seq + tree.hold_cap
-        job_id, tree_id, seq, generation, count = tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count
-        if self.group_results and children is tree.children:
-            return [(ALL_CHILDREN, Packet(job_id, tree_id, seq, generation, count, flags, cap, 0, ECT0, payload))]
-        return [
-            (child, Packet(job_id, tree_id, seq, generation, count, flags, cap, 0, ECT0, payload)) for child in children
-        ]
+        packet = Packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, 0, ecn, payload)
+        return ((children, packet),)
 
     def _duplicate(self, tree: _Tree, slot: _Slot, packet: Packet, from_node: Hashable):
         if not packet.flags & FLAG_RETRANSMIT or slot.state == SlotState.AGGREGATING:
@@ -479,9 +539,9 @@ class Accelerator:
         self._take_ack(tree, from_node, packet.ack)
         if slot.state == SlotState.RESULT:
             self.retransmits_answered += 1
-            return self._results_to(tree, slot, self._payload_out(slot), (from_node,))
+            return self._results_to(tree, slot, self._payload_out(slot), (from_node,), ECT0)
         self.partials_resent += 1
-        return [(tree.parent, self._partial(tree, slot, self._payload_out(slot), FLAG_RETRANSMIT))]
+        return (((tree.parent,), self._partial(tree, slot, self._payload_out(slot), FLAG_RETRANSMIT)),)
 
     def _receive_result(self, tree: _Tree, packet: Packet, from_node: Hashable):
         if tree.parent is None or from_node != tree.parent:
@@ -511,7 +571,23 @@ class Accelerator:
         if payload is not None and slot.row is not None:
             slot.row[: slot.count] = payload
         self.results_out += 1
-        return self._results_to(tree, slot, payload, tree.children)
+        # A mark picked up on the way down reaches every worker below (see ECN above).
+        return self._results_to(tree, slot, payload, tree.children, CE if packet.ecn == CE else ECT0)
+
+    def _receive_ack(self, tree: _Tree, packet: Packet, from_node: Hashable) -> Emitted:
+        """A header-only ``FLAG_ACK``: take the child's ack; pass a raised floor up."""
+        ack = packet.ack
+        if packet.count or ack != packet.seq:
+            self.drops[BAD_ACK] += 1
+            return _NOTHING
+        self.acks_in += 1
+        floor = tree.floor
+        self._take_ack(tree, from_node, ack)
+        if tree.floor == floor or tree.parent is None:
+            return _NOTHING
+        self.acks_out += 1
+        up = Packet(tree.job_id, tree.tree_id, tree.floor, packet.generation, 0, FLAG_ACK, tree.cap, tree.floor, ECT0)
+        return (((tree.parent,), up),)
 
     def _take_ack(self, tree: _Tree, child: Hashable, ack: int) -> None:
         old = tree.child_ack[child]
@@ -547,7 +623,7 @@ class Accelerator:
         tree.used -= freed
         if tree.limit > tree.target:
             hold = tree.hold_seq
-            if hold is not None and (hold < 0 or new_floor <= hold):
+            if tree.used and hold is not None and (hold < 0 or new_floor <= hold):
                 return
             tree.hold_seq = None
             tree.limit = max(tree.target, tree.used)
@@ -584,6 +660,9 @@ class Accelerator:
             "retransmits_answered": self.retransmits_answered,
             "partials_resent": self.partials_resent,
             "slots_freed": self.slots_freed,
+            "acks_in": self.acks_in,
+            "acks_out": self.acks_out,
+            "acks_unmatched": self.acks_unmatched,
             "drops": dict(self.drops),
             "occupancy": self.occupancy(),
         }

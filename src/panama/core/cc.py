@@ -32,6 +32,10 @@ class CongestionControl(ABC):
     def window(self) -> int:
         return max(1, min(int(self.cwnd), self.cwnd_cap))
 
+    def limit_to_cap(self, cap: int) -> None:
+        """Take a ``cwnd_cap`` learned outside a result (the controller's plan, before the first result)."""
+        self.cwnd_cap = max(1, min(MAX_CWND_CAP, cap))
+
     def _clamp(self, cap: int) -> None:
         self.cwnd_cap = max(1, cap)
         if self.cwnd > self.cwnd_cap:

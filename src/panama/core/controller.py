@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from panama.core.accelerator import cwnd_cap_for_slots
 from panama.core.topology import AGG, TOR, Topology
 
 DEFAULT_THRESHOLD_BYTES = 40_000_000
@@ -102,13 +103,16 @@ class SwitchEntry:
 class TreePlan:
     """One aggregation tree: ``edges`` are ``(child, parent)`` pairs from every worker host
     up to ``root`` (hosts first, then switches bottom-up); ``entries`` the state of every
-    switch of the tree."""
+    switch of the tree. ``cwnd_cap``: the smallest cap the tree's accelerators advertise
+    once the job is installed (:func:`tree_cwnd_cap`); workers start with it, before
+    their first result brings the current one."""
 
     tree_id: int
     group: str
     root: str
     edges: tuple[tuple[str, str], ...]
     entries: dict[str, SwitchEntry]
+    cwnd_cap: int = 1
 
     @property
     def switches(self) -> tuple[str, ...]:
@@ -122,6 +126,7 @@ class TreePlan:
             "root": self.root,
             "switches": list(self.entries),
             "edges": [[c, p] for c, p in self.edges],
+            "cwnd_cap": self.cwnd_cap,
         }
 
 
@@ -154,6 +159,11 @@ class JobPlan:
     def tree_ids(self) -> list[int]:
         """What every worker passes to ``WorkerTransport(tree_ids=...)``."""
         return [t.tree_id for t in self.trees]
+
+    @property
+    def cwnd_caps(self) -> list[int]:
+        """What every worker passes to ``WorkerTransport(cwnd_caps=...)`` (caps as of admission)."""
+        return [t.cwnd_cap for t in self.trees]
 
     @property
     def switches(self) -> list[str]:
@@ -441,6 +451,14 @@ class Controller:
             trees.append(self._tree_plan(job_id, tree_id, group, cand, distinct))
         for t in trees:
             del self._groups[t.group]
+        crossing: dict[str, int] = {}
+        for t in trees:
+            for sw in t.entries:
+                crossing[sw] = crossing.get(sw, 0) + 1
+        trees = [
+            replace(t, cwnd_cap=tree_cwnd_cap(t, {sw: self._share_after_join(sw) // crossing[sw] for sw in t.entries}))
+            for t in trees
+        ]
         roots = ", ".join(t.root for t in trees)
         reason = (
             f"in-network: size {size_bytes} B >= threshold_bytes {self.threshold_bytes} B; "
@@ -449,6 +467,17 @@ class Controller:
         return JobPlan(name, job_id, hosts, size_bytes, True, reason, trees, num_trees, tuple(warnings), scope)
 
     # ------------------------------------------------------------------ capacity
+    def tree_caps(self, name: str) -> list[int]:
+        """Current ``cwnd_cap`` of each tree of live job ``name`` (shares as of now, after
+        later admissions); a worker that joins late starts with these instead of the plan's."""
+        plan = self._plans.get(name)
+        if plan is None:
+            raise ControllerError("name", f"unknown job {name!r}")
+        return [
+            tree_cwnd_cap(t, {sw: self.share_slots(sw) // len(self._state[sw][plan.job_id]) for sw in t.entries})
+            for t in plan.trees
+        ]
+
     def _share_after_join(self, switch: str) -> int:
         return self.packet_memory // (len(self._state.get(switch, {})) + 1 + self.reserve_shares)
 
@@ -691,6 +720,12 @@ class Controller:
             "switches": [self.switch_report(s, names) for s in busy if self._state[s]],
             "root_load": self.root_loads(),
         }
+
+
+def tree_cwnd_cap(tree: TreePlan, tree_slots: Mapping[str, int]) -> int:
+    """Smallest ``cwnd_cap`` over ``tree``'s switches, given each one's per-tree share of slots
+    (the accelerators' own rule, :func:`panama.core.accelerator.cwnd_cap_for_slots`)."""
+    return min(cwnd_cap_for_slots(tree_slots[sw]) for sw in tree.entries)
 
 
 # ---------------------------------------------------------------------- applying plans

@@ -22,7 +22,8 @@ CE = 3
 FLAG_RESULT = 0x01  # root -> workers: the aggregated result of (job, tree, seq)
 FLAG_RETRANSMIT = 0x02  # this contribution was sent before and timed out
 FLAG_ECE = 0x04  # on results: some contribution of this slot carried CE (tree-wide echo)
-KNOWN_FLAGS = FLAG_RESULT | FLAG_RETRANSMIT | FLAG_ECE
+FLAG_ACK = 0x08  # header only (count 0, seq == ack): a child's cumulative ack, no contribution
+KNOWN_FLAGS = FLAG_RESULT | FLAG_RETRANSMIT | FLAG_ECE | FLAG_ACK
 
 MAX_CWND_CAP = 0xFFFF  # cwnd_cap is a 16-bit header field
 MAX_U32 = 0xFFFFFFFF

@@ -6,7 +6,8 @@ Driven by exactly three inputs, each with an explicit ``now`` (integer picosecon
 ``start(now, data)`` from the application (one allreduce = one *generation*),
 ``receive(packet, now)`` for every result packet, and ``handle_timer(now)`` when the
 deadline from ``timer()`` has passed. Outputs are pulled: ``poll(now)`` returns the
-contributions to send now, ``done``/``result()`` the summed vector. It never touches
+packets to send now (call it after every input, also after the last result: it then
+returns the closing acks), ``done``/``result()`` the summed vector. It never touches
 sockets, clocks or global randomness.
 
 Protocol
@@ -16,14 +17,20 @@ The vector is cut into packets of ``payload_elems`` floats; packet ``i`` goes to
 the tree's next sequence number. Per tree a worker may send ``seq`` only while
 ``seq < ack + window``, ``ack`` being its lowest sequence number without a result; the
 window comes from the tree's congestion controller and never exceeds the latest
-``cwnd_cap``. A result is the implicit ACK of the packet with the same ``seq``. A
+``cwnd_cap``: before the first result, the cap the controller's plan gave for the tree
+(``cwnd_caps``); then the one every result carries. A result is the implicit ACK of the
+packet with the same ``seq``. When the last result of an allreduce arrives, the worker
+sends one header-only ``FLAG_ACK`` per tree (``seq == ack ==`` its new cumulative ack)
+so the accelerators free the results they retained for it instead of holding them
+until the next allreduce (a lost one only delays that until the next allreduce). A
 timed-out packet is retransmitted with ``FLAG_RETRANSMIT`` (RFC 6298 timer, doubled on
 each timeout, reset by a fresh RTT sample); after ``max_retries`` the transport raises
 ``TransportError`` naming what was missing.
 
 ECN: contributions leave as ECT(0). A result whose *IP* codepoint is CE was marked on
-the way down, which only this worker saw; the worker echoes it by sending its next
-contribution on that tree as CE, so the accelerators fold it into the tree-wide mark.
+the way down (the accelerators relay such a mark to every worker below them); the
+worker echoes it by sending its next contribution on that tree as CE, so the
+accelerators fold it into the tree-wide mark.
 Congestion control reacts only to ``FLAG_ECE`` (the tree-wide OR), which every worker
 of the tree sees identically, so their windows stay in lock-step.
 """
@@ -36,7 +43,7 @@ import numpy as np
 
 from panama.core.cc import CongestionControl, make_cc
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, HEADER_BYTES, MAX_PAYLOAD_ELEMS
-from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, MAX_U32, Packet
+from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, MAX_U32, Packet
 from panama.core.units import ms, s
 
 # Reasons a received packet is ignored (counted in ``ignored``).
@@ -64,6 +71,7 @@ class WorkerTransport:
         tree_ids: Sequence[int] | int = 1,
         *,
         payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
+        cwnd_caps: Sequence[int] | None = None,
         cc: str = "dctcp",
         cc_options: dict | None = None,
         initial_rto_ps: int = ms(10),
@@ -89,6 +97,13 @@ class WorkerTransport:
         self.num_trees = len(self.tree_ids)
         self._tree_index = {tid: t for t, tid in enumerate(self.tree_ids)}
         self.cc: list[CongestionControl] = [make_cc(cc, **(cc_options or {})) for _ in self.tree_ids]
+        if cwnd_caps is not None:
+            # The plan's caps: the first window already fits the accelerators' shares.
+            caps = list(cwnd_caps)
+            if len(caps) != self.num_trees or any(not 1 <= c <= MAX_CWND_CAP for c in caps):
+                raise ValueError(f"cwnd_caps must give one cap in [1, {MAX_CWND_CAP}] per tree, got {caps}")
+            for ctl, cap in zip(self.cc, caps):
+                ctl.limit_to_cap(cap)
         self.cc_name = cc
         self.min_rto_ps = min_rto_ps
         self.max_rto_ps = max_rto_ps
@@ -105,6 +120,7 @@ class WorkerTransport:
         self._inflight: dict[int, int] = {}  # packet index -> last send time (send order)
         self._retries: dict[int, int] = {}
         self._retx_queue: list[int] = []
+        self._closing_acks: list[Packet] = []
         self._got: np.ndarray = np.zeros(0, dtype=bool)
         self._remaining = 0
         self._npkts = 0
@@ -120,6 +136,7 @@ class WorkerTransport:
             "retransmissions": 0,
             "timeouts": 0,
             "results": 0,
+            "acks_sent": 0,
             "ece_results": 0,
             "ce_results": 0,
             "ignored": {},
@@ -173,6 +190,7 @@ class WorkerTransport:
         self._inflight.clear()
         self._retries.clear()
         self._retx_queue.clear()
+        self._closing_acks.clear()  # the new contributions carry the same acks
         self.active = npkts > 0
 
     @property
@@ -194,10 +212,13 @@ class WorkerTransport:
 
     # ------------------------------------------------------------------ outputs
     def poll(self, now: int) -> list[Packet]:
-        """Contributions to send now: due retransmissions first, then new packets as windows allow."""
-        out: list[Packet] = []
+        """Packets to send now: due retransmissions first, then new packets as windows allow;
+        after the last result of an allreduce, its closing ``FLAG_ACK`` per tree."""
         if not self.active:
+            out, self._closing_acks = self._closing_acks, []
+            self.stats["acks_sent"] += len(out)
             return out
+        out: list[Packet] = []
         inflight = self._inflight
         if self._retx_queue:
             for i in self._retx_queue:
@@ -313,6 +334,11 @@ class WorkerTransport:
         if self._remaining == 0:
             self.active = False
             self._inflight.clear()
+            g = self.generation
+            self._closing_acks = [
+                Packet(self.job_id, tid, b, g, 0, FLAG_ACK, MAX_CWND_CAP, b, ECT0)
+                for tid, b in zip(self.tree_ids, self._base)
+            ]
 
     def _ignore(self, reason: str) -> None:
         ignored = self.stats["ignored"]

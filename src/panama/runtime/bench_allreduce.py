@@ -64,15 +64,19 @@ class BenchConfig:
         return asdict(self)
 
 
-def loopback_datagrams(size_bytes: int, workers: int, switches_per_tree: int, payload_elems: int = RUNTIME_PAYLOAD_ELEMS) -> int:
-    """Datagrams one allreduce sends over loopback: every tree edge carries each of its packets up and down.
+def loopback_datagrams(
+    size_bytes: int, workers: int, switches_per_tree: int, payload_elems: int = RUNTIME_PAYLOAD_ELEMS, trees: int = 1
+) -> int:
+    """Datagrams one allreduce sends over loopback: every tree edge carries each of its packets
+    up and down, and one closing ack (header only) up.
 
     A tree spans the ``workers`` ranks and ``switches_per_tree`` daemons (1 for one rack,
     3 for a leaf-spine tree over 2 leaves), so it has ``workers + switches_per_tree - 1``
-    edges; each rank's vector is ``ceil(size / payload)`` packets spread over the trees.
+    edges; each rank's vector is ``ceil(size / payload)`` packets spread over the ``trees``.
     """
     packets = -(-(size_bytes // 4) // payload_elems)
-    return 2 * packets * (workers + switches_per_tree - 1)
+    edges = workers + switches_per_tree - 1
+    return 2 * packets * edges + trees * edges
 
 
 def _data(seed: int, rank: int, n: int) -> np.ndarray:

@@ -192,6 +192,7 @@ class Communicator:
             self.rank,
             [t["tree_id"] for t in reply["trees"]],
             payload_elems=int(reply["payload_elems"]),
+            cwnd_caps=[int(t["cwnd_cap"]) for t in reply["trees"]],
             cc=self.cc,
             cc_options=self.cc_options,
             initial_rto_ps=seconds_to_ps(init_rto),
@@ -338,6 +339,12 @@ class Communicator:
                 if timer is not None:
                     wait_s = min(wait_s, max(0.0, (timer - now) / 1e12))
                 poller.poll(max(1, int(wait_s * 1000)))
+        # The closing acks: the switches free what they kept for this call at once.
+        for pkt in tr.poll(now_ps()):
+            if drop_prob and rng.random() < drop_prob:
+                self.dropped_sends += 1
+                continue
+            sock.send(pkt, leaf)
         return tr.result()
 
     def _timeout_message(self, what: str) -> str:

@@ -671,7 +671,9 @@ class ControllerService:
                 "warnings": list(plan.warnings),
                 "rank": rank,
                 "host": host,
-                "trees": [{"tree_id": t.tree_id, "root": t.root, "group": t.group} for t in plan.trees],
+                "trees": [
+                    {"tree_id": t.tree_id, "root": t.root, "group": t.group, "cwnd_cap": t.cwnd_cap} for t in plan.trees
+                ],
                 "first_hop": {"switch": leaf, "udp": format_addr(self.switches[leaf].udp)},
                 "payload_elems": job.payload_for_job,
                 "heartbeat_timeout_s": self.heartbeat_timeout_s,

@@ -8,11 +8,10 @@ queue is empty), decoded by :mod:`panama.core.codec`, handed to
 with ``copy_payloads=False``). Nothing here decides protocol behaviour.
 
 ECN: the daemon reads each datagram's codepoint (``IP_RECVTOS``) and passes it to the
-codec, so the accelerator ORs CE of contributions into the slot (partials leave as CE,
-results carry ``FLAG_ECE``); results relayed down after arriving as CE leave as CE (a
-mark made on the way down reaches the worker, which echoes it upward). A CE
-contribution never marks the *IP* codepoint of results: that would loop (worker echo ->
-CE result -> echo ...). The daemon marks CE itself when its backlog exceeds
+codec; the accelerator decides every emitted packet's codepoint (CE of contributions
+folded into the slot: partials leave as CE, results carry ``FLAG_ECE``; a result that
+arrived CE is relayed down as CE, see :mod:`panama.core.accelerator`). The daemon marks
+CE itself when its backlog exceeds
 ``ecn_threshold_pkts``. Backlog is measured in bytes at dequeue: the datagrams already
 drained in the current batch and not yet processed, plus, when the batch came back full
 (so more may wait), the datagrams in the kernel's receive queue (``SO_MEMINFO``
@@ -235,29 +234,22 @@ class SwitchDaemon:
                     out = acc.receive(packet, src)
                     if not out:
                         continue
-                    # A result that came down marked keeps its mark on the way down; a
-                    # marked contribution is already folded into the slot by the accelerator
-                    # (partial CE upward, FLAG_ECE on results), so it must not mark results.
-                    relay_ce = ecn == CE and pflags & FLAG_RESULT
+                    # The accelerator sets every emitted packet's codepoint (CE relayed
+                    # down included); the daemon only adds its own queue's mark.
                     congested = behind > threshold
-                    prev = None
-                    for to, pkt in out:
+                    for destinations, pkt in out:
                         tos = pkt.ecn
-                        if tos != CE:
-                            if congested:
-                                tos = CE
-                                self.ce_marked += 1
-                            elif relay_ce:
-                                tos = CE
-                        # Results of one slot to several children differ only in the
-                        # destination: encode once, send copies (software multicast).
-                        if prev is not None and _same_datagram(prev, pkt):
-                            sent = resend(to, tos)
-                        else:
-                            sent = send(pkt, to, tos)
-                            prev = pkt
-                        if not sent:
-                            self.daemon_drops[DROP_SEND_ERROR] += 1
+                        if congested and tos != CE:
+                            tos = CE
+                            self.ce_marked += len(destinations)
+                        # One packet to several children: encode once, send copies
+                        # (software multicast).
+                        first = True
+                        for to in destinations:
+                            sent = send(pkt, to, tos) if first else resend(to, tos)
+                            first = False
+                            if not sent:
+                                self.daemon_drops[DROP_SEND_ERROR] += 1
                 self.rx_bytes += rx_bytes
 
     # ------------------------------------------------------------------ control plane
@@ -557,21 +549,6 @@ def _datagram_truesize(datagram_bytes: int) -> int:
     except OSError:
         pass
     return 0
-
-
-def _same_datagram(a, b) -> bool:
-    """True when ``a`` and ``b`` encode to the same bytes (same header fields and payload object)."""
-    return (
-        a.payload is b.payload
-        and a.seq == b.seq
-        and a.job_id == b.job_id
-        and a.tree_id == b.tree_id
-        and a.flags == b.flags
-        and a.cwnd_cap == b.cwnd_cap
-        and a.generation == b.generation
-        and a.ack == b.ack
-        and a.count == b.count
-    )
 
 
 def _resolve(text: object, field: str) -> Address:

@@ -12,9 +12,11 @@ adapter and holds no protocol logic:
 * hand the core packet to ``Accelerator.receive(packet, from_node)``, ``from_node``
   being the topology name of the neighbour it came from (a host or a switch, exactly
   the names the controller put into the tree entries);
-* wrap every returned ``(to_node, packet)`` pair into a wire packet of
-  :func:`panama_wire_bytes` and let the switch forward it to that neighbour after the
-  configured processing latency (FIFO per switch).
+* for every returned ``(destinations, packet)`` pair, wrap the packet into one wire
+  packet of :func:`panama_wire_bytes` per destination and let the switch forward each
+  to its neighbour after the configured processing latency (FIFO per switch). The
+  copies share the core packet, as a switch's multicast replicates one buffer; every
+  receiver sets the core packet's ``ecn`` from its own wire copy before using it.
 
 Non-PANAMA packets never reach the hook: they are routed by the switch (ECMP) as usual.
 The controller's plans are applied with :func:`panama.core.controller.install` /
@@ -92,17 +94,21 @@ class PSwitchFabric:
             out = receive(pkt, from_node)
             if not out:
                 return None
-            # The network hands the input packet over to the hook: reuse it for the
-            # first output (one allocation less per hop).
-            to, p = out[0]
-            spkt.src = -1
-            spkt.size_bytes = 56 + 4 * p.count
-            spkt.ecn = p.ecn
-            spkt.inner = p
-            res = [(to, spkt)]
-            for i in range(1, len(out)):
-                to, p = out[i]
-                res.append((to, SimPacket(KIND_PANAMA, -1, -1, 56 + 4 * p.count, 0, p.ecn, None, 0, 0, 0, 0, p)))
+            res = []
+            for destinations, p in out:
+                size = 56 + 4 * p.count
+                for to in destinations:
+                    if spkt is not None:
+                        # The network hands the input packet over to the hook: reuse it
+                        # for the first copy (one allocation less per hop).
+                        spkt.src = -1
+                        spkt.size_bytes = size
+                        spkt.ecn = p.ecn
+                        spkt.inner = p
+                        res.append((to, spkt))
+                        spkt = None
+                    else:
+                        res.append((to, SimPacket(KIND_PANAMA, -1, -1, size, 0, p.ecn, None, 0, 0, 0, 0, p)))
             return res
 
         return hook

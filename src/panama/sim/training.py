@@ -196,26 +196,27 @@ class TrainingJob:
     def _make_worker(self, rank: int) -> PanamaWorker:
         """The worker of ``rank``, built when it joins its first allreduce.
 
-        Workers learn their trees at that moment and, with them, the cwnd_cap the
-        accelerators currently give each tree: the first window never exceeds it (later
-        caps come with every result). Building the transport at the first allreduce
-        rather than at admission lets jobs admitted at the same time see each other's
-        share.
+        Workers learn their trees from the controller at that moment and, with them,
+        each tree's cwnd_cap as the controller's shares stand then
+        (``Controller.tree_caps``), as a real worker registering late would: the first
+        window never exceeds it (later caps come with every result). Building the
+        transport at the first allreduce rather than at admission lets jobs admitted at
+        the same time see each other's share. No accelerator state is read.
         """
         env = self._env
         s = env.settings
         plan = self.plan
         cc, cc_options = self._cc
-        cap = self.initial_cap(plan, env.accelerators)
+        caps = env.controller.tree_caps(self.name)
+        cap = min(caps)
         self.initial_cwnd_cap = cap if self.initial_cwnd_cap is None else min(cap, self.initial_cwnd_cap)
-        if cc_options.get("initial_window", cap) > cap:
-            cc_options = dict(cc_options, initial_window=float(cap))
         host = self.hosts[rank]
         tr = WorkerTransport(
             plan.job_id,
             rank,
             [t.tree_id for t in plan.trees],
             payload_elems=s.payload_elems,
+            cwnd_caps=caps,
             cc=cc,
             cc_options=cc_options,
             initial_rto_ps=s.initial_rto_ps,
@@ -235,16 +236,6 @@ class TrainingJob:
         self._workers[rank] = w
         self._rank_of[id(w)] = rank
         return w
-
-    @staticmethod
-    def initial_cap(plan: JobPlan, accelerators: Mapping[str, Any]) -> int:
-        """Smallest cwnd_cap any accelerator on the plan's trees advertises now."""
-        caps = [
-            accelerators[sw].tree_status(plan.job_id, t.tree_id)["cwnd_cap"]
-            for t in plan.trees
-            for sw in t.entries
-        ]
-        return max(1, min(caps)) if caps else 1
 
     # ------------------------------------------------------------------ per-rank progress
     def _begin_iteration(self, rank: int) -> None:
