@@ -53,6 +53,8 @@ class FabricReport:
 _DELIVER_ACC = 0
 _DELIVER_WORKER = 1
 _TIMER = 2
+_START = 3  # a job arrives: its trees are installed and its workers start their first call
+_NEXT_CALL = 4  # a worker starts its next call (``calls`` > 1)
 
 
 class _Rand:
@@ -90,6 +92,10 @@ def allreduce(
     packet_memory: int = 4096,
     link_delay_ps: int = us(1),
     max_events: int = 50_000_000,
+    max_retries: int = 30,
+    start_ps: Mapping[Hashable, int] | None = None,
+    calls: int = 1,
+    gap_ps: int = 0,
     trace_windows: bool = False,
     return_report: bool = False,
 ):
@@ -99,9 +105,14 @@ def allreduce(
     ``job -> list`` to run several jobs at once through the same accelerators.
     ``loss``/``duplicate``: per-packet probabilities on every link; ``reorder``: random
     extra link delay (up to 8x the base delay) so packets overtake each other; ``ecn``:
-    probability that a link marks an ECT packet CE. Returns the per-worker outputs (list,
-    or dict of lists), plus a :class:`FabricReport` when ``return_report``. Raises
-    :class:`FabricError` when the run cannot finish.
+    probability that a link marks an ECT packet CE. ``start_ps``: when each job (by key)
+    arrives, default 0: its trees are installed then, as at admission, and its workers
+    begin. ``calls``: consecutive allreduces of the same input per worker, each started
+    ``gap_ps`` after that worker's previous one finished (an idle gap, e.g. compute).
+    ``max_retries``: per packet, as in :class:`WorkerTransport`. Returns the per-worker
+    outputs of the last call (list, or dict of lists), plus a :class:`FabricReport` when
+    ``return_report`` (its ``workers`` entries list ``finished_ps``, when each call
+    ended). Raises :class:`FabricError` when the run cannot finish.
     """
     single = not isinstance(inputs, Mapping)
     jobs_in: dict[Hashable, Sequence[np.ndarray]] = {0: inputs} if single else dict(inputs)  # type: ignore[dict-item]
@@ -123,10 +134,22 @@ def allreduce(
             if a.shape != np.shape(arrays[0]):
                 raise ValueError(f"job {key!r} rank {rank}: length {a.shape[0]} differs from rank 0's {len(arrays[0])}")
 
+    starts = {key: 0 for key in jobs_in}
+    for key, at in (start_ps or {}).items():
+        if key not in starts:
+            raise ValueError(f"start_ps names unknown job {key!r}")
+        if not isinstance(at, int) or at < 0:
+            raise ValueError(f"start_ps of job {key!r} must be an integer >= 0 ps, got {at!r}")
+        starts[key] = at
+    if calls < 1:
+        raise ValueError(f"calls must be >= 1, got {calls}")
+    if gap_ps < 0:
+        raise ValueError(f"gap_ps must be >= 0, got {gap_ps}")
+
     rand = _Rand(np.random.default_rng(seed))
     report = FabricReport()
 
-    # ---- build accelerators and install every job's trees
+    # ---- accelerators; a job's trees are installed when it starts (its admission)
     leaf_names = [f"leaf{i}" for i in range(leaves)]
     root_names = [f"root{t}" for t in range(trees)] if leaves > 1 else []
     accs: dict[str, Accelerator] = {
@@ -135,44 +158,35 @@ def allreduce(
     job_ids = {key: i + 1 for i, key in enumerate(jobs_in)}
     workers: dict[tuple[int, int], WorkerTransport] = {}
     worker_leaf: dict[tuple[int, int], str] = {}
-    tree_switches: dict[tuple[int, int], list[str]] = {}  # (job, tree) -> switches it crosses
-    for key, arrays in jobs_in.items():
-        job_id = job_ids[key]
+    calls_done: dict[tuple[int, int], list[int]] = {}
+    jobs_at: dict[str, int] = {}  # switch -> installed jobs (a job's trees there split its share)
+
+    def install(key: Hashable) -> None:
+        """Install job ``key``'s trees and build its workers with the caps a controller's
+        plan would give them (the accelerators' own rule, as shares stand now)."""
+        job_id, arrays = job_ids[key], jobs_in[key]
         by_leaf: dict[str, list[tuple[int, int]]] = {}
         for rank in range(len(arrays)):
             node = (job_id, rank)
-            leaf = leaf_names[rank % leaves]
-            worker_leaf[node] = leaf
-            by_leaf.setdefault(leaf, []).append(node)
+            worker_leaf[node] = leaf_names[rank % leaves]
+            by_leaf.setdefault(worker_leaf[node], []).append(node)
+        tree_switches = []
         for t in range(trees):
             if leaves == 1:
                 accs[leaf_names[0]].install_tree(job_id, t, by_leaf[leaf_names[0]], None)
-                tree_switches[(job_id, t)] = [leaf_names[0]]
+                tree_switches.append([leaf_names[0]])
             else:
                 root = root_names[t]
                 accs[root].install_tree(job_id, t, list(by_leaf), None)
                 for leaf, nodes in by_leaf.items():
                     accs[leaf].install_tree(job_id, t, nodes, root)
-                tree_switches[(job_id, t)] = [root, *by_leaf]
-    # What a controller's plan tells every worker: each tree's cap from the shares as
-    # installed (the accelerators' own rule; jobs on a switch split its memory, a job's
-    # trees there split its share).
-    jobs_at: dict[str, set[int]] = {}
-    trees_at: dict[tuple[str, int], int] = {}
-    for (job_id, _t), switches in tree_switches.items():
-        for sw in switches:
-            jobs_at.setdefault(sw, set()).add(job_id)
-            trees_at[(sw, job_id)] = trees_at.get((sw, job_id), 0) + 1
-
-    def plan_cap(job_id: int, t: int) -> int:
-        return min(
-            cwnd_cap_for_slots(packet_memory // len(jobs_at[sw]) // trees_at[(sw, job_id)])
-            for sw in tree_switches[(job_id, t)]
-        )
-
-    for key, arrays in jobs_in.items():
-        job_id = job_ids[key]
-        caps = [plan_cap(job_id, t) for t in range(trees)]
+                tree_switches.append([root, *by_leaf])
+        for sw in {sw for switches in tree_switches for sw in switches}:
+            jobs_at[sw] = jobs_at.get(sw, 0) + 1
+        caps = [
+            min(cwnd_cap_for_slots(packet_memory // jobs_at[sw] // (1 if sw in root_names else trees)) for sw in sw_list)
+            for sw_list in tree_switches
+        ]
         for rank in range(len(arrays)):
             workers[(job_id, rank)] = WorkerTransport(
                 job_id,
@@ -185,8 +199,10 @@ def allreduce(
                 initial_rto_ps=link_delay_ps * 40,
                 min_rto_ps=link_delay_ps * 20,
                 max_rto_ps=ms(100),
+                max_retries=max_retries,
                 trace_windows=trace_windows,
             )
+            calls_done[(job_id, rank)] = []
 
     # ---- event loop
     heap: list[tuple] = []
@@ -228,18 +244,39 @@ def allreduce(
             seq += 1
             heapq.heappush(heap, (deadline, seq, _TIMER, node, None, None, 0))
 
-    for key, arrays in jobs_in.items():
-        for rank, a in enumerate(arrays):
-            node = (job_ids[key], rank)
-            workers[node].start(0, np.asarray(a))
-            pump(node, 0)
+    def start_call(node: tuple[int, int], now: int) -> None:
+        key = keys[node[0]]
+        w = workers[node]
+        w.start(now, np.asarray(jobs_in[key][node[1]]))
+        if w.done:  # an empty vector: nothing to send
+            call_finished(node, now)
+        pump(node, now)
 
-    remaining = sum(1 for w in workers.values() if not w.done)
-    now = 0
+    def call_finished(node: tuple[int, int], now: int) -> None:
+        nonlocal remaining, finished_ps, seq
+        done = calls_done[node]
+        done.append(now)
+        if len(done) == calls:
+            remaining -= 1
+            finished_ps = now
+        else:
+            seq += 1
+            heapq.heappush(heap, (now + gap_ps, seq, _NEXT_CALL, node, None, None, 0))
+
+    keys = {job_id: key for key, job_id in job_ids.items()}
+    remaining = sum(len(a) for a in jobs_in.values())  # workers with calls left
     finished_ps = 0
+    for key in jobs_in:  # jobs present from the start are admitted together, then begin
+        if starts[key] == 0:
+            install(key)
+    for key in jobs_in:
+        seq += 1
+        heapq.heappush(heap, (starts[key], seq, _START, key, None, None, 0))
+
+    now = 0
     events = 0
-    # Run until every worker is done and every packet in flight has arrived (the closing
-    # acks free what the accelerators retained for the workers).
+    # Run until every worker finished its calls and every packet in flight has arrived
+    # (the closing acks free what the accelerators retained for the workers).
     while remaining or heap:
         if not heap:
             raise FabricError(f"stalled at t={now} ps with {remaining} workers unfinished: {_missing(workers)}")
@@ -247,21 +284,20 @@ def allreduce(
         events += 1
         if events > max_events:
             raise FabricError(f"event budget {max_events} spent with {remaining} workers unfinished: {_missing(workers)}")
-        if kind != _TIMER:
-            pkt.ecn = codepoint
         if kind == _DELIVER_ACC:
+            pkt.ecn = codepoint
             for destinations, out in accs[dst].receive(pkt, src):
                 for to in destinations:
                     transmit(dst, to, out, now, _DELIVER_WORKER if to in workers else _DELIVER_ACC)
         elif kind == _DELIVER_WORKER:
+            pkt.ecn = codepoint
             w = workers[dst]
             was_done = w.done
             w.receive(pkt, now)
-            if w.done and not was_done:
-                remaining -= 1
-                finished_ps = now
             pump(dst, now)
-        else:
+            if w.done and not was_done:
+                call_finished(dst, now)
+        elif kind == _TIMER:
             if timer_at.get(dst) != now:
                 continue  # superseded timer (lazy cancellation)
             del timer_at[dst]
@@ -271,6 +307,14 @@ def allreduce(
             except TransportError as exc:
                 raise FabricError(f"worker {dst}: {exc}") from exc
             pump(dst, now)
+        elif kind == _NEXT_CALL:
+            start_call(dst, now)
+        else:  # _START: a job arrives (installed now unless it was there from t=0)
+            job_id = job_ids[dst]
+            if (job_id, 0) not in workers:
+                install(dst)
+            for rank in range(len(jobs_in[dst])):
+                start_call((job_id, rank), now)
 
     report.simulated_ps = finished_ps
     report.events = events
@@ -293,7 +337,9 @@ def allreduce(
     for key, arrays in jobs_in.items():
         job_id = job_ids[key]
         outputs[key] = [workers[(job_id, r)].result() for r in range(len(arrays))]
-        report.workers[key] = [_worker_stats(workers[(job_id, r)]) for r in range(len(arrays))]
+        report.workers[key] = [
+            {**_worker_stats(workers[(job_id, r)]), "finished_ps": calls_done[(job_id, r)]} for r in range(len(arrays))
+        ]
     result = outputs[0] if single else outputs
     return (result, report) if return_report else result
 
