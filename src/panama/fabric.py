@@ -21,7 +21,7 @@ import numpy as np
 
 from panama.core.accelerator import Accelerator, cwnd_cap_for_slots
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS
-from panama.core.packet import CE, NOT_ECT, Packet
+from panama.core.packet import CE, FLAG_RESULT, NOT_ECT, Packet
 from panama.core.transport import TransportError, WorkerTransport
 from panama.core.units import ms, us
 
@@ -85,6 +85,7 @@ def allreduce(
     duplicate: float = 0.0,
     reorder: bool = False,
     ecn: float = 0.0,
+    ecn_down: float = 0.0,
     seed: int = 0,
     cc: str = "dctcp",
     cc_options: dict | None = None,
@@ -105,7 +106,8 @@ def allreduce(
     ``job -> list`` to run several jobs at once through the same accelerators.
     ``loss``/``duplicate``: per-packet probabilities on every link; ``reorder``: random
     extra link delay (up to 8x the base delay) so packets overtake each other; ``ecn``:
-    probability that a link marks an ECT packet CE. ``start_ps``: when each job (by key)
+    probability that a link marks an ECT packet CE; ``ecn_down``: the same for result
+    packets only (congestion on the way down, below the roots). ``start_ps``: when each job (by key)
     arrives, default 0: its trees are installed then, as at admission, and its workers
     begin. ``calls``: consecutive allreduces of the same input per worker, each started
     ``gap_ps`` after that worker's previous one finished (an idle gap, e.g. compute).
@@ -122,7 +124,7 @@ def allreduce(
         raise ValueError(f"trees must be >= 1, got {trees}")
     if leaves < 1:
         raise ValueError(f"leaves must be >= 1, got {leaves}")
-    for name, value in (("loss", loss), ("duplicate", duplicate), ("ecn", ecn)):
+    for name, value in (("loss", loss), ("duplicate", duplicate), ("ecn", ecn), ("ecn_down", ecn_down)):
         _check_prob(name, value)
     for key, arrays in jobs_in.items():
         if len(arrays) < 1:
@@ -220,9 +222,11 @@ def allreduce(
             report.lost += 1
             return
         codepoint = pkt.ecn
-        if ecn and codepoint != NOT_ECT and codepoint != CE and rand() < ecn:
-            codepoint = CE
-            report.marked += 1
+        if codepoint != NOT_ECT and codepoint != CE:
+            mark = ecn + ecn_down if pkt.flags & FLAG_RESULT else ecn
+            if mark and rand() < mark:
+                codepoint = CE
+                report.marked += 1
         at = now + delay + (int(rand() * jitter) if jitter else 0)
         seq += 1
         heapq.heappush(heap, (at, seq, kind, dst, pkt, src, codepoint))

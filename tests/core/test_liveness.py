@@ -200,3 +200,18 @@ def test_fabric_newcomer_finishes_while_the_other_job_sleeps():
     assert all(w["retransmissions"] == 0 for w in report.workers["b"])
     # (A comes back with the window of its old cap: what exceeds its new share is dropped
     # and resent, and its first result brings the new cap; its second sum is exact too.)
+
+
+def test_fabric_marks_on_the_way_down_reach_every_worker_and_keep_them_in_lockstep():
+    """Only results are marked (congestion below the roots): workers see CE, echo it, and
+    every worker of a tree then sees the same FLAG_ECE, so their windows stay equal."""
+    rng = np.random.default_rng(8)
+    xs = integer_inputs(rng, 4, 4 * 3000)
+    out, report = fabric.allreduce(xs, trees=2, leaves=2, ecn_down=0.03, payload_elems=4, seed=5,
+                                   trace_windows=True, return_report=True)
+    assert_exact(xs, out)
+    ws = report.workers[0]
+    assert report.marked > 0 and all(w["ece_results"] > 0 for w in ws)
+    # every worker reacted to the same tree-wide echoes: identical windows and alphas
+    assert all(w["windows"] == ws[0]["windows"] and w["alphas"] == ws[0]["alphas"] for w in ws)
+    assert all([win for _, _, win in w["window_trace"]] == [win for _, _, win in ws[0]["window_trace"]] for w in ws)
