@@ -24,7 +24,7 @@ GOLDEN = Path(__file__).parent / "golden" / "network_tiny.json"
 
 def tiny(seed: int, lossless: bool) -> dict:
     rng = np.random.default_rng(seed)
-    eng = Engine(progress=False)
+    eng = Engine()
     topo = leaf_spine(2, 2, 3)
     cfg = NetworkConfig(lossless=lossless, queue_limit_bytes=12 * 1500, ecn_k_bytes=6 * 1500,
                         switch_buffer_bytes=150_000 if lossless else None)

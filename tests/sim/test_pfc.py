@@ -15,7 +15,7 @@ from panama.sim.network import KIND_OTHER, LosslessPort, Network, NetworkConfig,
 
 def incast(graph, cfg, senders, receiver, size_bytes=64_000, seed=0, until=ms(50)):
     rng = np.random.default_rng(seed)
-    eng = Engine(progress=False)
+    eng = Engine()
     net = Network(eng, graph, cfg, rng=rng)
     tcp = Dctcp(net, rng=rng)
     flows = [tcp.start_flow(s, receiver, size_bytes, 0) for s in senders]
@@ -71,7 +71,7 @@ def test_static_threshold_mode():
 
 def test_dynamic_threshold_shrinks_as_buffer_fills():
     rng = np.random.default_rng(0)
-    net = Network(Engine(progress=False), star(4), NetworkConfig(lossless=True, switch_buffer_bytes=200_000), rng=rng)
+    net = Network(Engine(), star(4), NetworkConfig(lossless=True, switch_buffer_bytes=200_000), rng=rng)
     sw = net.switch("tor0")
     empty = sw.pfc_threshold()
     assert empty == int(sw.pool_bytes / 8)
@@ -81,13 +81,13 @@ def test_dynamic_threshold_shrinks_as_buffer_fills():
 
 def test_buffer_too_small_for_headroom_is_rejected():
     with pytest.raises(ValueError, match="switch_buffer_bytes"):
-        Network(Engine(progress=False), star(33), NetworkConfig(lossless=True, switch_buffer_bytes=100_000),
+        Network(Engine(), star(33), NetworkConfig(lossless=True, switch_buffer_bytes=100_000),
                 rng=np.random.default_rng(0))
 
 
 def test_pause_holds_unstarted_packets_and_resume_sends_them():
     rng = np.random.default_rng(0)
-    eng = Engine(progress=False)
+    eng = Engine()
     net = Network(eng, star(2), NetworkConfig(lossless=True), rng=rng)
     got = []
     net.attach("h1", lambda p: got.append((eng.now, p.seq)))
@@ -105,7 +105,7 @@ def test_pause_holds_unstarted_packets_and_resume_sends_them():
 
 def test_hooks_in_a_lossless_network_charge_outputs_and_release_them():
     rng = np.random.default_rng(0)
-    eng = Engine(progress=False)
+    eng = Engine()
     net = Network(eng, star(3), NetworkConfig(lossless=True), rng=rng)
     got = {"h1": [], "h2": []}
     for h in got:
@@ -129,7 +129,7 @@ def test_hooks_in_a_lossless_network_charge_outputs_and_release_them():
 
 def test_static_threshold_that_could_overflow_is_rejected():
     with pytest.raises(ValueError, match="pfc_static_threshold_bytes"):
-        Network(Engine(progress=False), star(9),
+        Network(Engine(), star(9),
                 NetworkConfig(lossless=True, switch_buffer_bytes=200_000, pfc_static_threshold_bytes=30_000),
                 rng=np.random.default_rng(0))
 
@@ -138,7 +138,7 @@ def test_static_threshold_that_could_overflow_is_rejected():
 def test_random_traffic_on_small_buffers_is_lossless(seed):
     rng = np.random.default_rng(seed)
     topo = leaf_spine(3, 2, 4)
-    eng = Engine(progress=False)
+    eng = Engine()
     net = Network(eng, topo, NetworkConfig(lossless=True, switch_buffer_bytes=90_000), rng=rng)
     tcp = Dctcp(net, rng=rng)
     flows = []
