@@ -1,15 +1,17 @@
 # Types of panama/sim/dataplane.py for the compiled fast path (setup.py); the .py is the source.
 cimport cython
 
-from panama.sim.engine cimport Engine
+from panama.sim.engine cimport Engine, Event
 from panama.sim.packet cimport SimPacket
 
 cdef long long _CE
+cdef long long _GENERIC, _HOST, _SWITCH, _HOST_CHECKED, _SWITCH_LOSSLESS
 
 cdef class Node
 cdef class Switch
+cdef class _Release
 
-cdef class Port:
+cdef class Port(Event):
     cdef public Node owner
     cdef public Node peer
     cdef public long long index
@@ -33,8 +35,8 @@ cdef class Port:
     cdef public bint rel_armed
     cdef public Engine _eng
     cdef public object _trace
-    cdef public object _deliver_cb
-    cdef public object _release_cb
+    cdef public long long _mode
+    cdef public _Release _release_ev
     cdef public object net
     cdef public long long tx_packets
     cdef public long long tx_bytes
@@ -43,6 +45,8 @@ cdef class Port:
     cdef public long long pauses
     cdef public long long paused_ps
 
+    @cython.locals(mode=cython.longlong)
+    cpdef object fire(self)
     cpdef long long backlog_ps(self)
     cpdef long long queue_bytes(self)
 
@@ -64,6 +68,9 @@ cdef class Port:
     cpdef pause(self)
     cpdef resume(self)
     cpdef _release(self)
+
+cdef class _Release(Event):
+    cdef public Port port
 
 cdef class HostPort(Port):
     pass

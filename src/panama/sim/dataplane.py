@@ -22,6 +22,7 @@ from panama.sim.packet import (
     NUM_KINDS,
     SimPacket,
 )
+from panama.sim.engine import Event
 from panama.sim.routing import ecmp_index
 
 if TYPE_CHECKING:
@@ -33,9 +34,20 @@ _BITS_PS = 8_000_000_000_000  # bits * ps per second (8 * PS_PER_S)
 _NEVER = 1 << 62
 _CE = CE  # a C constant when compiled
 
+# Arrival handlers of a port (Port._mode), chosen by the kind of its peer.
+_GENERIC = 0
+_HOST = 1
+_SWITCH = 2
+_HOST_CHECKED = 3
+_SWITCH_LOSSLESS = 4
 
-class Port:
+
+class Port(Event):
     """Output queue + serialiser + wire from ``owner`` to ``peer`` (one direction).
+
+    The port is itself the engine event of its pipe's head arrival (:meth:`fire` runs
+    the arrival handler chosen for the peer); ``_release_ev`` is the event of its
+    buffer releases (lossless switches).
 
     Serialisation takes ``size_bytes x ps_per_byte`` with ``ps_per_byte =
     ceil(8e12 / rate_bps)``: exact for every rate dividing 8 Tbit/s (1, 2.5, 10, 25, 40,
@@ -51,11 +63,13 @@ class Port:
         "owner", "peer", "index", "peer_index", "reverse", "name", "tier", "rate_bps", "ps_per_byte",
         "delay_ps", "busy_until", "pipe", "armed", "paused", "paused_since", "waiting",
         "waiting_ps", "limit_ps", "k_ps", "release", "rel_armed", "_eng", "_trace",
-        "_deliver_cb", "_release_cb", "net",
+        "_mode", "_release_ev", "net",
         "tx_packets", "tx_bytes", "ecn_marks", "drops", "pauses", "paused_ps",
     )
 
     def __init__(self, net: Network, owner: Node, peer: Node, rate_bps: float, delay_ps: int, tier: str):
+        self.t = 0
+        self.seq = 0
         self.net = net
         eng = net.engine
         self._eng = eng
@@ -83,8 +97,9 @@ class Port:
         self.k_ps = _NEVER
         self.release: deque[tuple[int, int, int]] | None = None
         self.rel_armed = False
-        self._deliver_cb = self._deliver
-        self._release_cb = self._release
+        self._mode = _GENERIC
+        self._fire_cb = self._deliver
+        self._release_ev = _Release(self)
         self.tx_packets = 0
         self.tx_bytes = 0
         self.ecn_marks = 0
@@ -101,17 +116,31 @@ class Port:
         if self.net.config.lossless:
             # Pauses can take packets back from a pipe under a pending event.
             if isinstance(peer, Host):
-                self._deliver_cb = self._deliver_host_checked
+                self._mode = _HOST_CHECKED
+                self._fire_cb = self._deliver_host_checked
             elif isinstance(peer, Switch):
-                self._deliver_cb = self._deliver_switch_lossless
-            else:
-                self._deliver_cb = self._deliver
+                self._mode = _SWITCH_LOSSLESS
+                self._fire_cb = self._deliver_switch_lossless
         elif isinstance(peer, Host):
-            self._deliver_cb = self._deliver_host
+            self._mode = _HOST
+            self._fire_cb = self._deliver_host
         elif isinstance(peer, Switch):
-            self._deliver_cb = self._deliver_switch
+            self._mode = _SWITCH
+            self._fire_cb = self._deliver_switch
+
+    def fire(self) -> None:
+        """The pipe's head is due at the peer: run the arrival handler of :meth:`_select_delivery`."""
+        mode = self._mode
+        if mode == _SWITCH:
+            self._deliver_switch()
+        elif mode == _HOST:
+            self._deliver_host()
+        elif mode == _SWITCH_LOSSLESS:
+            self._deliver_switch_lossless()
+        elif mode == _HOST_CHECKED:
+            self._deliver_host_checked()
         else:
-            self._deliver_cb = self._deliver
+            self._deliver()
 
     # ------------------------------------------------------------------ queries
     def tx_time(self, size_bytes: int) -> int:
@@ -152,7 +181,7 @@ class Port:
         self.pipe.append((arrive, pkt))
         if not self.armed:
             self.armed = True
-            self._eng.push(arrive, self._deliver_cb)
+            self._eng.schedule(arrive, self)
         if self._trace is not None:
             self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // self.ps_per_byte))
         return True
@@ -166,7 +195,7 @@ class Port:
         while pipe:
             head = pipe[0]
             if head[0] > now:
-                self._eng.push(head[0], self._deliver_cb)
+                self._eng.schedule(head[0], self)
                 return
             pipe.popleft()
             recv(head[1], idx)
@@ -191,7 +220,7 @@ class Port:
                 return
             t = pipe[0][0]
             if t > self._eng.now:
-                self._eng.push(t, self._deliver_cb)
+                self._eng.schedule(t, self)
                 return
 
     def _deliver_switch(self) -> None:
@@ -213,7 +242,7 @@ class Port:
                     return
                 t = pipe[0][0]
                 if t > now:
-                    self._eng.push(t, self._deliver_cb)
+                    self._eng.schedule(t, self)
                     return
                 continue
             dst = pkt.dst
@@ -247,7 +276,7 @@ class Port:
                     out.pipe.append((end, pkt))
                     if not out.armed:
                         out.armed = True
-                        self._eng.push(end, out._deliver_cb)
+                        self._eng.schedule(end, out)
                     if out._trace is not None:
                         out._trace((now, "tx", sw.name, out.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // out.ps_per_byte))
             if not pipe:
@@ -255,7 +284,7 @@ class Port:
                 return
             t = pipe[0][0]
             if t > now:
-                self._eng.push(t, self._deliver_cb)
+                self._eng.schedule(t, self)
                 return
 
     # ------------------------------------------------------------------ PFC (LosslessPort)
@@ -293,7 +322,7 @@ class HostPort(Port):
         self.pipe.append((end, pkt))
         if not self.armed:
             self.armed = True
-            self._eng.push(end, self._deliver_cb)
+            self._eng.schedule(end, self)
         if self._trace is not None:
             self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, (bu - now) // self.ps_per_byte))
         return True
@@ -330,10 +359,10 @@ class LosslessPort(Port):
             rel.append((end, size, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
-                self._eng.push(end, self._release_cb)
+                self._eng.schedule(end, self._release_ev)
         if not self.armed:
             self.armed = True
-            self._eng.push(arrive, self._deliver_cb)
+            self._eng.schedule(arrive, self)
         if self._trace is not None:
             self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // self.ps_per_byte))
         return True
@@ -346,7 +375,7 @@ class LosslessPort(Port):
         while pipe:
             head = pipe[0]
             if head[0] > now:
-                self._eng.push(head[0], self._deliver_cb)
+                self._eng.schedule(head[0], self)
                 return
             pipe.popleft()
             pkt = head[1]
@@ -369,7 +398,7 @@ class LosslessPort(Port):
         while pipe:
             head = pipe[0]
             if head[0] > now:
-                self._eng.push(head[0], self._deliver_cb)
+                self._eng.schedule(head[0], self)
                 return
             pipe.popleft()
             pkt = head[1]
@@ -421,10 +450,10 @@ class LosslessPort(Port):
             rel.append((end, pkt.size_bytes, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
-                self._eng.push(end, self._release_cb)
+                self._eng.schedule(end, self._release_ev)
         if not self.armed:
             self.armed = True
-            self._eng.push(arrive, self._deliver_cb)
+            self._eng.schedule(arrive, self)
 
     def _send_paused(self, pkt: SimPacket, in_idx: int, tx: int) -> bool:
         now = self._eng.now
@@ -497,7 +526,7 @@ class LosslessPort(Port):
         while rel:
             head = rel[0]
             if head[0] > now:
-                self._eng.push(head[0], self._release_cb)
+                self._eng.schedule(head[0], self._release_ev)
                 break
             rel.popleft()
             ingress[head[2]] -= head[1]
@@ -507,6 +536,21 @@ class LosslessPort(Port):
         if freed:
             sw.used_bytes -= freed
             sw._check_resume()
+
+
+class _Release(Event):
+    """The buffer-release event of a lossless switch port (one pending at a time)."""
+
+    __slots__ = ("port",)
+
+    def __init__(self, port: Port):
+        self.t = 0
+        self.seq = 0
+        self.port = port
+        self._fire_cb = port._release
+
+    def fire(self) -> None:
+        self.port._release()
 
 
 class Node:

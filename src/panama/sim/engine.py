@@ -15,6 +15,12 @@ Contract
   stays about as large as the number of busy components.
 * Randomness is never drawn here; components receive a seeded
   ``numpy.random.Generator`` from their owner.
+* Compiled (the fast path, ``engine.pxd``), the heap holds :class:`Event` objects whose
+  ``(t, seq)`` fields order them and the engine calls their ``fire()`` as a C method;
+  interpreted, it holds ``(time_ps, seq, callback)`` tuples for ``heapq``. Both pop
+  events in the same ``(time, seq)`` order, so a run gives the same results either way.
+  Components that schedule often subclass :class:`Event` and use :meth:`Engine.schedule`;
+  :meth:`Engine.push` takes any callable.
 * Tracing is off by default: ``Engine(trace=callable)`` makes ``engine.trace`` a
   callable taking one flat tuple; components test ``if trace is not None`` once per
   traced action. :class:`TraceRecorder` collects records in a list.
@@ -23,17 +29,96 @@ Contract
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 from heapq import heappop, heappush
 from typing import Any
 
-__all__ = ["Engine", "Timer", "TraceRecorder", "StopRun"]
+__all__ = ["Engine", "Event", "Timer", "TraceRecorder", "StopRun"]
 
 _NEVER = 1 << 62  # later than any simulated time (about 53 days)
+
+# True when this module runs as a compiled extension (see the module docstring).
+_COMPILED = not __file__.endswith(".py")
 
 
 class StopRun(Exception):
     """Raised inside a callback (or via :meth:`Engine.stop`) to end :meth:`Engine.run` now."""
+
+
+class Event:
+    """Something the engine can schedule directly (:meth:`Engine.schedule`): ``fire()`` is
+    called when it is due. One object is in the heap at most once at a time (its ``t`` and
+    ``seq`` are its heap key when compiled), so components keep one pending event per
+    :class:`Event` object. ``_fire_cb`` is the callable the interpreted heap stores
+    (``fire`` unless a subclass picks a more specific method)."""
+
+    __slots__ = ("t", "seq", "_fire_cb")
+
+    def __init__(self) -> None:
+        self.t = 0
+        self.seq = 0
+        self._fire_cb = self.fire
+
+    def fire(self) -> object:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class _Call(Event):
+    """A plain callable as a heap entry (compiled heap only)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.t = 0
+        self.seq = 0
+        self.fn = fn
+        self._fire_cb = fn
+
+    def fire(self) -> object:
+        return self.fn()
+
+
+def _heap_push(heap: list, ev: Event) -> None:
+    """Push ``ev`` on a heap of :class:`Event` ordered by ``(t, seq)`` (compiled heap)."""
+    heap.append(ev)
+    pos = len(heap) - 1
+    t = ev.t
+    seq = ev.seq
+    while pos > 0:
+        up = (pos - 1) >> 1
+        parent = heap[up]
+        if parent.t < t or (parent.t == t and parent.seq < seq):
+            break
+        heap[pos] = parent
+        pos = up
+    heap[pos] = ev
+
+
+def _heap_pop(heap: list) -> Event:
+    """Pop the smallest :class:`Event` of a non-empty heap (compiled heap)."""
+    last = heap.pop()
+    if not heap:
+        return last
+    top = heap[0]
+    n = len(heap)
+    t = last.t
+    seq = last.seq
+    pos = 0
+    while True:
+        child = 2 * pos + 1
+        if child >= n:
+            break
+        c = heap[child]
+        if child + 1 < n:
+            r = heap[child + 1]
+            if r.t < c.t or (r.t == c.t and r.seq < c.seq):
+                child += 1
+                c = r
+        if t < c.t or (t == c.t and seq < c.seq):
+            break
+        heap[pos] = c
+        pos = child
+    heap[pos] = last
+    return top
 
 
 class Engine:
@@ -71,7 +156,24 @@ class Engine:
         """Unchecked :meth:`at` for hot paths of components that know ``time_ps >= now``."""
         seq = self.seq + 1
         self.seq = seq
-        heappush(self.heap, (time_ps, seq, callback))
+        if _COMPILED:
+            ev = _Call(callback)
+            ev.t = time_ps
+            ev.seq = seq
+            _heap_push(self.heap, ev)
+        else:
+            heappush(self.heap, (time_ps, seq, callback))
+
+    def schedule(self, time_ps: int, ev: Event) -> None:
+        """Fire ``ev`` at ``time_ps`` (>= now, unchecked); ``ev`` must not be pending."""
+        seq = self.seq + 1
+        self.seq = seq
+        if _COMPILED:
+            ev.t = time_ps
+            ev.seq = seq
+            _heap_push(self.heap, ev)
+        else:
+            heappush(self.heap, (time_ps, seq, ev._fire_cb))
 
     def timer(self, callback: Callable[[], Any]) -> Timer:
         """A re-armable, cancellable timer calling ``callback()``."""
@@ -90,7 +192,10 @@ class Engine:
         return len(self.heap)
 
     def next_time(self) -> int | None:
-        return self.heap[0][0] if self.heap else None
+        """Time of the earliest pending heap entry, or None."""
+        if not self.heap:
+            return None
+        return self.heap[0].t if _COMPILED else self.heap[0][0]
 
     # ------------------------------------------------------------------ running
     def run(self, until_ps: int | None = None) -> int:
@@ -102,21 +207,37 @@ class Engine:
         n = 0
         last = self.now  # time of the last event that did something (stale timer entries do not)
         try:
-            while heap:
-                t, seq, fn = heappop(heap)
-                if t > limit:
-                    heappush(heap, (t, seq, fn))
-                    break
-                self.now = t
-                n += 1
-                if fn() is _STALE:
-                    self.now = last
-                else:
-                    last = t
+            if _COMPILED:
+                while heap:
+                    ev = heap[0]
+                    t = ev.t
+                    if t > limit:
+                        break
+                    _heap_pop(heap)
+                    self.now = t
+                    n += 1
+                    if ev.fire() is _STALE:
+                        self.now = last
+                    else:
+                        last = t
+            else:
+                while heap:
+                    t, seq, fn = heappop(heap)
+                    if t > limit:
+                        heappush(heap, (t, seq, fn))
+                        break
+                    self.now = t
+                    n += 1
+                    if fn() is _STALE:
+                        self.now = last
+                    else:
+                        last = t
         except StopRun:
             pass
-        if until_ps is not None and self.now < until_ps and (not heap or heap[0][0] > until_ps):
-            self.now = until_ps
+        if until_ps is not None and self.now < until_ps:
+            nxt = self.next_time()
+            if nxt is None or nxt > until_ps:
+                self.now = until_ps
         self.events += n
         return n
 
@@ -156,7 +277,7 @@ class Timer:
             return
         self._token += 1
         self._entry_time = time_ps
-        eng.push(time_ps, partial(self._fire, self._token))
+        eng.schedule(time_ps, _TimerEntry(self, self._token))
 
     def cancel(self) -> None:
         self.when = None
@@ -176,11 +297,27 @@ class Timer:
         if when > eng.now:
             self._token += 1
             self._entry_time = when
-            eng.push(when, partial(self._fire, self._token))
+            eng.schedule(when, _TimerEntry(self, self._token))
             return _STALE  # re-armed later: nothing happened now
         self.when = None
         self.callback()
         return None
+
+
+class _TimerEntry(Event):
+    """One heap entry of a :class:`Timer` (``token`` tells a live entry from stale ones)."""
+
+    __slots__ = ("timer", "token")
+
+    def __init__(self, timer: Timer, token: int):
+        self.t = 0
+        self.seq = 0
+        self.timer = timer
+        self.token = token
+        self._fire_cb = self.fire
+
+    def fire(self) -> object:
+        return self.timer._fire(self.token)
 
 
 class TraceRecorder:

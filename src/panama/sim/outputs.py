@@ -3,7 +3,11 @@
 Every key of ``summary.json`` is documented in docs/simulator.md (section
 "summary.json"); the file itself carries a ``_doc`` pointer there. Times are in
 microseconds (``_us``) or seconds (``_s``), sizes in bytes. Apart from ``wall_s`` (and
-the derived ``events_per_wall_s``), two runs of the same scenario give identical files.
+the derived ``events_per_wall_s``), two runs of the same scenario give identical files,
+whether the simulator runs compiled or not (``compiled`` says which).
+
+:class:`SimResult` is defined here, where :func:`collect` builds it; the runner
+re-exports it.
 """
 
 from __future__ import annotations
@@ -11,15 +15,18 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from panama._ext import compiled
 from panama.core.units import PS_PER_S, PS_PER_US
 
 if TYPE_CHECKING:
-    from panama.sim.runner import SimResult, Simulation
+    from panama.sim.runner import Simulation
+    from panama.sim.scenario import Scenario
 
 SHORT_FLOW_BYTES = 100_000
 # Flow size buckets of the FCT plot and of summary["fct_by_size"]: [low, high) bytes.
@@ -37,7 +44,9 @@ FLOW_COLUMNS = (
 JOB_COLUMNS = ("job", "iteration", "scheme", "start_us", "comm_start_us", "end_us", "iteration_time_us", "comm_time_us")
 SUMMARY_DOC = "keys documented in docs/simulator.md, section summary.json; times in us or s, sizes in bytes"
 # summary keys that differ between otherwise identical runs.
-NONDETERMINISTIC_KEYS = ("wall_s", "events_per_wall_s")
+# Keys that differ between runs of the same scenario (wall clock) or between the compiled
+# and the pure-Python simulator (``compiled``); everything else is identical.
+NONDETERMINISTIC_KEYS = ("wall_s", "events_per_wall_s", "compiled")
 
 
 def _us(ps: int | float | None) -> float | None:
@@ -90,9 +99,24 @@ def fct_by_size(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass
+class SimResult:
+    """Outcome of one run: ``summary`` (the summary.json dict), ``flow_rows`` (flows.csv),
+    ``iteration_rows`` (jobs.csv), ``queue`` (busiest queue samples), ``out_dir`` (where
+    files were written, if anywhere) and ``sim`` (the live :class:`Simulation`)."""
+
+    scenario: Scenario
+    summary: dict[str, Any]
+    flow_rows: list[dict[str, Any]]
+    iteration_rows: list[dict[str, Any]]
+    queue: dict[str, Any]
+    sim: Simulation
+    out_dir: Path | None = None
+    files: list[Path] = field(default_factory=list)
+
+
 def collect(sim: Simulation) -> SimResult:
     """Turn a finished :class:`Simulation` into a :class:`SimResult` (summary and tables)."""
-    from panama.sim.runner import SimResult
 
     sc = sim.scenario
     bg_rows = [flow_row("background", f) for f in sim.background.flows]
@@ -152,6 +176,7 @@ def collect(sim: Simulation) -> SimResult:
         "finished": sim.finished,
         "simulated_s": now / PS_PER_S,
         "wall_s": sim.wall_s,
+        "compiled": compiled(),
         "events": events,
         "events_per_wall_s": events / sim.wall_s if sim.wall_s > 0 else None,
         "packet_hops": counters["packet_hops"],

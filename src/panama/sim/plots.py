@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from panama.sim.runner import SimResult
+    from panama.sim.outputs import SimResult
 
 
 def _pyplot():

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,9 @@ from panama.core.topology import HOST, Topology, TopologyError, parse_topology
 from panama.core.units import PS_PER_MS, PS_PER_US
 from panama.sim.dctcp import Dctcp, DctcpConfig, Flow
 from panama.sim.engine import Engine
+from panama.sim import outputs
 from panama.sim.network import Network, NetworkConfig, QueueSampler
+from panama.sim.outputs import SimResult
 from panama.sim.panama_host import PanamaHost
 from panama.sim.pswitch import PSwitchFabric
 from panama.sim.scenario import Scenario, ScenarioError, default_scenario, load_scenario
@@ -354,22 +355,6 @@ class _Status:
             print(file=sys.stderr, flush=True)
 
 
-@dataclass
-class SimResult:
-    """Outcome of one run: ``summary`` (the summary.json dict), ``flow_rows`` (flows.csv),
-    ``iteration_rows`` (jobs.csv), ``queue`` (busiest queue samples), ``out_dir`` (where
-    files were written, if anywhere) and ``sim`` (the live :class:`Simulation`)."""
-
-    scenario: Scenario
-    summary: dict[str, Any]
-    flow_rows: list[dict[str, Any]]
-    iteration_rows: list[dict[str, Any]]
-    queue: dict[str, Any]
-    sim: Simulation
-    out_dir: Path | None = None
-    files: list[Path] = field(default_factory=list)
-
-
 def run_scenario(
     scenario: Scenario | str | Path | None = None,
     out_dir: str | Path | None = None,
@@ -381,8 +366,6 @@ def run_scenario(
     """Run one scenario (object, file path, or None = built-in default); write outputs to
     ``out_dir`` if given (``plots=False`` skips the PNGs); print the terminal table if
     ``table``. Raises :class:`ScenarioError` naming the key for invalid scenarios."""
-    from panama.sim import outputs
-
     if scenario is None:
         scenario = default_scenario()
     elif not isinstance(scenario, Scenario):
