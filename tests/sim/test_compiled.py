@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+import panama
 from panama import _ext
 from panama.sim.outputs import NONDETERMINISTIC_KEYS
 
-ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden_sim" / "tiny.toml"
-HEAVY = ROOT / "examples" / "panama_heavy.toml"
+HEAVY = Path(panama.__file__).parent / "data" / "scenarios" / "panama_heavy.toml"
 
 
 def _env(pure: bool) -> dict[str, str]:

@@ -21,7 +21,11 @@ shared machine affects both sides alike.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from heapq import heappop, heappush
 from typing import Any
 
@@ -29,12 +33,14 @@ import click
 import networkx as nx
 import numpy as np
 
+from panama._ext import ENV_VAR, compiled
 from panama.core.units import PS_PER_S, ms, us
 from panama.sim.dctcp import Dctcp, DctcpConfig, goodput_bps, jain
 from panama.sim.engine import Engine
 from panama.sim.network import Network, NetworkConfig
 
-__all__ = ["reference_graph", "build_reference", "summarize_reference", "run_reference", "minimal_loop", "run_bench", "bench_sim"]
+__all__ = ["reference_graph", "build_reference", "summarize_reference", "run_reference", "minimal_loop", "run_bench",
+           "compare_pure", "bench_sim", "PANAMA_SCENARIO"]
 
 RATE_BPS = 10e9
 DELAY_PS = us(10)
@@ -162,37 +168,219 @@ def run_bench(duration_ps: int = ms(100), seed: int = 1, slices: int = 10) -> di
     res["loop_hops"] = loop_hops
     res["loop_hops_per_s"] = loop_hops / loop_wall
     res["ratio"] = res["sim_hops_per_s"] / res["loop_hops_per_s"]
+    res["compiled"] = compiled()
     return res
 
 
-@click.command("sim")
-@click.option("--duration-ms", type=click.FloatRange(min=0.1, max=10_000), default=100.0, show_default=True,
-              help="Simulated time of the reference scenario.")
-@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the scenario.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench_sim(duration_ms: float, seed: int, as_json: bool) -> None:
-    """Simulator speed: packet hops per wall second against a minimal heapq loop.
+# ---------------------------------------------------------------------- compiled vs pure
+# Figures of the reference run that depend on the simulation only (not on the machine).
+REFERENCE_FIGURES = ("packet_hops", "events", "goodput_gbps", "flow_goodput_gbps", "jain", "queue_mean_pkts",
+                     "queue_p99_pkts", "queue_max_pkts", "drops", "ecn_marks", "timeouts")
 
-    Runs 4 long-lived DCTCP flows through one 10 Gbps bottleneck (10 us links, ECN K=65
-    packets) and, in the same process, a bare heapq store-and-forward loop moving the
-    same number of hops. Prints both rates, their ratio, and the scenario's goodput,
-    Jain fairness, bottleneck queue mean/p99 and drops.
+PANAMA_SCENARIO = Path(__file__).resolve().parents[1] / "data" / "scenarios" / "panama_heavy.toml"
+
+
+class _SlicedRun:
+    """One benchmark scenario run slice by slice: ``step(k)`` simulates slice ``k`` of
+    ``slices`` and returns (packet hops, wall seconds); ``figures()`` the deterministic
+    results."""
+
+    def __init__(self, scenario: str, duration_ps: int, seed: int, slices: int):
+        self.scenario = scenario
+        self.duration_ps = duration_ps
+        self.slices = slices
+        self.events = 0
+        self.wall = 0.0
+        if scenario == "reference":
+            self.ref = build_reference(seed=seed)
+            self.net = self.ref["network"]
+            self.engine = self.ref["engine"]
+        else:
+            from panama.sim.runner import Simulation
+            from panama.sim.scenario import load_scenario
+
+            ms_ = duration_ps / 1e9
+            sc = load_scenario(PANAMA_SCENARIO, [f"seed={seed}", f"duration_ms={ms_!r}", f"max_time_ms={ms_!r}"])
+            self.sim = Simulation(sc)
+            self.sim.start()
+            self.net = self.sim.net
+            self.engine = self.sim.engine
+
+    def step(self, k: int) -> tuple[int, float]:
+        before = self.net.hops()
+        until = self.duration_ps * k // self.slices
+        t0 = time.perf_counter()
+        if self.scenario == "reference":
+            self.events += self.engine.run(until)
+        else:
+            self.sim.advance(until)
+        w = time.perf_counter() - t0
+        self.wall += w
+        return self.net.hops() - before, w
+
+    def figures(self) -> dict[str, Any]:
+        if self.scenario == "reference":
+            res = summarize_reference(self.ref, self.duration_ps, self.events, self.wall)
+            return {k: res[k] for k in REFERENCE_FIGURES}
+        from panama.sim import outputs
+
+        self.sim.sampler.stop()
+        self.sim.wall_s = self.wall
+        summary = outputs.collect(self.sim).summary
+        return {k: v for k, v in summary.items() if k not in outputs.NONDETERMINISTIC_KEYS}
+
+
+def _pure_child() -> None:
+    """The pure-Python side of :func:`compare_pure`: a child process with
+    ``PANAMA_NO_EXTENSIONS=1`` that runs one slice per line read on stdin."""
+    scenario, duration_ps, seed, slices = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    run = _SlicedRun(scenario, duration_ps, seed, slices)
+    print(json.dumps({"compiled": compiled()}), flush=True)
+    for line in sys.stdin:
+        k = int(line)
+        if k == 0:
+            print(json.dumps(run.figures()), flush=True)
+            return
+        hops, wall = run.step(k)
+        print(json.dumps([hops, wall]), flush=True)
+
+
+def compare_pure(scenario: str = "reference", duration_ps: int = ms(100), seed: int = 1,
+                 slices: int = 10) -> dict[str, Any]:
+    """Packet hops per wall second of this process (compiled when the extensions are
+    built) and of a child process on the pure-Python path (``PANAMA_NO_EXTENSIONS=1``),
+    on the same scenario, slice by slice in turn so that load on a shared machine hits
+    both alike; and whether their results are identical."""
+    env = dict(os.environ)
+    env[ENV_VAR] = "1"
+    code = "import sys; from panama.sim.bench import _pure_child; _pure_child()"
+    child = subprocess.Popen([sys.executable, "-c", code, scenario, str(duration_ps), str(seed), str(slices)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert json.loads(child.stdout.readline())["compiled"] is False
+        run = _SlicedRun(scenario, duration_ps, seed, slices)
+        hops = pure_hops = 0
+        wall = pure_wall = 0.0
+        for k in range(1, slices + 1):
+            h, w = run.step(k)
+            hops += h
+            wall += w
+            child.stdin.write(f"{k}\n")
+            child.stdin.flush()
+            ph, pw = json.loads(child.stdout.readline())
+            pure_hops += ph
+            pure_wall += pw
+        child.stdin.write("0\n")
+        child.stdin.flush()
+        pure_figures = json.loads(child.stdout.readline())
+    finally:
+        child.stdin.close()
+        child.wait()
+    figures = json.loads(json.dumps(run.figures()))
+    rate, pure_rate = hops / wall, pure_hops / pure_wall
+    return {
+        "scenario": scenario,
+        "duration_ps": duration_ps,
+        "compiled": compiled(),
+        "packet_hops": hops,
+        "hops_per_s": rate,
+        "wall_s": wall,
+        "pure_hops_per_s": pure_rate,
+        "pure_wall_s": pure_wall,
+        "speedup_vs_pure": rate / pure_rate,
+        "identical_to_pure": figures == pure_figures and hops == pure_hops,
+        "figures": figures,
+    }
+
+
+@click.command("sim")
+@click.option("--scenario", type=click.Choice(["reference", "panama"]), default="reference", show_default=True,
+              help="reference: 4 DCTCP flows through one bottleneck; panama: the PANAMA-heavy k=8 fat-tree "
+                   "(data/scenarios/panama_heavy.toml).")
+@click.option("--duration-ms", type=click.FloatRange(min=0.1, max=10_000), default=None,
+              help="Simulated time [default: 100 for reference, 3 for panama].")
+@click.option("--seed", type=int, default=None, help="Seed of the scenario [default: 1 for reference, 3 for panama].")
+@click.option("--compare-pure/--no-compare-pure", "with_pure", default=True, show_default=True,
+              help="When compiled, also run the pure-Python path in a child process, slice by slice in turn.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_pure: bool, as_json: bool) -> None:
+    """Simulator speed: packet hops per wall second, compiled against pure Python.
+
+    reference: 4 long-lived DCTCP flows through one 10 Gbps bottleneck (10 us links, ECN
+    K=65 packets), with a bare heapq store-and-forward loop moving the same number of
+    hops in the same process; prints both rates, their ratio, and the scenario's
+    goodput, Jain fairness, bottleneck queue mean/p99 and drops. panama: four 16-worker
+    in-network jobs and background flows on a k=8 fat-tree. When the compiled fast path
+    is installed, the pure-Python path runs the same scenario in a child process
+    (PANAMA_NO_EXTENSIONS=1), in turn slice by slice; its rate, the speed-up and whether
+    the results are identical are reported.
     """
-    res = run_bench(ms(duration_ms), seed)
+    if duration_ms is None:
+        duration_ms = 100.0 if scenario == "reference" else 3.0
+    if seed is None:
+        seed = 1 if scenario == "reference" else 3
+    is_compiled = compiled()
+    if scenario == "reference":
+        res = run_bench(ms(duration_ms), seed)
+    else:
+        res = {"compiled": is_compiled}
+    if is_compiled and with_pure or scenario == "panama":
+        cmp = compare_pure(scenario, ms(duration_ms), seed) if is_compiled and with_pure else None
+        if cmp is None:  # panama scenario without a compiled path to compare
+            run = _SlicedRun(scenario, ms(duration_ms), seed, 1)
+            hops, wall = run.step(1)
+            cmp = {"scenario": scenario, "compiled": is_compiled, "packet_hops": hops, "hops_per_s": hops / wall,
+                   "wall_s": wall, "figures": json.loads(json.dumps(run.figures()))}
+        if scenario == "reference":
+            res.update({k: cmp[k] for k in ("pure_hops_per_s", "speedup_vs_pure", "identical_to_pure")})
+            res["compiled_hops_per_s_vs_pure_run"] = cmp["hops_per_s"]
+        else:
+            res = cmp
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return
-    rows = [
-        ("simulated time", f"{duration_ms:g} ms"),
-        ("packet hops", f"{res['packet_hops']:,}"),
-        ("simulator hops/s", f"{res['sim_hops_per_s']:,.0f}"),
-        ("heapq loop hops/s", f"{res['loop_hops_per_s']:,.0f}"),
-        ("ratio sim/loop", f"{res['ratio']:.3f}"),
-        ("goodput", f"{res['goodput_gbps']:.3f} Gbps ({100 * res['goodput_fraction']:.1f}% of the link)"),
-        ("Jain fairness", f"{res['jain']:.4f}"),
-        ("queue mean / p99", f"{res['queue_mean_pkts']:.1f} / {res['queue_p99_pkts']:.1f} pkts (K = {res['ecn_k_pkts']:.0f})"),
-        ("drops / timeouts", f"{res['drops']} / {res['timeouts']}"),
-    ]
+    mode = "compiled (Cython)" if is_compiled else "pure Python"
+    if scenario == "reference":
+        rows = [
+            ("simulator", mode),
+            ("simulated time", f"{duration_ms:g} ms"),
+            ("packet hops", f"{res['packet_hops']:,}"),
+            ("simulator hops/s", f"{res['sim_hops_per_s']:,.0f}"),
+            ("heapq loop hops/s", f"{res['loop_hops_per_s']:,.0f}"),
+            ("ratio sim/loop", f"{res['ratio']:.3f}"),
+        ]
+    else:
+        f = res["figures"]
+        rows = [
+            ("simulator", mode),
+            ("scenario", f"panama: {f['topology']}, {len(f['jobs'])} jobs, seed {seed}"),
+            ("simulated time", f"{duration_ms:g} ms"),
+            ("packet hops", f"{res['packet_hops']:,}"),
+            ("simulator hops/s", f"{res['hops_per_s']:,.0f}"),
+        ]
+    if "speedup_vs_pure" in res:
+        if scenario == "reference":
+            rows.append(("compiled hops/s", f"{res['compiled_hops_per_s_vs_pure_run']:,.0f} (in turn with the pure run)"))
+        rows += [
+            ("pure Python hops/s", f"{res['pure_hops_per_s']:,.0f}"),
+            ("speed-up vs pure", f"{res['speedup_vs_pure']:.2f}x"),
+            ("identical results", "yes" if res["identical_to_pure"] else "NO"),
+        ]
+    if scenario == "reference":
+        rows += [
+            ("goodput", f"{res['goodput_gbps']:.3f} Gbps ({100 * res['goodput_fraction']:.1f}% of the link)"),
+            ("Jain fairness", f"{res['jain']:.4f}"),
+            ("queue mean / p99", f"{res['queue_mean_pkts']:.1f} / {res['queue_p99_pkts']:.1f} pkts (K = {res['ecn_k_pkts']:.0f})"),
+            ("drops / timeouts", f"{res['drops']} / {res['timeouts']}"),
+        ]
+    else:
+        f = res["figures"]
+        done = sum(j["iterations_done"] for j in f["jobs"].values())
+        rows += [
+            ("iterations done", f"{done} (all jobs)"),
+            ("background flows", f"{f['background_completed']}/{f['background_flows']} done"),
+            ("drops / PFC pauses", f"{f['drops']} / {f['pfc_pauses']}"),
+        ]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         click.echo(f"{k:<{width}}  {v}")

@@ -292,8 +292,9 @@ class Simulation:
             self._finished = True
             self.engine.stop()
 
-    def run(self, progress: bool = True) -> None:
-        """Simulate until every job and flow is done or ``max_time_ms`` (see module docstring)."""
+    def start(self) -> None:
+        """Schedule the jobs, the background arrivals and the queue sampler (done by
+        :meth:`run`; call it directly to drive the run with :meth:`advance`)."""
         sc = self.scenario
         eng = self.engine
         for job in self.jobs:
@@ -302,13 +303,28 @@ class Simulation:
         if self.flow_specs:
             eng.at(self.flow_specs[0].start_ps, self._arrive)
         self.sampler = self.net.sample_queues(round(sc.sample_interval_us * PS_PER_US))
-        stop = sc.stop_ps
         self._check_end()
+        self._slice_ps = max(PS_PER_US * 50, round(sc.duration_ms * PS_PER_MS / 200))
+
+    def advance(self, until_ps: int | None = None) -> bool:
+        """Simulate up to ``until_ps`` (default: the stop rule) in slices of simulated time;
+        returns True once the run is over (stop rule or ``max_time_ms``)."""
+        eng = self.engine
+        stop = self.scenario.stop_ps
+        end = stop if until_ps is None else min(stop, until_ps)
+        while not self._finished and eng.heap and eng.now < end:
+            eng.run(until_ps=min(end, eng.now + self._slice_ps))
+        return self._finished or not eng.heap or eng.now >= stop
+
+    def run(self, progress: bool = True) -> None:
+        """Simulate until every job and flow is done or ``max_time_ms`` (see module docstring)."""
+        eng = self.engine
+        self.start()
+        stop = self.scenario.stop_ps
         wall0 = time.perf_counter()
         status = _Status(self, wall0) if progress else None
-        slice_ps = max(PS_PER_US * 50, round(sc.duration_ms * PS_PER_MS / 200))
         while not self._finished and eng.heap and eng.now < stop:
-            eng.run(until_ps=min(stop, eng.now + slice_ps))
+            eng.run(until_ps=min(stop, eng.now + self._slice_ps))
             if status is not None:
                 status.tick()
         self.sampler.stop()
