@@ -20,7 +20,8 @@ import importlib.util
 import os
 import sys
 
-__all__ = ["COMPILED_MODULES", "no_extensions", "install_pure_finder", "module_is_compiled", "compiled", "compiled_modules"]
+__all__ = ["COMPILED_MODULES", "ENV_VAR", "no_extensions", "install_pure_finder", "extensions_built", "module_is_compiled",
+           "compiled", "compiled_modules"]
 
 # Modules compiled by setup.py, in the order they are built.
 COMPILED_MODULES: tuple[str, ...] = (
@@ -93,6 +94,12 @@ def install_pure_finder() -> None:
         print(f"panama: compiled extensions older than their sources ({', '.join(stale)}); "
               "running pure Python (rebuild: pip install -e .)", file=sys.stderr)
     sys.meta_path.insert(0, _PureFinder())
+
+
+def extensions_built() -> bool:
+    """True when every module of the fast path has an up-to-date extension beside its
+    source (whether or not this process uses them)."""
+    return all(_built_extension(name) is not None for name in COMPILED_MODULES) and not _stale_extensions()
 
 
 def module_is_compiled(name: str) -> bool:
