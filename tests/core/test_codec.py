@@ -36,9 +36,10 @@ CASES = [
 
 @pytest.mark.parametrize("desc,packet,header", CASES, ids=[c[0] for c in CASES])
 def test_table_encode_decode(desc, packet, header):
-    data = encode(packet)
-    assert len(data) == HEADER_BYTES + 4 * packet.count
+    data = encode(packet, key=0x0123456789ABCDEF)
+    assert len(data) == HEADER_BYTES + 4 * packet.count + codec.KEY_BYTES == codec.datagram_size(packet.count)
     assert HEADER.unpack_from(data) == header
+    assert data[-8:] == bytes.fromhex("0123456789abcdef")  # key trailer, network order
     back = decode(data, ecn=packet.ecn)
     for name in ("job_id", "tree_id", "seq", "generation", "count", "flags", "cwnd_cap", "ack", "ecn"):
         assert getattr(back, name) == getattr(packet, name), name
@@ -50,18 +51,22 @@ def test_table_encode_decode(desc, packet, header):
 
 
 def test_header_is_28_bytes_and_default_packet_fits_mtu():
-    assert HEADER_BYTES == 28
+    assert HEADER_BYTES == 28 and codec.KEY_BYTES == 8
+    assert codec.wire_size(0) == 28  # what the simulator models (no trailer)
+    assert codec.datagram_size(codec.MAX_PAYLOAD_ELEMS) <= 65507 < codec.datagram_size(codec.MAX_PAYLOAD_ELEMS + 1)
     assert 20 + 8 + codec.wire_size(codec.DEFAULT_PAYLOAD_ELEMS) <= 1500
     assert 20 + 8 + codec.wire_size(codec.DEFAULT_PAYLOAD_ELEMS + 1) > 1500
 
 
 def _raw(magic=MAGIC, version=VERSION, flags=0, count=2, reserved=0, body=8):
-    return HEADER.pack(magic, version, flags, 1, 0, 10, 1, 5, 5, count, reserved) + b"\0" * body
+    return HEADER.pack(magic, version, flags, 1, 0, 10, 1, 5, 5, count, reserved) + b"\0" * (body + codec.KEY_BYTES)
 
 
 BAD = [
     ("short", b"\x50\x41\x01", codec.SHORT),
     ("empty", b"", codec.SHORT),
+    ("no key trailer", _raw(count=0, body=0)[:-1], codec.SHORT),
+    ("version 1 (no trailer)", _raw(version=1), codec.BAD_VERSION),
     ("bad magic", _raw(magic=0x1234), codec.BAD_MAGIC),
     ("bad version", _raw(version=9), codec.BAD_VERSION),
     ("unknown flags", _raw(flags=0x80), codec.UNKNOWN_FLAGS),
@@ -114,10 +119,27 @@ packets = st.builds(
 )
 
 
-@given(packets)
+def test_keys_admit_the_right_key_only_and_pass_unknown_jobs():
+    pkt = _pkt(job_id=7)
+    good = encode(pkt, key=2**64 - 1)
+    assert decode(good, keys={7: 2**64 - 1}).job_id == 7
+    assert decode(good, keys={8: 5}).job_id == 7  # job 7 unknown here: its receiver drops it
+    assert decode(good).job_id == 7  # no keys: no check
+    for wrong in (encode(pkt), encode(pkt, key=2**64 - 2)):
+        with pytest.raises(CodecError) as info:
+            decode(wrong, keys={7: 2**64 - 1})
+        assert info.value.reason == codec.BAD_KEY and "job 7" in str(info.value)
+    for bad in (-1, 2**64, 1.0, True):
+        with pytest.raises(CodecError) as info:
+            encode(pkt, key=bad)
+        assert info.value.reason == codec.BAD_FIELD
+    assert codec.key_trailer(1) == b"\0" * 7 + b"\1"
+
+
+@given(packets, st.integers(0, 2**64 - 1))
 @settings(max_examples=300)
-def test_roundtrip_property(packet):
-    back = decode(encode(packet), ecn=packet.ecn)
+def test_roundtrip_property(packet, key):
+    back = decode(encode(packet, key), ecn=packet.ecn, keys={packet.job_id: key})
     assert (back.job_id, back.tree_id, back.seq, back.generation, back.count, back.flags, back.cwnd_cap, back.ack) == (
         packet.job_id,
         packet.tree_id,
@@ -167,9 +189,9 @@ def test_struct_header_layout_is_network_order():
 def test_header_only_encoding_plus_payload_bytes_equals_full_encoding(packet):
     buf = bytearray(HEADER_BYTES)
     size = codec.encode_header_into(buf, packet)
-    assert size == codec.wire_size(packet.count)
+    assert size == codec.datagram_size(packet.count)
     payload = packet.payload.astype("<f4").tobytes() if packet.count else b""
-    assert bytes(buf) + payload == encode(packet)
+    assert bytes(buf) + payload + codec.key_trailer(99) == encode(packet, 99)
 
 
 def test_header_only_encoding_checks_like_full_encoding():
@@ -186,7 +208,7 @@ def test_header_only_encoding_checks_like_full_encoding():
 @settings(max_examples=200)
 def test_decode_with_a_payload_view_matches_plain_decode_and_aliases_the_buffer(packet):
     wire = encode(packet)
-    buf = bytearray(codec.wire_size(40) + 1)  # a receive buffer larger than the datagram
+    buf = bytearray(codec.datagram_size(40) + 1)  # a receive buffer larger than the datagram
     buf[: len(wire)] = wire
     floats = codec.payload_view(buf)
     assert not floats.flags.writeable
