@@ -135,3 +135,58 @@ def test_start_writes_into_a_given_out_vector_and_checks_it():
         w.start(2, data, out=np.zeros(5, np.float32))
     with pytest.raises(ValueError, match="overlap"):
         w.start(2, data, out=data)
+
+
+def test_fast_retransmit_on_a_gap_of_three_results():
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 8}, initial_rto_ps=ms(100))
+    w.start(0, np.ones(8, np.float32))
+    sent = w.poll(0)
+    one = np.ones(1, np.float32)
+    # seq 1's result (or contribution) was lost; the results of 2, 3, 4 come back
+    w.receive(result_for(sent[0], one), us(10))
+    for k in (2, 3):
+        w.receive(result_for(sent[k], one), us(10 + k))
+        assert w.poll(us(10 + k)) == []  # one or two results above a gap: could be reordering
+    w.receive(result_for(sent[4], one), us(14))
+    [again] = w.poll(us(14))
+    assert (again.seq, again.flags & FLAG_RETRANSMIT) == (1, FLAG_RETRANSMIT) and again.ack == 1
+    assert w.stats["fast_retransmits"] == 1 and w.stats["timeouts"] == 0
+    w.receive(result_for(sent[5], one), us(15))  # more results above the same gap: no second copy
+    assert w.poll(us(15)) == []
+    # recovery: the resent 1 comes back, the ack moves to 6 with no gap above: nothing more
+    w.receive(result_for(again, one), us(20))
+    assert w.poll(us(20)) == [] and w.stats["fast_retransmits"] == 1
+    for k in (6, 7):
+        w.receive(result_for(sent[k], one), us(30))
+    assert w.done and w.stats["retransmissions"] == 1
+
+
+def test_partial_ack_in_recovery_resends_the_next_hole():
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 10})
+    w.start(0, np.ones(10, np.float32))
+    sent = w.poll(0)
+    one = np.ones(1, np.float32)
+    for k in (2, 4, 5, 6):  # 0, 1 and 3 lost
+        w.receive(result_for(sent[k], one), us(10))
+    [first] = w.poll(us(10))
+    assert first.seq == 0
+    w.receive(result_for(first, one), us(20))  # partial ack: 1 is still a hole below 2..6
+    [second] = w.poll(us(20))
+    assert second.seq == 1
+    w.receive(result_for(second, one), us(30))  # ack moves to 3, a hole below 4..6
+    [third] = w.poll(us(30))
+    assert third.seq == 3 and w.stats["fast_retransmits"] == 3
+
+
+def test_reordering_within_the_threshold_resends_nothing():
+    w = WorkerTransport(1, 0, 2, payload_elems=1, cc="fixed", cc_options={"initial_window": 8})
+    w.start(0, np.ones(16, np.float32))
+    sent = w.poll(0)
+    one = np.ones(1, np.float32)
+    rng = np.random.default_rng(4)
+    # every result arrives at most 2 places later than in order, per tree
+    order = sorted(range(len(sent)), key=lambda k: k // 2 + rng.uniform(0, 2.5))
+    for n, k in enumerate(order):
+        w.receive(result_for(sent[k], one), us(10 + n))
+        assert all(p.flags & FLAG_RETRANSMIT == 0 for p in w.poll(us(10 + n)))
+    assert w.done and w.stats["fast_retransmits"] == 0

@@ -27,6 +27,16 @@ timed-out packet is retransmitted with ``FLAG_RETRANSMIT`` (RFC 6298 timer, doub
 each timeout, reset by a fresh RTT sample); after ``max_retries`` the transport raises
 ``TransportError`` naming what was missing.
 
+Fast retransmit: results are per-packet and cumulative at once, so a gap is visible.
+When ``DUPTHRESH`` (3) results of a tree arrive above its lowest sequence number without
+a result, that packet is resent at once (RFC 5681 section 3.2), and while that recovery
+lasts, each result that moves the cumulative ack but leaves a gap resends the new lowest
+one too (RFC 6582's partial acknowledgement). Fewer results above a gap (reordering)
+resend nothing. Windows are left alone: in PANAMA's lossless fabric a loss is not a
+congestion signal (ECN and ``cwnd_cap`` are), and a loss seen by one worker only must not
+break the tree's lock-step. Retransmissions are answered from the accelerators' retained
+slots, so the protocol stays exactly-once.
+
 ECN: contributions leave as ECT(0). A result whose *IP* codepoint is CE was marked on
 the way down (the accelerators relay such a mark to every worker below them); the
 worker echoes it by sending its next contribution on that tree as CE, so the
@@ -55,6 +65,13 @@ IGNORED_OUT_OF_RANGE = "out_of_range"
 IGNORED_DUPLICATE = "duplicate"
 IGNORED_BAD_COUNT = "bad_count"
 IGNORED_IDLE = "idle"
+
+
+# Results of a tree above its lowest missing one before that one is resent at once
+# (RFC 5681 section 3.2's three duplicate ACKs). A tree's packets follow one path
+# through FIFO queues and its slots complete in sequence order, so results come back in
+# order unless something was lost; 3 leaves room for reordering by a multipath fabric.
+DUPTHRESH = 3
 
 
 class TransportError(RuntimeError):
@@ -120,6 +137,9 @@ class WorkerTransport:
         self._inflight: dict[int, int] = {}  # packet index -> last send time (send order)
         self._retries: dict[int, int] = {}
         self._retx_queue: list[int] = []
+        self._dups = [0] * self.num_trees  # results above the lowest missing one, per tree
+        self._recover = [-1] * self.num_trees  # fast recovery lasts until the ack passes this seq
+        self._high = [-1] * self.num_trees  # highest seq of the tree with a result
         self._closing_acks: list[Packet] = []
         self._got: np.ndarray = np.zeros(0, dtype=bool)
         self._remaining = 0
@@ -136,6 +156,7 @@ class WorkerTransport:
             "retransmissions": 0,
             "timeouts": 0,
             "results": 0,
+            "fast_retransmits": 0,
             "acks_sent": 0,
             "ece_results": 0,
             "ce_results": 0,
@@ -190,6 +211,9 @@ class WorkerTransport:
         self._inflight.clear()
         self._retries.clear()
         self._retx_queue.clear()
+        self._dups = [0] * T
+        self._recover = [-1] * T
+        self._high = [-1] * T
         self._closing_acks.clear()  # the new contributions carry the same acks
         self.active = npkts > 0
 
@@ -317,9 +341,14 @@ class WorkerTransport:
         end = self._gen_start[t] + self._gen_len[t]
         got = self._got
         start = self._gen_start[t]
+        old_base = base
+        if packet.seq > self._high[t]:
+            self._high[t] = packet.seq
         while base < end and got[t + T * (base - start)]:
             base += 1
         self._base[t] = base
+        if base < end:
+            self._fast_retransmit(t, base, old_base, packet.seq)
         ece = bool(packet.flags & FLAG_ECE)
         if ece:
             stats["ece_results"] += 1
@@ -339,6 +368,28 @@ class WorkerTransport:
                 Packet(self.job_id, tid, b, g, 0, FLAG_ACK, MAX_CWND_CAP, b, ECT0)
                 for tid, b in zip(self.tree_ids, self._base)
             ]
+
+    def _fast_retransmit(self, t: int, base: int, old_base: int, seq: int) -> None:
+        """Resend tree ``t``'s lowest missing packet ``base`` on a gap (see the module docstring)."""
+        T = self.num_trees
+        if base != old_base:
+            # The ack moved. Within a recovery a gap that remains is a partial ack: the new
+            # lowest missing packet was sent before the ones already answered, resend it.
+            self._dups[t] = 0
+            if base > self._recover[t] or self._high[t] < base:
+                return
+        elif seq > base:
+            self._dups[t] += 1
+            if self._dups[t] != DUPTHRESH:
+                return
+            self._recover[t] = self._gen_start[t] + self._next_k[t] - 1
+        else:
+            return
+        i = t + T * (base - self._gen_start[t])
+        if i in self._inflight and i not in self._retx_queue:
+            self._retx_queue.append(i)
+            self._retries[i] = self._retries.get(i, 0) + 1
+            self.stats["fast_retransmits"] += 1
 
     def _ignore(self, reason: str) -> None:
         ignored = self.stats["ignored"]
