@@ -118,7 +118,7 @@ def test_malformed_and_oversize_datagrams_are_counted_not_fatal(daemon_factory):
     d.start_data_plane()
     raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     raw.sendto(b"", d.udp_addr)
-    raw.sendto(b"\x50\x41\x02" + bytes(25), d.udp_addr)  # bad version
+    raw.sendto(b"\x50\x41\x09" + bytes(33), d.udp_addr)  # bad version
     raw.sendto(codec.encode(_contribution(0, 1.0))[:-3], d.udp_addr)
     big = Packet(1, 0, 0, 1, PE * 4, 0, payload=np.ones(PE * 4, np.float32))
     raw.sendto(codec.encode(big), d.udp_addr)  # larger than the daemon's slots
@@ -132,6 +132,96 @@ def test_malformed_and_oversize_datagrams_are_counted_not_fatal(daemon_factory):
     st = d.stats()
     assert st["malformed"] == {"short": 1, "bad_version": 1, "count_mismatch": 1}
     assert st["drops"].get("oversize", 0) + st["drops"].get("too_large", 0) == 1
+
+
+def test_datagrams_with_a_wrong_key_are_dropped_and_results_carry_the_key(daemon_factory):
+    d = daemon_factory(ecn_threshold_pkts=0)
+    a, b = PacketSocket(), PacketSocket()
+    key = 0xFEEDFACECAFEBEEF
+    d.install_job(1, [{"tree_id": 0, "children": [format_addr(a.addr), format_addr(b.addr)], "parent": None}], key)
+    d.start_data_plane()
+    a.set_key(key)
+    b.send(_contribution(0, 100.0), d.udp_addr)  # b does not know the key: refused
+    a.send(_contribution(0, 1.0), d.udp_addr)
+    b.set_key(key)
+    b.send(_contribution(0, 2.0), d.udp_addr)
+    for s in (a, b):
+        s.settimeout(5.0)
+        buf = bytearray(65536)
+        n, ecn, _ = s.recv_into(buf)
+        pkt = codec.decode(bytes(buf[:n]), ecn, keys={1: key})  # the result carries the job's key
+        assert np.all(pkt.payload == 3.0)
+    assert d.stats()["malformed"] == {"bad_key": 1}
+
+
+def test_send_errors_never_end_the_data_plane(daemon_factory):
+    """A destination the kernel refuses (EACCES: broadcast) is counted by destination; the daemon serves on."""
+    d = daemon_factory(ecn_threshold_pkts=0)
+    a, b = PacketSocket(), PacketSocket()
+    d.install_job(1, [{"tree_id": 0, "children": [format_addr(a.addr), format_addr(b.addr)], "parent": None}])
+    # What a bad install could once leave behind: a parent the socket cannot send to.
+    d.acc.install_tree(1, 1, (a.addr, b.addr), ("255.255.255.255", 9))
+    d.start_data_plane()
+    for s in (a, b):  # tree 1's partial goes up to the broadcast parent: refused by the kernel
+        s.send(_contribution(0, 1.0, tree=1), d.udp_addr)
+    for s in (a, b):
+        s.send(_contribution(0, 2.0, tree=0), d.udp_addr)
+    for s in (a, b):
+        pkt, _ = _recv(s)
+        assert pkt.tree_id == 0 and np.all(pkt.payload == 4.0)
+    st = d.stats()
+    assert st["data_plane"]["alive"] and st["send_errors"] >= 1
+    assert "255.255.255.255:9" in st["send_errors_by_dest"] and "EACCES" in st["send_errors_by_dest"]["255.255.255.255:9"]
+    assert "255.255.255.255:9" in st["data_plane"]["last_send_error"]
+
+
+def test_an_unexpected_data_plane_error_is_counted_and_the_loop_goes_on(daemon_factory, monkeypatch):
+    d = daemon_factory(ecn_threshold_pkts=0)
+    a, b = PacketSocket(), PacketSocket()
+    d.install_job(1, [{"tree_id": 0, "children": [format_addr(a.addr), format_addr(b.addr)], "parent": None}])
+    real = d.acc.receive
+    calls = {"n": 0}
+
+    def flaky(packet, src):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected bug")
+        return real(packet, src)
+
+    monkeypatch.setattr(d.acc, "receive", flaky)
+    d.start_data_plane()
+    a.send(_contribution(0, 1.0), d.udp_addr)  # lost to the bug; the retransmission gets through
+    deadline = time.monotonic() + 10
+    while d.stats()["data_plane"]["errors"] == 0:
+        assert time.monotonic() < deadline, "the injected error was never hit"
+        time.sleep(0.01)
+    a.send(_contribution(0, 1.0), d.udp_addr)
+    b.send(_contribution(0, 2.0), d.udp_addr)
+    pkt, _ = _recv(a)
+    assert np.all(pkt.payload == 3.0)
+    st = d.stats()["data_plane"]
+    assert st["alive"] and st["errors"] == 1 and "injected bug" in st["last_error"]
+
+
+@pytest.mark.parametrize(
+    "trees,field",
+    [
+        ([{"tree_id": 0, "children": ["127.0.0.1:1"], "parent": "255.255.255.255:9"}], "trees[0].parent"),
+        ([{"tree_id": 0, "children": ["127.0.0.1:0"]}], "trees[0].children"),
+        ([{"tree_id": 0, "children": ["0.0.0.0:5"]}], "trees[0].children"),
+        ([{"tree_id": 0, "children": ["127.0.0.1:1", "127.0.0.1:1"]}], "trees[0].children"),
+        ([{"tree_id": 0, "children": ["127.0.0.1:1"]}, {"tree_id": 0, "children": ["127.0.0.1:2"]}], "trees"),
+        ([{"tree_id": 0, "children": ["127.0.0.1:1"], "colour": 1}], "trees[0].colour"),
+        ([], "trees"),
+    ],
+)
+def test_a_bad_install_is_refused_before_anything_is_applied(daemon_factory, trees, field):
+    d = daemon_factory()
+    with pytest.raises(ValueError) as info:
+        d.install_job(3, trees, key=5)
+    assert str(info.value).startswith(field), str(info.value)
+    assert d.acc.jobs() == set() or 3 not in d.acc.jobs()
+    assert 3 not in d.keys and 3 not in d.jobs_installed
 
 
 def test_config_validation_names_the_field():

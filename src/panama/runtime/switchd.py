@@ -24,10 +24,19 @@ DCTCP's switch rule).
 Control plane (HTTP/JSON via aiohttp on ``control``, see docs/runtime.md):
 ``GET /health``, ``GET /stats``, ``GET /metrics`` (Prometheus text), ``GET /jobs``,
 ``PUT /jobs/{job_id}`` (install trees), ``DELETE /jobs/{job_id}``. Control requests
-and the data plane share the accelerator under one lock.
+and the data plane share the accelerator under one lock. Every request but ``/health``
+needs ``Authorization: Bearer <token>`` (401 otherwise); a job is installed with its
+data-plane key, and datagrams of that job carrying another key are dropped
+(``malformed["bad_key"]``). An install is validated whole (every address parsed,
+resolved and checked routable from the data-plane socket) before anything is applied:
+400 naming the field, nothing installed.
 
 Faults: malformed datagrams are counted by codec reason (``malformed``), never
 raised; ``drop_prob`` (seeded) drops received datagrams before processing to inject loss.
+No send error ends the data plane: the socket counts them per destination and reason
+(``send_errors``, ``last_send_error``); any other exception in the data plane is
+logged, counted (``data_plane.errors``) and the loop restarts. ``/health`` reports the
+data plane's liveness and last error, and answers 503 while it is not running.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from aiohttp import web
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
+from panama.runtime.http import MAX_BODY_BYTES, auth_middleware, errors_middleware, read_json_object, start_site
 from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, AddressError, PacketSocket, format_addr, parse_addr
 
 log = logging.getLogger("panama.switch")
@@ -98,9 +108,12 @@ class SwitchConfig:
 class SwitchDaemon:
     """One accelerator behind a UDP socket, with an HTTP control and metrics endpoint."""
 
-    def __init__(self, config: SwitchConfig):
+    def __init__(self, config: SwitchConfig, token: str | None = None):
+        """``token``: the bearer token control requests must carry (None: no authentication,
+        for in-process use without HTTP; ``panama switch`` always has one)."""
         config.validate()
         self.config = config
+        self.token = token
         self.acc = Accelerator(
             config.packet_memory, config.payload_elems, name=config.switch_id, copy_payloads=False
         )
@@ -122,6 +135,12 @@ class SwitchDaemon:
         self.batches = 0
         self.max_backlog_pkts = 0
         self.jobs_installed: dict[int, list[dict]] = {}
+        # Data-plane keys of installed jobs (decode checks them; the socket appends them).
+        self.keys: dict[int, int] = {}
+        self.sock.trailers = {}
+        self.control_counters: dict[str, int] = {}
+        self.dp_errors = 0
+        self.dp_last_error: str | None = None
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ data plane
@@ -137,14 +156,30 @@ class SwitchDaemon:
         self.sock.close()
 
     def _serve_udp(self) -> None:
+        """Run the data-plane loop until stopped; an unexpected error is logged, counted and the loop restarts."""
         # Per-packet objects are acyclic and freed by reference counting; the cyclic
         # collector would only add pauses to the data plane of this process.
         gc.disable()
+        while not self._stop.is_set():
+            try:
+                self._data_plane_loop()
+            except Exception as exc:  # noqa: BLE001 - the data plane must outlive any one packet
+                with self.lock:
+                    self.dp_errors += 1
+                    self.dp_last_error = f"{type(exc).__name__}: {exc}"
+                if self.dp_errors <= 10 or self.dp_errors % 1000 == 0:
+                    log.exception("data plane error %d (loop restarted)", self.dp_errors)
+                time.sleep(0.001)
+
+    def data_plane_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+
+    def _data_plane_loop(self) -> None:
         cfg = self.config
         sock = self.sock
         raw = sock.sock
         raw.setblocking(True)
-        bufs = [bytearray(codec.wire_size(cfg.payload_elems) + 1) for _ in range(cfg.batch)]
+        bufs = [bytearray(codec.datagram_size(cfg.payload_elems) + 1) for _ in range(cfg.batch)]
         views = [memoryview(b) for b in bufs]
         floats = [codec.payload_view(b) for b in bufs]  # decode slices payloads from these
         iovs = [[v] for v in views]  # recvmsg_into's buffer lists, made once
@@ -161,7 +196,8 @@ class SwitchDaemon:
         resend = sock.resend
         drop_prob = cfg.drop_prob
         rng = self._rng
-        datagram_bytes = codec.wire_size(cfg.payload_elems)
+        datagram_bytes = codec.datagram_size(cfg.payload_elems)
+        keys = self.keys
         threshold = cfg.ecn_threshold_pkts * datagram_bytes if cfg.ecn_threshold_pkts else 1 << 62
         getsockopt = raw.getsockopt
         sol_socket = int(socket.SOL_SOCKET)
@@ -222,7 +258,7 @@ class SwitchDaemon:
                         self.daemon_drops[DROP_INJECTED] += 1
                         continue
                     try:
-                        packet = decode(views[k][:n], ecn, floats[k])
+                        packet = decode(views[k][:n], ecn, floats[k], keys)
                     except CodecError as exc:
                         self.malformed[exc.reason] += 1
                         continue
@@ -253,8 +289,16 @@ class SwitchDaemon:
                 self.rx_bytes += rx_bytes
 
     # ------------------------------------------------------------------ control plane
-    def install_job(self, job_id: int, trees: list[dict]) -> None:
-        """Install every tree of ``job_id`` atomically (all or none); raises ValueError/AcceleratorError."""
+    def install_job(self, job_id: int, trees: list[dict], key: int = 0) -> None:
+        """Install every tree of ``job_id`` with data-plane ``key`` atomically (all or none).
+
+        Everything is validated before anything is applied (ValueError/AddressError,
+        naming the field); AcceleratorError when the accelerator refuses (nothing stays).
+        """
+        if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key <= codec.MAX_KEY:
+            raise ValueError(f"key: expected an integer in [0, 2^64), got {key!r}")
+        if not trees:
+            raise ValueError("trees: expected at least one tree")
         parsed = []
         for i, tree in enumerate(trees):
             where = f"trees[{i}]"
@@ -266,10 +310,19 @@ class SwitchDaemon:
             children = tree.get("children")
             if not isinstance(children, list) or not children:
                 raise ValueError(f"{where}.children: expected a non-empty list of HOST:PORT")
-            kids = tuple(_resolve(c, f"{where}.children") for c in children)
+            kids = tuple(self._destination(c, f"{where}.children") for c in children)
+            if len(set(kids)) != len(kids):
+                raise ValueError(f"{where}.children: duplicate address")
             parent = tree.get("parent")
-            par = None if parent is None else _resolve(parent, f"{where}.parent")
+            par = None if parent is None else self._destination(parent, f"{where}.parent")
+            if par is not None and par in kids:
+                raise ValueError(f"{where}.parent: {parent} is also a child")
+            unknown = set(tree) - {"tree_id", "children", "parent"}
+            if unknown:
+                raise ValueError(f"{where}.{sorted(unknown)[0]}: unknown key")
             parsed.append((tree_id, kids, par))
+        if len({t for t, _, _ in parsed}) != len(parsed):
+            raise ValueError("trees: duplicate tree_id")
         with self.lock:
             if job_id in self.acc.jobs():
                 raise AcceleratorError(f"{self.config.switch_id}: job {job_id} is already installed")
@@ -283,12 +336,36 @@ class SwitchDaemon:
                     self.acc.remove_tree(job_id, tree_id)
                 raise
             self.jobs_installed[job_id] = trees
+            self.keys[job_id] = key
+            self.sock.trailers[job_id] = codec.key_trailer(key)
         log.info("installed job %d: %s", job_id, json.dumps(trees))
+
+    def _destination(self, text: object, field: str) -> Address:
+        """A child or parent address: parsed, resolved, and one this daemon's socket can send to."""
+        host, port = _resolve(text, field)
+        if not 1 <= port <= 65535:
+            raise AddressError(f"{field}: port must be in [1, 65535], got {text!r}")
+        if host == "0.0.0.0":
+            raise AddressError(f"{field}: {text!r} is not a destination (unspecified address)")
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            probe.bind((self.udp_addr[0], 0))
+            probe.connect((host, port))  # route lookup only: nothing is sent
+        except OSError as exc:
+            raise AddressError(
+                f"{field}: {text} is not reachable from this daemon's socket {format_addr(self.udp_addr)} "
+                f"({exc.strerror or exc})"
+            ) from None
+        finally:
+            probe.close()
+        return host, port
 
     def remove_job(self, job_id: int) -> None:
         with self.lock:
             self.acc.remove_job(job_id)
             self.jobs_installed.pop(job_id, None)
+            self.keys.pop(job_id, None)
+            self.sock.trailers.pop(job_id, None)
         log.info("removed job %d", job_id)
 
     def stats(self) -> dict:
@@ -308,6 +385,10 @@ class SwitchDaemon:
                 "tx_bytes": self.sock.sent_bytes,
                 "drops": dict(drops),
                 "malformed": dict(self.malformed),
+                "send_errors": self.sock.send_errors,
+                "send_errors_by_dest": {d: dict(v) for d, v in self.sock.send_errors_by_dest.items()},
+                "data_plane": self._data_plane_facts(),
+                "control": dict(self.control_counters),
                 "retransmits_received": self.retransmits_received,
                 "ce_received": self.ce_received,
                 "ce_marked": self.ce_marked,
@@ -317,6 +398,15 @@ class SwitchDaemon:
                 "occupancy": {str(k): v for k, v in acc["occupancy"].items()},
                 "jobs": sorted(self.acc.jobs()),
             }
+
+    def _data_plane_facts(self) -> dict:
+        return {
+            "alive": self.data_plane_alive(),
+            "errors": self.dp_errors,
+            "last_error": self.dp_last_error,
+            "send_errors": self.sock.send_errors,
+            "last_send_error": self.sock.last_send_error,
+        }
 
     def metrics_text(self) -> str:
         """Counters in the Prometheus text exposition format (version 0.0.4)."""
@@ -355,6 +445,14 @@ class SwitchDaemon:
         )
         metric("panama_switch_ce_received_total", "counter", "Datagrams received with ECN CE.", [("", st["ce_received"])])
         metric("panama_switch_ce_marked_total", "counter", "Packets this daemon marked CE.", [("", st["ce_marked"])])
+        metric(
+            "panama_switch_send_errors_total",
+            "counter",
+            "Datagrams the kernel refused to send, by destination.",
+            [(f",dest={_label(d)}", sum(v.values())) for d, v in sorted(st["send_errors_by_dest"].items())],
+        )
+        metric("panama_switch_data_plane_up", "gauge", "1 while the data-plane loop runs.", [("", int(st["data_plane"]["alive"]))])
+        metric("panama_switch_data_plane_errors_total", "counter", "Data-plane loop restarts.", [("", st["data_plane"]["errors"])])
         metric("panama_switch_contributions_total", "counter", "Contributions aggregated.", [("", acc["contributions"])])
         metric("panama_switch_results_out_total", "counter", "Result packets emitted.", [("", acc["results_out"])])
         metric("panama_switch_used_slots", "gauge", "Accelerator slots in use.", [("", acc["used_slots"])])
@@ -369,7 +467,10 @@ class SwitchDaemon:
 
     # ------------------------------------------------------------------ HTTP
     def make_app(self) -> web.Application:
-        app = web.Application()
+        middlewares = [errors_middleware(self.control_counters, f"switch {self.config.switch_id}")]
+        if self.token is not None:
+            middlewares.insert(0, auth_middleware(self.token, frozenset({"/health"}), self.control_counters))
+        app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
         app.add_routes(
             [
                 web.get("/health", self._h_health),
@@ -383,14 +484,18 @@ class SwitchDaemon:
         return app
 
     async def _h_health(self, request: web.Request) -> web.Response:
+        with self.lock:
+            dp = self._data_plane_facts()
         return web.json_response(
             {
                 "id": self.config.switch_id,
                 "udp": format_addr(self.udp_addr),
                 "payload_elems": self.config.payload_elems,
                 "packet_memory": self.config.packet_memory,
-                "status": "ok",
-            }
+                "status": "ok" if dp["alive"] else "data plane down",
+                "data_plane": dp,
+            },
+            status=200 if dp["alive"] else 503,
         )
 
     async def _h_stats(self, request: web.Request) -> web.Response:
@@ -406,14 +511,21 @@ class SwitchDaemon:
 
     async def _h_install(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "body: not valid JSON")
-        if not isinstance(body, dict) or not isinstance(body.get("trees"), list):
+        body = await read_json_object(request)
+        if not isinstance(body.get("trees"), list):
             return _error(400, "trees: expected an object with a list 'trees'")
+        unknown = set(body) - {"trees", "key"}
+        if unknown:
+            return _error(400, f"{sorted(unknown)[0]}: unknown key")
+        key_text = body.get("key", "0")
+        if not isinstance(key_text, str) or not 1 <= len(key_text) <= 16:
+            return _error(400, f"key: expected 1-16 hex digits, got {key_text!r}")
         try:
-            self.install_job(job_id, body["trees"])
+            key = int(key_text, 16)
+        except ValueError:
+            return _error(400, f"key: expected 1-16 hex digits, got {key_text!r}")
+        try:
+            self.install_job(job_id, body["trees"], key)
         except AddressError as exc:
             return _error(400, str(exc))
         except AcceleratorError as exc:
@@ -433,11 +545,10 @@ class SwitchDaemon:
     # ------------------------------------------------------------------ lifecycle
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when run as the main program)."""
-        runner = web.AppRunner(self.make_app(), access_log=None)
+        runner = web.AppRunner(self.make_app(), access_log=None, keepalive_timeout=30.0)
         await runner.setup()
-        site = web.TCPSite(runner, self.config.control[0], self.config.control[1], reuse_address=True)
-        await site.start()
-        self.control_addr = tuple(runner.addresses[0][:2])
+        server, watchdog = await start_site(runner, self.config.control[0], self.config.control[1])
+        self.control_addr = tuple(server.sockets[0].getsockname()[:2])
         self.start_data_plane()
         log.info(
             "switch %s: udp %s, control http://%s, packet_memory %d x %d floats, ecn threshold %d, drop_prob %g",
@@ -473,6 +584,8 @@ class SwitchDaemon:
                     )
         finally:
             self._stop.set()
+            watchdog.cancel()
+            server.close()
             await runner.cleanup()
             if self._thread is not None:
                 self._thread.join(timeout=2.0)

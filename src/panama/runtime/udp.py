@@ -10,6 +10,7 @@ carries it as an ``IP_TOS`` control message on that one ``sendmsg``.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import time
 from collections.abc import Hashable
@@ -22,15 +23,16 @@ from panama.core.packet import ECT0, Packet
 # (cwnd_cap bounds them by accelerator memory). The kernel doubles the value asked for
 # and caps it at net.core.rmem_max unless the process may use SO_RCVBUFFORCE.
 DEFAULT_SOCKET_BUFFER_BYTES = 32 * 1024 * 1024
-# Runtime default datagram payload: the largest a UDP datagram holds, 16369 float32
-# (65,476 + 28 header = 65,504 bytes). Loopback's MTU is 65,536, so such datagrams are
+# Runtime default datagram payload: the largest a UDP datagram holds, 16367 float32
+# (65,468 + 28 header + 8 key trailer = 65,504 bytes). Loopback's MTU is 65,536, so such datagrams are
 # never fragmented there; per-datagram costs (system calls, Python) dominate, so fewer,
 # larger datagrams are faster (docs/runtime.md). Use 361 (1500-byte MTU) on real NICs.
 RUNTIME_PAYLOAD_ELEMS = codec.MAX_PAYLOAD_ELEMS
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # Linux values; Python does not export them
 _SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 _MSG_TRUNC = int(socket.MSG_TRUNC)  # plain int: the enum's '&' is slow
-_MAX_DATAGRAM_BYTES = codec.wire_size(codec.MAX_PAYLOAD_ELEMS)
+_MAX_DATAGRAM_BYTES = codec.datagram_size(codec.MAX_PAYLOAD_ELEMS)
+_NO_KEY = codec.key_trailer(0)
 _TOS_CMSG_SPACE = socket.CMSG_SPACE(4)
 
 Address = tuple[str, int]
@@ -99,9 +101,17 @@ class PacketSocket:
         self._header = memoryview(self._out)
         self._iov: list = [self._header]
         self._peer: Address | None = None  # set by connect()
+        # Key trailer of every datagram: one job's (a worker: ``set_key``), or per job id
+        # (a daemon: ``trailers``, shared with its control plane).
+        self.trailer = _NO_KEY
+        self.trailers: dict[int, bytes] | None = None
         self.sent_packets = 0
         self.sent_bytes = 0
         self.send_errors = 0
+        # A send error never propagates: counted per destination and errno name, the
+        # last one kept as text (a daemon's /health and /stats report them).
+        self.send_errors_by_dest: dict[str, dict[str, int]] = {}
+        self.last_send_error: str | None = None
         self._last = 0
 
     # ------------------------------------------------------------------ sending
@@ -116,9 +126,14 @@ class PacketSocket:
         from any loss).
         """
         n = codec.encode_header_into(self._out, packet)
-        self._iov = [self._header, packet.payload] if packet.count else [self._header]
+        trailer = self.trailer if self.trailers is None else self.trailers.get(packet.job_id, _NO_KEY)
+        self._iov = [self._header, packet.payload, trailer] if packet.count else [self._header, trailer]
         self._last = n
         return self._sendmsg(n, to, packet.ecn if ecn is None else ecn)
+
+    def set_key(self, key: int) -> None:
+        """Carry ``key`` (the job's data-plane key) in every datagram this socket sends."""
+        self.trailer = codec.key_trailer(key)
 
     def resend(self, to: Hashable, ecn: int = ECT0) -> int:
         """Send the datagram of the last :meth:`send` again, to ``to`` (multicast by copies)."""
@@ -145,11 +160,21 @@ class PacketSocket:
                 self.sock.sendmsg(self._iov, (), 0, to)
             else:
                 self.sock.sendmsg(self._iov, [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))], 0, to)
-        except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.ENOBUFS, errno.ECONNREFUSED, errno.EPERM):
-                self.send_errors += 1
-                return 0
-            raise
+        except (OSError, TypeError, ValueError, OverflowError) as exc:
+            # Any destination the kernel (or the address conversion) refuses: count it
+            # by destination and reason; the caller's retransmissions or the controller's
+            # health checks deal with the consequences, the sender goes on.
+            self.send_errors += 1
+            reason = errno.errorcode.get(getattr(exc, "errno", None) or 0) or type(exc).__name__
+            dest = format_addr(to) if isinstance(to, tuple) and len(to) == 2 else repr(to)
+            per = self.send_errors_by_dest.get(dest)
+            if per is None:
+                if len(self.send_errors_by_dest) >= 1024:  # bounded: forged destinations cannot grow it
+                    dest = "other"
+                per = self.send_errors_by_dest.setdefault(dest, {})
+            per[reason] = per.get(reason, 0) + 1
+            self.last_send_error = f"send to {dest} failed: {reason}: {os.strerror(exc.errno) if getattr(exc, 'errno', None) else exc}"
+            return 0
         self.sent_packets += 1
         self.sent_bytes += n
         return n
