@@ -23,12 +23,17 @@ import sys
 __all__ = ["COMPILED_MODULES", "ENV_VAR", "no_extensions", "install_pure_finder", "extensions_built", "module_is_compiled",
            "compiled", "compiled_modules"]
 
-# Modules compiled by setup.py, in the order they are built.
+# Modules compiled by setup.py: the simulator's hot path and the core modules it drives.
 COMPILED_MODULES: tuple[str, ...] = (
     "panama.sim.engine",
     "panama.sim.packet",
     "panama.sim.dataplane",
     "panama.sim.dctcp",
+    "panama.sim.pswitch",
+    "panama.sim.panama_host",
+    "panama.core.accelerator",
+    "panama.core.transport",
+    "panama.core.cc",
 )
 
 ENV_VAR = "PANAMA_NO_EXTENSIONS"
