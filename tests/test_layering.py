@@ -33,6 +33,7 @@ RULES = {
     "sim": {"panama.runtime", "panama.experiments", "panama.cli", "torch"},
     "runtime": {"panama.sim", "panama.experiments"},
     "fabric.py": {"panama.sim", "panama.runtime", "panama.experiments", "panama.cli"},
+    "hw": {"panama.sim", "panama.runtime", "panama.experiments", "panama.cli", "panama.fabric"},
 }
 
 
@@ -74,3 +75,15 @@ def test_rule_catches_a_violation(tmp_path):
     bad.write_text("import socket\nfrom time import monotonic\nfrom panama.sim import engine\nimport numpy\n")
     assert imported_modules(bad) == {"socket", "time", "panama.sim", "numpy"}
     assert len(violations([bad], CORE_FORBIDDEN)) == 3
+
+
+def test_only_the_cli_imports_hw():
+    """panama.hw is optional (amaranth): nothing but the CLI's lazy registry may import it."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        if SRC / "hw" in path.parents:
+            continue
+        for name in imported_modules(path):
+            if name == "panama.hw" or name.startswith("panama.hw."):
+                found.append(f"{path.relative_to(SRC)} imports {name}")
+    assert found == []

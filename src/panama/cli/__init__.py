@@ -60,6 +60,7 @@ def _unavailable(name: str, exc: ImportError) -> click.Command:
         "controller": "panama.cli:controller",
         "demo": "panama.experiments.cli:demo",
         "experiment": "panama.experiments.cli:experiment",
+        "hw": "panama.hw.cli:hw",
         "simulate": "panama.sim.cli:simulate",
         "switch": "panama.runtime.cli:switch",
         "topology": "panama.cli.topology_cmds:topology",
