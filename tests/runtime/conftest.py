@@ -1,3 +1,5 @@
+import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -6,6 +8,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from panama.runtime.cluster import LocalCluster  # noqa: E402
+
+# One bearer token for every cluster these tests start, and every client they make
+# (spawned workers inherit it); tests of authentication send none or a wrong one.
+os.environ.setdefault("PANAMA_TOKEN", secrets.token_urlsafe(32))
 
 # Small datagrams so that small arrays still span many packets and both trees.
 TEST_PAYLOAD_ELEMS = 1000

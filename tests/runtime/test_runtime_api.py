@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 
 import pytest
 
@@ -11,9 +12,13 @@ from panama.runtime.controller_service import ClusterFileError, load_cluster, sp
 from panama.runtime.http import request_json
 
 
-def _raw(addr, method, path, body: bytes | None, ctype="application/json"):
+def _raw(addr, method, path, body: bytes | None, ctype="application/json", token: str | None = None):
     conn = http.client.HTTPConnection(addr[0], addr[1], timeout=5)
-    conn.request(method, path, body=body, headers={"Content-Type": ctype} if body is not None else {})
+    headers = {"Content-Type": ctype} if body is not None else {}
+    token = os.environ["PANAMA_TOKEN"] if token is None else token
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    conn.request(method, path, body=body, headers=headers)
     resp = conn.getresponse()
     data = resp.read()
     conn.close()
@@ -112,7 +117,7 @@ def test_daemon_control_api_rejects_bad_requests(cluster):
         "/jobs/5",
         json.dumps({"trees": [{"tree_id": 0, "children": ["127.0.0.1:1"]}, {"tree_id": 0, "children": ["127.0.0.1:2"]}]}).encode(),
     )
-    assert status == 409  # duplicate tree: nothing of the job stays installed
+    assert status == 400 and reply["error"].startswith("trees")  # duplicate tree: refused before anything is applied
     assert _raw(control, "DELETE", "/jobs/12345", None)[0] == 404
     assert cluster.switch_stats("leaf0")["jobs"] == before
 
@@ -121,7 +126,8 @@ def test_daemon_metrics_are_prometheus_text(cluster):
     import urllib.request
 
     control = cluster.procs["spine0"].control
-    with urllib.request.urlopen(f"http://{control[0]}:{control[1]}/metrics", timeout=5) as resp:
+    auth = {"Authorization": f"Bearer {os.environ['PANAMA_TOKEN']}"}
+    with urllib.request.urlopen(urllib.request.Request(f"http://{control[0]}:{control[1]}/metrics", headers=auth), timeout=5) as resp:
         assert resp.headers["Content-Type"].startswith("text/plain")
         text = resp.read().decode()
     samples = [line for line in text.splitlines() if line and not line.startswith("#")]
@@ -133,7 +139,7 @@ def test_daemon_metrics_are_prometheus_text(cluster):
     for name in ("rx_packets_total", "rx_bytes_total", "drops_total", "occupancy_slots", "malformed_total"):
         assert f"# TYPE panama_switch_{name} " in text
     ctl = cluster.controller_addr
-    with urllib.request.urlopen(f"http://{ctl[0]}:{ctl[1]}/metrics", timeout=5) as resp:
+    with urllib.request.urlopen(urllib.request.Request(f"http://{ctl[0]}:{ctl[1]}/metrics", headers=auth), timeout=5) as resp:
         assert "panama_controller_switch_up" in resp.read().decode()
 
 

@@ -103,15 +103,18 @@ def test_random_and_truncated_datagrams_during_allreduce(cluster):
 def _get_text(addr, path):
     import urllib.request
 
-    with urllib.request.urlopen(f"http://{addr[0]}:{addr[1]}{path}", timeout=5) as resp:
+    auth = {"Authorization": f"Bearer {os.environ['PANAMA_TOKEN']}"}
+    with urllib.request.urlopen(urllib.request.Request(f"http://{addr[0]}:{addr[1]}{path}", headers=auth), timeout=5) as resp:
         return resp.read().decode()
 
 
 def test_packets_from_a_wrong_source_never_change_sums(cluster):
-    """Valid contributions for a live job, sent from a socket that is not its child, are dropped."""
+    """Contributions for a live job from a socket that is not its child are dropped: without
+    the job's data-plane key as ``bad_key``, with it (an insider) as ``not_child``."""
     rng = np.random.default_rng(11)
     data = random_arrays(rng, W, (30_000,))
-    before = cluster.switch_stats("leaf0")["drops"].get("not_child", 0)
+    st = cluster.switch_stats("leaf0")
+    before = st["drops"].get("not_child", 0), st["malformed"].get("bad_key", 0)
     sent = []
 
     def body(comm, rank):
@@ -120,12 +123,15 @@ def test_packets_from_a_wrong_source_never_change_sums(cluster):
             # Forge contributions for the next generations of this very job from outside.
             evil = PacketSocket()
             big = np.full(comm.transport.payload_elems, 1e6, np.float32)
-            for tree in comm.plan["trees"]:
-                for seq in range(0, 200):
-                    for gen in (1, 2, 3):
-                        pkt = Packet(comm.job_id, tree["tree_id"], seq, gen, big.size, 0, ack=0, ecn=ECT0, payload=big)
-                        evil.send(pkt, cluster.switch_udp("leaf0"))
-                        sent.append(1)
+            for keyed in (False, True):
+                if keyed:
+                    evil.set_key(comm.key)
+                for tree in comm.plan["trees"]:
+                    for seq in range(0, 100):
+                        for gen in (1, 2, 3):
+                            pkt = Packet(comm.job_id, tree["tree_id"], seq, gen, big.size, 0, ack=0, ecn=ECT0, payload=big)
+                            evil.send(pkt, cluster.switch_udp("leaf0"))
+                            sent.append(keyed)
             evil.close()
         return [first] + [comm.allreduce(data[rank]) for _ in range(2)]
 
@@ -136,8 +142,9 @@ def test_packets_from_a_wrong_source_never_change_sums(cluster):
             assert out.tobytes() == results[0][0].tobytes()
             assert_close_to_reference(out, data)
     time.sleep(0.2)
-    after = cluster.switch_stats("leaf0")["drops"].get("not_child", 0)
-    assert after - before == len(sent)
+    st = cluster.switch_stats("leaf0")
+    assert st["drops"].get("not_child", 0) - before[0] == sum(sent)
+    assert st["malformed"].get("bad_key", 0) - before[1] == len(sent) - sum(sent)
 
 
 def test_injected_loss_keeps_results_exact():

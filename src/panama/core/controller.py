@@ -359,6 +359,33 @@ class Controller:
                     del self._state[sw]
         return plan
 
+    def restore(self, plan: JobPlan) -> None:
+        """Hold ``plan`` again as admitted by an earlier controller of the same topology
+        (a restarted controller service recovering running jobs): same job id, groups,
+        trees and entries. Raises :class:`ControllerError` if any of them is taken or
+        names something outside the topology; nothing is changed then."""
+        if plan.name in self._plans:
+            raise ControllerError("name", f"job {plan.name!r} already exists")
+        if plan.job_id in self._job_ids or not 1 <= plan.job_id <= MAX_JOB_ID:
+            raise ControllerError("job_id", f"job id {plan.job_id} of {plan.name!r} is in use or out of range")
+        for tree in plan.trees:
+            if tree.group in self._groups:
+                raise ControllerError("group", f"group {tree.group} of {plan.name!r} is in use")
+            for sw in tree.entries:
+                self._check_switch(sw)
+        for h in plan.hosts:
+            if h not in self.topology or not self.topology.is_host(h):
+                raise ControllerError("hosts", f"unknown host {h!r} in topology {self.topology.name}")
+        self._plans[plan.name] = plan
+        self._job_ids.add(plan.job_id)
+        for tree in plan.trees:
+            self._groups[tree.group] = (plan.name, tree.tree_id)
+            self._root_load[tree.root] = self._root_load.get(tree.root, 0) + 1
+            for sw, entry in tree.entries.items():
+                self._state.setdefault(sw, {}).setdefault(plan.job_id, {})[tree.tree_id] = entry
+        if self._next_job_id <= plan.job_id:
+            self._next_job_id = plan.job_id % MAX_JOB_ID + 1
+
     def _decide(self, name: str, job_id: int, hosts: tuple[str, ...], size_bytes: int, num_trees: int) -> JobPlan:
         topo = self.topology
 

@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,13 +84,13 @@ def _data(seed: int, rank: int, n: int) -> np.ndarray:
     return np.random.default_rng([seed, rank]).standard_normal(n, dtype=np.float32)
 
 
-def _switch_rx(controls: list[tuple[str, int]]) -> tuple[int, int]:
+def _switch_rx(controls: list[tuple[str, int]], token: str | None = None) -> tuple[int, int]:
     """Datagrams and bytes received so far, summed over the switch daemons."""
     from panama.runtime.http import request_json
 
     packets = total = 0
     for addr in controls:
-        status, body = request_json(addr, "GET", "/stats", timeout_s=10.0, what="switch")
+        status, body = request_json(addr, "GET", "/stats", timeout_s=10.0, what="switch", token=token)
         if status == 200:
             packets += int(body["rx_packets"])
             total += int(body["rx_bytes"])
@@ -111,7 +112,7 @@ def _own_cpu_s() -> float:
     return t.user + t.system
 
 
-def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_path: str, barrier, queue) -> None:
+def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_path: str, token: str, job: str, barrier, queue) -> None:
     """One rank: both implementations, alternating phases (module docstring); reports to ``queue``."""
     try:
         from panama.runtime.communicator import Communicator
@@ -133,7 +134,7 @@ def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_
             )
         with Communicator(
             controller,
-            "bench",
+            job,
             rank,
             cfg.workers,
             size_bytes=int(max(cfg.sizes_mb) * MB),
@@ -142,6 +143,7 @@ def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_
             payload_elems=cfg.payload_elems,
             cc=cfg.cc,
             min_rto_s=cfg.min_rto_s,
+            token=token,
         ) as comm:
             for size_mb in cfg.sizes_mb:
                 n = max(1, int(size_mb * MB) // 4)
@@ -162,7 +164,7 @@ def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_
                 for rnd in range(cfg.rounds):
                     # PANAMA phase
                     barrier.wait()
-                    rx0 = _switch_rx(controls) if rank == 0 else (0, 0)
+                    rx0 = _switch_rx(controls, token) if rank == 0 else (0, 0)
                     cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
                     st0 = comm.stats()
                     barrier.wait()
@@ -183,7 +185,7 @@ def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_
                     }
                     if rank == 0:
                         elapsed = time.perf_counter() - t0
-                        rx1 = _switch_rx(controls)
+                        rx1 = _switch_rx(controls, token)
                         row.update(
                             seconds=elapsed,
                             switch_rx_packets=rx1[0] - rx0[0],
@@ -291,7 +293,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
         controls = [lc.procs[n].control for n in lc.switch_names]
         pids = {name: p.pid for name, p in lc.procs.items()}
         store = str(Path(tmp) / "store")
-        reports = _collect(ctx, cfg, lambda rank: (rank, cfg, lc.controller, controls, pids, store), progress)
+        job = f"bench-{uuid.uuid4().hex[:10]}"  # unique per run: a crashed run's name never blocks the next
+        reports = _collect(ctx, cfg, lambda rank: (rank, cfg, lc.controller, controls, pids, store, lc.token, job), progress)
     return summarize(reports, cfg)
 
 

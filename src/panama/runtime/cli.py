@@ -30,6 +30,36 @@ def _addr(value: str, field: str):
         raise usage_error(field, str(exc).split(": ", 1)[-1]) from None
 
 
+_TOKEN_FILE_HELP = "File holding the API's bearer token (mode 0600) [default: $PANAMA_TOKEN]."
+
+
+def _token(token_file):
+    """The token from --token-file, else $PANAMA_TOKEN; usage error (exit 2) if neither."""
+    from panama.runtime.http import TOKEN_ENV, check_token, read_token_file
+
+    try:
+        if token_file:
+            return read_token_file(token_file)
+        import os
+
+        env = os.environ.get(TOKEN_ENV, "").strip()
+        if env:
+            return check_token(env, TOKEN_ENV)
+    except ValueError as exc:
+        field, _, msg = str(exc).partition(": ")
+        raise usage_error(field, msg) from None
+    raise usage_error("token-file", f"required (or set ${TOKEN_ENV}): the control API only answers requests that carry its token")
+
+
+def _concrete(addr, field: str):
+    """Refuse an unspecified bind address (0.0.0.0): the address is what peers are told to send to."""
+    if addr[0] in ("0.0.0.0", ""):
+        raise usage_error(
+            field, f"{addr[0] or '(empty)'} is not an address workers can reach: bind one address of this machine (e.g. its LAN IPv4)"
+        )
+    return addr
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper()),
@@ -63,8 +93,9 @@ def _setup_logging(level: str) -> None:
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--ready-file", default=None, help="Write the bound addresses as JSON here once ready.")
 @click.option("--exit-with", type=click.IntRange(min=1), default=None, help="Stop when this process id is gone.")
+@click.option("--token-file", default=None, help=_TOKEN_FILE_HELP)
 def switch(
-    switch_id, udp, control, packet_memory, payload_elems, ecn_threshold, batch, drop_prob, seed, status_interval, log_level, ready_file, exit_with
+    switch_id, udp, control, packet_memory, payload_elems, ecn_threshold, batch, drop_prob, seed, status_interval, log_level, ready_file, exit_with, token_file
 ):
     """Run one PANAMA switch daemon (a UDP aggregation accelerator) in the foreground.
 
@@ -76,8 +107,8 @@ def switch(
 
     config = SwitchConfig(
         switch_id=switch_id,
-        udp=_addr(udp, "udp"),
-        control=_addr(control, "control"),
+        udp=_concrete(_addr(udp, "udp"), "udp"),
+        control=_concrete(_addr(control, "control"), "control"),
         packet_memory=packet_memory,
         payload_elems=RUNTIME_PAYLOAD_ELEMS if payload_elems is None else payload_elems,
         ecn_threshold_pkts=ecn_threshold,
@@ -91,13 +122,14 @@ def switch(
     except ValueError as exc:
         field, _, msg = str(exc).partition(": ")
         raise usage_error(field.replace("_", "-"), msg) from None
+    token = _token(token_file)
     _setup_logging(log_level)
     if exit_with is not None:
         from panama.runtime.lifeline import exit_with as tie_to
 
         tie_to(exit_with)
     try:
-        run_switch(config, ready_file)
+        run_switch(config, ready_file, token=token)
     except OSError as exc:
         raise click.ClickException(f"switch {switch_id}: cannot bind: {exc}") from None
 
@@ -119,8 +151,16 @@ def switch(
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--ready-file", default=None, help="Write the bound address as JSON here once ready.")
 @click.option("--exit-with", type=click.IntRange(min=1), default=None, help="Stop when this process id is gone.")
+@click.option("--token-file", default=None, help=_TOKEN_FILE_HELP)
+@click.option(
+    "--state-file",
+    default=None,
+    help="Running jobs are kept here (mode 0600); a restarted controller takes them back [default: none].",
+)
+@click.option("--startup-wait", default=20.0, show_default=True, type=float, help="Seconds to wait for the daemons at start-up.")
 def controller_serve(
-    cluster_file, listen, threshold_bytes, max_jobs_per_switch, trees, heartbeat_timeout, log_level, ready_file, exit_with
+    cluster_file, listen, threshold_bytes, max_jobs_per_switch, trees, heartbeat_timeout, log_level, ready_file, exit_with,
+    token_file, state_file, startup_wait,
 ):
     """Serve the controller's HTTP/JSON API (docs/runtime.md) for workers and switch daemons."""
     from panama.runtime.controller_service import ClusterFileError, ControllerService, load_cluster, run_controller
@@ -139,6 +179,9 @@ def controller_serve(
         raise usage_error("trees", f"must be >= 1, got {trees}")
     if heartbeat_timeout <= 0:
         raise usage_error("heartbeat-timeout", f"must be > 0, got {heartbeat_timeout}")
+    if startup_wait < 0:
+        raise usage_error("startup-wait", f"must be >= 0, got {startup_wait}")
+    token = _token(token_file)
     _setup_logging(log_level)
     if exit_with is not None:
         from panama.runtime.lifeline import exit_with as tie_to
@@ -150,6 +193,9 @@ def controller_serve(
         max_jobs_per_switch=max_jobs_per_switch,
         default_trees=trees,
         heartbeat_timeout_s=heartbeat_timeout,
+        token=token,
+        state_file=state_file,
+        startup_wait_s=startup_wait,
     )
     try:
         run_controller(service, address, ready_file)
@@ -205,9 +251,11 @@ def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_ele
     if not 0 <= drop_prob < 1:
         raise usage_error("drop-prob", f"must be in [0, 1), got {drop_prob}")
     try:
-        ipaddress.IPv4Address(host)
+        ip = ipaddress.IPv4Address(host)
     except ValueError:
         raise usage_error("host", f"expected an IPv4 address, got {host!r}") from None
+    if ip.is_unspecified or ip.is_multicast or str(ip) == "255.255.255.255":
+        raise usage_error("host", f"{host} is not an address workers can reach: give one address of this machine")
     state_file = _state_file(state_path)
     if state_file.exists():
         old = json.loads(state_file.read_text())
@@ -235,8 +283,10 @@ def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_ele
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     state = lc.detach()
-    state_file.parent.mkdir(parents=True, exist_ok=True)
-    state_file.write_text(json.dumps(state, indent=2))
+    state_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    from panama.runtime.http import write_secret_file
+
+    write_secret_file(state_file, json.dumps(state, indent=2))  # holds the token: mode 0600
     if as_json:
         echo_json(state)
     else:

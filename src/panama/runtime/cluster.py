@@ -30,7 +30,7 @@ from typing import Any
 
 from panama.core.topology import leaf_spine
 from panama.runtime.lifeline import pid_alive
-from panama.runtime.http import HttpError, request_json
+from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
 from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, format_addr, free_port, parse_addr
 
 
@@ -62,6 +62,7 @@ class Proc:
     ready_file: Path
     udp: Address | None = None
     control: Address | None = None
+    args: list[str] = field(default_factory=list)
 
     def alive(self) -> bool:
         if self.popen is not None:
@@ -102,6 +103,10 @@ class LocalCluster:
     # root only): workers elsewhere (other namespaces or machines) then reach them there.
     host: str = "127.0.0.1"
     netns: str | None = None
+    # The bearer token of every control API of this cluster: given, else $PANAMA_TOKEN
+    # when set, else a fresh random one; written to ``token`` in the work directory
+    # (mode 0600) for the processes, and into ``panama cluster up``'s state file.
+    token: str | None = None
     procs: dict[str, Proc] = field(default_factory=dict, init=False)
     controller_addr: Address | None = field(default=None, init=False)
     _tmp: tempfile.TemporaryDirectory | None = field(default=None, init=False, repr=False)
@@ -121,6 +126,10 @@ class LocalCluster:
             self.workdir = self._tmp.name
         work = Path(self.workdir)
         work.mkdir(parents=True, exist_ok=True)
+        if self.token is None:  # $PANAMA_TOKEN when set (its clients then reach this cluster), else a fresh one
+            self.token = resolve_token(None) or new_token()
+        check_token(self.token)
+        write_secret_file(work / "token", self.token)
         self._owner_pid = os.getpid()
         atexit.register(self._stop_at_exit)
         for attempt in range(attempts):
@@ -155,6 +164,7 @@ class LocalCluster:
                 "--drop-prob", repr(drop),
                 "--seed", str(self.seed + i),
                 "--log-level", self.log_level,
+                "--token-file", str(work / "token"),
             ]  # fmt: skip
             proc = self._spawn(name, role, args, work)
             proc.udp, proc.control = udp, control
@@ -168,6 +178,8 @@ class LocalCluster:
             "--max-jobs-per-switch", str(self.max_jobs_per_switch),
             "--heartbeat-timeout", repr(self.heartbeat_timeout_s),
             "--log-level", self.log_level,
+            "--token-file", str(work / "token"),
+            "--state-file", str(work / "controller-state.json"),
         ]  # fmt: skip
         if self.trees is not None:
             args += ["--trees", str(self.trees)]
@@ -202,7 +214,7 @@ class LocalCluster:
             popen = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-        proc = Proc(name, role, popen, popen.pid, log, ready)
+        proc = Proc(name, role, popen, popen.pid, log, ready, args=list(args))
         self.procs[name] = proc
         return proc
 
@@ -305,7 +317,7 @@ class LocalCluster:
         out = {}
         for n in names:
             p = self.procs[n]
-            status, body = request_json(p.control, "GET", "/stats", timeout_s=5.0, what=f"switch {n}")
+            status, body = request_json(p.control, "GET", "/stats", timeout_s=5.0, what=f"switch {n}", token=self.token)
             if status != 200:
                 raise ClusterError(f"switch {n}: /stats answered HTTP {status}")
             out[n] = body
@@ -322,12 +334,39 @@ class LocalCluster:
             proc.popen.wait(timeout=10)
 
     def controller_call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return request_json(self.controller_addr, method, path, body, timeout_s=10.0, what="controller")
+        return request_json(self.controller_addr, method, path, body, timeout_s=10.0, what="controller", token=self.token)
+
+    def switch_call(self, name: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """One authenticated request to a daemon's control API."""
+        return request_json(self.procs[name].control, method, path, body, timeout_s=10.0, what=f"switch {name}", token=self.token)
+
+    def restart_controller(self) -> None:
+        """Stop the controller (SIGKILL: no clean-up) and start a new one on the same address and state file."""
+        proc = self.procs["controller"]
+        self.kill("controller")
+        work = Path(self.workdir)
+        args = list(proc.args)
+        i = args.index("--listen")
+        args[i + 1] = format_addr(self.controller_addr)
+        del self.procs["controller"]
+        for attempt in range(50):  # the old socket may linger a moment
+            new = self._spawn("controller", "controller", args, work)
+            try:
+                info = self._wait_ready(new)
+            except (ClusterError, _PortTaken):
+                stop_processes([new])
+                del self.procs["controller"]
+                time.sleep(0.1)
+                continue
+            new.control = parse_addr(info["listen"])
+            return
+        raise ClusterError("controller could not be restarted on its address")
 
     def detach(self) -> dict[str, Any]:
         """Forget the processes without stopping them (``panama cluster up``); returns the state."""
         state = self.status()
         state["pids"] = {p.name: p.pid for p in self.procs.values()}
+        state["token"] = self.token
         self._tmp = None
         self.procs = {}
         try:

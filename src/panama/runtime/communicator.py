@@ -23,6 +23,7 @@ local cluster runs its controller with threshold 0.
 from __future__ import annotations
 
 import logging
+import secrets
 import select
 import socket
 import threading
@@ -34,7 +35,7 @@ import numpy as np
 from panama.core import codec
 from panama.core.transport import TransportError, WorkerTransport
 from panama.core.units import s as seconds_to_ps
-from panama.runtime.http import HttpError, error_text, request_json
+from panama.runtime.http import JOB_NAME_RE, JOB_NAME_RULE, HttpError, error_text, job_path, request_json, resolve_token
 from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, PacketSocket, format_addr, now_ps, parse_addr
 
 log = logging.getLogger("panama.communicator")
@@ -58,7 +59,8 @@ class Communicator:
     ``payload_elems`` (floats per datagram, at most what the daemons hold),
     ``cc``/``cc_options`` (congestion control by name), ``drop_prob``/``seed`` (drop own
     outgoing datagrams, for tests), ``heartbeat_s``, RTO bounds in seconds, ``bind_host``
-    (the address daemons send results to). ``world_size=1`` returns a copy at once.
+    (the address daemons send results to), ``token`` (the cluster's bearer token; default
+    ``$PANAMA_TOKEN``). ``world_size=1`` returns a copy at once.
     Registration happens at construction when ``size_bytes`` (or ``connect=True``) is
     given, else at the first ``allreduce``.
 
@@ -88,9 +90,12 @@ class Communicator:
         max_rto_s: float = 1.0,
         connect: bool = False,
         bind_host: str = "127.0.0.1",
+        token: str | None = None,
     ):
-        if not isinstance(job, str) or not job:
-            raise ValueError("job: must be a non-empty string")
+        if not isinstance(job, str) or not JOB_NAME_RE.match(job):
+            raise ValueError(f"job: {job!r} is not a valid job name ({JOB_NAME_RULE})")
+        if bind_host in ("0.0.0.0", ""):
+            raise ValueError("bind_host: give the address daemons can send results to, not the unspecified address")
         if not isinstance(world_size, int) or world_size < 1:
             raise ValueError(f"world_size: must be a positive integer, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
@@ -106,7 +111,10 @@ class Communicator:
         if size_bytes is not None and size_bytes < 0:
             raise ValueError(f"size_bytes: must be >= 0, got {size_bytes}")
         self.controller: Address = parse_addr(controller, field="controller")
+        self.token = resolve_token(token)
+        self.incarnation = secrets.token_hex(8)  # this registration of this rank (a restarted rank replaces its stale self)
         self.job = job
+        self._job_path = f"/v1/jobs/{job_path(job)}"
         self.rank = rank
         self.world_size = world_size
         self.size_bytes = size_bytes
@@ -159,21 +167,24 @@ class Communicator:
             "trees": self.trees_requested,
             "payload_elems": self.payload_elems_requested,
             "wait_s": self.timeout_s,
+            "incarnation": self.incarnation,
         }
         try:
             status, reply = request_json(
                 self.controller,
                 "POST",
-                f"/v1/jobs/{self.job}/register",
+                f"{self._job_path}/register",
                 body,
                 timeout_s=self.timeout_s + 5.0,
                 what="controller",
+                token=self.token,
             )
         except HttpError as exc:
             raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
         if status != 200:
+            hint = " (pass token= or set PANAMA_TOKEN to the cluster's token)" if status == 401 else ""
             raise CommunicatorError(
-                f"job {self.job} rank {self.rank}: controller refused registration (HTTP {status}): {error_text(reply)}"
+                f"job {self.job} rank {self.rank}: controller refused registration (HTTP {status}): {error_text(reply)}{hint}"
             )
         if not reply.get("admitted"):
             raise CommunicatorError(
@@ -186,6 +197,9 @@ class Communicator:
         self.first_hop = parse_addr(reply["first_hop"]["udp"], field="first_hop")
         self.first_hop_name = reply["first_hop"]["switch"]
         self.sock.connect(self.first_hop)
+        self.key = int(reply["key"], 16)
+        self.sock.set_key(self.key)
+        self._keys = {self.job_id: self.key}
         init_rto, min_rto, max_rto = self._rto
         self.transport = WorkerTransport(
             self.job_id,
@@ -215,11 +229,13 @@ class Communicator:
         return reply
 
     def _heartbeat(self) -> None:
-        path = f"/v1/jobs/{self.job}/heartbeat"
+        path = f"{self._job_path}/heartbeat"
         body = {"rank": self.rank, "job_id": self.job_id}
         while not self._hb_stop.wait(self.heartbeat_s):
             try:
-                status, reply = request_json(self.controller, "POST", path, body, timeout_s=2.0, what="controller")
+                status, reply = request_json(
+                    self.controller, "POST", path, body, timeout_s=2.0, what="controller", token=self.token
+                )
             except HttpError as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
@@ -282,6 +298,7 @@ class Communicator:
         dontwait = int(socket.MSG_DONTWAIT)  # plain int: enum flags are slow
         iov = [view]
         decode = codec.decode
+        keys = self._keys
         recv = raw.recvmsg_into
         drop_prob = self.drop_prob
         rng = self._rng
@@ -310,7 +327,7 @@ class Communicator:
                     continue
                 ecn = anc[0][2][0] & 3 if anc and anc[0][2] else 0
                 try:
-                    pkt = decode(view[:n], ecn, floats)
+                    pkt = decode(view[:n], ecn, floats, keys)
                 except codec.CodecError as exc:
                     self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
                     continue
@@ -369,7 +386,7 @@ class Communicator:
             return f"{msg}; {self._failure}"
         try:
             status, reply = request_json(
-                self.controller, "GET", f"/v1/jobs/{self.job}?probe=1", timeout_s=2.0, what="controller"
+                self.controller, "GET", f"{self._job_path}?probe=1", timeout_s=5.0, what="controller", token=self.token
             )
         except HttpError as exc:
             return f"{msg}; controller unreachable: {exc}"
@@ -384,7 +401,13 @@ class Communicator:
         late = reply.get("stale_ranks") or []
         if late:
             notes.append(f"ranks without a recent heartbeat: {late}")
-        return msg + ("; " + "; ".join(notes) if notes else "; every switch and rank looks alive to the controller")
+        notes += _switch_findings(reply.get("switches") or {}, self.job_id)
+        if notes:
+            return msg + "; " + "; ".join(notes)
+        return msg + (
+            "; every switch and rank looks alive to the controller and no daemon counted a drop, send error "
+            "or lost slot for this job (suspect loss outside the daemons, e.g. a full socket buffer)"
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def stats(self) -> dict[str, Any]:
@@ -413,14 +436,18 @@ class Communicator:
         if self._hb_thread is not None:
             self._hb_thread.join(timeout=3.0)
         if self.plan is not None:
+            body: dict[str, Any] = {"rank": self.rank, "job_id": self.job_id}
+            if self._broken is not None:  # a failed rank does not make the job "completed"
+                body["error"] = self._broken[:500]
             try:
                 request_json(
                     self.controller,
                     "POST",
-                    f"/v1/jobs/{self.job}/leave",
-                    {"rank": self.rank, "job_id": self.job_id},
+                    f"{self._job_path}/leave",
+                    body,
                     timeout_s=2.0,
                     what="controller",
+                    token=self.token,
                 )
             except HttpError as exc:
                 log.warning("leave failed: %s", exc)
@@ -439,6 +466,39 @@ class Communicator:
                 self.sock.close()
         except Exception:
             pass
+
+
+# Drop reasons that point at one switch as the culprit of a stuck call.
+_TELLING_DROPS = ("share_exceeded", "too_large", "oversize", "unknown_job", "unknown_tree", "not_child", "not_parent", "injected")
+
+
+def _switch_findings(switches: dict[str, Any], job_id: int | None) -> list[str]:
+    """What the daemons' counters (``GET /v1/jobs/{job}?probe=1``) say about a stuck job, per switch."""
+    notes = []
+    for name, info in switches.items():
+        if not isinstance(info, dict) or not info.get("up"):
+            continue
+        said = []
+        if info.get("holds_job") is False:
+            said.append(f"lost job {job_id} (not installed there any more)")
+        dp = info.get("data_plane") or {}
+        if dp and not dp.get("alive", True):
+            said.append(f"data plane down ({dp.get('last_error')})")
+        elif dp.get("errors"):
+            said.append(f"{dp['errors']} data-plane error(s), last: {dp.get('last_error')}")
+        if info.get("send_errors"):
+            said.append(f"{info['send_errors']} send error(s), last: {dp.get('last_send_error')}")
+        drops = {k: v for k, v in (info.get("drops") or {}).items() if v and any(k.startswith(t) for t in _TELLING_DROPS)}
+        if drops:
+            said.append("dropped " + ", ".join(f"{v} {k}" for k, v in sorted(drops.items())) + " (all jobs, since start)")
+        malformed = {k: v for k, v in (info.get("malformed") or {}).items() if v}
+        if malformed.get("bad_key"):
+            said.append(f"refused {malformed['bad_key']} datagram(s) with a wrong key")
+        if info.get("share_exceeded"):
+            said.append("refused contributions above the job's memory share (starved share)")
+        if said:
+            notes.append(f"switch {name} ({info.get('udp')}): " + "; ".join(said))
+    return notes
 
 
 def _as_float32_vector(x: Any) -> tuple[np.ndarray, Any]:

@@ -11,17 +11,26 @@ Runtime mapping (docs/runtime.md): each worker is its own host of the topology. 
 then the second of every leaf, ...), so ranks fill leaves evenly. In the trees a host
 child stands for that rank's UDP address, a switch for its daemon's UDP address.
 
-Lifecycle of a job: ranks register (a barrier: each ``register`` call waits until all
-``world_size`` ranks are in, or ``wait_s`` passes); the controller admits the job,
-installs it on every daemon of its trees (all or nothing) and answers every rank with
-its trees and first-hop daemon. Ranks heart-beat; the job is torn down (removed from
-the daemons, released in the controller) when every rank has left (``completed``),
-when a rank misses heartbeats for ``heartbeat_timeout_s`` or a daemon of its trees stops
-answering (``failed``), or on ``DELETE /v1/jobs/{job}``. Ended jobs are kept in a short
-history so late heartbeats learn why.
+Lifecycle of a job: the pure state machine :mod:`panama.core.jobs` (its table is the
+rule); this service fires its inputs. Ranks register (a barrier: each ``register`` call
+waits until all ``world_size`` ranks are in, or ``wait_s`` passes). A registration is
+provisional until admission: a rank whose register call hung up is dropped, and a rank
+that registers again with a new ``incarnation`` replaces its stale self. The controller
+admits the job (one admission at a time), gives it a random data-plane key, installs
+it on every daemon of its trees (all or nothing) and answers every rank with its trees,
+key and first-hop daemon. Ranks heart-beat; the job is torn down (removed from the
+daemons, released in the controller) when every rank has left (``completed``), when a
+rank leaves after an error, misses heartbeats for ``heartbeat_timeout_s``, or a daemon
+of its trees is down or no longer holds the job (``failed``), or on ``DELETE
+/v1/jobs/{job}``. Ended jobs are kept in a short history so late heartbeats learn why.
 
-All state lives in one asyncio loop: handlers never run concurrently between awaits
-that matter; a job being installed is in state ``installing``.
+Crash safety: running jobs are written to a state file (``state_file``, mode 0600) on
+every change; a restarted controller takes back those that every daemon of their trees
+still holds, and removes from the daemons every job nobody owns. A controller that
+stops leaves running jobs installed (their ranks' heartbeats fail until it is back).
+
+All state lives in one asyncio loop; the core Controller is made once, before the
+service accepts requests (:meth:`ControllerService.start`).
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
+import secrets
 import time
 import tomllib
 from collections import OrderedDict
@@ -39,8 +50,22 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from panama.core.controller import Controller, ControllerError, JobPlan, install, uninstall
+from panama.core.codec import MAX_PAYLOAD_ELEMS
+from panama.core.controller import Controller, ControllerError, JobPlan, SwitchEntry, TreePlan, install, uninstall
+from panama.core.jobs import JobInput, JobLifecycle, JobState
 from panama.core.topology import Topology, TopologyError, leaf_spine, natural_key, parse_topology
+from panama.runtime.http import (
+    JOB_NAME_RE,
+    JOB_NAME_RULE,
+    MAX_BODY_BYTES,
+    BadRequest,
+    auth_middleware,
+    error_text,
+    errors_middleware,
+    read_json_object,
+    start_site,
+    write_secret_file,
+)
 from panama.runtime.udp import Address, AddressError, format_addr, parse_addr
 
 log = logging.getLogger("panama.controller")
@@ -50,12 +75,6 @@ MAX_WAIT_S = 600.0
 PROBE_TIMEOUTS_DOWN = 3  # consecutive /health timeouts before a daemon counts as down
 HISTORY = 200
 
-REGISTERING = "registering"
-INSTALLING = "installing"
-RUNNING = "running"
-COMPLETED = "completed"
-FAILED = "failed"
-REFUSED = "refused"
 
 
 class ClusterFileError(ValueError):
@@ -164,7 +183,17 @@ class Rank:
     udp: Address
     host: str
     last_seen: float
+    incarnation: str | None = None
     left: bool = False
+    error: str | None = None  # why the rank left, when it left after a failure
+    request: Any = None  # the waiting register request while the job is registering (provisional)
+
+    def gone(self) -> bool:
+        """A provisional registration whose client hung up (its register call is no longer waiting)."""
+        if self.request is None:
+            return False
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
 
 
 @dataclass
@@ -176,13 +205,23 @@ class Job:
     size_bytes: int = 0
     trees: int | None = None
     payload_elems: int | None = None
-    state: str = REGISTERING
+    life: JobLifecycle = None  # type: ignore[assignment]
     reason: str = ""
     plan: JobPlan | None = None
     job_id: int | None = None
+    key: int = 0
     payload_for_job: int | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     ended: float | None = None
+    recovered: bool = False
+
+    def __post_init__(self) -> None:
+        if self.life is None:
+            self.life = JobLifecycle(self.name)
+
+    @property
+    def state(self) -> str:
+        return self.life.state.value
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -193,11 +232,56 @@ class Job:
             "world_size": self.world_size,
             "registered": sorted(self.ranks),
             "left": sorted(r for r, x in self.ranks.items() if x.left),
+            "failed_ranks": {str(r): x.error for r, x in sorted(self.ranks.items()) if x.error},
             "size_bytes": self.size_bytes,
             "payload_elems": self.payload_for_job,
             "hosts": {str(r): x.host for r, x in sorted(self.ranks.items())},
+            "recovered": self.recovered,
             "plan": self.plan.to_dict() if self.plan is not None else None,
         }
+
+    def to_state(self) -> dict[str, Any]:
+        """What a restarted controller needs to take the running job back (state file)."""
+        assert self.plan is not None
+        return {
+            "name": self.name,
+            "job_id": self.job_id,
+            "world_size": self.world_size,
+            "key": f"{self.key:016x}",
+            "payload_elems": self.payload_for_job,
+            "size_bytes": self.size_bytes,
+            "trees": self.trees,
+            "plan": self.plan.to_dict(),
+            "ranks": [
+                {"rank": x.rank, "udp": format_addr(x.udp), "host": x.host, "incarnation": x.incarnation, "left": x.left}
+                for x in sorted(self.ranks.values(), key=lambda x: x.rank)
+            ],
+        }
+
+
+def plan_from_dict(d: dict[str, Any]) -> JobPlan:
+    """Rebuild a :class:`JobPlan` from its ``to_dict()`` (entries from the edges)."""
+    trees = []
+    for t in d["trees"]:
+        edges = tuple((c, p) for c, p in t["edges"])
+        entries = {}
+        for sw in t["switches"]:
+            children = tuple(c for c, p in edges if p == sw)
+            parent = next((p for c, p in edges if c == sw), None)
+            entries[sw] = SwitchEntry(sw, int(d["job_id"]), int(t["tree_id"]), t["group"], children, parent)
+        trees.append(TreePlan(int(t["tree_id"]), t["group"], t["root"], edges, entries, int(t.get("cwnd_cap", 1))))
+    return JobPlan(
+        d["job"],
+        int(d["job_id"]),
+        tuple(d["hosts"]),
+        int(d["size_bytes"]),
+        bool(d["admitted"]),
+        d["reason"],
+        trees,
+        int(d.get("requested_trees", len(trees))),
+        tuple(d.get("warnings", ())),
+        d.get("scope"),
+    )
 
 
 class _Recorder:
@@ -226,7 +310,13 @@ class _Recorder:
 
 
 class ControllerService:
-    """The controller's HTTP service (see docs/runtime.md for the API)."""
+    """The controller's HTTP service (see docs/runtime.md for the API).
+
+    One core :class:`Controller` is created by :meth:`start`, before the service accepts
+    requests; admissions (plan + install on the daemons) run one at a time under
+    ``_admission``; the monitor task never dies (an error in one pass is logged and
+    counted) and ``/v1/health`` reports it (503 when it is stalled or dead).
+    """
 
     def __init__(
         self,
@@ -238,6 +328,10 @@ class ControllerService:
         heartbeat_timeout_s: float = 5.0,
         probe_interval_s: float = 1.0,
         switch_timeout_s: float = 2.0,
+        token: str | None = None,
+        state_file: str | Path | None = None,
+        startup_wait_s: float = 20.0,
+        default_packet_memory: int = 4096,
     ):
         self.cluster = cluster
         self.topology = cluster.topology
@@ -248,13 +342,36 @@ class ControllerService:
         self.heartbeat_timeout_s = heartbeat_timeout_s
         self.probe_interval_s = probe_interval_s
         self.switch_timeout_s = switch_timeout_s
-        self.controller: Controller | None = None  # built once daemons report their memory
+        self.token = token
+        self.state_file = Path(state_file) if state_file else None
+        self.startup_wait_s = startup_wait_s
+        self.default_packet_memory = default_packet_memory
+        self.controller: Controller | None = None  # exactly one, made by start()
+        self.controllers_created = 0
         self.jobs: dict[str, Job] = {}
         self.history: OrderedDict[int, Job] = OrderedDict()
         self.hosts_in_order = spread_hosts(self.topology)
-        self.counters = {"admitted": 0, "refused": 0, "completed": 0, "failed": 0, "bad_requests": 0}
+        self.counters = {
+            "admitted": 0,
+            "refused": 0,
+            "completed": 0,
+            "failed": 0,
+            "recovered": 0,
+            "bad_requests": 0,
+            "unauthorized": 0,
+            "internal_errors": 0,
+            "monitor_errors": 0,
+            "monitor_restarts": 0,
+            "replaced_ranks": 0,
+            "dropped_registrations": 0,
+            "orphans_removed": 0,
+        }
+        self.monitor_last_error: str | None = None
+        self.monitor_tick: float | None = None
+        self.switch_jobs: dict[str, set[int] | None] = {}  # job ids each daemon reported at its last probe
+        self._admission = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._monitor_task: asyncio.Task | None = None
         self.started = time.monotonic()
 
     # ------------------------------------------------------------------ daemons
@@ -262,20 +379,24 @@ class ControllerService:
         assert self._session is not None
         url = f"http://{sw.control[0]}:{sw.control[1]}{path}"
         timeout = aiohttp.ClientTimeout(total=self.switch_timeout_s)
-        async with self._session.request(method, url, json=body, timeout=timeout) as resp:
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
+        async with self._session.request(method, url, json=body, timeout=timeout, headers=headers) as resp:
             try:
                 data = await resp.json(content_type=None)
-            except (json.JSONDecodeError, aiohttp.ContentTypeError):
+            except (json.JSONDecodeError, aiohttp.ContentTypeError, UnicodeDecodeError):
                 data = await resp.text()
             return resp.status, data
 
     async def probe(self, sw: SwitchInfo) -> bool:
-        """Ask one daemon for ``/health``; update ``up``/``error``/memory facts."""
+        """Ask one daemon for ``/health``; update ``up``/``error``/memory facts and the jobs it holds."""
         try:
             status, data = await self._switch_call(sw, "GET", "/health")
+            if status == 503 and isinstance(data, dict):
+                dp = data.get("data_plane") or {}
+                raise _DaemonUnwell(f"data plane down (last error: {dp.get('last_error') or 'none recorded'})")
             if status != 200 or not isinstance(data, dict):
-                raise RuntimeError(f"HTTP {status}")
-        except (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, OSError) as exc:
+                raise _DaemonUnwell(f"/health answered HTTP {status}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, _DaemonUnwell, OSError) as exc:
             # A refused connection means the daemon is gone; a slow answer may only mean a
             # busy CPU, so it takes PROBE_TIMEOUTS_DOWN consecutive timeouts.
             sw.timeouts = sw.timeouts + 1 if isinstance(exc, asyncio.TimeoutError) else PROBE_TIMEOUTS_DOWN
@@ -285,6 +406,7 @@ class ControllerService:
                 log.warning("switch %s (control %s) is not answering: %s", sw.name, format_addr(sw.control), exc or type(exc).__name__)
             sw.up = False
             sw.error = str(exc) or type(exc).__name__
+            self.switch_jobs[sw.name] = None
             return False
         sw.timeouts = 0
         if data.get("udp") and data["udp"] != format_addr(sw.udp):
@@ -295,77 +417,156 @@ class ControllerService:
             log.info("switch %s is back", sw.name)
         sw.up = True
         sw.error = ""
-        sw.payload_elems = int(data.get("payload_elems", 0)) or None
-        sw.packet_memory = int(data.get("packet_memory", 0)) or None
+        sw.payload_elems = _positive(data.get("payload_elems"))
+        sw.packet_memory = _positive(data.get("packet_memory"))
+        jobs = data.get("jobs")
+        self.switch_jobs[sw.name] = {int(j) for j in jobs if isinstance(j, int)} if isinstance(jobs, list) else None
         return True
 
     async def probe_all(self, names: list[str] | None = None) -> None:
         targets = [self.switches[n] for n in (names if names is not None else list(self.switches))]
         await asyncio.gather(*(self.probe(sw) for sw in targets))
 
-    async def _reset_daemons(self) -> None:
-        """Remove jobs a previous controller left on the daemons (this one starts with none)."""
+    async def _daemon_jobs(self, sw: SwitchInfo) -> dict[int, list] | None:
+        try:
+            status, data = await self._switch_call(sw, "GET", "/jobs")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            return None
+        if status != 200 or not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
+            return None
+        return {int(j): t for j, t in data["jobs"].items()}
 
-        async def reset(sw: SwitchInfo) -> None:
-            try:
-                status, data = await self._switch_call(sw, "GET", "/jobs")
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                return
-            for job_id in (data.get("jobs") or {}) if status == 200 and isinstance(data, dict) else ():
-                log.warning("switch %s: removing job %s left by a previous controller", sw.name, job_id)
-                await self._delete_on(sw.name, int(job_id))
-
-        await asyncio.gather(*(reset(sw) for sw in self.switches.values()))
-
-    async def _ensure_controller(self) -> Controller:
-        if self.controller is None:
+    # ------------------------------------------------------------------ start-up
+    async def start(self) -> None:
+        """Before serving: wait (bounded) for the daemons, make the one core Controller,
+        take back the running jobs of a previous controller and free what nobody owns."""
+        self._session = aiohttp.ClientSession()
+        deadline = time.monotonic() + self.startup_wait_s
+        while True:
             await self.probe_all()
             down = [s.name for s in self.switches.values() if not s.up]
-            if down:
-                raise web.HTTPServiceUnavailable(
-                    text=json.dumps({"error": f"switch daemons not answering: {', '.join(down)}"}),
-                    content_type="application/json",
+            if not down or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.1)
+        if down:
+            log.warning("switch daemons not answering at start-up: %s (jobs on them will fail until they are up)", ", ".join(down))
+        memories = [s.packet_memory for s in self.switches.values() if s.packet_memory]
+        self.controller = Controller(
+            self.topology,
+            threshold_bytes=self.threshold_bytes,
+            max_jobs_per_switch=self.max_jobs_per_switch,
+            packet_memory=min(memories) if memories else self.default_packet_memory,
+        )
+        self.controllers_created += 1
+        await self._recover()
+        self._monitor_task = asyncio.create_task(self._monitor())
+
+    async def _recover(self) -> None:
+        """Running jobs of the state file that every daemon of their trees still holds run on;
+        any other job on a daemon is removed (nobody owns it)."""
+        saved: list[dict] = []
+        if self.state_file is not None and self.state_file.exists():
+            try:
+                saved = json.loads(self.state_file.read_text()).get("jobs", [])
+            except (OSError, ValueError, AttributeError) as exc:
+                log.warning("state file %s unreadable (%s): recovering nothing", self.state_file, exc)
+        held = dict(zip(self.switches, await asyncio.gather(*(self._daemon_jobs(sw) for sw in self.switches.values()))))
+        kept: set[tuple[str, int]] = set()
+        now = time.monotonic()
+        for entry in saved:
+            try:
+                plan = plan_from_dict(entry["plan"])
+                missing = [s for s in plan.switches if held.get(s) is None or plan.job_id not in held[s]]
+                if missing:
+                    log.warning(
+                        "job %s (job_id %d) not recovered: switch(es) %s no longer hold it", plan.name, plan.job_id, ", ".join(missing)
+                    )
+                    continue
+                assert self.controller is not None
+                self.controller.restore(plan)
+            except (KeyError, TypeError, ValueError, ControllerError) as exc:
+                log.warning("state file entry %r not recovered: %s", entry.get("name") if isinstance(entry, dict) else entry, exc)
+                continue
+            job = Job(plan.name, int(entry["world_size"]), now)
+            job.plan, job.job_id, job.key = plan, plan.job_id, int(entry["key"], 16)
+            job.payload_for_job, job.size_bytes, job.trees = entry["payload_elems"], entry["size_bytes"], entry.get("trees")
+            for r in entry["ranks"]:
+                job.ranks[int(r["rank"])] = Rank(
+                    int(r["rank"]), parse_addr(r["udp"]), r["host"], now, r.get("incarnation"), bool(r.get("left"))
                 )
-            await self._reset_daemons()
-            memory = min(s.packet_memory or 4096 for s in self.switches.values())
-            self.controller = Controller(
-                self.topology,
-                threshold_bytes=self.threshold_bytes,
-                max_jobs_per_switch=self.max_jobs_per_switch,
-                packet_memory=memory,
-            )
-        return self.controller
+            job.recovered = True
+            self._fire(job, JobInput.RECOVERED, f"recovered after a controller restart: {plan.reason}")
+            job.ready.set()
+            self.jobs[job.name] = job
+            self.counters["recovered"] += 1
+            kept.update((s, plan.job_id) for s in plan.switches)
+            log.info("job %s (job_id %d) recovered: still installed on %s", plan.name, plan.job_id, ", ".join(plan.switches))
+        for name, jobs in held.items():
+            for job_id in jobs or ():
+                if (name, job_id) not in kept:
+                    log.warning("switch %s: removing job %d that no running job owns", name, job_id)
+                    self.counters["orphans_removed"] += 1
+                    await self._delete_on(name, job_id)
+        self._save_state()
+
+    def _save_state(self) -> None:
+        if self.state_file is None:
+            return
+        running = [j.to_state() for j in self.jobs.values() if j.life.state is JobState.RUNNING]
+        try:
+            write_secret_file(self.state_file, json.dumps({"version": 1, "jobs": running}, indent=1))
+        except OSError as exc:  # the service goes on; a restart then recovers less
+            log.error("cannot write state file %s: %s", self.state_file, exc)
 
     # ------------------------------------------------------------------ job lifecycle
+    def _fire(self, job: Job, event: JobInput, reason: str) -> None:
+        job.life.fire(event)
+        job.reason = reason
+        if job.life.final:
+            self._end(job)
+
     async def _admit(self, job: Job) -> None:
-        """All ranks are in: plan, install on the daemons, and wake every waiting rank."""
-        job.state = INSTALLING
-        try:
-            ctl = await self._ensure_controller()
-        except web.HTTPException as exc:
-            self._end(job, FAILED, json.loads(exc.text)["error"])
+        """All ranks are in: plan, install on the daemons, and wake every waiting rank (one admission at a time)."""
+        async with self._admission:
+            try:
+                await self._admit_locked(job)
+            finally:
+                job.ready.set()
+
+    async def _admit_locked(self, job: Job) -> None:
+        ctl = self.controller
+        assert ctl is not None
+        if job.life.state is not JobState.REGISTERING or len(job.ranks) != job.world_size:
+            return  # a rank was dropped meanwhile, or another admission of it ran
+        # Provisional registrations: a rank whose register call hung up is not admitted.
+        gone = [x for x in job.ranks.values() if x.gone()]
+        if gone:
+            for x in gone:
+                self._drop_rank(job, x, "its register call hung up before the job was admitted")
             return
+        self._fire(job, JobInput.ALL_IN, "installing")
         hosts = [job.ranks[r].host for r in range(job.world_size)]
         try:
             plan = ctl.admit(job.name, hosts, job.size_bytes, job.trees or self.default_trees)
         except ControllerError as exc:
-            self._end(job, FAILED, f"controller rejected the job: {exc}")
+            self._fire(job, JobInput.INSTALL_FAILED, f"controller rejected the job: {exc}")
             return
         job.plan = plan
         job.job_id = plan.job_id
         if not plan.admitted:
             ctl.release(job.name)
-            self._end(job, REFUSED, plan.reason)
+            self._fire(job, JobInput.REFUSED, plan.reason)
             return
+        down = [self.switches[s] for s in plan.switches if not self.switches[s].up]
+        if down:
+            await self.probe_all([s.name for s in down])
         # Payload size: the smallest of what ranks asked for and what the daemons hold.
         limits = [self.switches[s].payload_elems or 0 for s in plan.switches]
-        if not all(limits):
-            await self.probe_all(plan.switches)
-            limits = [self.switches[s].payload_elems or 0 for s in plan.switches]
         known = [x for x in limits if x]
         if job.payload_elems is not None:
             known.append(job.payload_elems)
         job.payload_for_job = min(known) if known else 1
+        job.key = secrets.randbits(64) | 1  # the job's data-plane key (never 0, "no key")
         to_addr = {s: format_addr(info.udp) for s, info in self.switches.items()}
         to_addr.update({x.host: format_addr(x.udp) for x in job.ranks.values()})
         recorders = {s: _Recorder(s, to_addr) for s in plan.switches}
@@ -375,14 +576,15 @@ class ControllerService:
 
         async def put(name: str) -> None:
             sw = self.switches[name]
+            body = {"trees": recorders[name].trees, "key": f"{job.key:016x}"}
             try:
-                status, data = await self._switch_call(sw, "PUT", f"/jobs/{plan.job_id}", {"trees": recorders[name].trees})
+                status, data = await self._switch_call(sw, "PUT", f"/jobs/{plan.job_id}", body)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
                 errors.append(f"switch {name} (control {format_addr(sw.control)}) unreachable: {exc or type(exc).__name__}")
                 sw.up, sw.error = False, str(exc) or type(exc).__name__
                 return
             if status != 200:
-                errors.append(f"switch {name} refused job {plan.job_id}: HTTP {status} {data}")
+                errors.append(f"switch {name} refused job {plan.job_id}: HTTP {status} {error_text(data)}")
                 return
             done.append(name)
 
@@ -390,21 +592,25 @@ class ControllerService:
         if errors:
             await asyncio.gather(*(self._delete_on(s, plan.job_id) for s in done))
             ctl.release(job.name)
-            self._end(job, FAILED, "install failed: " + "; ".join(errors))
+            self._fire(job, JobInput.INSTALL_FAILED, "install failed: " + "; ".join(errors))
             return
         now = time.monotonic()
         for x in job.ranks.values():
             x.last_seen = now
-        job.state, job.reason = RUNNING, plan.reason
+            x.request = None
+        self._fire(job, JobInput.INSTALLED, plan.reason)
         self.counters["admitted"] += 1
-        log.info(
-            "job %s admitted as job_id %d on %s: %s",
-            job.name,
-            plan.job_id,
-            ", ".join(plan.switches),
-            plan.reason,
-        )
-        job.ready.set()
+        self._save_state()
+        log.info("job %s admitted as job_id %d on %s: %s", job.name, plan.job_id, ", ".join(plan.switches), plan.reason)
+
+    def _drop_rank(self, job: Job, x: Rank, why: str) -> None:
+        """Forget a provisional registration (the job keeps waiting for that rank)."""
+        if job.ranks.get(x.rank) is x:
+            del job.ranks[x.rank]
+            self.counters["dropped_registrations"] += 1
+            log.warning("job %s: rank %d (udp %s) dropped: %s", job.name, x.rank, format_addr(x.udp), why)
+        if not job.ranks and self.jobs.get(job.name) is job and job.life.state is JobState.REGISTERING:
+            self._fire(job, JobInput.ABANDONED, f"every registered rank gave up: {why}")
 
     async def _delete_on(self, name: str, job_id: int) -> None:
         sw = self.switches[name]
@@ -415,9 +621,10 @@ class ControllerService:
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             log.warning("switch %s: could not remove job %d: %s", name, job_id, exc or type(exc).__name__)
 
-    def _end(self, job: Job, state: str, reason: str) -> None:
-        """Move ``job`` to the history in ``state`` and wake its waiting ranks."""
-        job.state, job.reason, job.ended = state, reason, time.monotonic()
+    def _end(self, job: Job) -> None:
+        """``job`` reached a final state: move it to the history and wake its waiting ranks."""
+        state = job.state
+        job.ended = time.monotonic()
         if self.jobs.get(job.name) is job:
             del self.jobs[job.name]
         if job.job_id is not None:
@@ -425,60 +632,108 @@ class ControllerService:
             while len(self.history) > HISTORY:
                 self.history.popitem(last=False)
         self.counters[state] = self.counters.get(state, 0) + 1
-        log.log(logging.WARNING if state == FAILED else logging.INFO, "job %s (job_id %s) %s: %s", job.name, job.job_id, state, reason)
+        log.log(logging.WARNING if state == "failed" else logging.INFO, "job %s (job_id %s) %s: %s", job.name, job.job_id, state, job.reason)
         job.ready.set()
 
-    async def teardown(self, job: Job, state: str, reason: str) -> None:
-        """Remove ``job`` from its daemons and the controller; keep it in the history."""
-        if job.state not in (RUNNING, REGISTERING, INSTALLING):
+    async def teardown(self, job: Job, event: JobInput, reason: str) -> None:
+        """End a running (or registering) job with ``event``: remove it from its daemons and the controller."""
+        if job.life.final or not job.life.accepts(event):
             return
-        was_running = job.state == RUNNING
-        self._end(job, state, reason)
+        was_running = job.life.state is JobState.RUNNING
+        self._fire(job, event, reason)
         if was_running and job.plan is not None and self.controller is not None:
-            recorders = {s: _Recorder(s, {}) for s in job.plan.switches}
-            uninstall(job.plan, recorders)
-            await asyncio.gather(*(self._delete_on(s, job.plan.job_id) for s in recorders))
-            self.controller.release(job.name)
+            async with self._admission:
+                recorders = {s: _Recorder(s, {}) for s in job.plan.switches}
+                uninstall(job.plan, recorders)
+                await asyncio.gather(*(self._delete_on(s, job.plan.job_id) for s in recorders))
+                if job.name in self.controller.plans and self.controller.plans[job.name] is job.plan:
+                    self.controller.release(job.name)
+            self._save_state()
 
     async def _monitor(self) -> None:
-        """Heartbeat deadlines and daemon health of running jobs."""
+        """Heartbeat deadlines, provisional registrations, and daemon health of running jobs. Never dies."""
         next_probe = 0.0
         while True:
             await asyncio.sleep(min(0.25, self.heartbeat_timeout_s / 4))
-            now = time.monotonic()
+            try:
+                next_probe = await self._monitor_pass(next_probe)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bug in one pass must not end monitoring
+                self.counters["monitor_errors"] += 1
+                self.monitor_last_error = f"{type(exc).__name__}: {exc}"
+                if self.counters["monitor_errors"] <= 10:
+                    log.exception("monitor pass failed (monitoring goes on)")
+                else:
+                    log.error("monitor pass failed (monitoring goes on): %s", self.monitor_last_error)
+            self.monitor_tick = time.monotonic()
+
+    async def _monitor_pass(self, next_probe: float) -> float:
+        now = time.monotonic()
+        for job in list(self.jobs.values()):
+            if job.life.state is JobState.REGISTERING:
+                for x in list(job.ranks.values()):
+                    if x.gone():
+                        self._drop_rank(job, x, "its register call hung up")
+                continue
+            if job.life.state is not JobState.RUNNING:
+                continue
+            stale = [x for x in job.ranks.values() if not x.left and now - x.last_seen > self.heartbeat_timeout_s]
+            if stale:
+                x = stale[0]
+                await self.teardown(
+                    job,
+                    JobInput.RANK_LOST,
+                    f"rank {x.rank} (udp {format_addr(x.udp)}) stopped heart-beating "
+                    f"({now - x.last_seen:.1f} s > heartbeat_timeout_s {self.heartbeat_timeout_s:g})",
+                )
+        if now >= next_probe:
+            next_probe = now + self.probe_interval_s
+            used = sorted({s for j in self.jobs.values() if j.life.state is JobState.RUNNING and j.plan for s in j.plan.switches})
+            if used:
+                await self.probe_all(used)
             for job in list(self.jobs.values()):
-                if job.state != RUNNING:
+                if job.life.state is not JobState.RUNNING or job.plan is None:
                     continue
-                stale = [x for x in job.ranks.values() if not x.left and now - x.last_seen > self.heartbeat_timeout_s]
-                if stale:
-                    x = stale[0]
-                    await self.teardown(
-                        job,
-                        FAILED,
-                        f"rank {x.rank} (udp {format_addr(x.udp)}) stopped heart-beating "
-                        f"({now - x.last_seen:.1f} s > heartbeat_timeout_s {self.heartbeat_timeout_s:g})",
-                    )
-            if now >= next_probe:
-                next_probe = now + self.probe_interval_s
-                used = sorted({s for j in self.jobs.values() if j.state == RUNNING and j.plan for s in j.plan.switches})
-                if used:
-                    await self.probe_all(used)
-                for job in list(self.jobs.values()):
-                    if job.state != RUNNING or job.plan is None:
+                for s in job.plan.switches:
+                    sw = self.switches[s]
+                    held = self.switch_jobs.get(s)
+                    if not sw.up:
+                        why = f"is down: {sw.error}"
+                    elif held is not None and job.job_id not in held:
+                        why = f"lost job {job.job_id} (no longer installed there: removed outside the controller or the daemon restarted)"
+                    else:
                         continue
-                    down = [self.switches[s] for s in job.plan.switches if not self.switches[s].up]
-                    if down:
-                        sw = down[0]
-                        await self.teardown(
-                            job,
-                            FAILED,
-                            f"switch {sw.name} (udp {format_addr(sw.udp)}, control {format_addr(sw.control)}) "
-                            f"is down: {sw.error}",
-                        )
+                    await self.teardown(
+                        job, JobInput.SWITCH_LOST, f"switch {sw.name} (udp {format_addr(sw.udp)}, control {format_addr(sw.control)}) {why}"
+                    )
+                    break
+        return next_probe
+
+    def monitor_health(self) -> tuple[bool, dict[str, Any]]:
+        """Whether the monitor runs and ticks (restarting it if its task ended), with facts."""
+        task = self._monitor_task
+        if task is not None and task.done() and not task.cancelled():
+            self.counters["monitor_restarts"] += 1
+            log.error("monitor task ended (%s): restarting it", task.exception() if not task.cancelled() else "cancelled")
+            self._monitor_task = task = asyncio.create_task(self._monitor())
+        age = None if self.monitor_tick is None else time.monotonic() - self.monitor_tick
+        limit = max(10.0, 20 * min(0.25, self.heartbeat_timeout_s / 4))
+        ok = task is not None and not task.done() and (age is None and time.monotonic() - self.started < limit or age is not None and age < limit)
+        return ok, {
+            "alive": task is not None and not task.done(),
+            "last_pass_age_s": None if age is None else round(age, 3),
+            "errors": self.counters["monitor_errors"],
+            "restarts": self.counters["monitor_restarts"],
+            "last_error": self.monitor_last_error,
+        }
 
     # ------------------------------------------------------------------ HTTP handlers
     def make_app(self) -> web.Application:
-        app = web.Application(middlewares=[self._errors])
+        middlewares = [errors_middleware(self.counters, "controller")]
+        if self.token is not None:
+            middlewares.insert(0, auth_middleware(self.token, frozenset({f"{API}/health"}), self.counters))
+        app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
         app.add_routes(
             [
                 web.get(f"{API}/health", self.h_health),
@@ -497,39 +752,35 @@ class ControllerService:
         return app
 
     async def _on_startup(self, app: web.Application) -> None:
-        self._session = aiohttp.ClientSession()
-        self._tasks.append(asyncio.create_task(self._monitor()))
+        if self.controller is None:
+            await self.start()
 
     async def _on_cleanup(self, app: web.Application) -> None:
-        for task in self._tasks:
-            task.cancel()
+        """Stop monitoring; running jobs stay installed (a restarted controller recovers them)."""
+        if self._monitor_task is not None:
+            self._monitor_task.cancel()
         for job in list(self.jobs.values()):
-            await self.teardown(job, FAILED, "controller shut down")
+            if job.life.state is JobState.REGISTERING:
+                job.ready.set()
+        self._save_state()
         if self._session is not None:
             await self._session.close()
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler):
-        try:
-            return await handler(request)
-        except _BadRequest as exc:
-            self.counters["bad_requests"] += 1
-            return web.json_response({"error": str(exc)}, status=exc.status)
-        except ControllerError as exc:
-            self.counters["bad_requests"] += 1
-            return web.json_response({"error": str(exc)}, status=400)
-
     async def h_health(self, request: web.Request) -> web.Response:
+        ok, monitor = self.monitor_health()
         return web.json_response(
             {
-                "status": "ok",
+                "status": "ok" if ok else "monitor not running",
+                "monitor": monitor,
                 "topology": self.topology.name,
                 "hosts": len(self.topology.hosts),
                 "threshold_bytes": self.threshold_bytes,
                 "heartbeat_timeout_s": self.heartbeat_timeout_s,
                 "jobs": len(self.jobs),
+                "controllers_created": self.controllers_created,
                 "uptime_s": round(time.monotonic() - self.started, 3),
-            }
+            },
+            status=200 if ok else 503,
         )
 
     async def h_switches(self, request: web.Request) -> web.Response:
@@ -560,38 +811,68 @@ class ControllerService:
         return None
 
     async def h_job(self, request: web.Request) -> web.Response:
-        name = request.match_info["job"]
+        name = _job_name(request)
         job = self._find(name)
         if job is None:
-            raise _BadRequest(404, f"job: unknown job {name!r}")
+            raise BadRequest(404, f"job: unknown job {name!r}")
         out = job.summary()
         now = time.monotonic()
         out["stale_ranks"] = sorted(
-            x.rank for x in job.ranks.values() if not x.left and job.state == RUNNING and now - x.last_seen > 2 * self._hb_hint()
+            x.rank for x in job.ranks.values() if not x.left and job.state == "running" and now - x.last_seen > 2 * self._hb_hint()
         )
         if job.plan is not None and job.plan.admitted:
-            if request.query.get("probe") in ("1", "true"):
+            probe = request.query.get("probe") in ("1", "true")
+            if probe:
                 await self.probe_all(job.plan.switches)
-            out["switches"] = {
-                s: {"udp": format_addr(self.switches[s].udp), "up": self.switches[s].up, "error": self.switches[s].error}
-                for s in job.plan.switches
-            }
+            out["switches"] = {}
+            for s in job.plan.switches:
+                sw = self.switches[s]
+                info: dict[str, Any] = {"udp": format_addr(sw.udp), "up": sw.up, "error": sw.error}
+                held = self.switch_jobs.get(s)
+                if held is not None:
+                    info["holds_job"] = job.job_id in held
+                if probe and sw.up:
+                    info.update(await self._job_counters(sw, job))
+                out["switches"][s] = info
         return web.json_response(out)
+
+    async def _job_counters(self, sw: SwitchInfo, job: Job) -> dict[str, Any]:
+        """What a daemon's counters say about ``job``: drops by reason, its slots, send errors, data plane."""
+        try:
+            status, st = await self._switch_call(sw, "GET", "/stats")
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            return {"stats_error": str(exc) or type(exc).__name__}
+        if status != 200 or not isinstance(st, dict):
+            return {"stats_error": f"HTTP {status}"}
+        acc = st.get("accelerator") or {}
+        return {
+            "drops": st.get("drops", {}),
+            "malformed": st.get("malformed", {}),
+            "occupancy": (st.get("occupancy") or {}).get(str(job.job_id), 0),
+            "share_exceeded": (acc.get("drops") or {}).get("share_exceeded", 0),
+            "send_errors": st.get("send_errors", 0),
+            "data_plane": st.get("data_plane", {}),
+        }
 
     def _hb_hint(self) -> float:
         return self.heartbeat_timeout_s / 4
 
     async def h_delete_job(self, request: web.Request) -> web.Response:
-        name = request.match_info["job"]
+        name = _job_name(request)
         job = self.jobs.get(name)
         if job is None:
-            raise _BadRequest(404, f"job: unknown job {name!r}")
-        await self.teardown(job, FAILED, "deleted by an operator (DELETE /v1/jobs)")
+            raise BadRequest(404, f"job: unknown job {name!r}")
+        if not job.life.accepts(JobInput.DELETED):
+            raise BadRequest(409, f"job: {name!r} is {job.state}; delete it once its admission has finished")
+        await self.teardown(job, JobInput.DELETED, "deleted by an operator (DELETE /v1/jobs)")
         return web.json_response(job.summary())
 
     async def h_register(self, request: web.Request) -> web.Response:
-        name = request.match_info["job"]
-        body = await _json_object(request)
+        name = _job_name(request)
+        body = await read_json_object(request)
+        unknown = set(body) - REGISTER_KEYS
+        if unknown:
+            raise BadRequest(400, f"{sorted(unknown)[0]}: unknown field (allowed: {', '.join(sorted(REGISTER_KEYS))})")
         rank = _int_field(body, "rank", 0)
         world_size = _int_field(body, "world_size", 1)
         size_bytes = _int_field(body, "size_bytes", 0, default=0)
@@ -599,65 +880,100 @@ class ControllerService:
         payload = _int_field(body, "payload_elems", 1, default=None)
         wait_s = body.get("wait_s", 30.0)
         if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not 0 < wait_s <= MAX_WAIT_S:
-            raise _BadRequest(400, f"wait_s: expected a number in (0, {MAX_WAIT_S:g}], got {wait_s!r}")
+            raise BadRequest(400, f"wait_s: expected a number in (0, {MAX_WAIT_S:g}], got {wait_s!r}")
+        incarnation = body.get("incarnation")
+        if incarnation is not None and (not isinstance(incarnation, str) or not _INCARNATION_RE.match(incarnation)):
+            raise BadRequest(400, f"incarnation: expected 1-64 characters of [A-Za-z0-9._-], got {incarnation!r}")
         if rank >= world_size:
-            raise _BadRequest(400, f"rank: {rank} is not below world_size {world_size}")
+            raise BadRequest(400, f"rank: {rank} is not below world_size {world_size}")
         if world_size > len(self.hosts_in_order):
-            raise _BadRequest(
+            raise BadRequest(
                 400, f"world_size: {world_size} workers do not fit the {len(self.hosts_in_order)} hosts of {self.topology.name}"
             )
+        if size_bytes > MAX_SIZE_BYTES:
+            raise BadRequest(400, f"size_bytes: must be <= {MAX_SIZE_BYTES}, got {size_bytes}")
+        if trees is not None and trees > 0xFFFF:
+            raise BadRequest(400, f"trees: must be <= 65535, got {trees}")
+        if payload is not None and payload > MAX_PAYLOAD_ELEMS:
+            raise BadRequest(400, f"payload_elems: must be <= {MAX_PAYLOAD_ELEMS}, got {payload}")
         try:
             udp = parse_addr(body.get("udp"), field="udp")
         except AddressError as exc:
-            raise _BadRequest(400, str(exc)) from None
+            raise BadRequest(400, str(exc)) from None
+        # Every check first; the job changes only once the request is accepted (a 409 changes nothing).
         job = self.jobs.get(name)
-        if job is None:
+        if job is not None:
+            if job.life.state is not JobState.REGISTERING:
+                raise BadRequest(
+                    409,
+                    f"job: {name!r} is {job.state} (job_id {job.job_id}); register again after it ends "
+                    f"(a job whose ranks died ends within heartbeat_timeout_s={self.heartbeat_timeout_s:g})",
+                )
+            if job.world_size != world_size:
+                raise BadRequest(409, f"world_size: {world_size} differs from {job.world_size} given by other ranks of {name!r}")
+            if trees is not None and job.trees not in (None, trees):
+                raise BadRequest(409, f"trees: {trees} differs from {job.trees} asked by other ranks of {name!r}")
+            other = job.ranks.get(rank)
+            if other is not None and not other.gone() and (incarnation is None or other.incarnation == incarnation):
+                raise BadRequest(
+                    409,
+                    f"rank: {rank} of {name!r} is already registered (from udp {format_addr(other.udp)}); ranks must be unique",
+                )
+        else:
             job = Job(name, world_size, time.monotonic())
             self.jobs[name] = job
-        if job.state != REGISTERING:
-            raise _BadRequest(
-                409, f"job: {name!r} is {job.state} (job_id {job.job_id}); register again after it ends"
-            )
-        if job.world_size != world_size:
-            raise _BadRequest(409, f"world_size: {world_size} differs from {job.world_size} given by other ranks of {name!r}")
-        if trees is not None and job.trees not in (None, trees):
-            raise _BadRequest(409, f"trees: {trees} differs from {job.trees} asked by other ranks of {name!r}")
+        other = job.ranks.get(rank)
+        if other is not None:  # a stale registration of this rank: the new incarnation replaces it
+            self.counters["replaced_ranks"] += 1
+            log.warning(
+                "job %s: rank %d re-registered from %s (incarnation %s) replaces %s (incarnation %s)",
+                name, rank, format_addr(udp), incarnation, format_addr(other.udp), other.incarnation,
+            )  # fmt: skip
         if trees is not None:
             job.trees = trees
         if payload is not None:
             job.payload_elems = payload if job.payload_elems is None else min(job.payload_elems, payload)
         job.size_bytes = max(job.size_bytes, size_bytes)
-        if rank in job.ranks:
-            other = job.ranks[rank]
-            raise _BadRequest(
-                409, f"rank: {rank} of {name!r} is already registered (from udp {format_addr(other.udp)}); ranks must be unique"
-            )
-        mine = Rank(rank, udp, self.hosts_in_order[rank], time.monotonic())
+        mine = Rank(rank, udp, self.hosts_in_order[rank], time.monotonic(), incarnation, request=request)
         job.ranks[rank] = mine
         log.info("job %s: rank %d/%d registered from %s", name, rank, world_size, format_addr(udp))
         if len(job.ranks) == world_size:
             await self._admit(job)
-        else:
-            try:
-                await asyncio.wait_for(job.ready.wait(), timeout=wait_s)
-            except asyncio.TimeoutError:
-                if job.state == REGISTERING and job.ranks.get(rank) is mine:
-                    del job.ranks[rank]
-                    if not job.ranks and self.jobs.get(name) is job:
-                        del self.jobs[name]
-                missing = sorted(set(range(world_size)) - set(job.ranks) - {rank})
-                raise _BadRequest(
-                    504,
-                    f"job {name!r}: ranks {missing} of world_size {world_size} did not register within "
-                    f"wait_s={wait_s:g} (registered: {sorted(job.ranks)})",
-                ) from None
+        await self._wait_admission(job, mine, wait_s)  # returns at once once admitted or ended
+        if job.ranks.get(rank) is not mine:
+            raise BadRequest(409, f"rank: {rank} of {name!r} was replaced by a newer registration of the same rank")
         return self._register_reply(job, rank)
 
+    async def _wait_admission(self, job: Job, mine: Rank, wait_s: float) -> None:
+        """Wait until the job leaves ``registering`` (admitted, refused, failed) or ``wait_s`` passes."""
+        deadline = time.monotonic() + wait_s
+        while job.ranks.get(mine.rank) is mine and job.life.state in (JobState.REGISTERING, JobState.INSTALLING):
+            left = deadline - time.monotonic()
+            if job.life.state is JobState.INSTALLING:
+                left = max(left, 4 * self.switch_timeout_s)  # an admission under way is bounded by its PUTs
+            elif left <= 0:
+                break
+            job.ready.clear()  # no await since the state was read: no wake-up is lost
+            try:
+                await asyncio.wait_for(job.ready.wait(), timeout=left)
+            except asyncio.TimeoutError:
+                if job.life.state is not JobState.INSTALLING:
+                    break
+        if job.life.state is JobState.REGISTERING and job.ranks.get(mine.rank) is mine:
+            missing = sorted(set(range(job.world_size)) - set(job.ranks))
+            registered = sorted(job.ranks)
+            self._drop_rank(job, mine, f"no admission within wait_s={wait_s:g}")
+            raise BadRequest(
+                504,
+                f"job {job.name!r}: ranks {missing} of world_size {job.world_size} did not register within "
+                f"wait_s={wait_s:g} (registered: {registered})",
+            )
+
     def _register_reply(self, job: Job, rank: int) -> web.Response:
-        if job.state == REFUSED:
+        if job.life.state is JobState.REFUSED:
             return web.json_response({"job": job.name, "job_id": job.job_id, "admitted": False, "reason": job.reason})
-        if job.state != RUNNING:
-            raise _BadRequest(503, f"job {job.name!r}: {job.state}: {job.reason}")
+        if job.life.state is not JobState.RUNNING:
+            raise BadRequest(503, f"job {job.name!r}: {job.state}: {job.reason}")
         plan = job.plan
         assert plan is not None
         host = job.ranks[rank].host
@@ -676,35 +992,45 @@ class ControllerService:
                 ],
                 "first_hop": {"switch": leaf, "udp": format_addr(self.switches[leaf].udp)},
                 "payload_elems": job.payload_for_job,
+                "key": f"{job.key:016x}",
                 "heartbeat_timeout_s": self.heartbeat_timeout_s,
             }
         )
 
-    async def _registered_rank(self, request: web.Request) -> tuple[Job, Rank]:
+    async def _registered_rank(self, request: web.Request) -> tuple[Job, Rank, dict]:
         """The job and the rank a heartbeat or leave request names; 404 when either is unknown."""
-        name = request.match_info["job"]
-        body = await _json_object(request)
+        name = _job_name(request)
+        body = await read_json_object(request)
         rank = _int_field(body, "rank", 0)
         job_id = _int_field(body, "job_id", 1, default=None)
         job = self._find(name, job_id)
         if job is None:
-            raise _BadRequest(404, f"job: unknown job {name!r}" + (f" with job_id {job_id}" if job_id else ""))
+            raise BadRequest(404, f"job: unknown job {name!r}" + (f" with job_id {job_id}" if job_id else ""))
         x = job.ranks.get(rank)
         if x is None:
-            raise _BadRequest(404, f"rank: {rank} is not registered in job {name!r}")
-        return job, x
+            raise BadRequest(404, f"rank: {rank} is not registered in job {name!r}")
+        return job, x, body
 
     async def h_heartbeat(self, request: web.Request) -> web.Response:
-        job, x = await self._registered_rank(request)
-        if job.state == RUNNING:
+        job, x, _ = await self._registered_rank(request)
+        if job.life.state is JobState.RUNNING:
             x.last_seen = time.monotonic()
         return web.json_response({"state": job.state, "reason": job.reason, "job_id": job.job_id})
 
     async def h_leave(self, request: web.Request) -> web.Response:
-        job, x = await self._registered_rank(request)
-        x.left = True
-        if job.state == RUNNING and all(r.left for r in job.ranks.values()):
-            await self.teardown(job, COMPLETED, f"all {job.world_size} ranks left")
+        job, x, body = await self._registered_rank(request)
+        error = body.get("error")
+        if error is not None and not isinstance(error, str):
+            raise BadRequest(400, f"error: expected a string, got {type(error).__name__}")
+        if job.life.state is JobState.RUNNING:
+            x.left = True
+            if error:
+                x.error = error[:500]
+                await self.teardown(job, JobInput.RANK_FAILED, f"rank {x.rank} left after an error: {x.error}")
+            elif all(r.left for r in job.ranks.values()):
+                await self.teardown(job, JobInput.ALL_LEFT, f"all {job.world_size} ranks left")
+            else:
+                self._save_state()
         return web.json_response({"state": job.state, "reason": job.reason, "job_id": job.job_id})
 
     async def h_metrics(self, request: web.Request) -> web.Response:
@@ -715,26 +1041,32 @@ class ControllerService:
                 f"panama_controller_jobs_{key}_total {value}",
             ]
         lines += ["# TYPE panama_controller_jobs_live gauge", f"panama_controller_jobs_live {len(self.jobs)}"]
+        ok, _ = self.monitor_health()
+        lines += ["# TYPE panama_controller_monitor_up gauge", f"panama_controller_monitor_up {int(ok)}"]
         lines.append("# TYPE panama_controller_switch_up gauge")
         for s in sorted(self.switches.values(), key=lambda s: natural_key(s.name)):
             lines.append(f'panama_controller_switch_up{{switch="{s.name}"}} {int(s.up)}')
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 
-class _BadRequest(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
+class _DaemonUnwell(Exception):
+    """A daemon answered, but not healthy."""
 
 
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise _BadRequest(400, "body: not valid JSON") from None
-    if not isinstance(body, dict):
-        raise _BadRequest(400, f"body: expected a JSON object, got {type(body).__name__}")
-    return body
+REGISTER_KEYS = frozenset({"rank", "world_size", "udp", "size_bytes", "trees", "payload_elems", "wait_s", "incarnation"})
+MAX_SIZE_BYTES = 1 << 50
+_INCARNATION_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _job_name(request: web.Request) -> str:
+    name = request.match_info["job"]
+    if not JOB_NAME_RE.match(name):
+        raise BadRequest(400, f"job: {name[:64]!r} is not a valid job name ({JOB_NAME_RULE})")
+    return name
 
 
 _MISSING = object()
@@ -744,22 +1076,23 @@ def _int_field(body: dict, key: str, low: int, default: Any = _MISSING) -> Any:
     value = body.get(key, _MISSING)
     if value is _MISSING or value is None:
         if default is _MISSING:
-            raise _BadRequest(400, f"{key}: missing")
+            raise BadRequest(400, f"{key}: missing")
         return default
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _BadRequest(400, f"{key}: expected an integer, got {value!r}")
+        raise BadRequest(400, f"{key}: expected an integer, got {str(value)[:40]!r}")
     if value < low:
-        raise _BadRequest(400, f"{key}: must be >= {low}, got {value}")
+        raise BadRequest(400, f"{key}: must be >= {low}, got {value}")
+    if value > 2**53:
+        raise BadRequest(400, f"{key}: must be <= 2^53, got a {len(str(value))}-digit number")
     return value
 
 
 async def serve(service: ControllerService, listen: Address, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
     """Run the service until ``stop`` is set."""
-    runner = web.AppRunner(service.make_app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, listen[0], listen[1], reuse_address=True)
-    await site.start()
-    service.address = tuple(runner.addresses[0][:2])
+    runner = web.AppRunner(service.make_app(), access_log=None, keepalive_timeout=30.0)
+    await runner.setup()  # on_startup: daemons probed, the one Controller made, jobs recovered
+    server, watchdog = await start_site(runner, listen[0], listen[1])
+    service.address = tuple(server.sockets[0].getsockname()[:2])
     log.info(
         "controller on http://%s: topology %s, %d switches, threshold_bytes %d, heartbeat_timeout_s %g",
         format_addr(service.address),
@@ -773,6 +1106,8 @@ async def serve(service: ControllerService, listen: Address, ready: asyncio.Even
     try:
         await (stop or asyncio.Event()).wait()
     finally:
+        watchdog.cancel()
+        server.close()
         await runner.cleanup()
 
 

@@ -601,13 +601,13 @@ class SwitchDaemon:
             loop.call_soon_threadsafe(event.set)
 
 
-def run_switch(config: SwitchConfig, ready_file: str | None = None) -> None:
+def run_switch(config: SwitchConfig, ready_file: str | None = None, token: str | None = None) -> None:
     """Run a daemon in the foreground until SIGTERM or SIGINT.
 
     ``ready_file``: once both sockets listen, write ``{"id", "udp", "control", "pid"}``
     there (atomically), so a supervisor learns the ports chosen for port 0.
     """
-    daemon = SwitchDaemon(config)
+    daemon = SwitchDaemon(config, token=token)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -449,12 +449,13 @@ def _worker_entry(
     out_queue: Any,
     controller: str | None,
     job: str | None,
+    token: str | None = None,
 ) -> None:
     """Process entry point: run one rank, report every outcome on ``out_queue``."""
     if hasattr(signal, "SIGUSR1"):  # the parent asks a silent worker for its stacks (stderr)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
-        _worker(rank, TrainConfig.model_validate(cfg_dict), data, store_path, out_queue, controller, job)
+        _worker(rank, TrainConfig.model_validate(cfg_dict), data, store_path, out_queue, controller, job, token)
     except BaseException as exc:
         report = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         try:
@@ -472,6 +473,7 @@ def _worker(
     out_queue: Any,
     controller: str | None,
     job: str | None,
+    token: str | None = None,
 ) -> None:
     workers = cfg.workers
     torch.set_num_threads(cfg.threads)
@@ -495,7 +497,7 @@ def _worker(
             # size_bytes makes the constructor register now (a barrier over the ranks),
             # so the trees are installed before the first timed step.
             comm = Communicator(
-                controller, job, rank, workers, size_bytes=4 * n_params, timeout_s=cfg.timeout_s
+                controller, job, rank, workers, size_bytes=4 * n_params, timeout_s=cfg.timeout_s, token=token
             )
             register_panama_hook(ddp, comm, workers)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.lr)
@@ -600,12 +602,12 @@ def worker_context() -> Any:
 
 
 @contextmanager
-def _controller_for(cfg: TrainConfig) -> Iterator[str | None]:
-    """The controller address for a panama run: the configured one, or a LocalCluster's."""
+def _controller_for(cfg: TrainConfig) -> Iterator[tuple[str | None, str | None]]:
+    """(controller address, token) for a panama run: the configured one (token from $PANAMA_TOKEN), or a LocalCluster's."""
     if cfg.allreduce != "panama":
-        yield None
+        yield None, None
     elif cfg.controller is not None:
-        yield cfg.controller
+        yield cfg.controller, None  # its token: $PANAMA_TOKEN
     else:
         from panama.runtime.cluster import ClusterError, LocalCluster
 
@@ -616,7 +618,7 @@ def _controller_for(cfg: TrainConfig) -> Iterator[str | None]:
         except ClusterError as exc:
             raise TrainingError(f"could not start a local PANAMA cluster: {exc}") from None
         try:
-            yield cluster.controller
+            yield cluster.controller, cluster.token
         finally:
             cluster.stop()
 
@@ -634,13 +636,13 @@ def _train_processes(
     if on_status is not None:
         cluster = " and a local PANAMA cluster" if cfg.allreduce == "panama" and cfg.controller is None else ""
         on_status(f"starting {workers} worker processes{cluster}")
-    with tempfile.TemporaryDirectory(prefix="panama-train-") as tmpdir, _controller_for(cfg) as controller:
+    with tempfile.TemporaryDirectory(prefix="panama-train-") as tmpdir, _controller_for(cfg) as (controller, token):
         out_queue = ctx.Queue()
         store_path = os.path.join(tmpdir, "gloo-store")
         procs = [
             ctx.Process(
                 target=_worker_entry,
-                args=(rank, cfg.model_dump(mode="json"), data, store_path, out_queue, controller, job),
+                args=(rank, cfg.model_dump(mode="json"), data, store_path, out_queue, controller, job, token),
                 name=f"panama-train-rank{rank}",
             )
             for rank in range(workers)
