@@ -486,6 +486,7 @@ class SwitchDaemon:
     async def _h_health(self, request: web.Request) -> web.Response:
         with self.lock:
             dp = self._data_plane_facts()
+            jobs = sorted(self.acc.jobs())
         return web.json_response(
             {
                 "id": self.config.switch_id,
@@ -494,6 +495,7 @@ class SwitchDaemon:
                 "packet_memory": self.config.packet_memory,
                 "status": "ok" if dp["alive"] else "data plane down",
                 "data_plane": dp,
+                "jobs": jobs,
             },
             status=200 if dp["alive"] else 503,
         )
