@@ -77,7 +77,7 @@ def _setup_logging(level: str) -> None:
 )
 @click.option("--packet-memory", default=512, show_default=True, type=int, help="Accelerator slots (packets).")
 @click.option(
-    "--payload-elems", default=None, type=int, help="float32 per slot/datagram [default: 16369, the largest UDP datagram]."
+    "--payload-elems", default=None, type=int, help="float32 per slot/datagram [default: 16367, the largest UDP datagram]."
 )
 @click.option(
     "--ecn-threshold",
@@ -226,7 +226,7 @@ def _state_file(state_path):
 @click.option("--hosts-per-leaf", default=4, show_default=True, type=int, help="Worker slots per leaf.")
 @click.option("--trees", default=None, type=int, help="Trees per job [default: number of spines].")
 @click.option("--packet-memory", default=512, show_default=True, type=int)
-@click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16369].")
+@click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367].")
 @click.option("--threshold-bytes", default=0, show_default=True, type=int)
 @click.option("--heartbeat-timeout", default=5.0, show_default=True, type=float)
 @click.option("--drop-prob", default=0.0, show_default=True, type=float, help="Loss injected at every switch.")
@@ -371,7 +371,7 @@ def _any_alive(state: dict) -> bool:
 @click.option("--leaves", default=2, show_default=True, type=int)
 @click.option("--spines", default=2, show_default=True, type=int)
 @click.option("--trees", default=None, type=int, help="Trees per job [default: number of spines].")
-@click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16369].")
+@click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367].")
 @click.option("--packet-memory", default=512, show_default=True, type=int)
 @click.option("--cc", default="dctcp", show_default=True, type=click.Choice(["dctcp", "fixed", "none"]))
 @click.option("--ecn-threshold", default=128, show_default=True, type=int, help="Switch CE-marking backlog (full datagrams; 0: off).")
