@@ -54,7 +54,7 @@ cdef class Port(Event):
                    backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong)
     cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
 
-    @cython.locals(now=cython.longlong, idx=cython.longlong, pkt=SimPacket)
+    @cython.locals(now=cython.longlong, idx=cython.longlong, head=SimPacket)
     cpdef _deliver(self)
 
     @cython.locals(pkt=SimPacket, t=cython.longlong, host=Host)

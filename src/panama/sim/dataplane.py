@@ -45,8 +45,9 @@ _SWITCH_LOSSLESS = 4
 class Port(Event):
     """Output queue + serialiser + wire from ``owner`` to ``peer`` (one direction).
 
-    The port is itself the engine event of its pipe's head arrival (:meth:`fire` runs
-    the arrival handler chosen for the peer); ``_release_ev`` is the event of its
+    The pipe holds the packets accepted and not yet arrived, each with its arrival time
+    at the peer in ``arrive_ps``. The port is itself the engine event of its pipe's head
+    arrival (:meth:`fire` runs the arrival handler chosen for the peer); ``_release_ev`` is the event of its
     buffer releases (lossless switches).
 
     Serialisation takes ``size_bytes x ps_per_byte`` with ``ps_per_byte =
@@ -87,7 +88,7 @@ class Port(Event):
         self.ps_per_byte = -(-_BITS_PS // int(rate_bps))
         self.delay_ps = int(delay_ps)
         self.busy_until = 0
-        self.pipe: deque[tuple[int, SimPacket]] = deque()
+        self.pipe: deque[SimPacket] = deque()  # in flight, in arrival order (``arrive_ps``)
         self.armed = False
         self.paused = False
         self.paused_since = 0
@@ -178,7 +179,8 @@ class Port(Event):
         self.tx_packets += 1
         self.tx_bytes += size
         arrive = end + self.delay_ps
-        self.pipe.append((arrive, pkt))
+        pkt.arrive_ps = arrive
+        self.pipe.append(pkt)
         if not self.armed:
             self.armed = True
             self._eng.schedule(arrive, self)
@@ -194,11 +196,11 @@ class Port(Event):
         idx = self.peer_index
         while pipe:
             head = pipe[0]
-            if head[0] > now:
-                self._eng.schedule(head[0], self)
+            if head.arrive_ps > now:
+                self._eng.schedule(head.arrive_ps, self)
                 return
             pipe.popleft()
-            recv(head[1], idx)
+            recv(head, idx)
         self.armed = False
 
     def _deliver_host(self) -> None:
@@ -209,7 +211,7 @@ class Port(Event):
         pipe = self.pipe
         popleft = pipe.popleft
         while True:
-            pkt = popleft()[1]
+            pkt = popleft()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
@@ -218,7 +220,7 @@ class Port(Event):
             if not pipe:
                 self.armed = False
                 return
-            t = pipe[0][0]
+            t = pipe[0].arrive_ps
             if t > self._eng.now:
                 self._eng.schedule(t, self)
                 return
@@ -234,13 +236,13 @@ class Port(Event):
         fib1 = sw.fib1
         while True:
             # The head is due: nothing but arrivals removes packets from a lossy pipe.
-            pkt = popleft()[1]
+            pkt = popleft()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, self.peer_index, hooks[pkt.kind])
                 if not pipe:
                     self.armed = False
                     return
-                t = pipe[0][0]
+                t = pipe[0].arrive_ps
                 if t > now:
                     self._eng.schedule(t, self)
                     return
@@ -273,7 +275,8 @@ class Port(Event):
                     out.tx_packets += 1
                     out.tx_bytes += size
                     end += out.delay_ps
-                    out.pipe.append((end, pkt))
+                    pkt.arrive_ps = end
+                    out.pipe.append(pkt)
                     if not out.armed:
                         out.armed = True
                         self._eng.schedule(end, out)
@@ -282,7 +285,7 @@ class Port(Event):
             if not pipe:
                 self.armed = False
                 return
-            t = pipe[0][0]
+            t = pipe[0].arrive_ps
             if t > now:
                 self._eng.schedule(t, self)
                 return
@@ -319,7 +322,8 @@ class HostPort(Port):
         self.tx_packets += 1
         self.tx_bytes += size
         end += self.delay_ps
-        self.pipe.append((end, pkt))
+        pkt.arrive_ps = end
+        self.pipe.append(pkt)
         if not self.armed:
             self.armed = True
             self._eng.schedule(end, self)
@@ -353,7 +357,8 @@ class LosslessPort(Port):
         end = bu + tx
         self.busy_until = end
         arrive = end + self.delay_ps
-        self.pipe.append((arrive, pkt))
+        pkt.arrive_ps = arrive
+        self.pipe.append(pkt)
         rel = self.release
         if rel is not None:
             rel.append((end, size, in_idx))
@@ -373,12 +378,11 @@ class LosslessPort(Port):
         pipe = self.pipe
         now = self._eng.now
         while pipe:
-            head = pipe[0]
-            if head[0] > now:
-                self._eng.schedule(head[0], self)
+            pkt = pipe[0]
+            if pkt.arrive_ps > now:
+                self._eng.schedule(pkt.arrive_ps, self)
                 return
             pipe.popleft()
-            pkt = head[1]
             d = pkt.deliver
             if d is not None:
                 d(pkt)
@@ -396,12 +400,11 @@ class LosslessPort(Port):
         fib1 = sw.fib1
         ingress = sw.ingress_bytes
         while pipe:
-            head = pipe[0]
-            if head[0] > now:
-                self._eng.schedule(head[0], self)
+            pkt = pipe[0]
+            if pkt.arrive_ps > now:
+                self._eng.schedule(pkt.arrive_ps, self)
                 return
             pipe.popleft()
-            pkt = head[1]
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, idx, hooks[pkt.kind])
                 continue
@@ -444,7 +447,8 @@ class LosslessPort(Port):
         end = bu + tx
         self.busy_until = end
         arrive = end + self.delay_ps
-        self.pipe.append((arrive, pkt))
+        pkt.arrive_ps = arrive
+        self.pipe.append(pkt)
         rel = self.release
         if rel is not None:
             rel.append((end, pkt.size_bytes, in_idx))
@@ -484,7 +488,8 @@ class LosslessPort(Port):
         ppb = self.ps_per_byte
         held: list[tuple[SimPacket, int]] = []
         while pipe:
-            arrive, pkt = pipe[-1]
+            pkt = pipe[-1]
+            arrive = pkt.arrive_ps
             tx = pkt.size_bytes * ppb
             if arrive - delay - tx < now:
                 break
@@ -496,7 +501,7 @@ class LosslessPort(Port):
             held.reverse()
             held.extend(self.waiting)
             self.waiting = deque(held)
-        self.busy_until = pipe[-1][0] - delay if pipe else min(self.busy_until, now)
+        self.busy_until = pipe[-1].arrive_ps - delay if pipe else min(self.busy_until, now)
         if self._trace is not None:
             self._trace((now, "pause", self.owner.name, self.peer.name, -1, -1, -1, -1, 0, self.queue_bytes()))
 

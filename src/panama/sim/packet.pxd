@@ -13,3 +13,4 @@ cdef class SimPacket:
     cdef public long long ts_ps
     cdef public long long flags
     cdef public object inner
+    cdef public long long arrive_ps

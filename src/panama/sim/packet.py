@@ -58,10 +58,12 @@ class SimPacket:
     ``deliver`` (if set) is called with the packet at the destination host. ``seq``,
     ``ack``, ``ts_ps`` and ``flags`` belong to the transport; ``inner`` carries an
     arbitrary object (a ``panama.core.packet.Packet`` for ``KIND_PANAMA``: build those
-    with :func:`panama_sim_packet`).
+    with :func:`panama_sim_packet`). ``arrive_ps`` belongs to the network (a packet is in
+    at most one link's pipe at a time).
     """
 
-    __slots__ = ("kind", "src", "dst", "size_bytes", "flow_hash", "ecn", "deliver", "seq", "ack", "ts_ps", "flags", "inner")
+    __slots__ = ("kind", "src", "dst", "size_bytes", "flow_hash", "ecn", "deliver", "seq", "ack", "ts_ps", "flags", "inner",
+                 "arrive_ps")
 
     def __init__(
         self,
@@ -90,6 +92,7 @@ class SimPacket:
         self.ts_ps = ts_ps
         self.flags = flags
         self.inner = inner
+        self.arrive_ps = 0  # set by the port whose pipe holds the packet: arrival time at the peer
 
     def _fields(self) -> tuple:
         return (self.kind, self.src, self.dst, self.size_bytes, self.flow_hash, self.ecn, self.deliver,
