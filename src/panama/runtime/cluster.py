@@ -239,7 +239,7 @@ class LocalCluster:
     def stop(self, timeout_s: float = 5.0) -> None:
         """SIGTERM every process, SIGKILL what is still alive after ``timeout_s``. Idempotent."""
         procs = list(self.procs.values())
-        # Controller first: it removes live jobs from the daemons while they still run.
+        # Controller first (it leaves running jobs installed, as on any restart; the daemons go next).
         procs.sort(key=lambda p: p.role != "controller")
         stop_processes(procs, timeout_s)
         self.procs.clear()

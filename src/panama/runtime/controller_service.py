@@ -214,6 +214,7 @@ class Job:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     ended: float | None = None
     recovered: bool = False
+    installed_at: float = 0.0  # monotonic time it became running (probes older than this say nothing of it)
 
     def __post_init__(self) -> None:
         if self.life is None:
@@ -369,6 +370,7 @@ class ControllerService:
         self.monitor_last_error: str | None = None
         self.monitor_tick: float | None = None
         self.switch_jobs: dict[str, set[int] | None] = {}  # job ids each daemon reported at its last probe
+        self.switch_jobs_asked: dict[str, float] = {}  # when that probe was sent
         self._admission = asyncio.Lock()
         self._session: aiohttp.ClientSession | None = None
         self._monitor_task: asyncio.Task | None = None
@@ -389,6 +391,7 @@ class ControllerService:
 
     async def probe(self, sw: SwitchInfo) -> bool:
         """Ask one daemon for ``/health``; update ``up``/``error``/memory facts and the jobs it holds."""
+        asked = time.monotonic()
         try:
             status, data = await self._switch_call(sw, "GET", "/health")
             if status == 503 and isinstance(data, dict):
@@ -421,6 +424,7 @@ class ControllerService:
         sw.packet_memory = _positive(data.get("packet_memory"))
         jobs = data.get("jobs")
         self.switch_jobs[sw.name] = {int(j) for j in jobs if isinstance(j, int)} if isinstance(jobs, list) else None
+        self.switch_jobs_asked[sw.name] = asked
         return True
 
     async def probe_all(self, names: list[str] | None = None) -> None:
@@ -495,6 +499,7 @@ class ControllerService:
                     int(r["rank"]), parse_addr(r["udp"]), r["host"], now, r.get("incarnation"), bool(r.get("left"))
                 )
             job.recovered = True
+            job.installed_at = time.monotonic()
             self._fire(job, JobInput.RECOVERED, f"recovered after a controller restart: {plan.reason}")
             job.ready.set()
             self.jobs[job.name] = job
@@ -595,6 +600,7 @@ class ControllerService:
             self._fire(job, JobInput.INSTALL_FAILED, "install failed: " + "; ".join(errors))
             return
         now = time.monotonic()
+        job.installed_at = now
         for x in job.ranks.values():
             x.last_seen = now
             x.request = None
@@ -698,9 +704,10 @@ class ControllerService:
                 for s in job.plan.switches:
                     sw = self.switches[s]
                     held = self.switch_jobs.get(s)
+                    fresh = self.switch_jobs_asked.get(s, 0.0) > job.installed_at  # asked after the install
                     if not sw.up:
                         why = f"is down: {sw.error}"
-                    elif held is not None and job.job_id not in held:
+                    elif held is not None and fresh and job.job_id not in held:
                         why = f"lost job {job.job_id} (no longer installed there: removed outside the controller or the daemon restarted)"
                     else:
                         continue
@@ -829,7 +836,7 @@ class ControllerService:
                 sw = self.switches[s]
                 info: dict[str, Any] = {"udp": format_addr(sw.udp), "up": sw.up, "error": sw.error}
                 held = self.switch_jobs.get(s)
-                if held is not None:
+                if held is not None and job.life.state is JobState.RUNNING and self.switch_jobs_asked.get(s, 0.0) > job.installed_at:
                     info["holds_job"] = job.job_id in held
                 if probe and sw.up:
                     info.update(await self._job_counters(sw, job))
