@@ -103,7 +103,10 @@ def test_bench_allreduce_runs_both_implementations(tmp_path):
     # 50 kB = 13 packets of 1000 floats per rank, over the tree of leaf0 + leaf1 + spine0:
     # 2 x 13 x (2 + 2) datagrams, and one closing ack up each of its 4 edges
     expected = loopback_datagrams(50_000, 2, switches_per_tree=3, payload_elems=1000)
-    assert row["datagrams_per_call"] >= expected == 108  # more only if something was retransmitted
+    assert expected == 108
+    # more only if something was retransmitted; up to the 4 closing acks fewer when they are
+    # still in flight as the counters are read right after a phase
+    assert row["datagrams_per_call"] >= expected - 4
     assert row["panama_max_rel_err"] < 1e-6 and row["switch_gbps"] > 0
     assert set(row["panama_cpu_ms_by_process"]) == {"leaf0", "leaf1", "spine0", "controller", "workers"}
     write_results(rows, cfg, tmp_path)
