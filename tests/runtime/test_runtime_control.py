@@ -354,7 +354,8 @@ def test_job_names_are_validated_and_quoted(cluster, name):
 # ---------------------------------------------------------------------- crash safety, with a cluster of their own
 @pytest.fixture(scope="module")
 def rack():
-    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=2, payload_elems=1000, heartbeat_timeout_s=5.0, log_level="INFO") as lc:
+    # Full-size datagrams (16,367 floats + header + key trailer = 65,504 bytes) on purpose.
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=2, heartbeat_timeout_s=5.0, log_level="INFO") as lc:
         yield lc
 
 

@@ -129,7 +129,7 @@ class Communicator:
         self._rto = (initial_rto_s, min_rto_s, max_rto_s)
         self.sock = PacketSocket((bind_host, 0))
         self.addr = self.sock.addr
-        self._recv_buf = bytearray(codec.wire_size(codec.MAX_PAYLOAD_ELEMS) + 1)
+        self._recv_buf = bytearray(codec.datagram_size(codec.MAX_PAYLOAD_ELEMS) + 1)
         self._recv_view = memoryview(self._recv_buf)
         self._recv_floats = codec.payload_view(self._recv_buf)  # decode slices payloads from it
         self.transport: WorkerTransport | None = None
@@ -378,7 +378,8 @@ class Communicator:
             st = tr.stats
             msg += (
                 f"; sent {st['packets_sent']} ({st['retransmissions']} retransmissions, {st['timeouts']} timeouts), "
-                f"results {st['results']}, ignored {dict(st['ignored'], **self.ignored)}, windows {tr.windows()}"
+                f"results {st['results']}, ignored {dict(st['ignored'], **self.ignored)}, "
+                f"malformed {self.malformed}, windows {tr.windows()}"
             )
         if self.refused:
             msg += f"; the first hop answered {self.refused} time(s) with ICMP port unreachable (no daemon on its port)"

@@ -17,7 +17,7 @@ drained in the current batch and not yet processed, plus, when the batch came ba
 (so more may wait), the datagrams in the kernel's receive queue (``SO_MEMINFO``
 rmem_alloc, one ``getsockopt`` per full batch, divided by the buffer memory one full
 datagram takes, measured once at start) counted as full datagrams. The threshold is ``ecn_threshold_pkts`` full datagrams
-(``ecn_threshold_pkts * wire_size(payload_elems)`` bytes). Marking happens on what the
+(``ecn_threshold_pkts * datagram_size(payload_elems)`` bytes). Marking happens on what the
 daemon emits while the backlog is above it (RED-style on the instantaneous queue, as in
 DCTCP's switch rule).
 
