@@ -159,6 +159,7 @@ def test_cluster_file_errors_name_the_field(tmp_path):
         ({**good, "switches": {**good["switches"], "leaf0": {"udp": "x", "control": "127.0.0.1:2"}}}, "switches.leaf0.udp"),
         ({**good, "switches": {**good["switches"], "spine9": good["switches"]["leaf0"]}}, "switches.spine9"),
         ({**good, "leaves": 0}, "topology.leaves"),
+        ({**good, "switches": {**good["switches"], "leaf0": {"udp": "0.0.0.0:1", "control": "127.0.0.1:2"}}}, "switches.leaf0.udp"),
     ]
     for data, field in cases:
         with pytest.raises(ClusterFileError) as info:

@@ -161,6 +161,11 @@ def load_cluster(source: str | Path | dict) -> ClusterSpec:
             control = parse_addr(entry.get("control"), field=f"switches.{name}.control")
         except AddressError as exc:
             raise ClusterFileError(str(exc)) from None
+        for key, addr in (("udp", udp), ("control", control)):
+            if addr[0] == "0.0.0.0" or addr[1] == 0:
+                raise ClusterFileError(
+                    f"switches.{name}.{key}: {format_addr(addr)} is not an address others can reach (give the daemon's own address and port)"
+                )
         switches[name] = SwitchInfo(name, topo.tier(name), udp, control)
     for name in raw:
         if name not in switches:

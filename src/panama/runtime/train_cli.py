@@ -44,7 +44,7 @@ def _config_error(exc: ValidationError) -> click.UsageError:
     "--controller",
     default=None,
     metavar="HOST:PORT",
-    help="Running controller for --allreduce panama. Default: start a local cluster for the run.",
+    help="Running controller for --allreduce panama (its token from $PANAMA_TOKEN). Default: start a local cluster for the run.",
 )
 @click.option("--job", default=None, help="Job name at the controller (panama). Default: unique.")
 @click.option(
