@@ -3,6 +3,7 @@ cimport cython
 
 from panama.sim.engine cimport Engine, Timer
 from panama.sim.packet cimport SimPacket
+from panama.sim.dataplane cimport Port
 
 cdef long long _KIND_DATA, _KIND_ACK, _CE, _ECT0, _NOT_ECT, _FLAG_ECE
 
@@ -45,6 +46,8 @@ cdef class Flow:
     cdef public long long ece_acks
     cdef public object _send
     cdef public object _ack_send
+    cdef public Port _up
+    cdef public Port _ack_up
     cdef public object _on_data_cb
     cdef public object _on_ack_cb
     cdef public long long _payload
@@ -60,15 +63,16 @@ cdef class Flow:
 
     cpdef _start(self)
 
-    @cython.locals(payload=cython.longlong, size=cython.longlong, now=cython.longlong, ecn=cython.longlong, p=SimPacket)
+    @cython.locals(payload=cython.longlong, size=cython.longlong, now=cython.longlong, ecn=cython.longlong, p=SimPacket,
+                   up=Port)
     cpdef _transmit(self, long long seq, SimPacket spare)
 
     @cython.locals(nxt=cython.longlong, end=cython.longlong, allowed=cython.double, una=cython.longlong,
-                   last=cython.longlong, max_sent=cython.longlong, p=SimPacket)
+                   last=cython.longlong, max_sent=cython.longlong, p=SimPacket, up=Port)
     cpdef _fill(self, SimPacket spare)
 
     @cython.locals(ack=cython.longlong, una=cython.longlong, acked=cython.longlong, cwnd=cython.double,
-                   now=cython.longlong, nxt=cython.longlong)
+                   now=cython.longlong, nxt=cython.longlong, up=Port)
     cpdef _on_ack(self, SimPacket pkt)
 
     @cython.locals(now=cython.longlong, ack=cython.longlong, ece=cython.longlong, rtt=cython.longlong,
@@ -86,5 +90,5 @@ cdef class Flow:
 
     cpdef _complete(self, long long now)
 
-    @cython.locals(seq=cython.longlong, nxt=cython.longlong)
+    @cython.locals(seq=cython.longlong, nxt=cython.longlong, up=Port)
     cpdef _on_data(self, SimPacket pkt)

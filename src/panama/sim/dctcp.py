@@ -103,7 +103,7 @@ class Flow:
         "snd_una", "snd_nxt", "max_sent", "cwnd", "ssthresh", "dupacks", "in_recovery",
         "recover", "alpha", "win_end", "win_acked", "win_marked", "cwr_end", "srtt", "rttvar",
         "rto", "backoff", "timer", "rto_base", "retransmits", "timeouts", "fast_retransmits", "ece_acks",
-        "_send", "_ack_send", "_on_data_cb", "_on_ack_cb", "_payload", "_ecn", "_eng", "_max_cwnd", "_ack_bytes",
+        "_send", "_ack_send", "_up", "_ack_up", "_on_data_cb", "_on_ack_cb", "_payload", "_ecn", "_eng", "_max_cwnd", "_ack_bytes",
         # receiver
         "rcv_nxt", "ooo", "rcv_ce",
         "ideal_fct_ps",
@@ -153,8 +153,12 @@ class Flow:
         self.fast_retransmits = 0
         self.ece_acks = 0
         hs, hd = stack.network.hosts[src], stack.network.hosts[dst]
-        self._send = hs.uplink.send if hs.uplink is not None else hs.send
-        self._ack_send = hd.uplink.send if hd.uplink is not None else hd.send
+        # Single-homed hosts (every built-in topology): straight onto the NIC port
+        # (``_up.send``, a C call when compiled); otherwise through the host's routing.
+        self._up = hs.uplink
+        self._ack_up = hd.uplink
+        self._send = hs.send
+        self._ack_send = hd.send
         self._payload = cfg.mss_bytes + cfg.header_bytes
         self._ecn = _ECT0 if cfg.ecn else _NOT_ECT
         self._eng = stack.network.engine
@@ -244,7 +248,11 @@ class Flow:
             self.retransmits += 1
         else:
             self.max_sent = seq + 1
-        self._send(p)
+        up = self._up
+        if up is not None:
+            up.send(p, -1)
+        else:
+            self._send(p)
 
     def _fill(self, spare: SimPacket | None) -> None:
         """Send new segments while the window allows (``spare``: a delivered packet to reuse)."""
@@ -256,7 +264,7 @@ class Flow:
         una = self.snd_una
         if nxt - una >= allowed:
             return
-        send = self._send
+        up = self._up
         transmit = self._transmit
         last = end - 1
         max_sent = self.max_sent
@@ -276,7 +284,10 @@ class Flow:
                 p.flags = 0
                 max_sent = nxt + 1
                 self.max_sent = max_sent
-                send(p)
+                if up is not None:
+                    up.send(p, -1)
+                else:
+                    self._send(p)
             else:
                 transmit(nxt, spare)
                 spare = None
@@ -332,7 +343,11 @@ class Flow:
                 pkt.flags = 0
                 nxt += 1
                 self.snd_nxt = self.max_sent = nxt
-                self._send(pkt)
+                up = self._up
+                if up is not None:
+                    up.send(pkt, -1)
+                else:
+                    self._send(pkt)
                 if nxt - ack < cwnd:
                     self._fill(None)
                 return
@@ -489,7 +504,11 @@ class Flow:
         pkt.ecn = _NOT_ECT
         pkt.ack = nxt
         pkt.deliver = self._on_ack_cb
-        self._ack_send(pkt)
+        up = self._ack_up
+        if up is not None:
+            up.send(pkt, -1)
+        else:
+            self._ack_send(pkt)
 
 
 class Dctcp:
