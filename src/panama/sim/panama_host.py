@@ -27,6 +27,7 @@ from collections.abc import Callable
 from panama.core.transport import TransportError, WorkerTransport
 from panama.sim.engine import Engine
 from panama.sim.network import KIND_PANAMA, Host, Network, SimPacket
+from panama.sim.packet import panama_sim_packet
 
 __all__ = ["PanamaHost", "PanamaWorker"]
 
@@ -148,9 +149,9 @@ class PanamaWorker:
             src = self._src
             nbytes = 0
             for p in pkts:
-                size = 56 + 4 * p.count
-                nbytes += size
-                send(SimPacket(KIND_PANAMA, src, -1, size, 0, p.ecn, None, 0, 0, 0, 0, p), -1)
+                sp = panama_sim_packet(p, src)
+                nbytes += sp.size_bytes
+                send(sp, -1)
             self.packets_out += len(pkts)
             self.bytes_out += nbytes
         t = tr.timer()

@@ -31,6 +31,7 @@ from panama.core.accelerator import DROP_REASONS, Accelerator
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, IP_UDP_OVERHEAD_BYTES, wire_size
 from panama.core.packet import Packet
 from panama.sim.network import KIND_PANAMA, Network, SimPacket
+from panama.sim.packet import PANAMA_OVERHEAD_BYTES, panama_sim_packet
 
 __all__ = ["PSwitchFabric", "panama_wire_bytes", "wrap"]
 
@@ -42,7 +43,7 @@ def panama_wire_bytes(count: int) -> int:
 
 def wrap(packet: Packet, src: int = -1) -> SimPacket:
     """A wire packet carrying ``packet`` (hop-by-hop, ``dst`` -1, ECN from the core packet)."""
-    return SimPacket(KIND_PANAMA, src, -1, IP_UDP_OVERHEAD_BYTES + 28 + 4 * packet.count, 0, packet.ecn, None, 0, 0, 0, 0, packet)
+    return panama_sim_packet(packet, src)
 
 
 class PSwitchFabric:
@@ -64,7 +65,6 @@ class PSwitchFabric:
         switches: Iterable[str] | None = None,
         reserve_shares: int = 0,
     ):
-        assert wire_size(0) == 28  # the wrap() fast path hard-codes the header size
         self.net = net
         self.latency_ps = int(latency_ps)
         names = list(switches) if switches is not None else [sw.name for sw in net.switches]
@@ -96,7 +96,7 @@ class PSwitchFabric:
                 return None
             res = []
             for destinations, p in out:
-                size = 56 + 4 * p.count
+                size = PANAMA_OVERHEAD_BYTES + 4 * p.count
                 for to in destinations:
                     if spkt is not None:
                         # The network hands the input packet over to the hook: reuse it
@@ -108,7 +108,7 @@ class PSwitchFabric:
                         res.append((to, spkt))
                         spkt = None
                     else:
-                        res.append((to, SimPacket(KIND_PANAMA, -1, -1, size, 0, p.ecn, None, 0, 0, 0, 0, p)))
+                        res.append((to, panama_sim_packet(p)))
             return res
 
         return hook
