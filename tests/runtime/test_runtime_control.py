@@ -516,3 +516,26 @@ def test_unreachable_binds_and_missing_tokens_are_refused_by_the_cli(args, field
     proc = subprocess.run([sys.executable, "-m", "panama.runtime.cli", *args], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert field in proc.stderr.strip().splitlines()[-1], proc.stderr
+
+
+@pytest.mark.parametrize("spec", ["leaf-spine:leaves=2,spines=2,hosts_per_leaf=2", "fat-tree:k=4"])
+def test_a_saved_plan_is_restored_exactly_by_a_fresh_controller(spec):
+    """What a restarted controller reads from its state file gives back the same plan and bookkeeping."""
+    from panama.core.controller import Controller, ControllerError
+    from panama.core.topology import parse_topology
+    from panama.runtime.controller_service import plan_from_dict
+
+    topo = parse_topology(spec)
+    hosts = topo.hosts[:4]
+    first = Controller(topo, threshold_bytes=0)
+    first.admit("other", hosts, 10**6, 2)
+    plan = first.admit("j", hosts, 10**6, 2)
+    saved = json.loads(json.dumps(plan.to_dict()))
+    fresh = Controller(topo, threshold_bytes=0)
+    fresh.restore(plan_from_dict(saved))
+    assert fresh.plans["j"] == plan
+    fresh.check_invariants()
+    with pytest.raises(ControllerError):
+        fresh.restore(plan_from_dict(saved))  # the same job twice
+    nxt = fresh.admit("next", hosts, 10**6, 2)
+    assert nxt.job_id > plan.job_id and {t.group for t in nxt.trees}.isdisjoint({t.group for t in plan.trees})
