@@ -190,3 +190,31 @@ def test_reordering_within_the_threshold_resends_nothing():
         w.receive(result_for(sent[k], one), us(10 + n))
         assert all(p.flags & FLAG_RETRANSMIT == 0 for p in w.poll(us(10 + n)))
     assert w.done and w.stats["fast_retransmits"] == 0
+
+
+def test_backoff_is_per_packet_and_fresh_packets_keep_the_measured_rto():
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 2},
+                        initial_rto_ps=us(100), min_rto_ps=us(100), max_rto_ps=ms(100))
+    w.start(0, np.ones(4, np.float32))
+    first = w.poll(0)  # seqs 0 and 1
+    one = np.ones(1, np.float32)
+    w.receive(result_for(first[0], one), us(10))  # 0 answered, 1 lost: the window opens to seq 2
+    [fresh] = w.poll(us(10))
+    assert fresh.seq == 2 and w.timer() == us(100)  # seq 1 is due first, at its RTO
+    w.handle_timer(us(100))
+    [again] = w.poll(us(100))
+    assert again.seq == 1 and again.flags & FLAG_RETRANSMIT
+    assert w.timer() == us(110)  # the fresh packet: sent at 10 us + the unchanged RTO
+    w.handle_timer(us(110))
+    [again2] = w.poll(us(110))
+    assert again2.seq == 2
+    assert w.timer() == us(300)  # seq 1, resent once at 100 us, waits 2 x RTO
+    w.handle_timer(us(300))
+    [third] = w.poll(us(300))
+    assert third.seq == 1 and w.timer() == us(310)  # seq 2, resent once at 110 us
+    w.handle_timer(us(310))
+    w.poll(us(310))
+    assert w.timer() == us(300 + 400)  # seq 1, resent twice: 4 x RTO
+    assert w.rto_ps == us(100)  # no connection-wide back-off
+    w.receive(result_for(first[1], one), us(320))
+    assert w.timer() == us(310 + 400)  # seq 1 answered: only seq 2 is left

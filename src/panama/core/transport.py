@@ -23,9 +23,15 @@ packet with the same ``seq``. When the last result of an allreduce arrives, the 
 sends one header-only ``FLAG_ACK`` per tree (``seq == ack ==`` its new cumulative ack)
 so the accelerators free the results they retained for it instead of holding them
 until the next allreduce (a lost one only delays that until the next allreduce). A
-timed-out packet is retransmitted with ``FLAG_RETRANSMIT`` (RFC 6298 timer, doubled on
-each timeout, reset by a fresh RTT sample); after ``max_retries`` the transport raises
-``TransportError`` naming what was missing.
+timed-out packet is retransmitted with ``FLAG_RETRANSMIT``. Timers follow RFC 6298: the
+RTO comes from the RTT samples of packets never resent (Karn), within ``min_rto_ps`` and
+``max_rto_ps``; the back-off of section 5.5 is kept *per packet*: a packet resent ``r``
+times is due again ``RTO * 2^r`` after it left. A packet of a tree completes only when
+every worker's contribution arrived, so one worker's packet may wait on another's
+retransmission; a connection-wide back-off would then slow every fresh packet, and
+retries counted at the measured RTO would run out while it waits. After
+``max_retries`` resends of one packet the transport raises ``TransportError`` naming
+what was missing.
 
 Fast retransmit: results are per-packet and cumulative at once, so a gap is visible.
 When ``DUPTHRESH`` (3) results of a tree arrive above its lowest sequence number without
@@ -47,6 +53,7 @@ of the tree sees identically, so their windows stay in lock-step.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 import numpy as np
@@ -134,7 +141,12 @@ class WorkerTransport:
         self._gen_len = [0] * self.num_trees
         self._next_k = [0] * self.num_trees
         self._echo = [False] * self.num_trees
-        self._inflight: dict[int, int] = {}  # packet index -> last send time (send order)
+        # Outstanding packets. Never resent: index -> send time, in send order (their
+        # deadlines, send time + RTO, are in order too). Resent: index -> deadline, with a
+        # heap of (deadline, index) entries (stale ones skipped).
+        self._inflight: dict[int, int] = {}
+        self._resent_due: dict[int, int] = {}
+        self._resent_heap: list[tuple[int, int]] = []
         self._retries: dict[int, int] = {}
         self._retx_queue: list[int] = []
         self._dups = [0] * self.num_trees  # results above the lowest missing one, per tree
@@ -209,6 +221,8 @@ class WorkerTransport:
         self._remaining = npkts
         self._got = np.zeros(npkts, dtype=bool)
         self._inflight.clear()
+        self._resent_due.clear()
+        self._resent_heap.clear()
         self._retries.clear()
         self._retx_queue.clear()
         self._dups = [0] * T
@@ -245,10 +259,15 @@ class WorkerTransport:
         out: list[Packet] = []
         inflight = self._inflight
         if self._retx_queue:
+            due = self._resent_due
             for i in self._retx_queue:
-                if i in inflight:
-                    del inflight[i]
-                    inflight[i] = now
+                if inflight.pop(i, None) is not None or i in due:
+                    # RFC 6298 (5.5) back-off, per packet: a packet resent r times waits
+                    # RTO * 2^r, so one that waits on other workers' retransmissions does
+                    # not burn its retries while fresh packets keep the measured RTO.
+                    deadline = now + min(self.max_rto_ps, self.rto_ps << min(self._retries.get(i, 1), 32))
+                    due[i] = deadline
+                    heapq.heappush(self._resent_heap, (deadline, i))
                     out.append(self._packet(i, FLAG_RETRANSMIT))
             self.stats["retransmissions"] += len(out)
             self._retx_queue.clear()
@@ -295,9 +314,15 @@ class WorkerTransport:
 
     def timer(self) -> int | None:
         """Deadline (ps) of the oldest unacknowledged packet, or None when nothing waits."""
-        if not self.active or not self._inflight:
+        if not self.active:
             return None
-        return next(iter(self._inflight.values())) + self.rto_ps
+        first = next(iter(self._inflight.values())) + self.rto_ps if self._inflight else None
+        heap, due = self._resent_heap, self._resent_due
+        while heap and due.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)  # answered, or resent again since
+        if heap and (first is None or heap[0][0] < first):
+            return heap[0][0]
+        return first
 
     # ------------------------------------------------------------------ network input
     def receive(self, packet: Packet, now: int) -> None:
@@ -334,6 +359,7 @@ class WorkerTransport:
         stats = self.stats
         stats["results"] += 1
         sent_at = self._inflight.pop(i, None)
+        self._resent_due.pop(i, None)
         if sent_at is not None and i not in self._retries:
             self._rtt_sample(now - sent_at)  # Karn: only never-retransmitted packets
         # Advance the cumulative acknowledgement of this tree.
@@ -363,6 +389,8 @@ class WorkerTransport:
         if self._remaining == 0:
             self.active = False
             self._inflight.clear()
+            self._resent_due.clear()
+            self._resent_heap.clear()
             g = self.generation
             self._closing_acks = [
                 Packet(self.job_id, tid, b, g, 0, FLAG_ACK, MAX_CWND_CAP, b, ECT0)
@@ -386,7 +414,7 @@ class WorkerTransport:
         else:
             return
         i = t + T * (base - self._gen_start[t])
-        if i in self._inflight and i not in self._retx_queue:
+        if (i in self._inflight or i in self._resent_due) and i not in self._retx_queue:
             self._retx_queue.append(i)
             self._retries[i] = self._retries.get(i, 0) + 1
             self.stats["fast_retransmits"] += 1
@@ -406,6 +434,11 @@ class WorkerTransport:
             if sent_at + rto > now:
                 break
             expired.append(i)
+        heap, due = self._resent_heap, self._resent_due
+        while heap and heap[0][0] <= now:
+            deadline, i = heapq.heappop(heap)
+            if due.get(i) == deadline:
+                expired.append(i)
         if not expired:
             return
         T = self.num_trees
@@ -421,14 +454,14 @@ class WorkerTransport:
                 )
             self._retries[i] = tries
             trees_hit.add(i % T)
-            # Re-stamp now so the timer moves on; poll() re-stamps with the real send time.
-            del self._inflight[i]
-            self._inflight[i] = now
-        self._retx_queue.extend(expired)
+            # Due again only once poll() has resent it (with the backed-off deadline).
+            self._inflight.pop(i, None)
+            due[i] = -1
+        queued = set(self._retx_queue)
+        self._retx_queue.extend(i for i in expired if i not in queued)
         for t in trees_hit:
             self.cc[t].on_timeout()
         self.stats["timeouts"] += 1
-        self.rto_ps = min(self.max_rto_ps, self.rto_ps * 2)  # RFC 6298 (5.5): back off
 
     def _rtt_sample(self, rtt: int) -> None:
         # RFC 6298 section 2: SRTT/RTTVAR with alpha = 1/8, beta = 1/4.
