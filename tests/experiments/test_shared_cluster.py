@@ -164,6 +164,15 @@ def test_cli_report(tiny, tmp_path):
     proc = subprocess.run([*PANAMA, "experiment", "report", "--comm-ratio", str(tmp_path / "nothing"),
                            "--shared-cluster", str(out), "--output", str(page)], capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "--comm-ratio" in proc.stderr
+    # Without --output the page goes to the output folder, never over the committed one.
+    committed = tmp_path / "docs" / "results.md"
+    committed.parent.mkdir()
+    committed.write_text("committed page\n")
+    proc = subprocess.run([*PANAMA, "experiment", "report", "--comm-ratio", str(cr), "--shared-cluster", str(out)],
+                          capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert committed.read_text() == "committed page\n"
+    assert "Claim 1" in (tmp_path / "panama-out" / "results.md").read_text()
 
 
 def test_cli_demo_bad_argument():

@@ -41,7 +41,7 @@ def experiment() -> None:
     \b
     comm-ratio      communication share of an iteration; single-job speed-up bound
     shared-cluster  one shared cluster under ring / ina-fixed / ina-single / panama
-    report          write docs/results.md from experiment outputs
+    report          write the results page (panama-out/results.md) from experiment outputs
     reproduce       run all of the above and the report
     """
 
@@ -241,7 +241,8 @@ def shared_cluster_cmd(quick: bool, preset: str | None, scenario_path: Path | No
 @click.option("--demo", "demo_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Output directory of panama demo (training accuracy). Default: panama-out/demo if present.")
 @click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("docs/results.md"), show_default=True, help="Markdown file to write.")
+              default=DEFAULT_OUT / "results.md", show_default=True,
+              help="Markdown file to write (the project's page is docs/results.md: name it to replace it).")
 def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | None, output: Path) -> None:
     """Write the results page (claims of the original work vs. our measured numbers) from experiment outputs.
 
@@ -278,8 +279,8 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
 @click.option("--skip-demo", is_flag=True, help="Do not run the demo (training accuracy through switch daemons).")
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPU count).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", help="Existing Dask cluster for the runs.")
-@click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("docs/results.md"), show_default=True, help="Results page to write.")
+@click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Results page to write [default: OUT/results.md; the project's page is docs/results.md].")
 def reproduce_cmd(out_dir: Path, seeds: str, loads: str, preset: str, sweep_preset: str, skip_demo: bool,
                   jobs: int | None, scheduler: str | None, output: Path) -> None:
     """Run every experiment (resuming finished runs) and write the results page.
@@ -289,7 +290,7 @@ def reproduce_cmd(out_dir: Path, seeds: str, loads: str, preset: str, sweep_pres
     2. shared-cluster, --preset, all schemes       -> OUT/shared-cluster   (--seeds)
     3. shared-cluster, --sweep-preset, load sweep  -> OUT/shared-cluster-sweep (--seeds)
     4. demo (short train through switch daemons)   -> OUT/demo
-    5. report                                      -> docs/results.md
+    5. report                                      -> OUT/results.md (or --output)
     """
     from panama.experiments.comm_ratio import run_comm_ratio
     from panama.experiments.report import write_report
@@ -323,7 +324,7 @@ def reproduce_cmd(out_dir: Path, seeds: str, loads: str, preset: str, sweep_pres
         run_demo(out_dir / "demo", jobs=jobs, echo=lambda m: click.echo(m, err=True), command=cmd)
         demo_dir = out_dir / "demo"
     click.echo("[5/5] report", err=True)
-    path = write_report(output, comm_ratio_dir=out_dir / "comm-ratio",
+    path = write_report(output or out_dir / "results.md", comm_ratio_dir=out_dir / "comm-ratio",
                         shared_dirs=[out_dir / "shared-cluster", *sweep_dirs], demo_dir=demo_dir, command=cmd)
     click.echo(f"wrote {path}")
 
