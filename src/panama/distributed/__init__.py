@@ -1,0 +1,34 @@
+"""PANAMA for torch.distributed: ``import panama.distributed`` registers the backend ``"panama"``.
+
+    import torch.distributed as dist
+    import panama.distributed                      # registers "panama"
+    dist.init_process_group(backend="panama")      # under torchrun (env://)
+    model = torch.nn.parallel.DistributedDataParallel(model)   # unchanged
+
+float32 SUM/AVG all_reduce goes through the PANAMA switch daemons, everything else through
+an inner gloo group (:mod:`panama.distributed.backend`). Discovery and job names:
+:mod:`panama.distributed.env`. Documentation: docs/training.md, section "torchrun".
+"""
+
+from panama.distributed.backend import (
+    BACKEND_NAME,
+    PanamaDistributedError,
+    PanamaFabricError,
+    PanamaProcessGroup,
+    register,
+    stats,
+)
+from panama.distributed.env import EnvError, communicator_from_env
+
+register()
+
+__all__ = [
+    "BACKEND_NAME",
+    "EnvError",
+    "PanamaDistributedError",
+    "PanamaFabricError",
+    "PanamaProcessGroup",
+    "communicator_from_env",
+    "register",
+    "stats",
+]

@@ -1,0 +1,599 @@
+"""The ``panama`` torch.distributed backend: all_reduce through PANAMA switch daemons.
+
+``import panama.distributed`` registers it (``torch.distributed.Backend.register_backend``,
+CPU). Each process group is a :class:`PanamaProcessGroup`, a Python subclass of torch's
+``ProcessGroup`` (the same kind PyTorch's own tests run DDP on), holding:
+
+- one :class:`panama.Communicator`: one PANAMA job per group, named by
+  :func:`panama.distributed.env.job_name` (torchrun run id, restart count, a nonce drawn
+  by the group's rank 0 for this run, the torch group name); it registers with the
+  controller at the group's first PANAMA all_reduce;
+- one inner gloo group (``ProcessGroupGloo`` on the same store, prefix ``panama-gloo/``)
+  for every operation PANAMA does not aggregate;
+- one worker thread. Every collective is queued to it and returns at once with a work
+  object whose future completes when the thread has run it, so DDP's gradient buckets
+  are reduced while backward goes on. The thread runs a group's collectives one at a
+  time in the order they were issued (the order every rank issues them), whichever path
+  each takes, so a broadcast issued after an all_reduce sees its result.
+
+Which path (decided per call from the dtype, device and op, identical on every rank):
+
+| operation | path |
+|---|---|
+| ``all_reduce`` SUM / AVG, float32 CPU tensor | PANAMA (AVG: the sum divided by the group size) |
+| ``all_reduce`` other ops or dtypes | gloo (AVG: gloo SUM, then divided; integer AVG refused) |
+| ``broadcast``, ``all_gather``, ``all_gather_into_tensor``, ``gather``, ``scatter``, ``reduce``, ``reduce_scatter``, ``reduce_scatter_tensor``, ``all_to_all``, ``all_to_all_single``, ``barrier``, ``all_reduce_coalesced``, ``monitored_barrier`` | gloo, through the worker thread |
+| ``send``, ``recv``, ``recv_anysource`` | gloo directly (not queued behind pending collectives) |
+
+Discovery (at group creation): ``$PANAMA_CONTROLLER`` (+ ``$PANAMA_TOKEN``) joins a running
+cluster. Unset, the default group's rank 0 starts a :class:`LocalCluster` sized for the
+world and publishes its address and token through the c10d store; the other ranks wait
+for it (bounded by the group's timeout). Subgroups reuse the default group's cluster.
+The local cluster is stopped when the default group is destroyed (after every rank has
+closed its communicator, or after a bounded wait) or when rank 0 exits.
+
+Refusal: a job the controller does not admit (below its aggregation threshold, no
+accelerator memory) is reduced by gloo instead, with one warning line on the group's
+rank 0 and the counter ``fallback_calls``. A failure once the job runs (a daemon died, a
+rank stopped, a timeout) fails that collective with :class:`PanamaFabricError` on every
+rank, and every later collective of the group with the same error.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import queue
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import (
+    AllreduceOptions,
+    PrefixStore,
+    ProcessGroupGloo,
+    ReduceOp,
+    Work,
+)
+
+from panama.core import codec
+from panama.distributed import env
+from panama.runtime import communicator as communicator_module
+from panama.runtime.cluster import LocalCluster
+from panama.runtime.communicator import Communicator, CommunicatorError
+from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
+
+BACKEND_NAME = "panama"
+log = logging.getLogger("panama.distributed")
+
+SETUP_KEY = "panama/setup"
+CLOSED_KEY = "panama/closed"
+# Rank 0 waits at most this long for the other ranks to close before stopping its cluster.
+CLOSE_WAIT_S = 30.0
+# Upper bound of the wait for rank 0's cluster address (also bounded by the group's timeout).
+SETUP_WAIT_S = 120.0
+# Text of the communicator's refusal (until communicator.py has a typed refusal).
+_REFUSED_TEXT = "not admitted for in-network aggregation"
+
+
+def _payload_elems() -> int:
+    """Floats per datagram: the runtime default, less what the communicator cannot receive.
+
+    Workaround: the communicator's receive buffer holds ``wire_size(MAX_PAYLOAD_ELEMS)``
+    bytes, 8 fewer than a full datagram with codec v2's key trailer, so results of
+    full-size datagrams arrive truncated and every allreduce of more than one datagram
+    times out. Two floats fewer per datagram fit; equal to the default once that is fixed.
+    """
+    size = getattr(codec, "datagram_size", codec.wire_size)
+    room = codec.wire_size(codec.MAX_PAYLOAD_ELEMS)
+    n = RUNTIME_PAYLOAD_ELEMS
+    while n > 1 and size(n) > room:
+        n -= 1
+    return n
+
+
+class PanamaDistributedError(RuntimeError):
+    """The ``panama`` backend could not set up or run a collective; the message says why."""
+
+
+class PanamaFabricError(PanamaDistributedError, CommunicatorError):
+    """In-network aggregation failed for a running job (daemon, rank or controller gone, timeout)."""
+
+
+@dataclass
+class _Cluster:
+    """The PANAMA cluster a process's groups use."""
+
+    controller: str
+    token: str | None
+    local: LocalCluster | None = None  # started (and owned) by this process
+
+
+@dataclass
+class GroupStats:
+    """Counters of one group on one rank (``panama.distributed.stats(group)``)."""
+
+    job: str
+    mode: str = "pending"  # pending (not registered yet), panama, gloo (refused), broken
+    panama_calls: int = 0
+    panama_elems: int = 0
+    panama_seconds: float = 0.0
+    fallback_calls: int = 0
+    fallback_reason: str | None = None
+    gloo_calls: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "mode": self.mode,
+            "panama_calls": self.panama_calls,
+            "panama_elems": self.panama_elems,
+            "panama_seconds": self.panama_seconds,
+            "fallback_calls": self.fallback_calls,
+            "fallback_reason": self.fallback_reason,
+            "gloo_calls": dict(self.gloo_calls),
+            "error": self.error,
+        }
+
+
+_default_cluster: _Cluster | None = None
+_lock = threading.Lock()
+
+
+class _FutureWork(Work):
+    """A work object over a future: ``wait()`` raises the collective's error.
+
+    (``_create_work_from_future`` would not: its ``wait()`` returns normally on a failed
+    future, and DDP's reducer then crashes reading the value.)
+    """
+
+    def __init__(self, fut: torch.futures.Future):
+        super().__init__()
+        self._fut = fut
+
+    def wait(self, timeout: timedelta | None = None) -> bool:  # bounded by the collective's own timeout
+        self._fut.wait()
+        return True
+
+    def get_future(self) -> torch.futures.Future:
+        return self._fut
+
+    def is_completed(self) -> bool:
+        return self._fut.done()
+
+    def is_success(self) -> bool:
+        if not self._fut.done():
+            return False
+        try:
+            self._fut.value()
+        except Exception:
+            return False
+        return True
+
+    def exception(self) -> Any:
+        try:
+            self._fut.value()
+        except Exception as exc:
+            return exc
+        return None
+
+    def result(self) -> Any:
+        return self._fut.value()
+
+
+class PanamaProcessGroup(dist.ProcessGroup):
+    """One torch process group on one rank (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        size: int,
+        timeout: timedelta,
+        group_id: str,
+        is_default: bool,
+    ):
+        super().__init__(rank, size)
+        self._rank = rank
+        self._size = size
+        self._store = store
+        self._timeout = timeout
+        self._group_id = str(group_id)
+        self._is_default = is_default
+        self._closed = False
+        self._broken: PanamaFabricError | None = None
+        self._cluster: _Cluster | None = None
+        self._comm: Communicator | None = None
+        self._warned = False
+        self._gloo = ProcessGroupGloo(PrefixStore("panama-gloo/", store), rank, size, timeout)
+        nonce = self._setup()
+        self.stats = GroupStats(job=env.job_name(self._group_id, nonce))
+        if size > 1:
+            assert self._cluster is not None
+            kw: dict[str, Any] = {
+                "timeout_s": env.timeout_from_env(min(env.DEFAULT_TIMEOUT_S, timeout.total_seconds())),
+                "payload_elems": _payload_elems(),
+            }
+            if env.supports(Communicator, "token"):
+                kw["token"] = self._cluster.token
+            self._comm = Communicator(self._cluster.controller, self.stats.job, rank, size, **kw)
+        self._size_hint = env.size_hint_from_env()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=f"panama-pg-{self._group_id}-r{rank}", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ set-up
+    def _setup(self) -> str:
+        """Find (or, on rank 0, start) the cluster; agree on a nonce. Returns the nonce."""
+        global _default_cluster
+        if self._size == 1:
+            return secrets.token_hex(4)
+        if self._rank == 0:
+            nonce = secrets.token_hex(4)
+            try:
+                cluster = self._find_or_start_cluster()
+            except Exception as exc:
+                self._store.set(SETUP_KEY, json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+                raise PanamaDistributedError(f"panama backend: rank 0 could not set up PANAMA: {exc}") from exc
+            self._store.set(SETUP_KEY, json.dumps({"controller": cluster.controller, "token": cluster.token, "nonce": nonce}))
+        else:
+            info = self._wait_setup()
+            if "error" in info:
+                raise PanamaDistributedError(f"panama backend: rank 0 could not set up PANAMA: {info['error']}")
+            nonce = info["nonce"]
+            cluster = self._known_cluster() or _Cluster(info["controller"], info.get("token"))
+        self._cluster = cluster
+        if self._is_default:
+            with _lock:
+                _default_cluster = cluster
+        return nonce
+
+    def _known_cluster(self) -> _Cluster | None:
+        if not self._is_default and _default_cluster is not None:
+            return _default_cluster
+        return None
+
+    def _find_or_start_cluster(self) -> _Cluster:
+        known = self._known_cluster()
+        if known is not None:
+            return known
+        controller = env.controller_from_env()
+        if controller is not None:
+            return _Cluster(controller, env.token_from_env())
+        local_world = os.environ.get("LOCAL_WORLD_SIZE")
+        world = os.environ.get("WORLD_SIZE")
+        if local_world and world and local_world != world:
+            raise PanamaDistributedError(
+                f"{env.CONTROLLER_ENV} is not set and the job spans several hosts (WORLD_SIZE={world}, "
+                f"LOCAL_WORLD_SIZE={local_world}): a local cluster on rank 0's loopback cannot serve them; "
+                f"start one (panama cluster up --host ADDR) and set {env.CONTROLLER_ENV}"
+            )
+        lc = LocalCluster(leaves=2, spines=2, hosts_per_leaf=max(4, math.ceil(self._size / 2)), log_level="WARNING")
+        lc.start()
+        log.info("panama backend: started a local cluster for %d ranks, controller %s", self._size, lc.controller)
+        return _Cluster(lc.controller, getattr(lc, "token", None), local=lc)
+
+    def _wait_setup(self) -> dict[str, Any]:
+        wait_s = min(SETUP_WAIT_S, self._timeout.total_seconds())
+        try:
+            self._store.wait([SETUP_KEY], timedelta(seconds=wait_s))
+        except Exception as exc:
+            raise PanamaDistributedError(
+                f"panama backend: group {self._group_id} rank {self._rank} waited {wait_s:g} s for rank 0 to publish "
+                f"the PANAMA controller address (store key {SETUP_KEY!r}); is rank 0 alive? ({exc})"
+            ) from None
+        return json.loads(self._store.get(SETUP_KEY).decode())
+
+    # ------------------------------------------------------------------ the worker thread
+    def _serve(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fn, fut, backward_box = item
+            try:
+                value = fn()
+            except BaseException as exc:  # handed to whoever waits on the work
+                if backward_box is None:
+                    fut.set_exception(exc)
+                    continue
+                # Inside backward (DDP's reducer): a failed future from a Python process
+                # group crashes torch 2.13 (SIGSEGV in the reducer), so the future completes
+                # and the autograd final callback queued at submission raises the error.
+                backward_box.append(exc)
+                value = backward_box[0]
+            fut.set_result(value)
+
+    def _submit(self, fn: Callable[[], Any], value_on_error: Any = None) -> Any:
+        if self._closed:
+            raise PanamaDistributedError(f"panama backend: group {self._group_id} was destroyed")
+        fut: torch.futures.Future = torch.futures.Future()
+        box = _backward_box(fut, value_on_error)
+        self._queue.put((fn, fut, box))
+        return _FutureWork(fut)
+
+    def _gloo_call(self, name: str, *args: Any, value_on_error: Any = None) -> Any:
+        """Run ``name`` on the inner gloo group from the worker thread, in issue order."""
+
+        def run() -> Any:
+            self._check_broken()
+            self.stats.gloo_calls[name] = self.stats.gloo_calls.get(name, 0) + 1
+            fut = getattr(self._gloo, name)(*args).get_future()
+            fut.wait()
+            return fut.value()
+
+        return self._submit(run, value_on_error)
+
+    def _check_broken(self) -> None:
+        if self._broken is not None:
+            raise PanamaFabricError(str(self._broken))
+
+    # ------------------------------------------------------------------ all_reduce
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Any:
+        op = opts.reduceOp if opts is not None else ReduceOp.SUM
+        is_sum, is_avg = op == ReduceOp.SUM, op == ReduceOp.AVG
+        if is_avg and any(not (t.is_floating_point() or t.is_complex()) for t in tensors):
+            raise ValueError("panama backend: all_reduce AVG needs floating-point tensors (gloo has no AVG to fall back on)")
+        for t in tensors:
+            if t.device.type != "cpu":
+                raise PanamaDistributedError(
+                    f"panama backend: CPU tensors only, got one on {t.device} (torch replaces the whole group by a "
+                    "Python process group, so 'cpu:panama,cuda:nccl' does not reach nccl; use a separate nccl group)"
+                )
+        panama_ok = self._size > 1 and (is_sum or is_avg) and all(t.dtype == torch.float32 for t in tensors)
+        if not panama_ok:
+            if is_avg:
+                return self._submit(lambda: self._gloo_allreduce(tensors, avg=True), tensors)
+            return self._gloo_call("allreduce", tensors, opts if opts is not None else AllreduceOptions(), value_on_error=tensors)
+        return self._submit(lambda: self._panama_allreduce(tensors, avg=is_avg), tensors)
+
+    def _gloo_allreduce(self, tensors: list[torch.Tensor], avg: bool) -> list[torch.Tensor]:
+        self._check_broken()
+        self.stats.gloo_calls["allreduce"] = self.stats.gloo_calls.get("allreduce", 0) + 1
+        work = self._gloo.allreduce(tensors, AllreduceOptions())  # SUM
+        work.wait()
+        if avg:
+            for t in tensors:
+                t.div_(self._size)
+        return tensors
+
+    def _panama_allreduce(self, tensors: list[torch.Tensor], avg: bool) -> list[torch.Tensor]:
+        self._check_broken()
+        if self.stats.mode == "pending":
+            self._register(tensors)
+        if self.stats.mode == "gloo":
+            self.stats.fallback_calls += 1
+            return self._gloo_allreduce(tensors, avg)
+        comm = self._comm
+        assert comm is not None
+        start = time.perf_counter()
+        for t in tensors:
+            try:
+                if t.is_contiguous():
+                    comm.allreduce(t, out=t)
+                else:
+                    t.copy_(comm.allreduce(t))
+            except CommunicatorError as exc:
+                self._fail(exc, t.numel())
+            if avg:
+                t.div_(self._size)
+            self.stats.panama_elems += t.numel()
+        self.stats.panama_calls += 1
+        self.stats.panama_seconds += time.perf_counter() - start
+        return tensors
+
+    def _register(self, tensors: list[torch.Tensor]) -> None:
+        comm = self._comm
+        assert comm is not None
+        size = self._size_hint if self._size_hint is not None else sum(4 * t.numel() for t in tensors)
+        try:
+            comm.connect(size)
+        except CommunicatorError as exc:
+            if not _is_refusal(exc, comm):
+                self._fail(exc, None)
+            self.stats.mode = "gloo"
+            self.stats.fallback_reason = str(exc)
+            comm.close()
+            if self._rank == 0 and not self._warned:
+                self._warned = True
+                reason = str(exc).split(": not admitted for in-network aggregation: ", 1)[-1].split(";", 1)[0]
+                log.warning(
+                    "panama backend: job %s not admitted for in-network aggregation (%s); its all_reduce goes through gloo "
+                    "(counted in panama.distributed.stats()['fallback_calls'])",
+                    self.stats.job,
+                    reason,
+                )
+            return
+        self.stats.mode = "panama"
+
+    def _fail(self, exc: CommunicatorError, elems: int | None) -> None:
+        what = f"all_reduce of {elems} float32" if elems is not None else "registration"
+        err = PanamaFabricError(
+            f"panama backend: group {self._group_id} rank {self._rank} (job {self.stats.job}): {what} failed: {exc}"
+        )
+        self._broken = err
+        self.stats.mode = "broken"
+        self.stats.error = str(err)
+        raise err from None
+
+    # ------------------------------------------------------------------ everything else: gloo
+    def allreduce_coalesced(self, tensors, opts=None):  # noqa: ANN001 - torch's signature
+        return self._gloo_call("allreduce_coalesced", tensors, *_opt(opts))
+
+    def barrier(self, opts=None):  # noqa: ANN001
+        return self._gloo_call("barrier", *_opt(opts))
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):  # noqa: ANN001
+        def run() -> None:
+            self._check_broken()
+            self._gloo.monitored_barrier(*(() if timeout is None else (timeout,)), wait_all_ranks)
+
+        self._submit(run).wait()
+
+    def broadcast(self, tensors, opts=None):  # noqa: ANN001
+        return self._gloo_call("broadcast", tensors, *_opt(opts))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):  # noqa: ANN001
+        return self._gloo_call("allgather", output_tensors, input_tensors, *_opt(opts))
+
+    def _allgather_base(self, output, input, opts=None):  # noqa: ANN001, A002
+        return self._gloo_call("_allgather_base", output, input, *_opt(opts))
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):  # noqa: ANN001
+        return self._gloo_call("allgather_coalesced", output_lists, input_list, *_opt(opts))
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):  # noqa: ANN001
+        return self._gloo_call("allgather_into_tensor_coalesced", outputs, inputs, *_opt(opts))
+
+    def gather(self, output_tensors, input_tensors, opts=None):  # noqa: ANN001
+        return self._gloo_call("gather", output_tensors, input_tensors, *_opt(opts))
+
+    def scatter(self, output_tensors, input_tensors, opts=None):  # noqa: ANN001
+        return self._gloo_call("scatter", output_tensors, input_tensors, *_opt(opts))
+
+    def reduce(self, tensors, opts=None):  # noqa: ANN001
+        return self._gloo_call("reduce", tensors, *_opt(opts))
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):  # noqa: ANN001
+        return self._gloo_call("reduce_scatter", output_tensors, input_tensors, *_opt(opts))
+
+    def _reduce_scatter_base(self, output, input, opts=None):  # noqa: ANN001, A002
+        return self._gloo_call("_reduce_scatter_base", output, input, *_opt(opts))
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):  # noqa: ANN001
+        return self._gloo_call("reduce_scatter_tensor_coalesced", outputs, inputs, *_opt(opts))
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):  # noqa: ANN001
+        return self._gloo_call("alltoall", output_tensors, input_tensors, *_opt(opts))
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: ANN001, A002
+        return self._gloo_call("alltoall_base", output, input, output_split_sizes, input_split_sizes, *_opt(opts))
+
+    def send(self, tensors, dst, tag=0):  # noqa: ANN001
+        return self._gloo.send(tensors, dst, tag)
+
+    def recv(self, tensors, src, tag=0):  # noqa: ANN001
+        return self._gloo.recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag=0):  # noqa: ANN001
+        return self._gloo.recv_anysource(tensors, tag)
+
+    # ------------------------------------------------------------------ facts and lifecycle
+    def size(self) -> int:
+        return self._size
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND_NAME
+
+    def __repr__(self) -> str:
+        return f"PanamaProcessGroup(group={self._group_id}, rank={self._rank}, size={self._size}, job={self.stats.job})"
+
+    def shutdown(self) -> None:
+        """Stop the worker thread, leave the PANAMA job, stop an owned local cluster. Idempotent."""
+        global _default_cluster
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join(timeout=self._timeout.total_seconds())
+        if self._thread.is_alive():
+            log.warning("panama backend: group %s worker thread still busy at shutdown", self._group_id)
+        if self._comm is not None:
+            self._comm.close()
+        if self._is_default:
+            with _lock:
+                _default_cluster = None
+        if self._size > 1:
+            self._close_cluster()
+
+    def _close_cluster(self) -> None:
+        local = self._cluster.local if self._cluster is not None else None
+        try:
+            if local is None:
+                self._store.add(CLOSED_KEY, 1)
+                return
+            # Rank 0 owns the daemons: let the other ranks finish and leave first (bounded).
+            deadline = time.monotonic() + CLOSE_WAIT_S
+            closed = self._store.add(CLOSED_KEY, 0)
+            while closed < self._size - 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+                closed = self._store.add(CLOSED_KEY, 0)
+            if closed < self._size - 1:
+                log.warning(
+                    "panama backend: stopping the local cluster although only %d of %d other ranks closed within %g s",
+                    closed,
+                    self._size - 1,
+                    CLOSE_WAIT_S,
+                )
+        except Exception as exc:  # the store may be gone already at exit
+            log.info("panama backend: store unavailable at shutdown (%s)", exc)
+        finally:
+            if local is not None:
+                local.stop()
+
+
+def _backward_box(fut: torch.futures.Future, value_on_error: Any) -> list[Any] | None:
+    """During a backward pass: queue an autograd final callback that raises the collective's error.
+
+    Returns the box the worker thread puts the error in (after ``value_on_error``, what the
+    future completes with instead), or None outside backward (the future then carries the
+    error, and ``wait()`` raises it with its type).
+    """
+    box: list[Any] = [value_on_error]
+
+    def raise_if_failed() -> None:
+        fut.wait()
+        if len(box) > 1:
+            raise box[1]
+
+    try:
+        torch.autograd.Variable._execution_engine.queue_callback(raise_if_failed)
+    except RuntimeError:  # "Final callbacks can only be installed during backward pass"
+        return None
+    return box
+
+
+def _opt(opts: Any) -> tuple[Any, ...]:
+    return () if opts is None else (opts,)
+
+
+def _is_refusal(exc: CommunicatorError, comm: Communicator) -> bool:
+    """Whether the controller refused the job (rather than registration failing)."""
+    refused_type = getattr(communicator_module, "JobRefused", None)
+    if refused_type is not None:
+        return isinstance(exc, refused_type)
+    return comm.plan is None and _REFUSED_TEXT in str(exc)
+
+
+def _create(common_opts: Any, backend_opts: Any) -> PanamaProcessGroup:
+    return PanamaProcessGroup(
+        common_opts.store,
+        common_opts.group_rank,
+        common_opts.group_size,
+        common_opts.timeout,
+        common_opts.group_id,
+        is_default=not dist.is_initialized(),
+    )
+
+
+def register() -> None:
+    """Register ``"panama"`` with torch.distributed (idempotent; done by ``import panama.distributed``)."""
+    if BACKEND_NAME.upper() in dist.Backend._plugins:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+
+
+def stats(group: Any = None) -> dict[str, Any]:
+    """This rank's counters of ``group`` (default: the default group); see :class:`GroupStats`."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not isinstance(pg, PanamaProcessGroup):
+        raise PanamaDistributedError(f"not a panama process group: {pg!r}")
+    return pg.stats.as_dict()

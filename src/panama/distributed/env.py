@@ -1,0 +1,162 @@
+"""Where a worker finds its PANAMA cluster and job: environment variables and job names.
+
+Read by the ``panama`` torch.distributed backend and by :func:`communicator_from_env`
+(a PANAMA communicator for programs that do not use torch.distributed):
+
+- ``PANAMA_CONTROLLER``: ``HOST:PORT`` of a running controller (``panama cluster up``,
+  ``panama controller serve``); unset, the backend starts a local cluster on rank 0;
+- ``PANAMA_TOKEN``: the cluster's bearer token (``panama cluster status --json``);
+- ``PANAMA_JOB``: the job name (``communicator_from_env`` only; the backend makes its own);
+- ``PANAMA_TIMEOUT_S``: bound of every PANAMA wait (registration, one allreduce);
+- ``PANAMA_SIZE_BYTES``: the gradient size announced to the controller's admission
+  (default: the size of the first all_reduce);
+- ``RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``, ``TORCHELASTIC_RESTART_COUNT``: set
+  by torchrun.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+from typing import Any
+
+from panama.runtime.communicator import Communicator
+from panama.runtime.udp import parse_addr
+
+CONTROLLER_ENV = "PANAMA_CONTROLLER"
+TOKEN_ENV = "PANAMA_TOKEN"
+JOB_ENV = "PANAMA_JOB"
+TIMEOUT_ENV = "PANAMA_TIMEOUT_S"
+SIZE_ENV = "PANAMA_SIZE_BYTES"
+DEFAULT_TIMEOUT_S = 60.0
+
+_JOB_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+JOB_NAME_MAX = 128  # the controller's rule (runtime/http.py JOB_NAME_RE)
+
+
+class EnvError(ValueError):
+    """An environment variable PANAMA reads is missing or malformed; the message names it."""
+
+
+def controller_from_env() -> str | None:
+    """``$PANAMA_CONTROLLER`` checked as ``HOST:PORT``, or None when unset or empty."""
+    value = os.environ.get(CONTROLLER_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        parse_addr(value, field=CONTROLLER_ENV)
+    except ValueError as exc:
+        raise EnvError(f"{CONTROLLER_ENV}: {exc}") from None
+    return value
+
+
+def token_from_env() -> str | None:
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
+    return _positive_float(TIMEOUT_ENV, default)
+
+
+def size_hint_from_env() -> int | None:
+    value = os.environ.get(SIZE_ENV)
+    if value is None or value == "":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise EnvError(f"{SIZE_ENV}: must be an integer number of bytes, got {value!r}") from None
+    if n < 0:
+        raise EnvError(f"{SIZE_ENV}: must be >= 0, got {n}")
+    return n
+
+
+def _positive_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        x = float(value)
+    except ValueError:
+        raise EnvError(f"{name}: must be a number of seconds, got {value!r}") from None
+    if not x > 0:
+        raise EnvError(f"{name}: must be > 0, got {value!r}")
+    return x
+
+
+def _int_env(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise EnvError(f"{name}: not set (run under torchrun, or set it)")
+    try:
+        return int(value)
+    except ValueError:
+        raise EnvError(f"{name}: must be an integer, got {value!r}") from None
+
+
+def sanitize(part: str, limit: int = 48) -> str:
+    """``part`` reduced to job-name characters (letters, digits, ``. _ -``), at most ``limit``."""
+    return _JOB_CHARS.sub("-", part).strip("-._")[:limit]
+
+
+def job_name(group: str, nonce: str) -> str:
+    """The PANAMA job name of one process group in one run.
+
+    ``torch-<run id>-r<restart>-<nonce>-g<group>``: the torchrun run id (``TORCHELASTIC_RUN_ID``,
+    ``none`` outside torchrun), the elastic restart count, a random ``nonce`` drawn by the
+    group's rank 0 for this run (so a rerun with a fixed ``--rdzv-id``, or one after a
+    crash, never meets the old job's name), and the torch group name.
+    """
+    run = sanitize(os.environ.get("TORCHELASTIC_RUN_ID", "") or "none")
+    restart = sanitize(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"), 8) or "0"
+    name = f"torch-{run}-r{restart}-{sanitize(nonce, 16)}-g{sanitize(group, 40) or 'x'}"
+    return name[:JOB_NAME_MAX]
+
+
+def supports(func: Any, param: str) -> bool:
+    """Whether ``func`` accepts the keyword ``param`` (features that land in other modules)."""
+    try:
+        return param in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def communicator_from_env(**overrides: Any) -> Communicator:
+    """A :class:`Communicator` for this process, configured from the environment.
+
+    Controller ``$PANAMA_CONTROLLER`` (required), token ``$PANAMA_TOKEN``, job
+    ``$PANAMA_JOB`` (else ``torch-<TORCHELASTIC_RUN_ID>``, unique per torchrun run), rank
+    ``$RANK``, world size ``$WORLD_SIZE``, timeout ``$PANAMA_TIMEOUT_S``, size hint
+    ``$PANAMA_SIZE_BYTES``. Keyword arguments override any of them and pass any other
+    :class:`Communicator` option. A missing or malformed variable raises :class:`EnvError`
+    naming it.
+    """
+    kw: dict[str, Any] = {}
+    if "controller" not in overrides:
+        controller = controller_from_env()
+        if controller is None:
+            raise EnvError(f"{CONTROLLER_ENV}: not set (HOST:PORT of the PANAMA controller, e.g. from panama cluster status)")
+        kw["controller"] = controller
+    if "job" not in overrides:
+        job = os.environ.get(JOB_ENV) or ""
+        if not job:
+            run = os.environ.get("TORCHELASTIC_RUN_ID")
+            if not run:
+                raise EnvError(f"{JOB_ENV}: not set (a job name shared by the ranks; or run under torchrun)")
+            job = f"torch-{sanitize(run)}"
+        kw["job"] = job
+    if "rank" not in overrides:
+        kw["rank"] = _int_env("RANK")
+    if "world_size" not in overrides:
+        kw["world_size"] = _int_env("WORLD_SIZE")
+    if "timeout_s" not in overrides:
+        kw["timeout_s"] = timeout_from_env(30.0)
+    if "size_bytes" not in overrides:
+        hint = size_hint_from_env()
+        if hint is not None:
+            kw["size_bytes"] = hint
+    if "token" not in overrides and supports(Communicator, "token"):
+        kw["token"] = token_from_env()
+    kw.update(overrides)
+    return Communicator(**kw)
