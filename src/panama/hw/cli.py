@@ -30,8 +30,8 @@ def hw() -> None:
 @click.option("--packets", type=int, default=2000, show_default=True, help="Datagrams in the random stream.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the stream.")
 @click.option("--width", type=int, default=None, help="Stream width in bits (default: the small CI configuration, 256).")
-@click.option("--slots", type=int, default=None, help="Packet memory in slots (default 32).")
-@click.option("--payload-elems", type=int, default=None, help="Floats per slot (default 12).")
+@click.option("--slots", type=int, default=None, help="Packet memory in slots (default 16).")
+@click.option("--payload-elems", type=int, default=None, help="Floats per slot (default 8).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def verify(packets: int, seed: int, width: int | None, slots: int | None, payload_elems: int | None,
            as_json: bool) -> None:

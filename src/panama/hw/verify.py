@@ -31,7 +31,7 @@ from panama.hw.datapath import KEY_BYTES, HwConfig
 from panama.hw.driver import HwAccelerator
 from panama.hw.fp32 import same_float_bits
 
-CI_CONFIG = HwConfig(width=256, slots=32, payload_elems=12, max_trees=8, max_children=4, ports=8)
+CI_CONFIG = HwConfig(width=256, slots=16, payload_elems=8, max_trees=4, max_children=4, ports=8)
 
 
 def _encode(packet: Packet, key: int) -> bytes:
