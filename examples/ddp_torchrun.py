@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         step_loss.backward()
         opt.step()
         times.append(time.perf_counter() - start)
-        loss = float(step_loss)
+        loss = float(step_loss.detach())
 
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()

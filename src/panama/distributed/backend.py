@@ -49,6 +49,7 @@ import queue
 import secrets
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
@@ -145,6 +146,7 @@ class GroupStats:
 
 
 _default_cluster: _Cluster | None = None
+_groups: weakref.WeakSet = weakref.WeakSet()  # this process's live panama groups
 _lock = threading.Lock()
 
 
@@ -229,6 +231,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=f"panama-pg-{self._group_id}-r{rank}", daemon=True)
         self._thread.start()
+        _groups.add(self)
 
     # ------------------------------------------------------------------ set-up
     def _setup(self) -> str:
@@ -326,9 +329,8 @@ class PanamaProcessGroup(dist.ProcessGroup):
         def run() -> Any:
             self._check_broken()
             self.stats.gloo_calls[name] = self.stats.gloo_calls.get(name, 0) + 1
-            fut = getattr(self._gloo, name)(*args).get_future()
-            fut.wait()
-            return fut.value()
+            getattr(self._gloo, name)(*args).wait()  # not every gloo work has a future
+            return args[0] if args else None  # the output argument, as torch's works return
 
         return self._submit(run, value_on_error)
 
@@ -477,6 +479,32 @@ class PanamaProcessGroup(dist.ProcessGroup):
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: ANN001, A002
         return self._gloo_call("alltoall_base", output, input, output_split_sizes, input_split_sizes, *_opt(opts))
 
+    # torch >= 2.7 calls these names on Python process groups
+    def all_gather_single(self, output, input, opts=None):  # noqa: ANN001, A002
+        return self._gloo_call("_allgather_base", output, input, *_opt(opts))
+
+    def reduce_scatter_single(self, output, input, opts=None):  # noqa: ANN001, A002
+        return self._gloo_call("_reduce_scatter_base", output, input, *_opt(opts))
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):  # noqa: ANN001, A002
+        return self._gloo_call("alltoall_base", output, input, output_split_sizes, input_split_sizes, *_opt(opts))
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):  # noqa: ANN001
+        return self._gloo_sequence("_allgather_base", list(zip(outputs, inputs, strict=True)), opts, outputs)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):  # noqa: ANN001
+        return self._gloo_sequence("_reduce_scatter_base", list(zip(outputs, inputs, strict=True)), opts, outputs)
+
+    def _gloo_sequence(self, name: str, pairs: list[tuple[Any, Any]], opts: Any, outputs: Any) -> Any:
+        def run() -> Any:
+            self._check_broken()
+            for out, inp in pairs:
+                self.stats.gloo_calls[name] = self.stats.gloo_calls.get(name, 0) + 1
+                getattr(self._gloo, name)(out, inp, *_opt(opts)).wait()
+            return outputs
+
+        return self._submit(run)
+
     def send(self, tensors, dst, tag=0):  # noqa: ANN001
         return self._gloo.send(tensors, dst, tag)
 
@@ -501,6 +529,21 @@ class PanamaProcessGroup(dist.ProcessGroup):
         global _default_cluster
         if self._closed:
             return
+        self._close_own()
+        if self._is_default:
+            # This process is leaving the cluster: its other groups' jobs end first, so the
+            # owner of a local cluster stops it only after every job of every rank has left.
+            for group in list(_groups):
+                if group is not self:
+                    group._close_own()
+            with _lock:
+                _default_cluster = None
+            if self._size > 1:
+                self._close_cluster()
+
+    def _close_own(self) -> None:
+        if self._closed:
+            return
         self._closed = True
         self._queue.put(None)
         self._thread.join(timeout=self._timeout.total_seconds())
@@ -508,11 +551,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
             log.warning("panama backend: group %s worker thread still busy at shutdown", self._group_id)
         if self._comm is not None:
             self._comm.close()
-        if self._is_default:
-            with _lock:
-                _default_cluster = None
-        if self._size > 1:
-            self._close_cluster()
+        _groups.discard(self)
 
     def _close_cluster(self) -> None:
         local = self._cluster.local if self._cluster is not None else None

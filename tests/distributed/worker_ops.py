@@ -1,0 +1,173 @@
+"""Run by test_torchrun.py under torchrun: checks of the ``panama`` backend, one JSON file per rank.
+
+``worker_ops.py ops OUT_DIR`` (3 ranks): SUM and AVG through PANAMA, delegated operations,
+issue order between the two paths, subgroups as their own jobs, a multi-datagram sum.
+``worker_ops.py fail OUT_DIR`` (2 ranks, ``PANAMA_CONTROLLER`` set): DDP training; before
+step 3 rank 0 kills the daemon whose pid is in ``PANAMA_TEST_KILL_PID``; every rank records
+the error its backward raised and the one a later all_reduce raised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import panama.distributed
+from panama.distributed import PanamaFabricError
+
+
+def err_info(exc: BaseException) -> dict:
+    return {"type": type(exc).__name__, "mro": [c.__name__ for c in type(exc).__mro__], "message": str(exc)}
+
+
+def ops(rank: int, world: int) -> dict:
+    res: dict = {}
+    n = 1000
+    base = torch.arange(n, dtype=torch.float32)
+
+    x = base * (rank + 1)
+    dist.all_reduce(x)  # SUM through PANAMA: small integers, exact in any order
+    res["sum_ok"] = bool(torch.equal(x, base * sum(range(1, world + 1))))
+
+    x = base * (rank + 1)
+    work = dist.all_reduce(x, op=dist.ReduceOp.AVG, async_op=True)
+    work.wait()
+    res["avg_ok"] = bool(torch.equal(x, base * (sum(range(1, world + 1)) / world)))
+
+    x = base.double() * (rank + 1)
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)  # float64: gloo SUM, then divided
+    res["avg_f64_ok"] = bool(torch.equal(x, base.double() * (sum(range(1, world + 1)) / world)))
+
+    x = torch.arange(5, dtype=torch.int64) * (rank + 1)
+    dist.all_reduce(x)
+    res["int_sum_ok"] = bool(torch.equal(x, torch.arange(5, dtype=torch.int64) * sum(range(1, world + 1))))
+
+    x = torch.tensor([float(rank), -float(rank)])
+    dist.all_reduce(x, op=dist.ReduceOp.MAX)
+    res["max_ok"] = x.tolist() == [float(world - 1), 0.0]
+
+    try:
+        dist.all_reduce(torch.arange(3), op=dist.ReduceOp.AVG)
+        res["int_avg_error"] = None
+    except ValueError as exc:
+        res["int_avg_error"] = str(exc)
+
+    # Issue order across paths: an async PANAMA all_reduce, then a gloo broadcast of the
+    # same tensor without waiting: the broadcast must carry the sum.
+    x = base * (rank + 1)
+    w1 = dist.all_reduce(x, async_op=True)
+    w2 = dist.broadcast(x, src=0, async_op=True)
+    w1.wait()
+    w2.wait()
+    res["order_ok"] = bool(torch.equal(x, base * sum(range(1, world + 1))))
+
+    t = torch.tensor([float(rank)])
+    dist.broadcast(t, src=world - 1)
+    res["broadcast_ok"] = t.item() == float(world - 1)
+
+    outs = [torch.zeros(2) for _ in range(world)]
+    dist.all_gather(outs, torch.tensor([rank, rank + 0.5]))
+    res["all_gather_ok"] = [o.tolist() for o in outs] == [[r, r + 0.5] for r in range(world)]
+
+    out = torch.zeros(world * 2)
+    dist.all_gather_into_tensor(out, torch.tensor([rank, rank + 0.5]))
+    res["all_gather_into_tensor_ok"] = out.tolist() == [v for r in range(world) for v in (r, r + 0.5)]
+
+    out = torch.zeros(1)
+    dist.reduce_scatter_tensor(out, torch.arange(world, dtype=torch.float32) + rank)
+    res["reduce_scatter_ok"] = out.item() == float(world * rank + sum(range(world)))
+
+    out = torch.zeros(world)
+    dist.all_to_all_single(out, torch.full((world,), float(rank)))
+    res["all_to_all_ok"] = out.tolist() == [float(r) for r in range(world)]
+
+    dist.barrier()
+    res["barrier_ok"] = True
+
+    # A multi-datagram sum (the backend sends 16365 floats per datagram): identical on every rank.
+    g = torch.Generator().manual_seed(100 + rank)
+    big = torch.randn(50_000, generator=g)
+    ref = sum(torch.randn(50_000, generator=torch.Generator().manual_seed(100 + r)).double() for r in range(world))
+    dist.all_reduce(big)
+    res["big_close"] = bool(torch.allclose(big.double(), ref, rtol=1e-6, atol=1e-6))
+    digests = [None] * world
+    dist.all_gather_object(digests, hashlib.sha256(big.numpy().tobytes()).hexdigest())
+    res["big_identical"] = len(set(digests)) == 1
+
+    # Subgroups: their own PANAMA jobs.
+    g02 = dist.new_group([0, 2])
+    g12 = dist.new_group([1, 2])
+    res["default_job"] = panama.distributed.stats()["job"]
+    for name, group, members in (("g02", g02, [0, 2]), ("g12", g12, [1, 2])):
+        if rank in members:
+            x = base * (rank + 1)
+            dist.all_reduce(x, group=group)
+            want = base * sum(m + 1 for m in members)
+            y = base * (rank + 1)
+            dist.all_reduce(y, op=dist.ReduceOp.AVG, group=group)
+            st = panama.distributed.stats(group)
+            res[name] = {
+                "sum_ok": bool(torch.equal(x, want)),
+                "avg_ok": bool(torch.equal(y, want / len(members))),
+                "job": st["job"],
+                "mode": st["mode"],
+                "panama_calls": st["panama_calls"],
+                "backend": dist.get_backend(group),
+            }
+    res["stats"] = panama.distributed.stats()
+    return res
+
+
+def fail(rank: int, world: int) -> dict:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    res: dict = {"steps_done": 0}
+    for step in range(6):
+        if step == 2:
+            dist.barrier()  # both ranks finished two steps on the live fabric
+            if rank == 0:
+                os.kill(int(os.environ["PANAMA_TEST_KILL_PID"]), signal.SIGKILL)
+        loss = ddp(torch.randn(16, 8, generator=g)).square().mean()
+        opt.zero_grad()
+        try:
+            loss.backward()
+        except Exception as exc:  # what a user's training loop would see
+            res["backward_error"] = err_info(exc)
+            break
+        opt.step()
+        res["steps_done"] = step + 1
+    try:
+        dist.all_reduce(torch.ones(4))
+        res["later_error"] = None
+    except PanamaFabricError as exc:
+        res["later_error"] = err_info(exc)
+    res["stats"] = panama.distributed.stats()
+    return res
+
+
+def main() -> int:
+    mode, out_dir = sys.argv[1], Path(sys.argv[2])
+    dist.init_process_group(backend="panama")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    try:
+        res = {"ops": ops, "fail": fail}[mode](rank, world)
+    except Exception as exc:
+        res = {"crash": err_info(exc), "traceback": traceback.format_exc()}
+    (out_dir / f"rank{rank}.json").write_text(json.dumps(res))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
