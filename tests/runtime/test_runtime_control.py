@@ -478,6 +478,7 @@ def test_idle_and_excess_connections_are_closed():
             idle[0].sendall(b"GET / HTTP/1.1\r\nHo")  # headers trickled, never finished
             time.sleep(0.2)
             extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+            extra.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
             busy = extra.recv(4096)
             closed = []
             for s in idle:  # each is closed by the server once the header timeout passed
@@ -539,3 +540,34 @@ def test_a_saved_plan_is_restored_exactly_by_a_fresh_controller(spec):
         fresh.restore(plan_from_dict(saved))  # the same job twice
     nxt = fresh.admit("next", hosts, 10**6, 2)
     assert nxt.job_id > plan.job_id and {t.group for t in nxt.trees}.isdisjoint({t.group for t in plan.trees})
+
+
+def test_a_thousand_idle_connections_neither_stop_the_controller_nor_a_job(cluster):
+    """Issue 13's fd exhaustion: 1,100 idle connections (the daemons' limit is 1024 fds) while a job runs."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1400
+    if soft < want:
+        if hard != resource.RLIM_INFINITY and hard < want:
+            pytest.skip(f"needs {want} file descriptors, the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    socks = []
+    try:
+        for _ in range(1100):
+            try:
+                socks.append(socket.create_connection(cluster.controller_addr, timeout=10))
+            except OSError:
+                pass  # refused or reset when over the limit: what a client of a busy server sees
+        rng = np.random.default_rng(17)
+        data = random_arrays(rng, 2, (5_000,))
+        results, errors = run_ranks(cluster.controller, "crowded", 2, lambda c, r: c.allreduce(data[r]), timeout_s=60)
+        assert errors == [None, None], errors
+        assert_close_to_reference(results[0], data)
+    finally:
+        for s in socks:
+            s.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    status, health = _call(cluster.controller_addr, "GET", "/v1/health")
+    assert status == 200 and health["monitor"]["errors"] == 0
+    assert _job(cluster, "crowded")["state"] == "completed"

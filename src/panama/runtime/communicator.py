@@ -169,18 +169,26 @@ class Communicator:
             "wait_s": self.timeout_s,
             "incarnation": self.incarnation,
         }
-        try:
-            status, reply = request_json(
-                self.controller,
-                "POST",
-                f"{self._job_path}/register",
-                body,
-                timeout_s=self.timeout_s + 5.0,
-                what="controller",
-                token=self.token,
-            )
-        except HttpError as exc:
-            raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                status, reply = request_json(
+                    self.controller,
+                    "POST",
+                    f"{self._job_path}/register",
+                    body,
+                    timeout_s=self.timeout_s + 5.0,
+                    what="controller",
+                    token=self.token,
+                )
+            except HttpError as exc:
+                raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
+            # A controller at its connection limit answers 503 before reading the request: retry.
+            busy = status == 503 and error_text(reply).startswith("connections:")
+            if not busy or time.monotonic() + 0.2 >= deadline:
+                break
+            time.sleep(0.2)
+            body["wait_s"] = max(0.5, deadline - time.monotonic())
         if status != 200:
             hint = " (pass token= or set PANAMA_TOKEN to the cluster's token)" if status == 401 else ""
             raise CommunicatorError(

@@ -937,6 +937,7 @@ class ControllerService:
         other = job.ranks.get(rank)
         if other is not None:  # a stale registration of this rank: the new incarnation replaces it
             self.counters["replaced_ranks"] += 1
+            job.ready.set()  # its waiting register call (if any) wakes up and answers 409 "replaced"
             log.warning(
                 "job %s: rank %d re-registered from %s (incarnation %s) replaces %s (incarnation %s)",
                 name, rank, format_addr(udp), incarnation, format_addr(other.udp), other.incarnation,

@@ -273,9 +273,21 @@ async def start_site(
     refused = _busy_body(max_connections)
 
     class Busy(asyncio.Protocol):
+        """Over the limit: answer 503 once the client has sent its request (so it reads the
+        answer instead of a reset), or close after a second of silence."""
+
         def connection_made(self, transport):
-            transport.write(refused)
-            transport.close()
+            self.transport = transport
+            self.timer = loop.call_later(1.0, transport.close)
+
+        def data_received(self, data):
+            self.timer.cancel()
+            if not self.transport.is_closing():
+                self.transport.write(refused)
+                self.transport.close()
+
+        def connection_lost(self, exc):
+            self.timer.cancel()
 
     def factory():
         if len(server.connections) >= max_connections:
