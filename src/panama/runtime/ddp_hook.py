@@ -14,8 +14,13 @@ Contract of :func:`panama_allreduce_hook` (torch's comm-hook API,
   reduction (as torch's default ``allreduce_hook`` does), summed over ranks by
   ``state.communicator.allreduce`` and written back into the same buffer, so DDP sees the
   gradient average in place;
-- the returned future is already completed (the communicator call is blocking); an
-  exception from the communicator is set on the future, so it surfaces from ``backward()``;
+- the reduction is written into the bucket itself (``allreduce(buf, out=buf)`` when the
+  communicator takes ``out=``, as :class:`panama.Communicator` does; else copied back);
+- the returned future is already completed (the communicator call is blocking). An
+  exception from the communicator surfaces from ``backward()`` with its own type: inside
+  backward it is raised by an autograd final callback and the future completes (torch's
+  reducer turns a failed hook future into "Unable to cast ... to Tensor"); outside
+  backward it is set on the future;
 - every rank ends with bitwise-identical averaged gradients (the communicator's contract),
   hence identical optimizer steps.
 
@@ -26,8 +31,10 @@ and time spent in the reduction.
 
 
 # No "from __future__ import annotations": DDP checks the hook's annotations at runtime.
+import functools
+import inspect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
@@ -49,8 +56,13 @@ class PanamaHookState:
     calls: int = 0
     elems: int = 0
     seconds: float = 0.0
+    in_place: bool = field(default=False, init=False)  # the communicator takes out=
 
     def __post_init__(self) -> None:
+        try:
+            self.in_place = "out" in inspect.signature(self.communicator.allreduce).parameters
+        except (TypeError, ValueError):
+            self.in_place = False
         if not isinstance(self.world_size, int) or self.world_size < 1:
             raise ValueError(f"world_size: must be a positive integer, got {self.world_size!r}")
         comm_world = getattr(self.communicator, "world_size", None)
@@ -72,7 +84,7 @@ def panama_allreduce_hook(state: PanamaHookState, bucket: dist.GradBucket) -> to
             raise TypeError(f"panama_allreduce_hook needs float32 CPU gradients, got {buf.dtype} on {buf.device}")
         buf.div_(state.world_size)
         start = time.perf_counter()
-        out = state.communicator.allreduce(buf)
+        out = state.communicator.allreduce(buf, out=buf) if state.in_place else state.communicator.allreduce(buf)
         state.seconds += time.perf_counter() - start
         if out is not buf:
             if tuple(out.shape) != tuple(buf.shape):
@@ -80,11 +92,18 @@ def panama_allreduce_hook(state: PanamaHookState, bucket: dist.GradBucket) -> to
             buf.copy_(out)
         state.calls += 1
         state.elems += buf.numel()
-    except Exception as exc:  # surfaced by DDP when it waits on the future
-        fut.set_exception(exc)
-        return fut
+    except Exception as exc:
+        try:  # inside backward: raised, with its type, once DDP has finished the pass
+            torch.autograd.Variable._execution_engine.queue_callback(functools.partial(_reraise, exc))
+        except RuntimeError:  # not in a backward pass (the hook called directly)
+            fut.set_exception(exc)
+            return fut
     fut.set_result(buf)
     return fut
+
+
+def _reraise(exc: Exception) -> None:
+    raise exc
 
 
 def register_panama_hook(

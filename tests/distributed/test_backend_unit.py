@@ -1,0 +1,151 @@
+"""In-process checks of panama.distributed: registration, environment, job names, the DDP hook's errors.
+
+No cluster and no second process: world-size-1 groups on a HashStore (the ``panama`` group
+then sends nothing to a switch; its float32 all_reduce is a one-rank gloo call).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+import panama.distributed  # noqa: E402
+from panama.distributed import EnvError, PanamaProcessGroup, communicator_from_env  # noqa: E402
+from panama.distributed.env import job_name  # noqa: E402
+from panama.runtime.communicator import CommunicatorError  # noqa: E402
+from panama.runtime.ddp_hook import register_panama_hook  # noqa: E402
+from panama.runtime.http import JOB_NAME_RE  # noqa: E402
+
+
+@pytest.fixture
+def no_panama_env(monkeypatch):
+    for name in ("PANAMA_CONTROLLER", "PANAMA_TOKEN", "PANAMA_JOB", "PANAMA_TIMEOUT_S", "PANAMA_SIZE_BYTES",
+                 "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "RANK", "WORLD_SIZE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("spec", ["panama", "cpu:panama", "cpu:panama,cuda:nccl"])
+def test_backend_is_registered_and_one_rank_groups_work(spec):
+    assert "panama" in dist.Backend.backend_list
+    panama.distributed.register()  # idempotent
+    dist.init_process_group(spec, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        pg = dist.distributed_c10d._get_default_group()
+        assert isinstance(pg, PanamaProcessGroup)
+        assert dist.get_backend() == spec
+        x = torch.arange(4, dtype=torch.float32)
+        dist.all_reduce(x, op=dist.ReduceOp.AVG)
+        assert torch.equal(x, torch.arange(4, dtype=torch.float32))
+        with pytest.raises(panama.distributed.PanamaDistributedError, match="CPU tensors only"):
+            dist.all_reduce(torch.ones(2, device="meta"))
+        st = panama.distributed.stats()
+        assert st["mode"] == "pending" and st["panama_calls"] == 0 and st["gloo_calls"] == {"allreduce": 1}
+    finally:
+        dist.destroy_process_group()
+
+
+def test_job_names_are_valid_and_carry_run_group_and_nonce(no_panama_env):
+    no_panama_env.setenv("TORCHELASTIC_RUN_ID", "my run/with spaces:" + "x" * 200)
+    no_panama_env.setenv("TORCHELASTIC_RESTART_COUNT", "3")
+    name = job_name("group name!", "ab12cd34")
+    assert JOB_NAME_RE.match(name), name
+    assert name.startswith("torch-my-run-with-spaces-") and "-r3-ab12cd34-g" in name and name.endswith("group-name")
+    assert job_name("0", "ab12cd34") != job_name("0", "ef56ab78")
+    no_panama_env.delenv("TORCHELASTIC_RUN_ID")
+    assert job_name("0", "n1") == "torch-none-r3-n1-g0"
+
+
+def test_communicator_from_env_names_what_is_missing(no_panama_env):
+    with pytest.raises(EnvError, match="PANAMA_CONTROLLER: not set"):
+        communicator_from_env()
+    no_panama_env.setenv("PANAMA_CONTROLLER", "no-port-here")
+    with pytest.raises(EnvError, match="PANAMA_CONTROLLER"):
+        communicator_from_env()
+    no_panama_env.setenv("PANAMA_CONTROLLER", "127.0.0.1:9")
+    with pytest.raises(EnvError, match="PANAMA_JOB: not set"):
+        communicator_from_env()
+    no_panama_env.setenv("TORCHELASTIC_RUN_ID", "abc")
+    with pytest.raises(EnvError, match="RANK: not set"):
+        communicator_from_env()
+    no_panama_env.setenv("RANK", "1")
+    no_panama_env.setenv("WORLD_SIZE", "two")
+    with pytest.raises(EnvError, match="WORLD_SIZE: must be an integer"):
+        communicator_from_env()
+    no_panama_env.setenv("WORLD_SIZE", "2")
+    no_panama_env.setenv("PANAMA_TIMEOUT_S", "-1")
+    with pytest.raises(EnvError, match="PANAMA_TIMEOUT_S: must be > 0"):
+        communicator_from_env()
+    no_panama_env.setenv("PANAMA_TIMEOUT_S", "7")
+    no_panama_env.setenv("PANAMA_TOKEN", "tok-from-env")
+    comm = communicator_from_env()  # registers at the first allreduce: no network yet
+    try:
+        assert (comm.job, comm.rank, comm.world_size, comm.timeout_s) == ("torch-abc", 1, 2, 7.0)
+        assert comm.controller == ("127.0.0.1", 9)
+        assert getattr(comm, "token", "tok-from-env") == "tok-from-env"
+    finally:
+        comm.close()
+    comm = communicator_from_env(job="explicit", rank=0)
+    try:
+        assert (comm.job, comm.rank) == ("explicit", 0)
+    finally:
+        comm.close()
+
+
+class FabricDown(CommunicatorError):
+    pass
+
+
+class FailingCommunicator:
+    world_size = 1
+
+    def allreduce(self, x, out=None):
+        raise FabricDown("switch leaf0 did not answer")
+
+
+class InPlaceCommunicator:
+    """One rank; records whether the hook asked for the sum in the bucket itself."""
+
+    world_size = 1
+
+    def __init__(self):
+        self.outs_were_inputs = []
+
+    def allreduce(self, x, out=None):
+        self.outs_were_inputs.append(out is x)
+        if out is None:
+            return x.clone()
+        out.copy_(x)
+        return out
+
+
+@pytest.fixture
+def gloo_one_rank():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+
+
+def test_hook_error_keeps_its_type_through_backward(gloo_one_rank):
+    ddp = DistributedDataParallel(_model())
+    register_panama_hook(ddp, FailingCommunicator())
+    with pytest.raises(FabricDown, match="leaf0 did not answer") as info:
+        ddp(torch.randn(4, 6)).sum().backward()
+    assert "Unable to cast" not in str(info.value)
+
+
+def test_hook_reduces_in_place(gloo_one_rank):
+    ddp = DistributedDataParallel(_model())
+    comm = InPlaceCommunicator()
+    state = register_panama_hook(ddp, comm)
+    ddp(torch.randn(4, 6)).sum().backward()
+    assert state.in_place and comm.outs_were_inputs and all(comm.outs_were_inputs)
