@@ -359,7 +359,8 @@ def rack():
         yield lc
 
 
-def test_a_controller_restart_keeps_a_running_job_running(rack):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_controller_restart_keeps_a_running_job_running(rack, sig):
     rng = np.random.default_rng(16)
     data = random_arrays(rng, 2, (30_000,))
     restarted = threading.Event()
@@ -375,12 +376,13 @@ def test_a_controller_restart_keeps_a_running_job_running(rack):
     # A job nobody owns, left on the daemon by "a previous life": the new controller removes it.
     assert rack.switch_call("leaf0", "PUT", "/jobs/4000", {"trees": [{"tree_id": 0, "children": ["127.0.0.1:7001"]}]})[0] == 200
     box: dict = {}
-    runner = threading.Thread(target=lambda: box.update(r=run_ranks(rack.controller, "survivor", 2, body, timeout_s=60)))
+    name = f"survivor-{sig.name}"
+    runner = threading.Thread(target=lambda: box.update(r=run_ranks(rack.controller, name, 2, body, timeout_s=60)))
     runner.start()
     first_done.wait()
-    job_id = _job(rack, "survivor")["job_id"]
-    rack.restart_controller()
-    info = _wait_for(lambda: _job(rack, "survivor"), "the restarted controller", timeout_s=60)
+    job_id = _job(rack, name)["job_id"]
+    rack.restart_controller(sig)
+    info = _wait_for(lambda: _job(rack, name), "the restarted controller", timeout_s=60)
     restarted.set()
     assert info["state"] == "running" and info["recovered"] and info["job_id"] == job_id, info
     runner.join(timeout=120)
@@ -390,7 +392,7 @@ def test_a_controller_restart_keeps_a_running_job_running(rack):
         for out in outs:
             assert out.tobytes() == results[0][0].tobytes()
     assert_close_to_reference(results[0][0], data)
-    assert _job(rack, "survivor")["state"] == "completed"
+    assert _job(rack, name)["state"] == "completed"
     jobs = rack.switch_call("leaf0", "GET", "/jobs")[1]["jobs"]
     assert "4000" not in jobs and str(job_id) not in jobs
 

@@ -340,10 +340,11 @@ class LocalCluster:
         """One authenticated request to a daemon's control API."""
         return request_json(self.procs[name].control, method, path, body, timeout_s=10.0, what=f"switch {name}", token=self.token)
 
-    def restart_controller(self) -> None:
-        """Stop the controller (SIGKILL: no clean-up) and start a new one on the same address and state file."""
+    def restart_controller(self, sig: int = signal.SIGKILL) -> None:
+        """Stop the controller (``sig``; SIGKILL: no clean-up at all) and start a new one on the
+        same address and state file."""
         proc = self.procs["controller"]
-        self.kill("controller")
+        self.kill("controller", sig)
         work = Path(self.workdir)
         args = list(proc.args)
         i = args.index("--listen")

@@ -1102,7 +1102,7 @@ def _int_field(body: dict, key: str, low: int, default: Any = _MISSING) -> Any:
 
 async def serve(service: ControllerService, listen: Address, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
     """Run the service until ``stop`` is set."""
-    runner = web.AppRunner(service.make_app(), access_log=None, keepalive_timeout=30.0)
+    runner = web.AppRunner(service.make_app(), access_log=None, keepalive_timeout=30.0, shutdown_timeout=2.0)
     await runner.setup()  # on_startup: daemons probed, the one Controller made, jobs recovered
     server, watchdog = await start_site(runner, listen[0], listen[1])
     service.address = tuple(server.sockets[0].getsockname()[:2])

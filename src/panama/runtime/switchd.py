@@ -547,7 +547,7 @@ class SwitchDaemon:
     # ------------------------------------------------------------------ lifecycle
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when run as the main program)."""
-        runner = web.AppRunner(self.make_app(), access_log=None, keepalive_timeout=30.0)
+        runner = web.AppRunner(self.make_app(), access_log=None, keepalive_timeout=30.0, shutdown_timeout=2.0)
         await runner.setup()
         server, watchdog = await start_site(runner, self.config.control[0], self.config.control[1])
         self.control_addr = tuple(server.sockets[0].getsockname()[:2])
