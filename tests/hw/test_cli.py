@@ -28,3 +28,35 @@ def test_bad_arguments_exit_2(capsys):
         assert exc.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "error" in err[0]
+
+
+STAT_TAIL = """
+3. Printing statistics.
+
+=== add ===
+
+        +----------Local Count, excluding submodules.
+        |
+      883 wires
+     1117 cells
+        1   BUFG
+       42   CARRY4
+      371   FDRE
+      112   LUT2
+      179   LUT5
+       42   LUT6
+        3   RAMB36E2
+        2   RAMB18E2
+        4   DSP48E2
+
+End of script. Logfile hash: 7570ac0afe
+"""
+
+
+def test_yosys_stat_parsing():
+    from panama.hw.report import _summarise, parse_stat
+
+    cells = parse_stat("1. earlier\n=== x ===\n  99   LUT6\n" + STAT_TAIL)
+    out = _summarise(cells, "xcup")
+    assert out["LUT"] == 112 + 179 + 42 and out["FF"] == 371 and out["DSP"] == 4
+    assert out["BRAM36"] == 4.0 and out["CARRY"] == 42

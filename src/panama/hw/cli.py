@@ -68,8 +68,11 @@ def verify(packets: int, seed: int, width: int | None, slots: int | None, payloa
 @click.option("--packets", type=int, default=32, show_default=True, help="Back-to-back packets simulated.")
 @click.option("--family", default="xcup", show_default=True, help="Yosys synth_xilinx -family (xcup, xcu, xc7).")
 @click.option("--no-synth", is_flag=True, help="Skip the Yosys synthesis (resources).")
+@click.option("--yosys-log", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Keep the Yosys log here; reuse it when it is from this same Verilog (SHA-256 sidecar).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def report(clock_mhz: float, packets: int, family: str, no_synth: bool, as_json: bool) -> None:
+def report(clock_mhz: float, packets: int, family: str, no_synth: bool, yosys_log: Path | None,
+           as_json: bool) -> None:
     """Lanes, assumed clock, cycles per packet measured in simulation under back-to-back input, the
     resulting line rate, and LUT/FF/DSP/BRAM from Yosys synth_xilinx, for the default configuration."""
     if clock_mhz <= 0:
@@ -78,7 +81,8 @@ def report(clock_mhz: float, packets: int, family: str, no_synth: bool, as_json:
         raise usage_error("--packets", f"must be >= 4, got {packets}")
     from panama.hw.report import report as run_report
 
-    out = run_report(clock_mhz=clock_mhz, packets=packets, synth=not no_synth, family=family)
+    out = run_report(clock_mhz=clock_mhz, packets=packets, synth=not no_synth, family=family,
+                     yosys_log=yosys_log)
     if as_json:
         echo_json(out)
         return

@@ -15,6 +15,7 @@ BRAM. Timing closure (place and route at the assumed clock) is NOT checked.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 import sys
@@ -83,10 +84,24 @@ _CELLS = {
 
 
 def synthesize(cfg: HwConfig = HwConfig(), family: str = "xcup", log: Path | None = None) -> dict:
-    """Run Yosys synth_xilinx on the Verilog; returns cell counts by kind (BRAM in RAMB36 equivalents)."""
+    """Run Yosys synth_xilinx on the Verilog; returns cell counts by kind (BRAM in RAMB36 equivalents).
+
+    With ``log``: if ``log`` exists and its sidecar ``<log>.sha256`` names the SHA-256 of
+    this very Verilog and family, the counts are read from it instead of synthesising
+    again (a run of the default configuration takes about an hour here); otherwise the
+    new run's log and sidecar are written there.
+    """
+    text_v = verilog_text(cfg)
+    digest = hashlib.sha256((family + "\n" + text_v).encode()).hexdigest()
+    if log is not None and log.exists():
+        side = log.with_name(log.name + ".sha256")
+        if side.exists() and side.read_text().strip() == digest:
+            out = _summarise(parse_stat(log.read_text()), family)
+            out["from_log"] = str(log)
+            return out
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "panama_aggregator.v"
-        src.write_text(verilog_text(cfg))
+        src.write_text(text_v)
         # YoWASP's sandbox sees the working directory: run there with relative names
         script = f"read_verilog {src.name}; synth_xilinx -family {family} -top panama_aggregator -flatten; stat"
         proc = subprocess.run(
@@ -94,23 +109,37 @@ def synthesize(cfg: HwConfig = HwConfig(), family: str = "xcup", log: Path | Non
             capture_output=True, text=True, cwd=tmp,
         )
         text = (Path(tmp) / "yosys.log").read_text() if (Path(tmp) / "yosys.log").exists() else ""
-        if log is not None:
-            log.write_text(text + proc.stderr)
+        if proc.returncode == 0 and log is not None:
+            log.write_text(text)
+            log.with_name(log.name + ".sha256").write_text(digest + "\n")
         if proc.returncode != 0:
             raise RuntimeError(f"yosys failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+    return _summarise(parse_stat(text), family)
+
+
+def parse_stat(text: str) -> dict[str, int]:
+    """Cell counts of the last ``stat`` section of a Yosys log ("<count> <cell>" lines)."""
     cells: dict[str, int] = {}
-    stat = text[text.rfind("Number of cells"):] if "Number of cells" in text else text
-    for line in stat.splitlines():
+    start = text.rfind("=== ")
+    if start < 0:
+        raise RuntimeError("no stat section in the Yosys log")
+    for line in text[start:].splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            cells[parts[0]] = int(parts[1])
-        elif len(parts) == 2 and parts[0].isdigit():  # newer yosys: "<count> <cell>"
+        if line.startswith("End of script"):
+            break
+        if len(parts) == 2 and parts[0].isdigit() and parts[1][0].isupper():
             cells[parts[1]] = int(parts[0])
-    out = {kind: 0 for kind in _CELLS}
+        elif len(parts) == 2 and parts[1].isdigit() and parts[0][0].isupper():  # older yosys: "<cell> <count>"
+            cells[parts[0]] = int(parts[1])
+    return cells
+
+
+def _summarise(cells: dict[str, int], family: str) -> dict:
+    out: dict = {kind: 0 for kind in _CELLS}
     for cell, n in cells.items():
         for kind, pattern in _CELLS.items():
             if pattern.match(cell):
-                out[kind] += n * (1 if kind != "BRAM" or cell.startswith("RAMB36") else 1)
+                out[kind] += n
                 break
     out["BRAM36"] = cells.get("RAMB36E2", 0) + cells.get("RAMB36E1", 0) + 0.5 * (
         cells.get("RAMB18E2", 0) + cells.get("RAMB18E1", 0))
@@ -120,7 +149,7 @@ def synthesize(cfg: HwConfig = HwConfig(), family: str = "xcup", log: Path | Non
 
 
 def report(cfg: HwConfig = HwConfig(), clock_mhz: float = DEFAULT_CLOCK_MHZ, packets: int = 64,
-           synth: bool = True, family: str = "xcup") -> dict:
+           synth: bool = True, family: str = "xcup", yosys_log: Path | None = None) -> dict:
     meas = measure_cycles(cfg, packets)
     seconds_per_packet = meas["cycles_per_packet"] / (clock_mhz * 1e6)
     line = meas["datagram_bytes"] * 8 / seconds_per_packet / 1e9
@@ -138,5 +167,5 @@ def report(cfg: HwConfig = HwConfig(), clock_mhz: float = DEFAULT_CLOCK_MHZ, pac
         "packet_memory_bytes": cfg.slots * cfg.beats_per_slot * cfg.width // 8,
     }
     if synth:
-        out["resources"] = synthesize(cfg, family)
+        out["resources"] = synthesize(cfg, family, yosys_log)
     return out
