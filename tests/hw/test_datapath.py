@@ -131,3 +131,21 @@ def test_back_to_back_cycles_per_packet_and_verilog():
     assert meas["emitted"] == 4
     text = verilog_text(CFG)
     assert "module panama_aggregator" in text
+
+
+def test_trailer_only_beat_does_not_touch_the_next_slot():
+    """Full packets whose key trailer spills into a beat past the slot's rows (9 floats at
+    256 bits: 18 words, 3 beats, 2 rows per slot) leave the neighbouring slot intact."""
+    rng = np.random.default_rng(4)
+    x = [rng.standard_normal(9).astype(np.float32) for _ in range(4)]
+    pkts = [
+        (Packet(1, 0, 0, 0, 9, 0, 40, 0, ECT0, x[0]), "w0"),  # slot 0
+        (Packet(1, 0, 0, 0, 9, 0, 40, 0, ECT0, x[1]), "w1"),  # slot 0 complete: partial up
+        (Packet(1, 0, 1, 0, 9, 0, 40, 0, ECT0, x[2]), "w0"),  # slot 1
+        (Packet(1, 0, 0, 0, 9, FLAG_RESULT, 40, 0, ECT0, x[3]), "up"),  # result copied into slot 0
+        (Packet(1, 0, 1, 0, 9, 0, 40, 0, ECT0, x[0]), "w1"),  # slot 1 complete: its sum must be intact
+    ]
+    pairs = run_both([(1, 0, ("w0", "w1"), "up")], pkts)
+    for want, got, _ in pairs:
+        assert want == got
+    assert len(pairs[4][1]) == 1

@@ -380,7 +380,8 @@ class AggregationDatapath(Elaboratable):
         nwords = Signal(signed(8))
         m.d.comb += nwords.eq(Mux(rel > LN, LN, Mux(rel < -2, -2, rel)))
         iss_last = Signal()
-        m.d.comb += side0.eq(Cat(iss_valid, op, wr, emit, iss_last, iss_beat == 0, e_dests, e_ecn, nwords,
+        # the last beat of a datagram may hold only the key trailer, past the slot's rows: never written
+        m.d.comb += side0.eq(Cat(iss_valid, op, wr & (iss_beat < BPS), emit, iss_last, iss_beat == 0, e_dests, e_ecn, nwords,
                                  t_keylo[l_t], t_keyhi[l_t], (w_s * BPS + iss_beat)[: len(wp.addr)]))
         p1_side = Signal(side_w)
         p1_data = Signal(W)

@@ -253,7 +253,9 @@ def _same_datagram(a: bytes, b: bytes) -> tuple[bool, int]:
     x = np.frombuffer(a[28:end], dtype="<f4")
     y = np.frombuffer(b[28:end], dtype="<f4")
     same = same_float_bits(x, y)
-    return bool(same.all()), int((x.view(np.uint32) != y.view(np.uint32)).sum())
+    if not same.all():
+        return False, 0
+    return True, int((x.view(np.uint32) != y.view(np.uint32)).sum())
 
 
 def run_verify(packets: int, seed: int, cfg: HwConfig = CI_CONFIG, examples: int = 5) -> dict:
