@@ -26,7 +26,7 @@ Which path (decided per call from the dtype, device and op, identical on every r
 | ``send``, ``recv``, ``recv_anysource`` | gloo directly (not queued behind pending collectives) |
 
 Discovery (at group creation): ``$PANAMA_CONTROLLER`` (+ ``$PANAMA_TOKEN``) joins a running
-cluster. Unset, the default group's rank 0 starts a :class:`LocalCluster` sized for the
+cluster. Unset, the default group's rank 0 starts a one-rack :class:`LocalCluster` sized for the
 world and publishes its address and token through the c10d store; the other ranks wait
 for it (bounded by the group's timeout). Subgroups reuse the default group's cluster.
 The local cluster is stopped when the default group is destroyed (after every rank has
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import queue
 import secrets
@@ -64,12 +63,10 @@ from torch._C._distributed_c10d import (
     Work,
 )
 
-from panama.core import codec
 from panama.distributed import env
 from panama.runtime import communicator as communicator_module
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.communicator import Communicator, CommunicatorError
-from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
 
 BACKEND_NAME = "panama"
 log = logging.getLogger("panama.distributed")
@@ -82,22 +79,6 @@ CLOSE_WAIT_S = 30.0
 SETUP_WAIT_S = 120.0
 # Text of the communicator's refusal (until communicator.py has a typed refusal).
 _REFUSED_TEXT = "not admitted for in-network aggregation"
-
-
-def _payload_elems() -> int:
-    """Floats per datagram: the runtime default, less what the communicator cannot receive.
-
-    Workaround: the communicator's receive buffer holds ``wire_size(MAX_PAYLOAD_ELEMS)``
-    bytes, 8 fewer than a full datagram with codec v2's key trailer, so results of
-    full-size datagrams arrive truncated and every allreduce of more than one datagram
-    times out. Two floats fewer per datagram fit; equal to the default once that is fixed.
-    """
-    size = getattr(codec, "datagram_size", codec.wire_size)
-    room = codec.wire_size(codec.MAX_PAYLOAD_ELEMS)
-    n = RUNTIME_PAYLOAD_ELEMS
-    while n > 1 and size(n) > room:
-        n -= 1
-    return n
 
 
 class PanamaDistributedError(RuntimeError):
@@ -222,7 +203,6 @@ class PanamaProcessGroup(dist.ProcessGroup):
             assert self._cluster is not None
             kw: dict[str, Any] = {
                 "timeout_s": env.timeout_from_env(min(env.DEFAULT_TIMEOUT_S, timeout.total_seconds())),
-                "payload_elems": _payload_elems(),
             }
             if env.supports(Communicator, "token"):
                 kw["token"] = self._cluster.token
@@ -279,7 +259,11 @@ class PanamaProcessGroup(dist.ProcessGroup):
                 f"LOCAL_WORLD_SIZE={local_world}): a local cluster on rank 0's loopback cannot serve them; "
                 f"start one (panama cluster up --host ADDR) and set {env.CONTROLLER_ENV}"
             )
-        lc = LocalCluster(leaves=2, spines=2, hosts_per_leaf=max(4, math.ceil(self._size / 2)), log_level="WARNING")
+        # One rack (a leaf for the world's hosts, one spine the controller needs): on one
+        # host every daemon is a process on the ranks' CPUs and every tree edge a loopback
+        # hop, so the smallest fabric is the fastest (docs/runtime.md: one rack 0.6-0.7 of
+        # gloo, 2 tiers 0.4-0.5).
+        lc = LocalCluster(leaves=1, spines=1, hosts_per_leaf=self._size, log_level="WARNING")
         lc.start()
         log.info("panama backend: started a local cluster for %d ranks, controller %s", self._size, lc.controller)
         return _Cluster(lc.controller, getattr(lc, "token", None), local=lc)
