@@ -1,0 +1,88 @@
+# Types of panama/core/accelerator.py for the simulator's compiled fast path (setup.py);
+# the .py is the source. Counters and sequence numbers are 64-bit integers; slot states
+# stay SlotState members; children bitmaps stay Python integers (any fan-out).
+cimport cython
+
+cdef class _Slot:
+    cdef public long long index
+    cdef public object row
+    cdef public long long seq
+    cdef public long long generation
+    cdef public long long count
+    cdef public object seen
+    cdef public long long nseen
+    cdef public bint ce
+    cdef public long long cap
+    cdef public object state
+
+cdef class _Tree:
+    cdef public object job_id
+    cdef public object tree_id
+    cdef public tuple children
+    cdef public dict child_bit
+    cdef public long long nchildren
+    cdef public object parent
+    cdef public dict slots
+    cdef public dict child_ack
+    cdef public long long floor
+    cdef public long long at_floor
+    cdef public long long used
+    cdef public long long peak_used
+    cdef public long long target
+    cdef public long long limit
+    cdef public long long cap
+    cdef public object hold_seq
+    cdef public long long hold_cap
+    cdef public long long cap_sent
+
+cdef class Accelerator:
+    cdef public object name
+    cdef public long long packet_memory
+    cdef public long long payload_elems
+    cdef public bint store_payloads
+    cdef public bint copy_payloads
+    cdef public long long reserve_shares
+    cdef public object _memory
+    cdef public list _free
+    cdef public dict _trees
+    cdef public dict _jobs
+    cdef public long long used_slots
+    cdef public long long peak_used_slots
+    cdef public object drops
+    cdef public long long contributions
+    cdef public long long results_in
+    cdef public long long partials_out
+    cdef public long long results_out
+    cdef public long long retransmits_answered
+    cdef public long long partials_resent
+    cdef public long long slots_freed
+    cdef public long long acks_in
+    cdef public long long acks_out
+    cdef public long long acks_unmatched
+
+    @cython.locals(tree=_Tree, slot=_Slot, flags=cython.longlong, count=cython.longlong, seq=cython.longlong,
+                   room=cython.longlong, cap=cython.longlong, ack=cython.longlong, old_ack=cython.longlong,
+                   acks=dict)
+    cpdef object receive(self, object packet, object from_node)
+
+    cpdef object _complete(self, _Tree tree, _Slot slot)
+    cpdef object _payload_out(self, _Slot slot)
+    cpdef object _partial(self, _Tree tree, _Slot slot, object payload, long long flags)
+
+    @cython.locals(flags=cython.longlong, cap=cython.longlong)
+    cpdef object _results_to(self, _Tree tree, _Slot slot, object payload, tuple children, long long ecn)
+
+    cpdef object _duplicate(self, _Tree tree, _Slot slot, object packet, object from_node)
+
+    @cython.locals(slot=_Slot)
+    cpdef object _receive_result(self, _Tree tree, object packet, object from_node)
+
+    @cython.locals(ack=cython.longlong, floor=cython.longlong)
+    cpdef object _receive_ack(self, _Tree tree, object packet, object from_node)
+
+    @cython.locals(old=cython.longlong)
+    cpdef _take_ack(self, _Tree tree, object child, long long ack)
+
+    @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
+                   slots=dict, free=list)
+    cpdef _advance_floor(self, _Tree tree)
