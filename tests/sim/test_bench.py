@@ -53,3 +53,26 @@ def test_reference_scenario_is_deterministic():
     b = run_reference(ms(1), seed=4)
     for k in ("goodput_gbps", "packet_hops", "queue_mean_pkts", "events", "flow_goodput_gbps"):
         assert a[k] == b[k]
+
+
+def test_bench_sim_json_says_whether_compiled(capsys):
+    from panama import _ext
+
+    code, out, _ = run_cli(capsys, ["bench", "sim", "--duration-ms", "1", "--json", "--no-compare-pure"])
+    assert code == 0
+    assert json.loads(out)["compiled"] is _ext.compiled()
+
+
+def test_compare_pure_runs_the_pure_path_in_a_child_with_identical_results():
+    from panama.sim.bench import compare_pure
+
+    res = compare_pure("reference", ms(2), seed=1, slices=2)
+    assert res["identical_to_pure"] and res["packet_hops"] > 0 and res["pure_hops_per_s"] > 0
+
+
+def test_bench_sim_panama_scenario(capsys):
+    code, out, _ = run_cli(capsys, ["bench", "sim", "--scenario", "panama", "--duration-ms", "0.2", "--json",
+                                    "--no-compare-pure"])
+    assert code == 0
+    res = json.loads(out)
+    assert res["packet_hops"] > 0 and res["figures"]["topology"].startswith("fat-tree:k=8")
