@@ -103,7 +103,6 @@ def test_ddp_matches_gloo_bitwise_and_a_second_run_follows(gloo_run, tmp_path):
 def test_joins_a_running_cluster_and_falls_back_when_refused(gloo_run, cluster_up):
     """PANAMA_CONTROLLER + PANAMA_TOKEN: admitted with a size hint above the threshold; refused
     without it (the 0.3 MB gradient is below 1 MB): gloo, one warning line, counted."""
-    _, gloo_params = gloo_run
     gloo_digests = gloo_run[0]["digests"]
     env = cluster_env(cluster_up["controller"], cluster_up.get("token"))
     rep = report(torchrun([str(EXAMPLE), *EXAMPLE_ARGS], env={**env, "PANAMA_SIZE_BYTES": "2000000"}))

@@ -217,6 +217,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
     def _setup(self) -> str:
         """Find (or, on rank 0, start) the cluster; agree on a nonce. Returns the nonce."""
         global _default_cluster
+        self._cluster_scope = False
         if self._size == 1:
             return secrets.token_hex(4)
         if self._rank == 0:
@@ -234,6 +235,9 @@ class PanamaProcessGroup(dist.ProcessGroup):
             nonce = info["nonce"]
             cluster = self._known_cluster() or _Cluster(info["controller"], info.get("token"))
         self._cluster = cluster
+        # Whether this group found (or started) the cluster itself rather than borrowing the
+        # default group's: it then closes it (a subgroup when the default group is not panama).
+        self._cluster_scope = self._is_default or cluster is not _default_cluster
         if self._is_default:
             with _lock:
                 _default_cluster = cluster
@@ -522,8 +526,8 @@ class PanamaProcessGroup(dist.ProcessGroup):
                     group._close_own()
             with _lock:
                 _default_cluster = None
-            if self._size > 1:
-                self._close_cluster()
+        if self._size > 1 and self._cluster_scope:
+            self._close_cluster()
 
     def _close_own(self) -> None:
         if self._closed:
