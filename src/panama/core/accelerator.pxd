@@ -36,6 +36,9 @@ cdef class _Tree:
     cdef public long long cap_sent
 
 cdef class Accelerator:
+    # An instance dict keeps the accelerator open to Python-level instrumentation (tests
+    # replace ``acc.receive`` on an instance); cpdef calls check it for overrides.
+    cdef dict __dict__
     cdef public object name
     cdef public long long packet_memory
     cdef public long long payload_elems
