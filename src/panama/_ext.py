@@ -87,17 +87,15 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def install_pure_finder() -> None:
     """Put the pure-Python finder in front of the import system if the switch is set,
-    or if some extension is older than its source (then with one line on stderr: the
-    compiled modules share extension types, so they run compiled all together or not at
-    all). Called by ``panama/__init__.py`` before any compiled module is imported."""
+    or if some extension is older than its source (``_stale_extensions()``; the compiled
+    modules share extension types, so they run compiled all together or not at all).
+    Called by ``panama/__init__.py`` before any compiled module is imported."""
     if any(isinstance(f, _PureFinder) for f in sys.meta_path):
         return
-    if not no_extensions():
-        stale = _stale_extensions()
-        if not stale:
-            return
-        print(f"panama: compiled extensions older than their sources ({', '.join(stale)}); "
-              "running pure Python (rebuild: pip install -e .)", file=sys.stderr)
+    if not no_extensions() and not _stale_extensions():
+        return
+    # Silent on purpose: commands keep their one-line errors on stderr; ``compiled()``
+    # (and the "compiled" key of summary.json and bench output) tells which path runs.
     sys.meta_path.insert(0, _PureFinder())
 
 
