@@ -14,8 +14,9 @@ import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 import panama.distributed  # noqa: E402
-from panama.distributed import EnvError, PanamaProcessGroup, communicator_from_env  # noqa: E402
-from panama.distributed.env import job_name  # noqa: E402
+from panama.distributed import EnvError, PanamaProcessGroup  # noqa: E402
+from panama.runtime.communicator import Communicator  # noqa: E402
+from panama.runtime.env import job_name  # noqa: E402
 from panama.runtime.communicator import CommunicatorError  # noqa: E402
 from panama.runtime.ddp_hook import register_panama_hook  # noqa: E402
 from panama.runtime.http import JOB_NAME_RE  # noqa: E402
@@ -62,34 +63,34 @@ def test_job_names_are_valid_and_carry_run_group_and_nonce(no_panama_env):
 
 def test_communicator_from_env_names_what_is_missing(no_panama_env):
     with pytest.raises(EnvError, match="PANAMA_CONTROLLER: not set"):
-        communicator_from_env()
+        Communicator.from_env()
     no_panama_env.setenv("PANAMA_CONTROLLER", "no-port-here")
     with pytest.raises(EnvError, match="PANAMA_CONTROLLER"):
-        communicator_from_env()
+        Communicator.from_env()
     no_panama_env.setenv("PANAMA_CONTROLLER", "127.0.0.1:9")
     with pytest.raises(EnvError, match="PANAMA_JOB: not set"):
-        communicator_from_env()
+        Communicator.from_env()
     no_panama_env.setenv("TORCHELASTIC_RUN_ID", "abc")
     with pytest.raises(EnvError, match="RANK: not set"):
-        communicator_from_env()
+        Communicator.from_env()
     no_panama_env.setenv("RANK", "1")
     no_panama_env.setenv("WORLD_SIZE", "two")
     with pytest.raises(EnvError, match="WORLD_SIZE: must be an integer"):
-        communicator_from_env()
+        Communicator.from_env()
     no_panama_env.setenv("WORLD_SIZE", "2")
     no_panama_env.setenv("PANAMA_TIMEOUT_S", "-1")
     with pytest.raises(EnvError, match="PANAMA_TIMEOUT_S: must be > 0"):
-        communicator_from_env()
+        Communicator.from_env()
     no_panama_env.setenv("PANAMA_TIMEOUT_S", "7")
     no_panama_env.setenv("PANAMA_TOKEN", "tok-from-env")
-    comm = communicator_from_env()  # registers at the first allreduce: no network yet
+    comm = Communicator.from_env()  # registers at the first allreduce: no network yet
     try:
         assert (comm.job, comm.rank, comm.world_size, comm.timeout_s) == ("torch-abc", 1, 2, 7.0)
         assert comm.controller == ("127.0.0.1", 9)
         assert getattr(comm, "token", "tok-from-env") == "tok-from-env"
     finally:
         comm.close()
-    comm = communicator_from_env(job="explicit", rank=0)
+    comm = Communicator.from_env(job="explicit", rank=0)
     try:
         assert (comm.job, comm.rank) == ("explicit", 0)
     finally:

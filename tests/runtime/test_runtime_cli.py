@@ -28,6 +28,7 @@ def _run(args, **kw):
         (["bench", "allreduce", "--rounds", "0"], "rounds"),
         (["cluster", "up", "--leaves", "0"], "leaves"),
         (["cluster", "up", "--host", "localhost"], "host"),
+        (["cluster", "up", "--port", "70000"], "port"),
     ],
 )
 def test_bad_arguments_exit_2_naming_the_field(args, field, capsys):
@@ -55,15 +56,18 @@ def test_help_of_every_command(capsys):
 
 
 def test_cluster_up_status_down(tmp_path):
+    from panama.runtime.udp import free_port
+
     state = tmp_path / "cluster.json"
-    up = _run(["cluster", "up", "--leaves", "2", "--spines", "1", "--hosts-per-leaf", "1", "--state", str(state), "--json", "--log-level", "WARNING"])
+    fixed = free_port("127.0.0.1")
+    up = _run(["cluster", "up", "--leaves", "2", "--spines", "1", "--hosts-per-leaf", "1", "--port", str(fixed),
+               "--state", str(state), "--json", "--log-level", "WARNING"])
     assert up.returncode == 0, up.stderr
     try:
         status = _run(["cluster", "status", "--json", "--state", str(state)])
         assert status.returncode == 0, status.stderr
         info = json.loads(status.stdout)
-        host, port = info["controller"].split(":")
-        assert host == "127.0.0.1" and int(port) > 0 and info["controller_up"]
+        assert info["controller"] == f"127.0.0.1:{fixed}" and info["controller_up"]  # --port kept
         assert sorted((s["id"], s["role"]) for s in info["switches"]) == [("leaf0", "leaf"), ("leaf1", "leaf"), ("spine0", "spine")]
         assert all(s["up"] and s["udp"].startswith("127.0.0.1:") for s in info["switches"])
         # A second 'up' refuses while this one runs.
@@ -113,3 +117,16 @@ def test_bench_allreduce_runs_both_implementations(tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["results"][0]["size_mb"] == 0.05
     assert "panama_cpu_ms_leaf0" in (tmp_path / "results.csv").read_text()
     assert "ratio" in format_table(rows)
+
+
+def test_a_taken_controller_port_is_named():
+    import socket
+
+    from panama.runtime.cluster import ClusterError, LocalCluster
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ClusterError, match=f"controller_port: 127.0.0.1:{port} is taken"):
+            LocalCluster(leaves=1, spines=1, hosts_per_leaf=2, controller_port=port, log_level="WARNING").start()

@@ -77,3 +77,16 @@ def test_small_memory_and_lost_datagrams_still_finish_exactly(rack):
         for out in outs:
             np.testing.assert_array_equal(out, data[0] + data[1])
     assert sum(stats["dropped_sends"] for _, stats in results) > 0  # datagrams were lost
+
+
+def test_a_refused_job_raises_job_refused_with_the_controllers_reason(rack, monkeypatch):
+    from panama.runtime.communicator import Communicator, CommunicatorError, JobRefused
+
+    monkeypatch.setenv("PANAMA_CONTROLLER", rack.controller)
+    monkeypatch.setenv("PANAMA_TOKEN", rack.token)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    comm = Communicator.from_env(job="solo")  # one rank: nothing to aggregate in the network
+    with comm, pytest.raises(JobRefused) as info:
+        comm.connect(1 << 20)
+    assert isinstance(info.value, CommunicatorError) and "single worker" in info.value.reason

@@ -7,7 +7,7 @@
 
 float32 SUM/AVG all_reduce goes through the PANAMA switch daemons, everything else through
 an inner gloo group (:mod:`panama.distributed.backend`). Discovery and job names:
-:mod:`panama.distributed.env`. Documentation: docs/training.md, section "torchrun".
+:mod:`panama.runtime.env`. Documentation: docs/training.md, section "torchrun".
 """
 
 from panama.distributed.backend import (
@@ -18,7 +18,7 @@ from panama.distributed.backend import (
     register,
     stats,
 )
-from panama.distributed.env import EnvError, communicator_from_env
+from panama.runtime.env import EnvError
 
 register()
 
@@ -28,7 +28,6 @@ __all__ = [
     "PanamaDistributedError",
     "PanamaFabricError",
     "PanamaProcessGroup",
-    "communicator_from_env",
     "register",
     "stats",
 ]

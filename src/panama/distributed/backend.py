@@ -5,7 +5,7 @@ CPU). Each process group is a :class:`PanamaProcessGroup`, a Python subclass of 
 ``ProcessGroup`` (the same kind PyTorch's own tests run DDP on), holding:
 
 - one :class:`panama.Communicator`: one PANAMA job per group, named by
-  :func:`panama.distributed.env.job_name` (torchrun run id, restart count, a nonce drawn
+  :func:`panama.runtime.env.job_name` (torchrun run id, restart count, a nonce drawn
   by the group's rank 0 for this run, the torch group name); it registers with the
   controller at the group's first PANAMA all_reduce;
 - one inner gloo group (``ProcessGroupGloo`` on the same store, prefix ``panama-gloo/``)
@@ -63,10 +63,9 @@ from torch._C._distributed_c10d import (
     Work,
 )
 
-from panama.distributed import env
-from panama.runtime import communicator as communicator_module
+from panama.runtime import env
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.communicator import Communicator, CommunicatorError
+from panama.runtime.communicator import Communicator, CommunicatorError, JobRefused
 
 BACKEND_NAME = "panama"
 log = logging.getLogger("panama.distributed")
@@ -77,8 +76,6 @@ CLOSED_KEY = "panama/closed"
 CLOSE_WAIT_S = 30.0
 # Upper bound of the wait for rank 0's cluster address (also bounded by the group's timeout).
 SETUP_WAIT_S = 120.0
-# Text of the communicator's refusal (until communicator.py has a typed refusal).
-_REFUSED_TEXT = "not admitted for in-network aggregation"
 
 
 class PanamaDistributedError(RuntimeError):
@@ -201,12 +198,10 @@ class PanamaProcessGroup(dist.ProcessGroup):
         self.stats = GroupStats(job=env.job_name(self._group_id, nonce))
         if size > 1:
             assert self._cluster is not None
-            kw: dict[str, Any] = {
-                "timeout_s": env.timeout_from_env(min(env.DEFAULT_TIMEOUT_S, timeout.total_seconds())),
-            }
-            if env.supports(Communicator, "token"):
-                kw["token"] = self._cluster.token
-            self._comm = Communicator(self._cluster.controller, self.stats.job, rank, size, **kw)
+            timeout_s = env.timeout_from_env(min(env.DEFAULT_TIMEOUT_S, timeout.total_seconds()))
+            self._comm = Communicator(
+                self._cluster.controller, self.stats.job, rank, size, timeout_s=timeout_s, token=self._cluster.token
+            )
         self._size_hint = env.size_hint_from_env()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=f"panama-pg-{self._group_id}-r{rank}", daemon=True)
@@ -387,19 +382,18 @@ class PanamaProcessGroup(dist.ProcessGroup):
         try:
             comm.connect(size)
         except CommunicatorError as exc:
-            if not _is_refusal(exc, comm):
+            if not isinstance(exc, JobRefused):
                 self._fail(exc, None)
             self.stats.mode = "gloo"
             self.stats.fallback_reason = str(exc)
             comm.close()
             if self._rank == 0 and not self._warned:
                 self._warned = True
-                reason = str(exc).split(": not admitted for in-network aggregation: ", 1)[-1].split(";", 1)[0]
                 log.warning(
                     "panama backend: job %s not admitted for in-network aggregation (%s); its all_reduce goes through gloo "
                     "(counted in panama.distributed.stats()['fallback_calls'])",
                     self.stats.job,
-                    reason,
+                    exc.reason,
                 )
             return
         self.stats.mode = "panama"
@@ -592,12 +586,6 @@ def _opt(opts: Any) -> tuple[Any, ...]:
     return () if opts is None else (opts,)
 
 
-def _is_refusal(exc: CommunicatorError, comm: Communicator) -> bool:
-    """Whether the controller refused the job (rather than registration failing)."""
-    refused_type = getattr(communicator_module, "JobRefused", None)
-    if refused_type is not None:
-        return isinstance(exc, refused_type)
-    return comm.plan is None and _REFUSED_TEXT in str(exc)
 
 
 def _create(common_opts: Any, backend_opts: Any) -> PanamaProcessGroup:

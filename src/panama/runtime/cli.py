@@ -238,9 +238,11 @@ def _state_file(state_path):
     show_default=True,
     help="IPv4 address of this machine that the daemons and controller bind (workers on other machines connect there).",
 )
+@click.option("--port", default=0, show_default=True, type=int,
+              help="The controller's TCP port (0: any free port; PANAMA_CONTROLLER=HOST:PORT then stays fixed).")
 @_state_option
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
-def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_elems, threshold_bytes, heartbeat_timeout, drop_prob, seed, log_level, host, state_path, as_json):
+def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_elems, threshold_bytes, heartbeat_timeout, drop_prob, seed, log_level, host, port, state_path, as_json):
     """Start a local cluster in the background and record it in the state file."""
     from panama.runtime.cluster import ClusterError, LocalCluster
     from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
@@ -250,6 +252,8 @@ def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_ele
             raise usage_error(name, f"must be >= {low}, got {value}")
     if not 0 <= drop_prob < 1:
         raise usage_error("drop-prob", f"must be in [0, 1), got {drop_prob}")
+    if not 0 <= port <= 65535:
+        raise usage_error("port", f"must be in [0, 65535], got {port}")
     try:
         ip = ipaddress.IPv4Address(host)
     except ValueError:
@@ -277,6 +281,7 @@ def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_ele
         workdir=workdir,
         detached=True,
         host=host,
+        controller_port=port,
     )
     try:
         lc.start()

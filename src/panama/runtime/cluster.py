@@ -103,6 +103,8 @@ class LocalCluster:
     # root only): workers elsewhere (other namespaces or machines) then reach them there.
     host: str = "127.0.0.1"
     netns: str | None = None
+    # The controller's TCP port on ``host`` (0: any free port, reported by status()).
+    controller_port: int = 0
     # The bearer token of every control API of this cluster: given, else $PANAMA_TOKEN
     # when set, else a fresh random one; written to ``token`` in the work directory
     # (mode 0600) for the processes, and into ``panama cluster up``'s state file.
@@ -136,8 +138,13 @@ class LocalCluster:
             try:
                 self._start_once(work)
                 return self
-            except _PortTaken:
+            except _PortTaken as taken:
                 self.stop_processes_only()
+                if self.controller_port and taken.args == ("controller",):
+                    self.stop()
+                    raise ClusterError(
+                        f"controller_port: {self.host}:{self.controller_port} is taken (choose another or 0 for any)"
+                    ) from None
                 if attempt == attempts - 1:
                     self.stop()
                     raise ClusterError(f"could not find free ports after {attempts} attempts") from None
@@ -173,7 +180,7 @@ class LocalCluster:
         args = [
             "controller", "serve",
             "--cluster", str(cluster_file),
-            "--listen", f"{self.host}:0",
+            "--listen", f"{self.host}:{self.controller_port}",
             "--threshold-bytes", str(self.threshold_bytes),
             "--max-jobs-per-switch", str(self.max_jobs_per_switch),
             "--heartbeat-timeout", repr(self.heartbeat_timeout_s),
@@ -228,7 +235,8 @@ class LocalCluster:
                     pass  # being written
             if not proc.alive():
                 tail = _tail(proc.log)
-                if "Address already in use" in tail or "cannot bind" in tail:
+                text = proc.log.read_text(errors="replace").lower() if proc.log.exists() else ""
+                if "address already in use" in text or "cannot bind" in text:
                     raise _PortTaken(proc.name)
                 raise ClusterError(f"{proc.name} exited during start-up (code {proc.popen.returncode}): {tail}")
             time.sleep(0.02)

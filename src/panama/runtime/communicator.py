@@ -49,6 +49,16 @@ class CommunicatorError(RuntimeError):
     """An allreduce (or the registration before it) could not complete; the message says why."""
 
 
+class JobRefused(CommunicatorError):
+    """The controller did not admit the job for in-network aggregation (below its size
+    threshold, no accelerator room, one host...); ``reason`` is the controller's. Callers
+    with a host-based path (the torch backend) fall back on this error."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 class Communicator:
     """One rank of one job: ``allreduce(x)`` returns the elementwise sum over all ranks.
 
@@ -195,10 +205,12 @@ class Communicator:
                 f"job {self.job} rank {self.rank}: controller refused registration (HTTP {status}): {error_text(reply)}{hint}"
             )
         if not reply.get("admitted"):
-            raise CommunicatorError(
-                f"job {self.job} rank {self.rank}: not admitted for in-network aggregation: {reply.get('reason')}; "
-                "this runtime has no host-based fallback (lower the controller's --threshold-bytes, "
-                "or use torch.distributed for this job)"
+            reason = str(reply.get("reason"))
+            raise JobRefused(
+                f"job {self.job} rank {self.rank}: not admitted for in-network aggregation: {reason}; "
+                "a Communicator has no host-based fallback (lower the controller's --threshold-bytes, or use "
+                'the torch backend, which falls back to gloo: init_process_group("panama"))',
+                reason,
             )
         self.plan = reply
         self.job_id = int(reply["job_id"])
@@ -461,6 +473,17 @@ class Communicator:
             except HttpError as exc:
                 log.warning("leave failed: %s", exc)
         self.sock.close()
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> Communicator:
+        """A communicator for this process from the environment: ``$PANAMA_CONTROLLER``,
+        ``$PANAMA_TOKEN``, ``$PANAMA_JOB`` (else from ``$TORCHELASTIC_RUN_ID``), ``$RANK``,
+        ``$WORLD_SIZE``, ``$PANAMA_TIMEOUT_S``, ``$PANAMA_SIZE_BYTES`` (see
+        :mod:`panama.runtime.env`); keyword arguments override them. A missing or malformed
+        variable raises :class:`panama.runtime.env.EnvError` naming it."""
+        from panama.runtime.env import communicator_kwargs_from_env
+
+        return cls(**communicator_kwargs_from_env(**overrides))
 
     def __enter__(self) -> Communicator:
         return self

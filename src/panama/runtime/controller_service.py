@@ -1104,7 +1104,11 @@ async def serve(service: ControllerService, listen: Address, ready: asyncio.Even
     """Run the service until ``stop`` is set."""
     runner = web.AppRunner(service.make_app(), access_log=None, keepalive_timeout=30.0, shutdown_timeout=2.0)
     await runner.setup()  # on_startup: daemons probed, the one Controller made, jobs recovered
-    server, watchdog = await start_site(runner, listen[0], listen[1])
+    try:
+        server, watchdog = await start_site(runner, listen[0], listen[1])
+    except BaseException:  # e.g. the port is taken: close what on_startup opened, then report
+        await runner.cleanup()
+        raise
     service.address = tuple(server.sockets[0].getsockname()[:2])
     log.info(
         "controller on http://%s: topology %s, %d switches, threshold_bytes %d, heartbeat_timeout_s %g",

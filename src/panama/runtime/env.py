@@ -1,12 +1,13 @@
 """Where a worker finds its PANAMA cluster and job: environment variables and job names.
 
-Read by the ``panama`` torch.distributed backend and by :func:`communicator_from_env`
-(a PANAMA communicator for programs that do not use torch.distributed):
+Read by the ``panama`` torch.distributed backend (:mod:`panama.distributed`) and by
+:meth:`Communicator.from_env <panama.runtime.communicator.Communicator.from_env>` (a PANAMA
+communicator for programs that do not use torch.distributed):
 
 - ``PANAMA_CONTROLLER``: ``HOST:PORT`` of a running controller (``panama cluster up``,
   ``panama controller serve``); unset, the backend starts a local cluster on rank 0;
 - ``PANAMA_TOKEN``: the cluster's bearer token (``panama cluster status --json``);
-- ``PANAMA_JOB``: the job name (``communicator_from_env`` only; the backend makes its own);
+- ``PANAMA_JOB``: the job name (``Communicator.from_env`` only; the backend makes its own);
 - ``PANAMA_TIMEOUT_S``: bound of every PANAMA wait (registration, one allreduce);
 - ``PANAMA_SIZE_BYTES``: the gradient size announced to the controller's admission
   (default: the size of the first all_reduce);
@@ -16,16 +17,14 @@ Read by the ``panama`` torch.distributed backend and by :func:`communicator_from
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 from typing import Any
 
-from panama.runtime.communicator import Communicator
+from panama.runtime.http import TOKEN_ENV
 from panama.runtime.udp import parse_addr
 
 CONTROLLER_ENV = "PANAMA_CONTROLLER"
-TOKEN_ENV = "PANAMA_TOKEN"
 JOB_ENV = "PANAMA_JOB"
 TIMEOUT_ENV = "PANAMA_TIMEOUT_S"
 SIZE_ENV = "PANAMA_SIZE_BYTES"
@@ -114,16 +113,9 @@ def job_name(group: str, nonce: str) -> str:
     return name[:JOB_NAME_MAX]
 
 
-def supports(func: Any, param: str) -> bool:
-    """Whether ``func`` accepts the keyword ``param`` (features that land in other modules)."""
-    try:
-        return param in inspect.signature(func).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def communicator_from_env(**overrides: Any) -> Communicator:
-    """A :class:`Communicator` for this process, configured from the environment.
+def communicator_kwargs_from_env(**overrides: Any) -> dict[str, Any]:
+    """The :class:`~panama.runtime.communicator.Communicator` arguments of this process, read
+    from the environment (what :meth:`Communicator.from_env` passes).
 
     Controller ``$PANAMA_CONTROLLER`` (required), token ``$PANAMA_TOKEN``, job
     ``$PANAMA_JOB`` (else ``torch-<TORCHELASTIC_RUN_ID>``, unique per torchrun run), rank
@@ -156,7 +148,7 @@ def communicator_from_env(**overrides: Any) -> Communicator:
         hint = size_hint_from_env()
         if hint is not None:
             kw["size_bytes"] = hint
-    if "token" not in overrides and supports(Communicator, "token"):
+    if "token" not in overrides:
         kw["token"] = token_from_env()
     kw.update(overrides)
-    return Communicator(**kw)
+    return kw
