@@ -79,6 +79,7 @@ def cli() -> None:
         "core": "panama.cli.core_cmds:bench_core",
         "sim": "panama.sim.cli:bench_sim",
         "allreduce": "panama.runtime.cli:bench_allreduce",
+        "switch": "panama.runtime.cli:bench_switch",
     },
 )
 def bench() -> None:

@@ -438,6 +438,39 @@ def bench_allreduce(
             click.echo(f"results written to {out_dir}/results.json and results.csv")
 
 
+@click.command("switch")
+@click.option("--jobs", default=1, show_default=True, type=int, help="Jobs installed on the daemon.")
+@click.option("--trees", default=2, show_default=True, type=int, help="Trees per job.")
+@click.option("--workers", default=4, show_default=True, type=int, help="Children per tree (feeder sockets).")
+@click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367, 64 KB datagrams].")
+@click.option("--window", default=8, show_default=True, type=int, help="Sequence numbers in flight per tree.")
+@click.option("--seconds", default=3.0, show_default=True, type=float, help="Measured interval per run (after 0.5 s warm-up).")
+@click.option("--packet-memory", default=512, show_default=True, type=int, help="Accelerator slots.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+@click.option("--seed", default=0, show_default=True, type=int)
+def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_memory, as_json, seed):
+    """One switch daemon summing pre-built datagrams from a feeder process, against a
+    receive-and-forward socket floor in the same run (payload Gb/s per core)."""
+    from panama.runtime.bench_switch import SwitchBenchConfig, format_table, run_bench_switch
+    from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
+
+    cfg = SwitchBenchConfig(
+        jobs=jobs, trees=trees, workers=workers,
+        payload_elems=RUNTIME_PAYLOAD_ELEMS if payload_elems is None else payload_elems,
+        window=window, seconds=seconds, packet_memory=packet_memory, seed=seed,
+    )
+    try:
+        cfg.validate()
+    except ValueError as exc:
+        field, _, detail = str(exc).partition(": ")
+        raise usage_error(field.replace("_", "-"), detail) from None
+    report = run_bench_switch(cfg)
+    if as_json:
+        echo_json(report)
+    else:
+        click.echo(format_table(report))
+
+
 if __name__ == "__main__":  # ``python -m panama.runtime.cli ...`` (used by LocalCluster)
     from panama.cli import main
 

@@ -1,0 +1,292 @@
+"""Daemon-only throughput: one switch daemon summing pre-built datagrams (``panama bench switch``).
+
+What is measured
+----------------
+A :class:`~panama.runtime.switchd.SwitchDaemon` runs its real data-plane thread on a
+real UDP socket on 127.0.0.1 (the same receive, decode, key check, accelerator and
+multicast send as in a cluster). A feeder *process* plays ``workers`` workers of
+``jobs`` jobs with ``trees`` trees each: every datagram's payload and key trailer are
+built once before the clock starts, only the 28-byte header (sequence number, ack) is
+written per datagram, and each tree keeps ``window`` sequence numbers in flight
+(closed loop on the results the first worker of each job reads back, so nothing is
+lost to a full socket buffer and every slot completes). The other workers' copies of
+the results are sent by the daemon like in a cluster and dropped by their small
+receive buffers.
+
+``payload_gbps``: payload bits of the contributions the daemon summed, per second of
+the data-plane thread's CPU time (read from ``/proc/self/task/<tid>/stat``): the rate
+one core sustains. ``payload_gbps_wall`` divides by wall time instead (lower when the
+daemon waited for the feeder; ``daemon_cpu_share`` says how busy it was).
+
+Baseline in the same run: ``floor_*``, the same feeder against a forwarder thread that
+receives every datagram with the same system call and sends it on, unread: the
+per-datagram cost of the kernel and the interpreter without decoding or summing.
+``ratio_to_floor`` = payload_gbps / floor_payload_gbps.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from panama.core import codec
+from panama.core.packet import ECT0, MAX_CWND_CAP, Packet
+from panama.runtime.switchd import SwitchConfig, SwitchDaemon
+from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, format_addr
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_RESULT_BUFFER_BYTES = 32 << 20  # the worker that reads results back
+_DROP_BUFFER_BYTES = 4096  # the others: results are dropped by the kernel, unread
+
+
+@dataclass(frozen=True)
+class SwitchBenchConfig:
+    """Shape of the offered load (see the module docstring)."""
+
+    jobs: int = 1
+    trees: int = 2
+    workers: int = 4
+    payload_elems: int = RUNTIME_PAYLOAD_ELEMS
+    window: int = 8  # sequence numbers in flight per tree
+    seconds: float = 3.0  # measured interval, after a warm-up
+    warmup_s: float = 0.5
+    packet_memory: int = 512
+    seed: int = 0
+
+    def validate(self) -> None:
+        for name in ("jobs", "trees", "workers", "window"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if not 1 <= self.payload_elems <= codec.MAX_PAYLOAD_ELEMS:
+            raise ValueError(f"payload_elems: must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {self.payload_elems}")
+        if self.seconds <= 0 or self.warmup_s < 0:
+            raise ValueError(f"seconds: must be > 0, got {self.seconds}")
+        slots_per_tree = self.packet_memory // (self.jobs * self.trees)
+        if self.window + 2 > slots_per_tree:
+            raise ValueError(
+                f"window: {self.window} in flight per tree needs more than the {slots_per_tree} slots "
+                f"a tree gets from packet_memory={self.packet_memory} over {self.jobs * self.trees} trees"
+            )
+
+
+def thread_cpu_s(native_id: int) -> float:
+    """CPU seconds (user + system) of one thread of this process (Linux ``/proc``)."""
+    with open(f"/proc/self/task/{native_id}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _worker_sockets(cfg: SwitchBenchConfig) -> list[list[socket.socket]]:
+    socks = []
+    for _ in range(cfg.jobs):
+        row = []
+        for w in range(cfg.workers):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            size = _RESULT_BUFFER_BYTES if w == 0 else _DROP_BUFFER_BYTES
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, size)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+            s.bind(("127.0.0.1", 0))
+            row.append(s)
+        socks.append(row)
+    return socks
+
+
+def _feed(cfg: SwitchBenchConfig, socks: list[list[socket.socket]], target: tuple, keys: list[int],
+          stop_at: float, results_out) -> None:
+    """The feeder process: closed loop of ``window`` sequence numbers per tree until ``stop_at``."""
+    rng = np.random.default_rng(cfg.seed)
+    payloads = [rng.standard_normal(cfg.payload_elems).astype(np.float32) for _ in range(cfg.workers)]
+    trailers = [codec.key_trailer(k) for k in keys]
+    header = bytearray(codec.HEADER_BYTES)
+    hview = memoryview(header)
+    next_seq = [[0] * cfg.trees for _ in range(cfg.jobs)]
+    done = [[0] * cfg.trees for _ in range(cfg.jobs)]  # results received (in order: one parent, one path)
+    rbuf = bytearray(codec.HEADER_BYTES)
+    results = 0
+
+    def send_seq(j: int, t: int) -> None:
+        seq = next_seq[j][t]
+        ack = done[j][t]
+        for w, s in enumerate(socks[j]):
+            p = Packet(j + 1, t, seq, 0, cfg.payload_elems, 0, MAX_CWND_CAP, ack, ECT0, payloads[w])
+            codec.encode_header_into(header, p)
+            s.sendmsg([hview, payloads[w], trailers[j]], [], 0, target)
+        next_seq[j][t] = seq + 1
+
+    for j in range(cfg.jobs):
+        for t in range(cfg.trees):
+            for _ in range(cfg.window):
+                send_seq(j, t)
+    readers = [row[0] for row in socks]
+    for r in readers:
+        r.settimeout(2.0)
+    while time.monotonic() < stop_at:
+        progressed = False
+        for j, r in enumerate(readers):
+            try:
+                n = r.recv_into(rbuf, codec.HEADER_BYTES, socket.MSG_TRUNC)
+            except TimeoutError:
+                continue
+            if n < codec.HEADER_BYTES:
+                continue
+            tree_id = int.from_bytes(rbuf[8:10], "big")
+            if tree_id >= cfg.trees:
+                continue
+            done[j][tree_id] += 1
+            results += 1
+            progressed = True
+            send_seq(j, tree_id)
+        if not progressed:
+            break  # 2 s without a result: the daemon stalled; the parent reports it
+    results_out.put(results)
+
+
+def _run(cfg: SwitchBenchConfig, *, floor: bool) -> dict:
+    socks = _worker_sockets(cfg)
+    keys = [0x5EED0000 + j for j in range(cfg.jobs)]
+    if floor:
+        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
+        server.bind(("127.0.0.1", 0))
+        target = server.getsockname()
+        sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _DROP_BUFFER_BYTES)
+        sink.bind(("127.0.0.1", 0))
+        counters = {"rx": 0, "tid": 0}
+        stop = threading.Event()
+        # the forwarder answers each datagram's header to the reading worker: the loop stays closed
+        answer = {j: socks[j][0].getsockname() for j in range(cfg.jobs)}
+
+        def forward() -> None:
+            counters["tid"] = threading.get_native_id()
+            buf = bytearray(codec.datagram_size(cfg.payload_elems) + 1)
+            view = memoryview(buf)
+            server.settimeout(0.2)
+            workers = cfg.workers
+            while not stop.is_set():
+                try:
+                    n, _, _, _ = server.recvmsg_into([view], socket.CMSG_SPACE(4))
+                except TimeoutError:
+                    continue
+                counters["rx"] += 1
+                job = int.from_bytes(buf[4:8], "big") - 1
+                server.sendto(view[:n], sink.getsockname())
+                if counters["rx"] % workers == 0:  # one "result" per sequence number
+                    server.sendto(view[:n], answer.get(job, sink.getsockname()))
+
+        thread = threading.Thread(target=forward, daemon=True)
+        thread.start()
+        while not counters["tid"]:
+            time.sleep(0.001)
+        tid = counters["tid"]
+        rx_of = lambda: counters["rx"]  # noqa: E731
+    else:
+        daemon = SwitchDaemon(SwitchConfig(switch_id="bench", packet_memory=cfg.packet_memory,
+                                           payload_elems=cfg.payload_elems, status_interval_s=0.0,
+                                           ecn_threshold_pkts=0, seed=cfg.seed))
+        for j in range(cfg.jobs):
+            children = [format_addr(s.getsockname()) for s in socks[j]]
+            daemon.install_job(j + 1, [{"tree_id": t, "children": children} for t in range(cfg.trees)], key=keys[j])
+        daemon.start_data_plane()
+        deadline = time.monotonic() + 5.0
+        while daemon._thread.native_id is None:  # noqa: SLF001 - set once the thread runs
+            if time.monotonic() > deadline:
+                raise RuntimeError("bench switch: the daemon's data-plane thread did not start within 5 s")
+            time.sleep(0.001)
+        tid = daemon._thread.native_id  # noqa: SLF001
+        target = daemon.udp_addr
+
+        def rx_of() -> int:
+            with daemon.lock:
+                return daemon.rx_packets
+
+    ctx = multiprocessing.get_context("fork")
+    results_q = ctx.Queue()
+    stop_at = time.monotonic() + cfg.warmup_s + cfg.seconds + 0.5
+    feeder = ctx.Process(target=_feed, args=(cfg, socks, target, keys, stop_at, results_q), daemon=True)
+    feeder.start()
+    try:
+        time.sleep(cfg.warmup_s)
+        rx0, cpu0, t0 = rx_of(), thread_cpu_s(tid), time.perf_counter()
+        time.sleep(cfg.seconds)
+        rx1, cpu1, t1 = rx_of(), thread_cpu_s(tid), time.perf_counter()
+        feeder.join(timeout=cfg.seconds + 10.0)
+        if feeder.is_alive():
+            feeder.kill()
+            raise RuntimeError("bench switch: the feeder process did not finish (waited for it 10 s past its end)")
+    finally:
+        if floor:
+            stop.set()
+            thread.join(timeout=2.0)
+            server.close()
+            sink.close()
+        else:
+            stats = daemon.acc.stats()
+            daemon.close()
+        for row in socks:
+            for s in row:
+                s.close()
+    datagrams = rx1 - rx0
+    if datagrams <= 0:
+        raise RuntimeError("bench switch: no datagram reached the " + ("forwarder" if floor else "daemon")
+                           + " in the measured interval")
+    wall, cpu = t1 - t0, max(cpu1 - cpu0, 1e-9)
+    bits = datagrams * cfg.payload_elems * 32
+    out = {
+        "datagrams": datagrams,
+        "datagrams_per_s": datagrams / cpu,
+        "payload_gbps": bits / cpu / 1e9,
+        "payload_gbps_wall": bits / wall / 1e9,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "cpu_share": cpu / wall,
+        "us_per_datagram": cpu / datagrams * 1e6,
+    }
+    if not floor:
+        out["accelerator_drops"] = stats.get("drops_total", 0)
+    return out
+
+
+def run_bench_switch(cfg: SwitchBenchConfig = SwitchBenchConfig()) -> dict:
+    """Daemon and socket floor in the same run (module docstring); returns the report dict."""
+    cfg.validate()
+    floor = _run(cfg, floor=True)
+    switch = _run(cfg, floor=False)
+    return {
+        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+        "datagram_bytes": codec.datagram_size(cfg.payload_elems),
+        "payload_gbps": switch["payload_gbps"],
+        "payload_gbps_wall": switch["payload_gbps_wall"],
+        "datagrams_per_s": switch["datagrams_per_s"],
+        "us_per_datagram": switch["us_per_datagram"],
+        "daemon_cpu_share": switch["cpu_share"],
+        "accelerator_drops": switch["accelerator_drops"],
+        "floor_payload_gbps": floor["payload_gbps"],
+        "floor_us_per_datagram": floor["us_per_datagram"],
+        "ratio_to_floor": switch["payload_gbps"] / floor["payload_gbps"],
+    }
+
+
+def format_table(report: dict) -> str:
+    """The terminal table of one report."""
+    c = report["config"]
+    rows = [
+        ("offered load", f"{c['jobs']} job(s) x {c['trees']} tree(s) x {c['workers']} workers, "
+                         f"window {c['window']} per tree"),
+        ("datagram", f"{report['datagram_bytes']:,} bytes ({c['payload_elems']:,} float32)"),
+        ("payload summed", f"{report['payload_gbps']:.2f} Gb/s per core (CPU time of the data-plane thread)"),
+        ("  wall clock", f"{report['payload_gbps_wall']:.2f} Gb/s, daemon busy {report['daemon_cpu_share']:.0%}"),
+        ("datagrams", f"{report['datagrams_per_s']:,.0f} /s per core, {report['us_per_datagram']:.1f} µs each"),
+        ("socket floor", f"{report['floor_payload_gbps']:.2f} Gb/s ({report['floor_us_per_datagram']:.1f} µs "
+                         "per datagram: receive and forward only)"),
+        ("ratio to floor", f"{report['ratio_to_floor']:.2f}"),
+        ("accelerator drops", f"{report['accelerator_drops']}"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
