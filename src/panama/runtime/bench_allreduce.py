@@ -57,6 +57,7 @@ class BenchConfig:
     cc: str = "dctcp"
     ecn_threshold_pkts: int = 128
     min_rto_s: float = 0.1
+    drop_prob: float = 0.0  # datagrams every daemon drops on receipt (loss recovery under test)
     gloo: bool = True
     seed: int = 0
     timeout_s: float = 120.0
@@ -275,7 +276,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
     if progress:
         print(
             f"panama bench allreduce: {cfg.workers} workers, {cfg.leaves} leaves, {cfg.spines} spines, sizes "
-            f"{cfg.sizes_mb} MB, {cfg.rounds} rounds of {cfg.iters} allreduces per implementation",
+            f"{cfg.sizes_mb} MB, {cfg.rounds} rounds of {cfg.iters} allreduces per implementation"
+            + (f", {cfg.drop_prob:g} of datagrams dropped at every switch" if cfg.drop_prob else ""),
             file=sys.stderr,
         )
     with LocalCluster(
@@ -286,6 +288,8 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
         payload_elems=cfg.payload_elems,
         packet_memory=cfg.packet_memory,
         ecn_threshold_pkts=cfg.ecn_threshold_pkts,
+        drop_prob=cfg.drop_prob,
+        seed=cfg.seed,
         threshold_bytes=0,
         heartbeat_timeout_s=max(10.0, cfg.timeout_s / 4),
         log_level="WARNING",

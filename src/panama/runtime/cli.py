@@ -381,12 +381,15 @@ def _any_alive(state: dict) -> bool:
 @click.option("--cc", default="dctcp", show_default=True, type=click.Choice(["dctcp", "fixed", "none"]))
 @click.option("--ecn-threshold", default=128, show_default=True, type=int, help="Switch CE-marking backlog (full datagrams; 0: off).")
 @click.option("--min-rto-ms", default=100.0, show_default=True, type=float, help="Workers' minimum retransmission timeout.")
+@click.option("--drop-prob", default=0.0, show_default=True, type=float,
+              help="Share of datagrams every switch daemon drops (loss recovery; results stay exact).")
 @click.option("--skip-gloo", is_flag=True, help="Time PANAMA only (no ratio).")
 @click.option("--out", "out_dir", default=None, help="Directory for results.json and results.csv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def bench_allreduce(
-    workers, size_mb, iters, rounds, leaves, spines, trees, payload_elems, packet_memory, cc, ecn_threshold, min_rto_ms, skip_gloo, out_dir, as_json, seed
+    workers, size_mb, iters, rounds, leaves, spines, trees, payload_elems, packet_memory, cc, ecn_threshold, min_rto_ms,
+    drop_prob, skip_gloo, out_dir, as_json, seed
 ):
     """Time PANAMA allreduce through a local cluster against gloo (torch.distributed) in the same run."""
     from panama.runtime.bench_allreduce import BenchConfig, format_table, run_bench, write_results
@@ -408,6 +411,8 @@ def bench_allreduce(
         raise usage_error("ecn-threshold", f"must be >= 0, got {ecn_threshold}")
     if min_rto_ms <= 0:
         raise usage_error("min-rto-ms", f"must be > 0, got {min_rto_ms}")
+    if not 0.0 <= drop_prob < 1.0:
+        raise usage_error("drop-prob", f"must be in [0, 1), got {drop_prob}")
     if leaves < 1 or spines < 1:
         raise usage_error("leaves" if leaves < 1 else "spines", "must be >= 1")
     cfg = BenchConfig(
@@ -423,6 +428,7 @@ def bench_allreduce(
         cc=cc,
         ecn_threshold_pkts=ecn_threshold,
         min_rto_s=min_rto_ms / 1000,
+        drop_prob=drop_prob,
         gloo=not skip_gloo,
         seed=seed,
     )
