@@ -89,6 +89,27 @@ def test_two_tier_partial_up_result_down_and_retransmissions():
     assert leaf.drops[A.NOT_PARENT] == 1
 
 
+def test_a_round_with_a_retransmitted_contribution_is_marked_up_and_down_the_tree():
+    """Karn across the tree: FLAG_RETRANSMIT on any contribution reaches every worker's result."""
+    leaf, root = two_tier()
+    flat(leaf, contrib(5, [1, 1], ack=5), "w0")
+    # w1's first copy was lost; its retransmission completes the leaf's slot
+    [(to, partial)] = flat(leaf, contrib(5, [2, 2], ack=5, flags=FLAG_RETRANSMIT), "w1")
+    assert to == "root" and partial.flags & FLAG_RETRANSMIT and partial.payload.tolist() == [3, 3]
+    assert flat(root, partial, "leaf") == ()  # a first partial with the flag is a contribution, not a request
+    out = flat(root, contrib(5, [10, 10], ack=5), "other")
+    assert all(p.flags & FLAG_RETRANSMIT and p.payload.tolist() == [13, 13] for _, p in out)
+    to_leaf = [p for to, p in out if to == "leaf"][0]
+    down = flat(leaf, to_leaf, "root")  # the relaying switch keeps the mark
+    assert sorted(to for to, _ in down) == ["w0", "w1"] and all(p.flags & FLAG_RETRANSMIT for _, p in down)
+    # a clean round carries no mark
+    flat(leaf, contrib(6, [1, 1], ack=6), "w0")
+    [(_, clean)] = flat(leaf, contrib(6, [1, 1], ack=6), "w1")
+    flat(root, clean, "leaf")
+    out = flat(root, contrib(6, [1, 1], ack=6), "other")
+    assert not clean.flags & FLAG_RETRANSMIT and all(not p.flags & FLAG_RETRANSMIT for _, p in out)
+
+
 def test_slots_freed_when_every_child_acknowledged_then_stale():
     acc = Accelerator(8, 2)
     acc.install_tree(1, 0, ["a", "b"], None)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, Packet
-from panama.core.transport import TransportError, WorkerTransport
+from panama.core.transport import DUPTHRESH, TransportError, WorkerTransport
 from panama.core.units import ms, us
 
 
@@ -31,7 +31,8 @@ def test_round_robin_over_trees_and_sequence_numbers():
 
 
 def test_window_limits_sequence_range_and_results_open_it():
-    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 3})
+    # dupthresh=3: the out-of-order result below is reordering here, not a loss to repair
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 3}, dupthresh=3)
     w.start(0, np.ones(10, np.float32))
     first = w.poll(0)
     assert [p.seq for p in first] == [0, 1, 2]
@@ -137,28 +138,59 @@ def test_start_writes_into_a_given_out_vector_and_checks_it():
         w.start(2, data, out=data)
 
 
-def test_fast_retransmit_on_a_gap_of_three_results():
-    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 8}, initial_rto_ps=ms(100))
+@pytest.mark.parametrize("dupthresh", [1, 3])
+def test_fast_retransmit_on_a_gap_of_dupthresh_results(dupthresh):
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 8}, initial_rto_ps=ms(100),
+                        dupthresh=dupthresh)
     w.start(0, np.ones(8, np.float32))
     sent = w.poll(0)
     one = np.ones(1, np.float32)
     # seq 1's result (or contribution) was lost; the results of 2, 3, 4 come back
     w.receive(result_for(sent[0], one), us(10))
-    for k in (2, 3):
+    for k in range(2, 1 + dupthresh):
         w.receive(result_for(sent[k], one), us(10 + k))
-        assert w.poll(us(10 + k)) == []  # one or two results above a gap: could be reordering
-    w.receive(result_for(sent[4], one), us(14))
-    [again] = w.poll(us(14))
+        assert w.poll(us(10 + k)) == []  # fewer results above a gap than the threshold: could be reordering
+    k = 1 + dupthresh
+    w.receive(result_for(sent[k], one), us(10 + k))
+    [again] = w.poll(us(10 + k))
     assert (again.seq, again.flags & FLAG_RETRANSMIT) == (1, FLAG_RETRANSMIT) and again.ack == 1
     assert w.stats["fast_retransmits"] == 1 and w.stats["timeouts"] == 0
-    w.receive(result_for(sent[5], one), us(15))  # more results above the same gap: no second copy
-    assert w.poll(us(15)) == []
-    # recovery: the resent 1 comes back, the ack moves to 6 with no gap above: nothing more
-    w.receive(result_for(again, one), us(20))
-    assert w.poll(us(20)) == [] and w.stats["fast_retransmits"] == 1
-    for k in (6, 7):
-        w.receive(result_for(sent[k], one), us(30))
+    w.receive(result_for(sent[k + 1], one), us(20))  # more results above the same gap: no second copy
+    assert w.poll(us(20)) == []
+    # recovery: the resent 1 comes back, the ack moves past every result with no gap above: nothing more
+    w.receive(result_for(again, one), us(30))
+    assert w.poll(us(30)) == [] and w.stats["fast_retransmits"] == 1
+    for j in range(k + 2, 8):
+        w.receive(result_for(sent[j], one), us(40))
     assert w.done and w.stats["retransmissions"] == 1
+
+
+def test_the_default_threshold_is_one_result_above_a_gap():
+    """A tree's results return in order on its fixed path: the first one above a gap resends."""
+    assert DUPTHRESH == 1
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 4})
+    w.start(0, np.ones(4, np.float32))
+    sent = w.poll(0)
+    w.receive(result_for(sent[1], np.ones(1, np.float32)), us(10))
+    [again] = w.poll(us(10))
+    assert again.seq == 0 and again.flags & FLAG_RETRANSMIT
+    with pytest.raises(ValueError, match="dupthresh"):
+        WorkerTransport(1, 0, 1, dupthresh=0)
+
+
+def test_a_result_marked_retransmit_is_no_rtt_sample():
+    """Karn across the tree: a result that waited for someone's retransmission does not move the RTO."""
+    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 4}, min_rto_ps=us(100))
+    w.start(0, np.ones(4, np.float32))
+    sent = w.poll(0)
+    one = np.ones(1, np.float32)
+    w.receive(result_for(sent[0], one), us(200))  # a clean sample: 200 us
+    assert w.srtt_ps == us(200)
+    # a peer's contribution to seq 1 was resent: the result waited for its RTO
+    w.receive(result_for(sent[1], one, flags=FLAG_RESULT | FLAG_RETRANSMIT), ms(50))
+    assert w.srtt_ps == us(200)
+    w.receive(result_for(sent[2], one), ms(50) + us(1))
+    assert w.srtt_ps != us(200)  # an unmarked result is sampled again
 
 
 def test_partial_ack_in_recovery_resends_the_next_hole():
@@ -179,7 +211,7 @@ def test_partial_ack_in_recovery_resends_the_next_hole():
 
 
 def test_reordering_within_the_threshold_resends_nothing():
-    w = WorkerTransport(1, 0, 2, payload_elems=1, cc="fixed", cc_options={"initial_window": 8})
+    w = WorkerTransport(1, 0, 2, payload_elems=1, cc="fixed", cc_options={"initial_window": 8}, dupthresh=3)
     w.start(0, np.ones(16, np.float32))
     sent = w.poll(0)
     one = np.ones(1, np.float32)

@@ -12,6 +12,7 @@ cdef class _Slot:
     cdef public object seen
     cdef public long long nseen
     cdef public bint ce
+    cdef public bint retx
     cdef public long long cap
     cdef public object state
 

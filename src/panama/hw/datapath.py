@@ -215,6 +215,7 @@ class AggregationDatapath(Elaboratable):
         s_seen = tarr("s_seen", C, S)
         s_nseen = tarr("s_nseen", cbits + 1, S)
         s_ce = tarr("s_ce", 1, S)
+        s_retx = tarr("s_retx", 1, S)  # a contribution (or the parent's result) was a retransmission
         s_cap = tarr("s_cap", 16, S)
         s_state = tarr("s_state", 2, S)
 
@@ -332,12 +333,13 @@ class AggregationDatapath(Elaboratable):
                 m.next = "NEXT"
             m.d.sync += cont.eq(next_cont)
 
-        def results_to(slot_cap, dests, ecn, ce, pop):
+        def results_to(slot_cap, dests, ecn, ce, pop, retx):
             """The core's _results_to: header of a result and its side effects on the tree."""
             cap = Signal(16)
             m.d.comb += cap.eq(Mux(slot_cap < t_cap[T_], slot_cap, t_cap[T_]))
             m.d.sync += [
-                emit.eq(1), op.eq(pop), e_flags.eq(Mux(ce, FLAG_RESULT | FLAG_ECE, FLAG_RESULT)),
+                emit.eq(1), op.eq(pop),
+                e_flags.eq(Mux(ce, FLAG_RESULT | FLAG_ECE, FLAG_RESULT) | Mux(retx, FLAG_RETRANSMIT, 0)),
                 e_cap.eq(cap), e_ack.eq(0), e_dests.eq(dests), e_ecn.eq(ecn),
             ]
             with m.If(cap > t_capsent[T_]):
@@ -355,7 +357,7 @@ class AggregationDatapath(Elaboratable):
             m.d.sync += [
                 s_valid[slot].eq(1), s_tree[slot].eq(T_), s_seq[slot].eq(h_seq), s_gen[slot].eq(h_gen),
                 s_count[slot].eq(h_count), s_seen[slot].eq(bit), s_nseen[slot].eq(1),
-                s_ce[slot].eq(hecn == CE), s_cap[slot].eq(Mux(h_cap < t_cap[T_], h_cap, t_cap[T_])),
+                s_ce[slot].eq(hecn == CE), s_retx[slot].eq((h_flags & FLAG_RETRANSMIT) != 0), s_cap[slot].eq(Mux(h_cap < t_cap[T_], h_cap, t_cap[T_])),
                 s_state[slot].eq(S_AGG), t_used[T_].eq(t_used[T_] + 1), w_s.eq(slot),
                 op.eq(OP_PASS_B), wr.eq(1),
             ]
@@ -548,8 +550,10 @@ class AggregationDatapath(Elaboratable):
                         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.UNEXPECTED_RESULT])]
                     with m.Else():
                         ce = (h_flags & FLAG_ECE) != 0
-                        m.d.sync += [s_state[sl].eq(S_RESULT), s_ce[sl].eq(ce), s_cap[sl].eq(h_cap), wr.eq(1)]
-                        results_to(h_cap, t_mask[T_], Mux(hecn == CE, CE, ECT0), ce, OP_PASS_B)
+                        retx = (h_flags & FLAG_RETRANSMIT) != 0
+                        m.d.sync += [s_state[sl].eq(S_RESULT), s_ce[sl].eq(ce), s_retx[sl].eq(retx),
+                                     s_cap[sl].eq(h_cap), wr.eq(1)]
+                        results_to(h_cap, t_mask[T_], Mux(hecn == CE, CE, ECT0), ce, OP_PASS_B, retx)
                         m.next = "START"
                 with m.Elif(~l_chit):
                     m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.NOT_CHILD])]
@@ -583,6 +587,7 @@ class AggregationDatapath(Elaboratable):
                     m.d.sync += [
                         s_seen[sl].eq(s_seen[sl] | bit), s_nseen[sl].eq(s_nseen[sl] + 1),
                         s_ce[sl].eq(s_ce[sl] | (hecn == CE)),
+                        s_retx[sl].eq(s_retx[sl] | ((h_flags & FLAG_RETRANSMIT) != 0)),
                         s_cap[sl].eq(Mux(h_cap < s_cap[sl], h_cap, s_cap[sl])),
                         op.eq(OP_ADD), wr.eq(1),
                     ]
@@ -642,13 +647,13 @@ class AggregationDatapath(Elaboratable):
                         with m.If(s_nseen[w_s] == t_nch[T_]):
                             with m.If(t_root[T_]):
                                 m.d.sync += s_state[w_s].eq(S_RESULT)
-                                results_to(s_cap[w_s], t_mask[T_], ECT0, s_ce[w_s], op)
+                                results_to(s_cap[w_s], t_mask[T_], ECT0, s_ce[w_s], op, s_retx[w_s])
                             with m.Else():
                                 m.d.sync += s_state[w_s].eq(S_PARTIAL)
-                                partial(0, op, t_floor[T_])
+                                partial(Mux(s_retx[w_s], FLAG_RETRANSMIT, 0), op, t_floor[T_])
                     with m.Case(K_DUPEMIT):
                         with m.If(s_state[w_s] == S_RESULT):
-                            results_to(s_cap[w_s], port_mask, ECT0, s_ce[w_s], OP_PASS_A)
+                            results_to(s_cap[w_s], port_mask, ECT0, s_ce[w_s], OP_PASS_A, s_retx[w_s])
                         with m.Else():
                             partial(FLAG_RETRANSMIT, OP_PASS_A, t_floor[T_])
                     with m.Case(K_ACKEMIT):
