@@ -1,7 +1,7 @@
 """Accelerator speed, beside the tests (same code as ``panama bench core``).
 
-    /work/venv/bin/python bench/bench_core.py --runs 3      # median ratio of 3 runs (8 x 16 MB)
-    /work/venv/bin/python bench/bench_core.py --opcodes     # bytecodes per contribution, by function
+    python bench/bench_core.py --runs 3      # median ratio of 3 runs (8 x 16 MB)
+    python bench/bench_core.py --opcodes     # bytecodes per contribution, by function
 
 The opcode profile does not depend on machine load, so it is what to optimise against on
 a shared machine; wall-clock ratios come from ``panama bench core``.

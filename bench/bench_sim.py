@@ -1,7 +1,7 @@
 """Simulator speed, beside the tests (same code as ``panama bench sim``).
 
-    /work/venv/bin/python bench/bench_sim.py              # 3 runs of the reference bench, median ratio
-    /work/venv/bin/python bench/bench_sim.py --opcodes    # bytecodes per packet hop, per function
+    python bench/bench_sim.py              # 3 runs of the reference bench, median ratio
+    python bench/bench_sim.py --opcodes    # bytecodes per packet hop, per function
 
 The opcode profile is deterministic (it does not depend on machine load), so it is the
 measure to optimise against on a shared machine; wall-clock ratios come from

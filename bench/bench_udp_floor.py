@@ -1,7 +1,7 @@
 """What one loopback hop costs with no protocol work, and what that means for an allreduce.
 
-    /work/venv/bin/python bench/bench_udp_floor.py              # 20,000 datagrams of 65,504 bytes
-    /work/venv/bin/python bench/bench_udp_floor.py --runs 3     # median of 3
+    python bench/bench_udp_floor.py              # 20,000 datagrams of 65,504 bytes
+    python bench/bench_udp_floor.py --runs 3     # median of 3
 
 A sender process sends ``--datagrams`` datagrams the way the runtime does (``sendmsg`` of
 [28-byte header, payload view] on a socket connected to the receiver, 32 MiB buffers) and a

@@ -174,3 +174,19 @@ def test_dask_local_cluster_matches_processes(tmp_path):
     assert [r.params for r in remote.records] == [r.params for r in local.records]
     assert [r.result for r in remote.records] == [r.result for r in local.records]
     assert len(remote.computed) == 2
+
+
+def test_result_json_is_as_readable_as_the_csvs(tmp_path):
+    import os
+    import stat
+
+    from panama.experiments.sweep import write_json_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_json_atomic(tmp_path / "r.json", {"a": 1})
+        (tmp_path / "r.csv").write_text("a\n1\n")
+    finally:
+        os.umask(old)
+    json_mode = stat.S_IMODE((tmp_path / "r.json").stat().st_mode)
+    assert json_mode == stat.S_IMODE((tmp_path / "r.csv").stat().st_mode) == 0o644

@@ -1,7 +1,7 @@
 """Determinism and a golden regression of one tiny seeded scenario.
 
 Re-bless after an intended behaviour change with
-``PANAMA_BLESS=1 /work/venv/bin/python -m pytest tests/sim/test_network_golden.py``
+``PANAMA_BLESS=1 python -m pytest tests/sim/test_network_golden.py``
 and explain the change in the commit message.
 """
 

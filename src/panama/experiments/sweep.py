@@ -129,6 +129,20 @@ def fingerprint_of(config: Any) -> str:
 # --------------------------------------------------------------------------- files
 
 
+def _umask() -> int:
+    """The process umask, read without changing it (Linux ``/proc``; else set and restore)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to ``path`` so readers see either the old file or the complete new one."""
     path = Path(path)
@@ -139,6 +153,8 @@ def write_json_atomic(path: Path, obj: Any) -> None:
             json.dump(obj, fh, indent=2, sort_keys=False, default=_json_default, allow_nan=True)
             fh.write("\n")
             fh.flush()
+            # mkstemp creates 0600; results are as readable as the CSVs beside them
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
