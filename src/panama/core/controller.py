@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from panama.core.accelerator import cwnd_cap_for_slots
+from panama.core.errors import FieldError
 from panama.core.topology import AGG, TOR, Topology
 
 DEFAULT_THRESHOLD_BYTES = 40_000_000
@@ -56,13 +57,8 @@ SCOPE_POD = "pod"
 SCOPE_FABRIC = "fabric"
 
 
-class ControllerError(ValueError):
+class ControllerError(FieldError):
     """An invalid control request; ``field`` names the offending argument."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.detail = message
 
 
 @dataclass(frozen=True)

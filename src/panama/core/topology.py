@@ -36,6 +36,7 @@ from typing import Any
 
 import networkx as nx
 
+from panama.core.errors import FieldError
 from panama.core.units import PS_PER_S, PS_PER_US
 
 HOST = "host"
@@ -62,13 +63,8 @@ _NAME_PREFIX_KIND = (
 )
 
 
-class TopologyError(ValueError):
+class TopologyError(FieldError):
     """Invalid topology parameters or description; ``field`` names the offending parameter."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.detail = message
 
 
 def natural_key(name: Any) -> tuple:

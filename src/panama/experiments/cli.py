@@ -79,7 +79,7 @@ def comm_ratio_cmd(models_path: Path | None, workers: int | None, link_gbps: str
         summary = run_comm_ratio(out_dir, models_path=models_path, workers=workers, link_gbps=links,
                                  make_plot=not no_plot)
     except ModelTableError as exc:
-        raise usage_error(f"--models: {exc.field}", str(exc).split(": ", 1)[-1]) from None
+        raise usage_error(f"--models: {exc.field}", exc.detail) from None
     if not quiet:
         click.echo(summary["table_text"])
         click.echo("")

@@ -29,18 +29,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from panama.core.errors import FieldError
 from panama.experiments.sweep import write_json_atomic
 
 REQUIRED_COLUMNS = ("model", "gpu", "link_gbps", "params", "batch_size", "images_per_s")
 OPTIONAL_COLUMNS = ("bytes_per_param", "throughput_batch", "source", "param_source", "note")
 
 
-class ModelTableError(ValueError):
+class ModelTableError(FieldError):
     """The models table is malformed; ``field`` names the column (or ``row N: column``)."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)

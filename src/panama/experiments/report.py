@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from panama.core.errors import FieldError
+
 #: Claims of the original work (quoted, for comparison only).
 ORIGINAL = {
     "comm_ratio": (0.11, 0.70),  # share of iteration time spent communicating, 5 models x 3 GPUs
@@ -25,13 +27,8 @@ ORIGINAL = {
 }
 
 
-class ReportError(ValueError):
+class ReportError(FieldError):
     """An input is missing or unreadable; ``field`` names the option."""
-
-    def __init__(self, field: str, detail: str):
-        super().__init__(f"{field}: {detail}")
-        self.field = field
-        self.detail = detail
 
 
 def _load(path: Path, field: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ def _addr(value: str, field: str):
     try:
         return parse_addr(value, field=field)
     except AddressError as exc:
-        raise usage_error(field, str(exc).split(": ", 1)[-1]) from None
+        raise usage_error(field, exc.detail) from None
 
 
 _TOKEN_FILE_HELP = "File holding the API's bearer token (mode 0600) [default: $PANAMA_TOKEN]."

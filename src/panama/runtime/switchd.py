@@ -344,16 +344,16 @@ class SwitchDaemon:
         """A child or parent address: parsed, resolved, and one this daemon's socket can send to."""
         host, port = _resolve(text, field)
         if not 1 <= port <= 65535:
-            raise AddressError(f"{field}: port must be in [1, 65535], got {text!r}")
+            raise AddressError(field, f"port must be in [1, 65535], got {text!r}")
         if host == "0.0.0.0":
-            raise AddressError(f"{field}: {text!r} is not a destination (unspecified address)")
+            raise AddressError(field, f"{text!r} is not a destination (unspecified address)")
         probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             probe.bind((self.udp_addr[0], 0))
             probe.connect((host, port))  # route lookup only: nothing is sent
         except OSError as exc:
             raise AddressError(
-                f"{field}: {text} is not reachable from this daemon's socket {format_addr(self.udp_addr)} "
+                field, f"{text} is not reachable from this daemon's socket {format_addr(self.udp_addr)} "
                 f"({exc.strerror or exc})"
             ) from None
         finally:
@@ -669,12 +669,12 @@ def _datagram_truesize(datagram_bytes: int) -> int:
 def _resolve(text: object, field: str) -> Address:
     """Parse ``HOST:PORT`` and resolve the host to the dotted address datagrams come from."""
     if not isinstance(text, str):
-        raise AddressError(f"{field}: expected HOST:PORT strings, got {text!r}")
+        raise AddressError(field, f"expected HOST:PORT strings, got {text!r}")
     host, port = parse_addr(text, field=field)
     try:
         host = socket.gethostbyname(host)
     except OSError:
-        raise AddressError(f"{field}: cannot resolve host {host!r}") from None
+        raise AddressError(field, f"cannot resolve host {host!r}") from None
     return host, port
 
 

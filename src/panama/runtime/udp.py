@@ -16,6 +16,7 @@ import time
 from collections.abc import Hashable
 
 from panama.core import codec
+from panama.core.errors import FieldError
 from panama.core.packet import ECT0, Packet
 
 # Socket buffers: the receive queue plays the role of the switch buffer that PFC keeps
@@ -38,21 +39,21 @@ _TOS_CMSG_SPACE = socket.CMSG_SPACE(4)
 Address = tuple[str, int]
 
 
-class AddressError(ValueError):
-    """A ``HOST:PORT`` string could not be parsed."""
+class AddressError(FieldError):
+    """A ``HOST:PORT`` string could not be parsed or used; ``field`` names the option or key."""
 
 
 def parse_addr(text: str, *, field: str = "address") -> Address:
     """``"127.0.0.1:5000"`` -> ``("127.0.0.1", 5000)``; raises :class:`AddressError` naming ``field``."""
     if not isinstance(text, str) or ":" not in text:
-        raise AddressError(f"{field}: expected HOST:PORT, got {text!r}")
+        raise AddressError(field, f"expected HOST:PORT, got {text!r}")
     host, _, port_text = text.rpartition(":")
     try:
         port = int(port_text)
     except ValueError:
-        raise AddressError(f"{field}: port of {text!r} is not an integer") from None
+        raise AddressError(field, f"port of {text!r} is not an integer") from None
     if not host or not 0 <= port <= 65535:
-        raise AddressError(f"{field}: expected HOST:PORT with port in [0, 65535], got {text!r}")
+        raise AddressError(field, f"expected HOST:PORT with port in [0, 65535], got {text!r}")
     return host, port
 
 

@@ -20,17 +20,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from panama.core.errors import FieldError
+
 SCHEMES = ("panama", "ina-single", "ina-fixed", "ring")
 Scheme = Literal["panama", "ina-single", "ina-fixed", "ring"]
 
 
-class ScenarioError(ValueError):
-    """A scenario cannot be loaded; ``key`` is the dotted key at fault."""
+class ScenarioError(FieldError):
+    """A scenario cannot be loaded; ``field`` (also ``key``) is the dotted key at fault."""
 
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.detail = message
+    @property
+    def key(self) -> str:
+        return self.field
 
 
 class _Model(BaseModel):
