@@ -24,8 +24,21 @@ def opcode_profile(workers: int = 8, packets: int = 400, payload_elems: int = 36
     """Bytecodes the accelerator executes per contribution, by function."""
     grad = np.ones(packets * payload_elems, dtype=np.float32)
     order = [
-        (Packet(1, 0, i, 1, payload_elems, 0, MAX_CWND_CAP, max(0, i - window), ECT0,
-                grad[i * payload_elems : (i + 1) * payload_elems]), w)
+        (
+            Packet(
+                1,
+                0,
+                i,
+                1,
+                payload_elems,
+                0,
+                MAX_CWND_CAP,
+                max(0, i - window),
+                ECT0,
+                grad[i * payload_elems : (i + 1) * payload_elems],
+            ),
+            w,
+        )
         for i in range(packets)
         for w in range(workers)
     ]

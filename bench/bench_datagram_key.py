@@ -42,7 +42,10 @@ def main() -> None:
     secret = key.to_bytes(8, "big") * 4
     keys = {7: key}
     trailers = {7: codec.key_trailer(key)}
-    print(f"{'floats':>7} {'bytes':>6} {'decode us':>10} {'+key us':>8} {'trailer us':>11} {'HMAC-SHA256 us':>15} {'BLAKE2b-128 us':>15}")
+    print(
+        f"{'floats':>7} {'bytes':>6} {'decode us':>10} {'+key us':>8} {'trailer us':>11} {'HMAC-SHA256 us':>15} "
+        f"{'BLAKE2b-128 us':>15}"
+    )
     for count in (codec.MAX_PAYLOAD_ELEMS, codec.DEFAULT_PAYLOAD_ELEMS):
         pkt = Packet(7, 1, 100, 3, count, 0, payload=np.ones(count, np.float32))
         wire = codec.encode(pkt, key)
@@ -55,8 +58,12 @@ def main() -> None:
         keyed = per_call_us(lambda: codec.decode(view, 2, floats, keys), n, args.repeat)
         lookup = per_call_us(lambda: trailers.get(pkt.job_id, b""), n, args.repeat)
         mac = per_call_us(lambda: hmac.digest(secret, view, "sha256"), max(200, n // 20), args.repeat)
-        b2 = per_call_us(lambda: hashlib.blake2b(view, key=secret, digest_size=16).digest(), max(200, n // 20), args.repeat)
-        print(f"{count:>7} {len(wire):>6} {plain:>10.2f} {keyed - plain:>8.2f} {lookup:>11.3f} {mac:>15.1f} {b2:>15.1f}")
+        b2 = per_call_us(
+            lambda: hashlib.blake2b(view, key=secret, digest_size=16).digest(), max(200, n // 20), args.repeat
+        )
+        print(
+            f"{count:>7} {len(wire):>6} {plain:>10.2f} {keyed - plain:>8.2f} {lookup:>11.3f} {mac:>15.1f} {b2:>15.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -43,8 +43,10 @@ def main() -> None:
         topo = fat_tree(k)
         net, b = measure(lambda: Network(Engine(), topo, NetworkConfig(lossless=True), rng=np.random.default_rng(1)))
         hosts, ports = len(net.hosts), len(net.ports)
-        print(f"fat-tree k={k:2d}: {hosts:5d} hosts {len(net.switches):4d} switches {ports:6d} ports: "
-              f"{b / 2**20:7.1f} MiB = {b / hosts / 1024:6.1f} KiB/host, {b / ports:7.0f} B/port")
+        print(
+            f"fat-tree k={k:2d}: {hosts:5d} hosts {len(net.switches):4d} switches {ports:6d} ports: "
+            f"{b / 2**20:7.1f} MiB = {b / hosts / 1024:6.1f} KiB/host, {b / ports:7.0f} B/port"
+        )
     net = Network(Engine(), fat_tree(4), NetworkConfig(lossless=True), rng=np.random.default_rng(1))
     tcp = Dctcp(net, DctcpConfig(), rng=np.random.default_rng(2))
     n = 10_000

@@ -23,16 +23,24 @@ from panama.runtime.communicator import Communicator
 
 
 def run(drop: float, args: argparse.Namespace) -> tuple[float, int, int]:
-    with LocalCluster(leaves=2, spines=2, hosts_per_leaf=2, drop_prob=drop, seed=1, payload_elems=1000,
-                      log_level="WARNING") as lc:
+    with LocalCluster(
+        leaves=2, spines=2, hosts_per_leaf=2, drop_prob=drop, seed=1, payload_elems=1000, log_level="WARNING"
+    ) as lc:
         results: list = [None] * args.workers
         errors: list = [None] * args.workers
         want = float(sum(range(1, args.workers + 1)))
 
         def rank(r: int) -> None:
             try:
-                with Communicator(lc.controller, f"loss-{drop:g}", r, args.workers, timeout_s=120,
-                                  min_rto_s=args.min_rto_ms / 1000, token=lc.token) as comm:
+                with Communicator(
+                    lc.controller,
+                    f"loss-{drop:g}",
+                    r,
+                    args.workers,
+                    timeout_s=120,
+                    min_rto_s=args.min_rto_ms / 1000,
+                    token=lc.token,
+                ) as comm:
                     x = np.full(args.floats, r + 1, np.float32)
                     times = []
                     for _ in range(args.calls):

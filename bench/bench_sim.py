@@ -52,7 +52,10 @@ def main() -> None:
         return
     results = [run_bench() for _ in range(args.runs)]
     for r in results:
-        print(f"sim {r['sim_hops_per_s']:>10,.0f} hops/s   loop {r['loop_hops_per_s']:>10,.0f} hops/s   ratio {r['ratio']:.3f}")
+        print(
+            f"sim {r['sim_hops_per_s']:>10,.0f} hops/s   loop {r['loop_hops_per_s']:>10,.0f} hops/s   ratio "
+            f"{r['ratio']:.3f}"
+        )
     print(f"median ratio {statistics.median(r['ratio'] for r in results):.3f}")
 
 

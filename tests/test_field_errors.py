@@ -13,11 +13,17 @@ from panama.runtime.udp import AddressError, parse_addr
 from panama.sim.scenario import ScenarioError
 
 
-@pytest.mark.parametrize("cls", [ControllerError, TopologyError, ModelTableError, ReportError, AddressError, ScenarioError])
+@pytest.mark.parametrize(
+    "cls", [ControllerError, TopologyError, ModelTableError, ReportError, AddressError, ScenarioError]
+)
 def test_every_field_error_carries_field_and_detail(cls):
     exc = cls("some.key", "must be >= 1, got 0: really")
     assert isinstance(exc, FieldError) and isinstance(exc, ValueError)
-    assert (exc.field, exc.detail, str(exc)) == ("some.key", "must be >= 1, got 0: really", "some.key: must be >= 1, got 0: really")
+    assert (exc.field, exc.detail, str(exc)) == (
+        "some.key",
+        "must be >= 1, got 0: really",
+        "some.key: must be >= 1, got 0: really",
+    )
     back = pickle.loads(pickle.dumps(exc))  # crosses process boundaries intact
     assert type(back) is cls and (back.field, back.detail) == (exc.field, exc.detail)
 

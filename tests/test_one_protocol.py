@@ -31,7 +31,9 @@ def core_private_names() -> set[str]:
             elif isinstance(node, ast.ClassDef):
                 for item in node.body:  # __slots__ entries
                     if isinstance(item, ast.Assign) and any(getattr(t, "id", "") == "__slots__" for t in item.targets):
-                        names.update(elt.value for elt in getattr(item.value, "elts", []) if isinstance(elt, ast.Constant))
+                        names.update(
+                            elt.value for elt in getattr(item.value, "elts", []) if isinstance(elt, ast.Constant)
+                        )
     return {n for n in names if n.startswith("_") and not n.startswith("__")}
 
 

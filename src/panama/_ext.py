@@ -20,8 +20,16 @@ import importlib.util
 import os
 import sys
 
-__all__ = ["COMPILED_MODULES", "ENV_VAR", "no_extensions", "install_pure_finder", "extensions_built", "module_is_compiled",
-           "compiled", "compiled_modules"]
+__all__ = [
+    "COMPILED_MODULES",
+    "ENV_VAR",
+    "no_extensions",
+    "install_pure_finder",
+    "extensions_built",
+    "module_is_compiled",
+    "compiled",
+    "compiled_modules",
+]
 
 # Modules compiled by setup.py: the simulator's hot path and the core modules it drives.
 COMPILED_MODULES: tuple[str, ...] = (

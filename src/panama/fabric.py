@@ -186,7 +186,9 @@ def allreduce(
         for sw in {sw for switches in tree_switches for sw in switches}:
             jobs_at[sw] = jobs_at.get(sw, 0) + 1
         caps = [
-            min(cwnd_cap_for_slots(packet_memory // jobs_at[sw] // (1 if sw in root_names else trees)) for sw in sw_list)
+            min(
+                cwnd_cap_for_slots(packet_memory // jobs_at[sw] // (1 if sw in root_names else trees)) for sw in sw_list
+            )
             for sw_list in tree_switches
         ]
         for rank in range(len(arrays)):
@@ -287,7 +289,9 @@ def allreduce(
         now, _, kind, dst, pkt, src, codepoint = heapq.heappop(heap)
         events += 1
         if events > max_events:
-            raise FabricError(f"event budget {max_events} spent with {remaining} workers unfinished: {_missing(workers)}")
+            raise FabricError(
+                f"event budget {max_events} spent with {remaining} workers unfinished: {_missing(workers)}"
+            )
         if kind == _DELIVER_ACC:
             pkt.ecn = codepoint
             for destinations, out in accs[dst].receive(pkt, src):

@@ -200,7 +200,9 @@ def test_accelerator_shares_follow_the_controller(reserve):
     """The nominal share the controller reports is what the accelerator computes, reserve included."""
     accs = {s: Accelerator(90, name=s, store_payloads=False, reserve_shares=reserve) for s in LS.switches}
     ctl = Controller(LS, packet_memory=90, reserve_shares=reserve)
-    plans = [ctl.admit(n, hosts, BIG, 2) for n, hosts in (("a", ["h0", "h4"]), ("b", ["h1", "h8"]), ("c", ["h2", "h12"]))]
+    plans = [
+        ctl.admit(n, hosts, BIG, 2) for n, hosts in (("a", ["h0", "h4"]), ("b", ["h1", "h8"]), ("c", ["h2", "h12"]))
+    ]
     for p in plans:
         install(p, accs)
     for s, acc in accs.items():

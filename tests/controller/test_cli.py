@@ -9,11 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from schema_check import SchemaViolation, load_schema, validate
 
 from panama.cli import main
 from panama.cli.topology_cmds import parse_hosts, parse_job
-
-from schema_check import SchemaViolation, load_schema, validate
 
 PLAN_SCHEMA = load_schema("plan-schema.json")
 TOPOLOGY_SCHEMA = load_schema("topology-schema.json")
@@ -185,12 +184,18 @@ def test_controller_plan_options(capsys):
         (["controller", "plan", "--topology", "fat-tree:k=4", "--job", "a:h0,h1:-5"], "--job a"),
         (["controller", "plan", "--topology", "fat-tree:k=4", "--job", "a:h3..h1"], "--job a"),
         (["controller", "plan", "--topology", "fat-tree:k=4", "--job", "a:h0,h1", "--job", "a:h2,h3"], "--job a"),
-        (["controller", "plan", "--topology", "fat-tree:k=4", "--job", "a:h0,h1", "--group-pool", "10.0.0.0/8"],
-         "--group-pool"),
-        (["controller", "plan", "--topology", "fat-tree:k=4", "--job", "a:h0,h1", "--packet-memory", "1"],
-         "--packet-memory"),
-        (["controller", "plan", "--topology", "fat-tree:k=4", "--job", "a:h0,h1", "--png", "/nonexistent/x.png"],
-         "--png"),
+        (
+            ["controller", "plan", "--topology", "fat-tree:k=4", "--job", "a:h0,h1", "--group-pool", "10.0.0.0/8"],
+            "--group-pool",
+        ),
+        (
+            ["controller", "plan", "--topology", "fat-tree:k=4", "--job", "a:h0,h1", "--packet-memory", "1"],
+            "--packet-memory",
+        ),
+        (
+            ["controller", "plan", "--topology", "fat-tree:k=4", "--job", "a:h0,h1", "--png", "/nonexistent/x.png"],
+            "--png",
+        ),
         (["controller", "plan", "--topology", "fat-tree:k=4"], "--job"),
         (["topology", "show", "leaf-spine:leaves=0,spines=1,hosts_per_leaf=1"], "leaves"),
         (["topology", "show", "fat-tree:k=4", "--png", "out.jpg"], "--png"),

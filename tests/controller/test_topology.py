@@ -154,7 +154,10 @@ def test_spec_names_round_trip():
         assert again.name == t.name
         assert again.links() == t.links()
     assert parse_spec("FatTree:k=4").name == fat_tree(4).name
-    assert parse_spec("leaf_spine: leaves=2, spines=1, hosts_per_leaf=2, fabric_gbps=40").rate_bps("leaf0", "spine0") == 40e9
+    assert (
+        parse_spec("leaf_spine: leaves=2, spines=1, hosts_per_leaf=2, fabric_gbps=40").rate_bps("leaf0", "spine0")
+        == 40e9
+    )
 
 
 def test_toml_builtin_and_explicit(tmp_path):

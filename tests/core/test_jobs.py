@@ -4,20 +4,20 @@ import pytest
 
 from panama.core.jobs import FINAL, TRANSITIONS, JobInput, JobLifecycle, JobState, JobStateError, next_state
 
-S, I = JobState, JobInput
+S, In = JobState, JobInput
 
 
 def test_a_job_that_runs_and_completes():
     job = JobLifecycle("j1")
     assert job.state is S.REGISTERING
-    assert job.fire(I.ALL_IN) is S.INSTALLING
-    assert job.fire(I.INSTALLED) is S.RUNNING
-    assert job.fire(I.ALL_LEFT) is S.COMPLETED
+    assert job.fire(In.ALL_IN) is S.INSTALLING
+    assert job.fire(In.INSTALLED) is S.RUNNING
+    assert job.fire(In.ALL_LEFT) is S.COMPLETED
     assert job.final and [s for _, s in job.history] == [S.INSTALLING, S.RUNNING, S.COMPLETED]
 
 
 @pytest.mark.parametrize("state", list(S))
-@pytest.mark.parametrize("event", list(I))
+@pytest.mark.parametrize("event", list(In))
 def test_every_pair_is_either_in_the_table_or_raises(state, event):
     if (state, event) in TRANSITIONS:
         assert next_state("x", state, event) is TRANSITIONS[(state, event)]
@@ -32,15 +32,15 @@ def test_every_pair_is_either_in_the_table_or_raises(state, event):
 def test_final_states_accept_nothing_and_install_cannot_be_deleted_midway():
     for state in FINAL:
         assert not any(s is state for s, _ in TRANSITIONS)
-    assert (S.INSTALLING, I.DELETED) not in TRANSITIONS
+    assert (S.INSTALLING, In.DELETED) not in TRANSITIONS
     job = JobLifecycle("k", S.INSTALLING)
-    assert not job.accepts(I.DELETED)
+    assert not job.accepts(In.DELETED)
     with pytest.raises(JobStateError):
-        job.fire(I.DELETED)
+        job.fire(In.DELETED)
     assert job.state is S.INSTALLING  # an illegal input changes nothing
 
 
 def test_a_recovered_job_is_running_and_a_failed_rank_fails_the_job():
     job = JobLifecycle("r")
-    assert job.fire(I.RECOVERED) is S.RUNNING
-    assert job.fire(I.RANK_FAILED) is S.FAILED
+    assert job.fire(In.RECOVERED) is S.RUNNING
+    assert job.fire(In.RANK_FAILED) is S.FAILED

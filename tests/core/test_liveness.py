@@ -62,13 +62,18 @@ class Pump:
 
 # ---------------------------------------------------------------------- down-path CE
 def two_tier_pump(mark):
-    accs = {"root": Accelerator(64, 4, name="root"), "leaf0": Accelerator(64, 4, name="leaf0"),
-            "leaf1": Accelerator(64, 4, name="leaf1")}
+    accs = {
+        "root": Accelerator(64, 4, name="root"),
+        "leaf0": Accelerator(64, 4, name="leaf0"),
+        "leaf1": Accelerator(64, 4, name="leaf1"),
+    }
     accs["root"].install_tree(1, 0, ["leaf0", "leaf1"], None)
     accs["leaf0"].install_tree(1, 0, ["w0", "w1"], "root")
     accs["leaf1"].install_tree(1, 0, ["w2", "w3"], "root")
-    workers = {f"w{r}": WorkerTransport(1, r, 1, payload_elems=4, cc="fixed", cc_options={"initial_window": 1})
-               for r in range(4)}
+    workers = {
+        f"w{r}": WorkerTransport(1, r, 1, payload_elems=4, cc="fixed", cc_options={"initial_window": 1})
+        for r in range(4)
+    }
     parents = {"w0": "leaf0", "w1": "leaf0", "w2": "leaf1", "w3": "leaf1"}
     return Pump(accs, parents, workers, mark=mark)
 
@@ -112,8 +117,9 @@ def test_the_oldest_packet_gets_a_slot_when_a_burst_took_the_share():
     acc = Accelerator(8, 4, name="tor")
     acc.install_tree(1, 0, ["w0", "w1"], None)
     # No cap from a plan: the workers send their initial window of 10 before any result.
-    workers = {f"w{r}": WorkerTransport(1, r, 1, payload_elems=4, min_rto_ps=us(50), initial_rto_ps=us(50))
-               for r in range(2)}
+    workers = {
+        f"w{r}": WorkerTransport(1, r, 1, payload_elems=4, min_rto_ps=us(50), initial_rto_ps=us(50)) for r in range(2)
+    }
     lost = set()
 
     def drop(src, dst, pkt):
@@ -146,14 +152,25 @@ def test_the_oldest_packet_gets_a_slot_when_a_burst_took_the_share():
     seed=st.integers(0, 2**16),
 )
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_property_no_stall_on_small_memories(memory, trees, jobs, leaves, workers, length, loss, duplicate, reorder, seed):
+def test_property_no_stall_on_small_memories(
+    memory, trees, jobs, leaves, workers, length, loss, duplicate, reorder, seed
+):
     """Whatever the share, loss, duplication or reordering: every run completes, exactly."""
     assume(memory // jobs >= trees)  # every tree gets at least one slot at every switch
     rng = np.random.default_rng(seed)
     inputs = {j: integer_inputs(rng, workers, length) for j in range(jobs)}
     outputs, report = fabric.allreduce(
-        inputs, trees=trees, leaves=leaves, loss=loss, duplicate=duplicate, reorder=reorder, seed=seed,
-        payload_elems=8, packet_memory=memory, max_retries=400, return_report=True,
+        inputs,
+        trees=trees,
+        leaves=leaves,
+        loss=loss,
+        duplicate=duplicate,
+        reorder=reorder,
+        seed=seed,
+        payload_elems=8,
+        packet_memory=memory,
+        max_retries=400,
+        return_report=True,
     )
     for j in inputs:
         assert_exact(inputs[j], outputs[j])
@@ -187,8 +204,15 @@ def test_fabric_newcomer_finishes_while_the_other_job_sleeps():
     rng = np.random.default_rng(3)
     inputs = {"a": integer_inputs(rng, 4, 2000), "b": integer_inputs(rng, 4, 2000)}
     outputs, report = fabric.allreduce(
-        inputs, trees=2, leaves=2, payload_elems=8, packet_memory=24, calls=2, gap_ps=ms(50),
-        start_ps={"b": ms(1)}, return_report=True,
+        inputs,
+        trees=2,
+        leaves=2,
+        payload_elems=8,
+        packet_memory=24,
+        calls=2,
+        gap_ps=ms(50),
+        start_ps={"b": ms(1)},
+        return_report=True,
     )
     for j in inputs:
         assert_exact(inputs[j], outputs[j])
@@ -207,8 +231,9 @@ def test_fabric_marks_on_the_way_down_reach_every_worker_and_keep_them_in_lockst
     every worker of a tree then sees the same FLAG_ECE, so their windows stay equal."""
     rng = np.random.default_rng(8)
     xs = integer_inputs(rng, 4, 4 * 3000)
-    out, report = fabric.allreduce(xs, trees=2, leaves=2, ecn_down=0.03, payload_elems=4, seed=5,
-                                   trace_windows=True, return_report=True)
+    out, report = fabric.allreduce(
+        xs, trees=2, leaves=2, ecn_down=0.03, payload_elems=4, seed=5, trace_windows=True, return_report=True
+    )
     assert_exact(xs, out)
     ws = report.workers[0]
     assert report.marked > 0 and all(w["ece_results"] > 0 for w in ws)

@@ -140,8 +140,16 @@ def test_start_writes_into_a_given_out_vector_and_checks_it():
 
 @pytest.mark.parametrize("dupthresh", [1, 3])
 def test_fast_retransmit_on_a_gap_of_dupthresh_results(dupthresh):
-    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 8}, initial_rto_ps=ms(100),
-                        dupthresh=dupthresh)
+    w = WorkerTransport(
+        1,
+        0,
+        1,
+        payload_elems=1,
+        cc="fixed",
+        cc_options={"initial_window": 8},
+        initial_rto_ps=ms(100),
+        dupthresh=dupthresh,
+    )
     w.start(0, np.ones(8, np.float32))
     sent = w.poll(0)
     one = np.ones(1, np.float32)
@@ -225,8 +233,17 @@ def test_reordering_within_the_threshold_resends_nothing():
 
 
 def test_backoff_is_per_packet_and_fresh_packets_keep_the_measured_rto():
-    w = WorkerTransport(1, 0, 1, payload_elems=1, cc="fixed", cc_options={"initial_window": 2},
-                        initial_rto_ps=us(100), min_rto_ps=us(100), max_rto_ps=ms(100))
+    w = WorkerTransport(
+        1,
+        0,
+        1,
+        payload_elems=1,
+        cc="fixed",
+        cc_options={"initial_window": 2},
+        initial_rto_ps=us(100),
+        min_rto_ps=us(100),
+        max_rto_ps=ms(100),
+    )
     w.start(0, np.ones(4, np.float32))
     first = w.poll(0)  # seqs 0 and 1
     one = np.ones(1, np.float32)

@@ -40,7 +40,9 @@ def torchrun(args: list[str], nproc: int = 2, env: dict[str, str] | None = None)
 
 def report(proc: subprocess.CompletedProcess) -> dict:
     """The example's JSON line (rank 0), after checking the launch succeeded."""
-    assert proc.returncode == 0, f"torchrun exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, (
+        f"torchrun exited with {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, f"expected one JSON line from rank 0, got:\n{proc.stdout}"
     return json.loads(lines[0])
@@ -70,7 +72,9 @@ def cluster_up(tmp_path_factory):
     try:
         yield info
     finally:
-        down = subprocess.run([*cli, "down", "--state", str(state)], env=env, capture_output=True, text=True, timeout=120)
+        down = subprocess.run(
+            [*cli, "down", "--state", str(state)], env=env, capture_output=True, text=True, timeout=120
+        )
         assert down.returncode == 0, f"panama cluster down failed: {down.stdout}{down.stderr}"
 
 

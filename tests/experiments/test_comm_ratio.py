@@ -97,8 +97,12 @@ def test_user_table_and_bad_table(tmp_path):
 
 
 def test_cli_comm_ratio(tmp_path):
-    proc = subprocess.run([*PANAMA, "experiment", "comm-ratio", "--out", str(tmp_path), "--no-plot", "--link-gbps", "10,100"],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [*PANAMA, "experiment", "comm-ratio", "--out", str(tmp_path), "--no-plot", "--link-gbps", "10,100"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "VGG-16" in proc.stdout and "ratio" in proc.stdout
     assert len(json.loads((tmp_path / "summary.json").read_text())["rows"]) == 30
@@ -107,8 +111,12 @@ def test_cli_comm_ratio(tmp_path):
 def test_cli_comm_ratio_bad_models_exit_2(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("model,gpu,link_gbps,params,batch_size,images_per_s\nTiny,X1,abc,5,32,1000\n")
-    proc = subprocess.run([*PANAMA, "experiment", "comm-ratio", "--models", str(bad), "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [*PANAMA, "experiment", "comm-ratio", "--models", str(bad), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "link_gbps" in proc.stderr and proc.stderr.count("\n") == 1
 

@@ -19,7 +19,13 @@ from panama.experiments.shared_cluster import (
 )
 
 PANAMA = [sys.executable, "-c", "from panama.cli import main; main()"]
-REQUIRED = ("short_fct_mean_us", "short_fct_p99_us", "large_flow_fct_mean_us", "large_job_training_time_s", "bytes_total")
+REQUIRED = (
+    "short_fct_mean_us",
+    "short_fct_p99_us",
+    "large_flow_fct_mean_us",
+    "large_job_training_time_s",
+    "bytes_total",
+)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +58,9 @@ def test_summary_schema_and_ratios(tiny):
             if raw and ref:
                 assert norm == pytest.approx(raw / ref)
                 assert st[key + "_gain"] == pytest.approx(ref / raw)
-        tiers = [k for k in st if k.startswith("bytes_") and not k.endswith(("_norm", "_gain", "_ci")) and k != "bytes_total"]
+        tiers = [
+            k for k in st if k.startswith("bytes_") and not k.endswith(("_norm", "_gain", "_ci")) and k != "bytes_total"
+        ]
         assert tiers and sum(st[t] for t in tiers) == pytest.approx(st["bytes_total"])
         assert st["jobs_finished"] == st["jobs_total"]
     assert all(ring[k + "_norm"] == pytest.approx(1.0) for k in REQUIRED if ring.get(k))
@@ -78,7 +86,9 @@ def test_csv_and_plots(tiny):
     assert sorted(r["scheme"] for r in runs) == sorted(SCHEME_ORDER)
     ring = next(r for r in runs if r["scheme"] == "ring")
     for r in runs:
-        assert float(r["short_fct_p99_us_norm"]) == pytest.approx(float(r["short_fct_p99_us"]) / float(ring["short_fct_p99_us"]))
+        assert float(r["short_fct_p99_us_norm"]) == pytest.approx(
+            float(r["short_fct_p99_us"]) / float(ring["short_fct_p99_us"])
+        )
     with open(out / "summary.csv") as fh:
         assert len(list(csv.DictReader(fh))) == 4
     for name in ("fct_cdf.png", "normalized.png"):
@@ -90,12 +100,21 @@ def test_rerun_resumes_everything(tiny):
     out, res = tiny
     again = run_shared_cluster(out, preset="tiny", jobs=1, progress=False, make_plots=False)
     assert again.summary["computed_runs"] == 0 and again.summary["resumed_runs"] == 4
-    assert again.summary["schemes"]["panama"]["short_fct_p99_us"] == res.summary["schemes"]["panama"]["short_fct_p99_us"]
+    assert (
+        again.summary["schemes"]["panama"]["short_fct_p99_us"] == res.summary["schemes"]["panama"]["short_fct_p99_us"]
+    )
 
 
 def test_seed_sweep_gives_intervals(tmp_path):
-    res = run_shared_cluster(tmp_path, preset="tiny", schemes=["ring", "panama"], axes={"seed": [1, 2]},
-                             jobs=2, progress=False, make_plots=False)
+    res = run_shared_cluster(
+        tmp_path,
+        preset="tiny",
+        schemes=["ring", "panama"],
+        axes={"seed": [1, 2]},
+        jobs=2,
+        progress=False,
+        make_plots=False,
+    )
     (group,) = res.summary["groups"]
     assert group["seeds"] == [1, 2]
     st = group["schemes"]["panama"]
@@ -123,8 +142,25 @@ def test_report_reads_outputs(tiny, tmp_path):
 
 def test_cli_shared_cluster_and_errors(tmp_path):
     out = tmp_path / "cli"
-    proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--schemes", "ring,panama",
-                           "--jobs", "1", "--no-plot", "--out", str(out)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            *PANAMA,
+            "experiment",
+            "shared-cluster",
+            "--preset",
+            "tiny",
+            "--schemes",
+            "ring,panama",
+            "--jobs",
+            "1",
+            "--no-plot",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "panama" in proc.stdout and "p99 ratio" in proc.stdout
     assert (out / "summary.json").is_file()
@@ -136,8 +172,12 @@ def test_cli_shared_cluster_and_errors(tmp_path):
         (["--sweep", "load=0.3", "trees=0"], "panama.num_trees"),
         (["--set", "panama.num_trees=0"], "panama.num_trees"),
     ):
-        proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--out", str(tmp_path / "x"),
-                               *args], capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--out", str(tmp_path / "x"), *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert proc.returncode == 2, (args, proc.stderr)
         assert field in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
 
@@ -148,28 +188,58 @@ def test_demo_without_training(tmp_path):
     demo = run_demo(tmp_path, train=False, preset="tiny", jobs=1, echo=lambda m: None, progress=False)
     data = json.loads((tmp_path / "demo.json").read_text())
     sim = data["simulation"]
-    assert sim["short_fct_p99_ratio"] == pytest.approx(sim["panama"]["short_fct_p99_us"] / sim["ring"]["short_fct_p99_us"])
+    assert sim["short_fct_p99_ratio"] == pytest.approx(
+        sim["panama"]["short_fct_p99_us"] / sim["ring"]["short_fct_p99_us"]
+    )
     assert "short-flow FCT p99" in demo["table_text"] and "Plots:" in demo["table_text"]
 
 
 def test_cli_report(tiny, tmp_path):
     out, _ = tiny
     cr = tmp_path / "cr"
-    assert subprocess.run([*PANAMA, "experiment", "comm-ratio", "--out", str(cr), "-q", "--no-plot"], check=False).returncode == 0
+    assert (
+        subprocess.run(
+            [*PANAMA, "experiment", "comm-ratio", "--out", str(cr), "-q", "--no-plot"], check=False
+        ).returncode
+        == 0
+    )
     page = tmp_path / "results.md"
-    proc = subprocess.run([*PANAMA, "experiment", "report", "--comm-ratio", str(cr), "--shared-cluster", str(out),
-                           "--output", str(page)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [*PANAMA, "experiment", "report", "--comm-ratio", str(cr), "--shared-cluster", str(out), "--output", str(page)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Claim 1" in page.read_text()
-    proc = subprocess.run([*PANAMA, "experiment", "report", "--comm-ratio", str(tmp_path / "nothing"),
-                           "--shared-cluster", str(out), "--output", str(page)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            *PANAMA,
+            "experiment",
+            "report",
+            "--comm-ratio",
+            str(tmp_path / "nothing"),
+            "--shared-cluster",
+            str(out),
+            "--output",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2 and "--comm-ratio" in proc.stderr
     # Without --output the page goes to the output folder, never over the committed one.
     committed = tmp_path / "docs" / "results.md"
     committed.parent.mkdir()
     committed.write_text("committed page\n")
-    proc = subprocess.run([*PANAMA, "experiment", "report", "--comm-ratio", str(cr), "--shared-cluster", str(out)],
-                          capture_output=True, text=True, check=False, cwd=tmp_path)
+    proc = subprocess.run(
+        [*PANAMA, "experiment", "report", "--comm-ratio", str(cr), "--shared-cluster", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert committed.read_text() == "committed page\n"
     assert "Claim 1" in (tmp_path / "panama-out" / "results.md").read_text()
@@ -182,9 +252,31 @@ def test_cli_demo_bad_argument():
 
 def test_cli_reproduce_tiny(tmp_path):
     out, page = tmp_path / "out", tmp_path / "results.md"
-    proc = subprocess.run([*PANAMA, "experiment", "reproduce", "--preset", "tiny", "--sweep-preset", "tiny",
-                           "--seeds", "1", "--loads", "0.2,0.4", "--skip-demo", "--jobs", "2", "--out", str(out),
-                           "--output", str(page)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            *PANAMA,
+            "experiment",
+            "reproduce",
+            "--preset",
+            "tiny",
+            "--sweep-preset",
+            "tiny",
+            "--seeds",
+            "1",
+            "--loads",
+            "0.2,0.4",
+            "--skip-demo",
+            "--jobs",
+            "2",
+            "--out",
+            str(out),
+            "--output",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     text = page.read_text()
     assert "Claim 1" in text and "Sweep: load" in text and "Along `load`" in text
@@ -196,13 +288,50 @@ def test_cli_reproduce_tiny(tmp_path):
 def test_cli_shared_cluster_on_dask_scheduler(tmp_path):
     distributed = pytest.importorskip("distributed")
     local = tmp_path / "local"
-    assert subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--schemes", "ring,panama",
-                           "--jobs", "1", "--no-plot", "-q", "--out", str(local)], check=False).returncode == 0
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp",
-                                  host="127.0.0.1", dashboard_address=None) as cluster:
-        proc = subprocess.run([*PANAMA, "experiment", "shared-cluster", "--preset", "tiny", "--schemes", "ring,panama",
-                               "--scheduler", cluster.scheduler_address, "--no-plot", "-q", "--out", str(tmp_path / "dask")],
-                              capture_output=True, text=True, check=False)
+    assert (
+        subprocess.run(
+            [
+                *PANAMA,
+                "experiment",
+                "shared-cluster",
+                "--preset",
+                "tiny",
+                "--schemes",
+                "ring,panama",
+                "--jobs",
+                "1",
+                "--no-plot",
+                "-q",
+                "--out",
+                str(local),
+            ],
+            check=False,
+        ).returncode
+        == 0
+    )
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, protocol="tcp", host="127.0.0.1", dashboard_address=None
+    ) as cluster:
+        proc = subprocess.run(
+            [
+                *PANAMA,
+                "experiment",
+                "shared-cluster",
+                "--preset",
+                "tiny",
+                "--schemes",
+                "ring,panama",
+                "--scheduler",
+                cluster.scheduler_address,
+                "--no-plot",
+                "-q",
+                "--out",
+                str(tmp_path / "dask"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
     assert proc.returncode == 0, proc.stderr
     a = json.loads((local / "summary.json").read_text())["schemes"]
     b = json.loads((tmp_path / "dask" / "summary.json").read_text())["schemes"]

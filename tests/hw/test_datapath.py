@@ -90,8 +90,13 @@ def test_malformed_datagrams_are_dropped_with_the_codec_reason():
     for d in bad:
         hw.send(d, "w0")
     events = [o.event for o in hw.run()]
-    assert events == ["codec_short", "codec_bad_magic", "codec_unknown_flags", "codec_trailing_bytes",
-                      "codec_count_mismatch"]
+    assert events == [
+        "codec_short",
+        "codec_bad_magic",
+        "codec_unknown_flags",
+        "codec_trailing_bytes",
+        "codec_count_mismatch",
+    ]
 
 
 def test_verify_random_stream_zero_mismatches():
@@ -101,7 +106,12 @@ def test_verify_random_stream_zero_mismatches():
     assert result["mismatches"] == 0, result["examples"]
     v = result["verdicts"]
     # the stream exercised what it claims to: sums, duplicates, share limits, foreign and malformed input
-    assert v["ok"] > 600 and v["duplicate"] > 0 and v["share_exceeded"] > 0 and v.get("unknown_tree", 0) + v.get("unknown_job", 0) > 0
+    assert (
+        v["ok"] > 600
+        and v["duplicate"] > 0
+        and v["share_exceeded"] > 0
+        and v.get("unknown_tree", 0) + v.get("unknown_job", 0) > 0
+    )
     assert sum(n for k, n in v.items() if k.startswith("codec_")) > 0
     assert result["emitted"] > 100 and result["installs"] >= 2
 

@@ -14,15 +14,49 @@ from panama.hw import fp32_add, same_float_bits  # noqa: E402
 
 SPECIALS = np.array(
     [
-        0x00000000, 0x80000000,  # signed zeros
-        0x00000001, 0x80000001, 0x00000002, 0x00000003, 0x007FFFFF, 0x807FFFFF, 0x00400000, 0x00400001,  # subnormals
-        0x00800000, 0x80800000, 0x00800001, 0x00FFFFFF,  # smallest normals
-        0x3F800000, 0xBF800000, 0x3F800001, 0xBF7FFFFF, 0x33800000, 0x33800001, 0xB3800000, 0x34000000,  # 1, ulps, ties
-        0x4B000000, 0x4B000001, 0xCB000001, 0x3F000000,  # 2^23 (ties at integer rounding), 0.5
-        0x7F7FFFFF, 0xFF7FFFFF, 0x7F7FFFFE, 0x7F000000, 0x73800000,  # max finite (overflow)
-        0x7F800000, 0xFF800000,  # infinities
-        0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FC12345, 0x7FBFFFFF,  # quiet and signalling NaNs
-        0x40490FDB, 0xC0490FDB, 0x3EAAAAAB, 0xBEAAAAAB,  # pi, 1/3 (cancellation)
+        0x00000000,
+        0x80000000,  # signed zeros
+        0x00000001,
+        0x80000001,
+        0x00000002,
+        0x00000003,
+        0x007FFFFF,
+        0x807FFFFF,
+        0x00400000,
+        0x00400001,  # subnormals
+        0x00800000,
+        0x80800000,
+        0x00800001,
+        0x00FFFFFF,  # smallest normals
+        0x3F800000,
+        0xBF800000,
+        0x3F800001,
+        0xBF7FFFFF,
+        0x33800000,
+        0x33800001,
+        0xB3800000,
+        0x34000000,  # 1, ulps, ties
+        0x4B000000,
+        0x4B000001,
+        0xCB000001,
+        0x3F000000,  # 2^23 (ties at integer rounding), 0.5
+        0x7F7FFFFF,
+        0xFF7FFFFF,
+        0x7F7FFFFE,
+        0x7F000000,
+        0x73800000,  # max finite (overflow)
+        0x7F800000,
+        0xFF800000,  # infinities
+        0x7FC00000,
+        0xFFC00000,
+        0x7F800001,
+        0xFF800001,
+        0x7FC12345,
+        0x7FBFFFFF,  # quiet and signalling NaNs
+        0x40490FDB,
+        0xC0490FDB,
+        0x3EAAAAAB,
+        0xBEAAAAAB,  # pi, 1/3 (cancellation)
     ],
     dtype=np.uint32,
 )
@@ -41,8 +75,13 @@ def _check(a_bits, b_bits):
     ok = same_float_bits(got, want)
     bad = np.flatnonzero(~ok)[:5]
     assert ok.all(), [
-        (hex(int(a.view(np.uint32)[i])), hex(int(b.view(np.uint32)[i])),
-         hex(int(got.view(np.uint32)[i])), hex(int(want.view(np.uint32)[i]))) for i in bad
+        (
+            hex(int(a.view(np.uint32)[i])),
+            hex(int(b.view(np.uint32)[i])),
+            hex(int(got.view(np.uint32)[i])),
+            hex(int(want.view(np.uint32)[i])),
+        )
+        for i in bad
     ]
     return got, want
 
@@ -65,8 +104,11 @@ def test_random_bit_patterns_and_near_cancellation():
     a = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
     b = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
     # half the pairs: b is a with low mantissa bits flipped and maybe the sign (cancellation, close exponents)
-    b[: n // 2] = a[: n // 2] ^ rng.integers(0, 2**24, n // 2).astype(np.uint32) ^ (
-        rng.integers(0, 2, n // 2).astype(np.uint32) << 31)
+    b[: n // 2] = (
+        a[: n // 2]
+        ^ rng.integers(0, 2**24, n // 2).astype(np.uint32)
+        ^ (rng.integers(0, 2, n // 2).astype(np.uint32) << 31)
+    )
     _check(a, b)
 
 
@@ -92,8 +134,9 @@ def test_hypothesis_bit_patterns(pairs):
 
 
 @settings(max_examples=8, deadline=None)
-@given(st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True), min_size=2,
-                max_size=40))
+@given(
+    st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True, allow_subnormal=True), min_size=2, max_size=40)
+)
 def test_hypothesis_floats(values):
     x = np.array(values, dtype=np.float32)
     _check(x.view(np.uint32), x[::-1].view(np.uint32))

@@ -21,8 +21,11 @@ def test_verify_json_keys():
 def test_bad_arguments_exit_2(capsys):
     from panama.cli import main
 
-    for argv in (["hw", "verify", "--packets", "0"], ["hw", "report", "--clock-mhz", "0"],
-                 ["hw", "verify", "--width", "100"]):
+    for argv in (
+        ["hw", "verify", "--packets", "0"],
+        ["hw", "report", "--clock-mhz", "0"],
+        ["hw", "verify", "--width", "100"],
+    ):
         with pytest.raises(SystemExit) as exc:
             main(argv)
         assert exc.value.code == 2

@@ -48,7 +48,9 @@ def test_two_jobs_at_once_through_the_same_daemons(cluster):
     out: dict[str, tuple] = {}
 
     def job_thread(job):
-        out[job] = run_ranks(cluster.controller, job, W, lambda c, r: [c.allreduce(data[job][r]) for _ in range(3)], timeout_s=30)
+        out[job] = run_ranks(
+            cluster.controller, job, W, lambda c, r: [c.allreduce(data[job][r]) for _ in range(3)], timeout_s=30
+        )
 
     threads = [threading.Thread(target=job_thread, args=(j,)) for j in data]
     for t in threads:
@@ -139,7 +141,9 @@ def test_job_below_threshold_is_refused_clearly(tmp_path):
     from panama.runtime.cluster import LocalCluster
 
     with LocalCluster(leaves=2, spines=1, hosts_per_leaf=1, threshold_bytes=1_000_000, log_level="WARNING") as lc:
-        results, errors = run_ranks(lc.controller, "small", 2, lambda c, r: c.allreduce(np.ones(10, np.float32)), timeout_s=10)
+        results, errors = run_ranks(
+            lc.controller, "small", 2, lambda c, r: c.allreduce(np.ones(10, np.float32)), timeout_s=10
+        )
     assert all(isinstance(e, CommunicatorError) for e in errors)
     assert "host-based" in str(errors[0]) and "threshold" in str(errors[0])
 

@@ -115,7 +115,9 @@ def test_daemon_control_api_rejects_bad_requests(cluster):
         control,
         "PUT",
         "/jobs/5",
-        json.dumps({"trees": [{"tree_id": 0, "children": ["127.0.0.1:1"]}, {"tree_id": 0, "children": ["127.0.0.1:2"]}]}).encode(),
+        json.dumps(
+            {"trees": [{"tree_id": 0, "children": ["127.0.0.1:1"]}, {"tree_id": 0, "children": ["127.0.0.1:2"]}]}
+        ).encode(),
     )
     assert status == 400 and reply["error"].startswith("trees")  # duplicate tree: refused before anything is applied
     assert _raw(control, "DELETE", "/jobs/12345", None)[0] == 404
@@ -127,7 +129,9 @@ def test_daemon_metrics_are_prometheus_text(cluster):
 
     control = cluster.procs["spine0"].control
     auth = {"Authorization": f"Bearer {os.environ['PANAMA_TOKEN']}"}
-    with urllib.request.urlopen(urllib.request.Request(f"http://{control[0]}:{control[1]}/metrics", headers=auth), timeout=5) as resp:
+    with urllib.request.urlopen(
+        urllib.request.Request(f"http://{control[0]}:{control[1]}/metrics", headers=auth), timeout=5
+    ) as resp:
         assert resp.headers["Content-Type"].startswith("text/plain")
         text = resp.read().decode()
     samples = [line for line in text.splitlines() if line and not line.startswith("#")]
@@ -139,7 +143,9 @@ def test_daemon_metrics_are_prometheus_text(cluster):
     for name in ("rx_packets_total", "rx_bytes_total", "drops_total", "occupancy_slots", "malformed_total"):
         assert f"# TYPE panama_switch_{name} " in text
     ctl = cluster.controller_addr
-    with urllib.request.urlopen(urllib.request.Request(f"http://{ctl[0]}:{ctl[1]}/metrics", headers=auth), timeout=5) as resp:
+    with urllib.request.urlopen(
+        urllib.request.Request(f"http://{ctl[0]}:{ctl[1]}/metrics", headers=auth), timeout=5
+    ) as resp:
         assert "panama_controller_switch_up" in resp.read().decode()
 
 
@@ -148,7 +154,10 @@ def test_cluster_file_errors_name_the_field(tmp_path):
         "leaves": 1,
         "spines": 1,
         "hosts_per_leaf": 2,
-        "switches": {"leaf0": {"udp": "127.0.0.1:1", "control": "127.0.0.1:2"}, "spine0": {"udp": "127.0.0.1:3", "control": "127.0.0.1:4"}},
+        "switches": {
+            "leaf0": {"udp": "127.0.0.1:1", "control": "127.0.0.1:2"},
+            "spine0": {"udp": "127.0.0.1:3", "control": "127.0.0.1:4"},
+        },
     }
     spec = load_cluster(good)
     assert set(spec.switches) == {"leaf0", "spine0"} and spec.switches["spine0"].role == "spine"
@@ -156,10 +165,16 @@ def test_cluster_file_errors_name_the_field(tmp_path):
         ({**good, "colour": 1}, "colour"),
         ({k: v for k, v in good.items() if k != "spines"}, "spines"),
         ({**good, "switches": {"leaf0": good["switches"]["leaf0"]}}, "switches.spine0"),
-        ({**good, "switches": {**good["switches"], "leaf0": {"udp": "x", "control": "127.0.0.1:2"}}}, "switches.leaf0.udp"),
+        (
+            {**good, "switches": {**good["switches"], "leaf0": {"udp": "x", "control": "127.0.0.1:2"}}},
+            "switches.leaf0.udp",
+        ),
         ({**good, "switches": {**good["switches"], "spine9": good["switches"]["leaf0"]}}, "switches.spine9"),
         ({**good, "leaves": 0}, "topology.leaves"),
-        ({**good, "switches": {**good["switches"], "leaf0": {"udp": "0.0.0.0:1", "control": "127.0.0.1:2"}}}, "switches.leaf0.udp"),
+        (
+            {**good, "switches": {**good["switches"], "leaf0": {"udp": "0.0.0.0:1", "control": "127.0.0.1:2"}}},
+            "switches.leaf0.udp",
+        ),
     ]
     for data, field in cases:
         with pytest.raises(ClusterFileError) as info:

@@ -61,15 +61,36 @@ def test_cluster_up_status_down(tmp_path):
 
     state = tmp_path / "cluster.json"
     fixed = free_port("127.0.0.1")
-    up = _run(["cluster", "up", "--leaves", "2", "--spines", "1", "--hosts-per-leaf", "1", "--port", str(fixed),
-               "--state", str(state), "--json", "--log-level", "WARNING"])
+    up = _run(
+        [
+            "cluster",
+            "up",
+            "--leaves",
+            "2",
+            "--spines",
+            "1",
+            "--hosts-per-leaf",
+            "1",
+            "--port",
+            str(fixed),
+            "--state",
+            str(state),
+            "--json",
+            "--log-level",
+            "WARNING",
+        ]
+    )
     assert up.returncode == 0, up.stderr
     try:
         status = _run(["cluster", "status", "--json", "--state", str(state)])
         assert status.returncode == 0, status.stderr
         info = json.loads(status.stdout)
         assert info["controller"] == f"127.0.0.1:{fixed}" and info["controller_up"]  # --port kept
-        assert sorted((s["id"], s["role"]) for s in info["switches"]) == [("leaf0", "leaf"), ("leaf1", "leaf"), ("spine0", "spine")]
+        assert sorted((s["id"], s["role"]) for s in info["switches"]) == [
+            ("leaf0", "leaf"),
+            ("leaf1", "leaf"),
+            ("spine0", "spine"),
+        ]
         assert all(s["up"] and s["udp"].startswith("127.0.0.1:") for s in info["switches"])
         # A second 'up' refuses while this one runs.
         again = _run(["cluster", "up", "--state", str(state)])
@@ -77,7 +98,9 @@ def test_cluster_up_status_down(tmp_path):
         # The recorded cluster works for a 2-rank job.
         from rt_helpers import run_ranks
 
-        results, errors = run_ranks(info["controller"], "cli", 2, lambda c, r: c.allreduce(np.full(10, r + 1, np.float32)))
+        results, errors = run_ranks(
+            info["controller"], "cli", 2, lambda c, r: c.allreduce(np.full(10, r + 1, np.float32))
+        )
         assert errors == [None, None] and np.all(results[0] == 3.0)
         text = _run(["cluster", "status", "--state", str(state)])
         assert "spine0" in text.stdout and "controller" in text.stdout
@@ -96,7 +119,9 @@ def test_cluster_up_status_down(tmp_path):
 def test_bench_allreduce_runs_both_implementations(tmp_path):
     from panama.runtime.bench_allreduce import BenchConfig, format_table, loopback_datagrams, run_bench, write_results
 
-    cfg = BenchConfig(workers=2, sizes_mb=[0.05], iters=2, rounds=3, leaves=2, spines=1, payload_elems=1000, timeout_s=60)
+    cfg = BenchConfig(
+        workers=2, sizes_mb=[0.05], iters=2, rounds=3, leaves=2, spines=1, payload_elems=1000, timeout_s=60
+    )
     rows = run_bench(cfg, progress=False)
     (row,) = rows
     assert row["size_bytes"] == 50_000 and row["panama_ms"] > 0 and row["gloo_ms"] > 0
@@ -123,8 +148,20 @@ def test_bench_allreduce_runs_both_implementations(tmp_path):
 def test_bench_allreduce_with_loss_at_every_switch_stays_exact():
     from panama.runtime.bench_allreduce import BenchConfig, run_bench
 
-    cfg = BenchConfig(workers=2, sizes_mb=[0.2], iters=3, rounds=1, leaves=2, spines=1, payload_elems=1000,
-                      drop_prob=0.05, min_rto_s=0.01, gloo=False, timeout_s=60, seed=3)
+    cfg = BenchConfig(
+        workers=2,
+        sizes_mb=[0.2],
+        iters=3,
+        rounds=1,
+        leaves=2,
+        spines=1,
+        payload_elems=1000,
+        drop_prob=0.05,
+        min_rto_s=0.01,
+        gloo=False,
+        timeout_s=60,
+        seed=3,
+    )
     (row,) = run_bench(cfg, progress=False)
     assert row["panama_max_rel_err"] < 1e-6  # against a float64 reference: every contribution summed once
     # 50 packets per rank per call cross 3 daemons twice: some of them were lost and resent

@@ -180,7 +180,9 @@ def test_a_refused_registration_changes_nothing(cluster):
     job = "same-job"
     base = {"world_size": 2, "trees": 2, "payload_elems": 900, "size_bytes": 1000, "wait_s": 30}
     results: dict = {}
-    t0 = threading.Thread(target=_register, args=(cluster, job, {**base, "rank": 0, "udp": "127.0.0.1:6000"}, results, 0))
+    t0 = threading.Thread(
+        target=_register, args=(cluster, job, {**base, "rank": 0, "udp": "127.0.0.1:6000"}, results, 0)
+    )
     t0.start()
     _wait_for(lambda: _job(cluster, job).get("registered") == [0], "rank 0 registered")
     before = _job(cluster, job)
@@ -209,12 +211,14 @@ def test_a_rank_that_registers_again_with_a_new_incarnation_replaces_its_stale_s
     base = {"world_size": 2, "wait_s": 30}
     results: dict = {}
     old = threading.Thread(
-        target=_register, args=(cluster, job, {**base, "rank": 1, "udp": "127.0.0.1:6101", "incarnation": "a1"}, results, "old")
+        target=_register,
+        args=(cluster, job, {**base, "rank": 1, "udp": "127.0.0.1:6101", "incarnation": "a1"}, results, "old"),
     )
     old.start()
     _wait_for(lambda: _job(cluster, job).get("registered") == [1], "rank 1 registered")
     new = threading.Thread(
-        target=_register, args=(cluster, job, {**base, "rank": 1, "udp": "127.0.0.1:6102", "incarnation": "b2"}, results, "new")
+        target=_register,
+        args=(cluster, job, {**base, "rank": 1, "udp": "127.0.0.1:6102", "incarnation": "b2"}, results, "new"),
     )
     new.start()
     old.join(timeout=60)
@@ -301,7 +305,9 @@ def test_a_bad_put_is_refused_and_the_data_plane_keeps_serving(cluster):
     control = cluster.procs["spine1"].control
     bad = [
         {"trees": [{"tree_id": 0, "children": ["127.0.0.1:7000"], "parent": "255.255.255.255:9"}]},
-        {"trees": [{"tree_id": 0, "children": ["127.0.0.1:7000"], "parent": "192.0.2.1:9"}]},  # not routable from 127.0.0.1
+        {
+            "trees": [{"tree_id": 0, "children": ["127.0.0.1:7000"], "parent": "192.0.2.1:9"}]
+        },  # not routable from 127.0.0.1
         {"trees": [{"tree_id": 0, "children": ["0.0.0.0:7000"]}]},
         {"trees": [{"tree_id": 0, "children": ["127.0.0.1:7000"]}], "key": "xyz"},
     ]
@@ -374,7 +380,10 @@ def test_a_controller_restart_keeps_a_running_job_running(rack, sig):
         return outs
 
     # A job nobody owns, left on the daemon by "a previous life": the new controller removes it.
-    assert rack.switch_call("leaf0", "PUT", "/jobs/4000", {"trees": [{"tree_id": 0, "children": ["127.0.0.1:7001"]}]})[0] == 200
+    assert (
+        rack.switch_call("leaf0", "PUT", "/jobs/4000", {"trees": [{"tree_id": 0, "children": ["127.0.0.1:7001"]}]})[0]
+        == 200
+    )
     box: dict = {}
     name = f"survivor-{sig.name}"
     runner = threading.Thread(target=lambda: box.update(r=run_ranks(rack.controller, name, 2, body, timeout_s=60)))
@@ -423,7 +432,10 @@ def test_the_monitor_survives_an_error_and_reports_it():
             "leaves": 1,
             "spines": 1,
             "hosts_per_leaf": 2,
-            "switches": {"leaf0": {"udp": "127.0.0.1:9", "control": "127.0.0.1:9"}, "spine0": {"udp": "127.0.0.1:9", "control": "127.0.0.1:9"}},
+            "switches": {
+                "leaf0": {"udp": "127.0.0.1:9", "control": "127.0.0.1:9"},
+                "spine0": {"udp": "127.0.0.1:9", "control": "127.0.0.1:9"},
+            },
         }
     )
     service = ControllerService(spec, heartbeat_timeout_s=0.4, startup_wait_s=0)
@@ -516,7 +528,9 @@ def test_unreachable_binds_and_missing_tokens_are_refused_by_the_cli(args, field
     env = dict(os.environ, PANAMA_CLUSTER_STATE=str(tmp_path / "c.json"))
     if field == "token-file":
         env.pop("PANAMA_TOKEN")
-    proc = subprocess.run([sys.executable, "-m", "panama.runtime.cli", *args], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "panama.runtime.cli", *args], env=env, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2, proc.stderr
     assert field in proc.stderr.strip().splitlines()[-1], proc.stderr
 

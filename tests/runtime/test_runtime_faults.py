@@ -104,7 +104,9 @@ def _get_text(addr, path):
     import urllib.request
 
     auth = {"Authorization": f"Bearer {os.environ['PANAMA_TOKEN']}"}
-    with urllib.request.urlopen(urllib.request.Request(f"http://{addr[0]}:{addr[1]}{path}", headers=auth), timeout=5) as resp:
+    with urllib.request.urlopen(
+        urllib.request.Request(f"http://{addr[0]}:{addr[1]}{path}", headers=auth), timeout=5
+    ) as resp:
         return resp.read().decode()
 
 
@@ -129,7 +131,9 @@ def test_packets_from_a_wrong_source_never_change_sums(cluster):
                 for tree in comm.plan["trees"]:
                     for seq in range(0, 100):
                         for gen in (1, 2, 3):
-                            pkt = Packet(comm.job_id, tree["tree_id"], seq, gen, big.size, 0, ack=0, ecn=ECT0, payload=big)
+                            pkt = Packet(
+                                comm.job_id, tree["tree_id"], seq, gen, big.size, 0, ack=0, ecn=ECT0, payload=big
+                            )
                             evil.send(pkt, cluster.switch_udp("leaf0"))
                             sent.append(keyed)
             evil.close()
@@ -230,10 +234,10 @@ def test_a_dead_worker_fails_the_others_and_frees_the_job(cluster):
         # Bounded by the configured timeout (usually the 3-s heartbeat deadline ends it
         # sooner); the slack only absorbs scheduling delays of a loaded test machine.
         assert max(errors_at.values()) <= timeout_s + 5.0
-        status, body = cluster.controller_call("GET", "/v1/jobs/victim")
-        assert status == 200 and body["state"] == "failed" and "rank 3" in body["reason"]
+        status, job = cluster.controller_call("GET", "/v1/jobs/victim")
+        assert status == 200 and job["state"] == "failed" and "rank 3" in job["reason"]
         for s in cluster.switch_stats().values():
-            assert body["job_id"] not in s["jobs"]
+            assert job["job_id"] not in s["jobs"]
     finally:
         victim.kill()
         victim.wait(timeout=10)

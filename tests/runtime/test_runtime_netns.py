@@ -69,7 +69,9 @@ def namespaces():
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         for ns in made:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
-        pytest.skip(f"cannot build network namespaces here: {getattr(exc, 'stderr', b'').decode(errors='replace').strip()}")
+        pytest.skip(
+            f"cannot build network namespaces here: {getattr(exc, 'stderr', b'').decode(errors='replace').strip()}"
+        )
     yield sw, workers
     for ns in made:  # deleting a namespace removes its veth ends (and their peers)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
@@ -82,7 +84,20 @@ def test_allreduce_across_network_namespaces(namespaces):
         assert lc.controller.startswith(SWITCH_IP + ":")
         procs = [
             subprocess.Popen(
-                ["ip", "netns", "exec", ns, sys.executable, "-c", WORKER, lc.controller, str(r), str(W), f"{SUBNET}.{11 + r}", str(n)],
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    sys.executable,
+                    "-c",
+                    WORKER,
+                    lc.controller,
+                    str(r),
+                    str(W),
+                    f"{SUBNET}.{11 + r}",
+                    str(n),
+                ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,

@@ -16,7 +16,11 @@ MEMORY = 16  # slots per daemon: one job alone may keep all of it; two get 8 eac
 def rack():
     """One leaf, 4 hosts, a small accelerator memory."""
     with LocalCluster(
-        leaves=1, spines=1, hosts_per_leaf=4, packet_memory=MEMORY, payload_elems=TEST_PAYLOAD_ELEMS,
+        leaves=1,
+        spines=1,
+        hosts_per_leaf=4,
+        packet_memory=MEMORY,
+        payload_elems=TEST_PAYLOAD_ELEMS,
         heartbeat_timeout_s=5.0,
     ) as lc:
         yield lc
@@ -46,7 +50,7 @@ def test_job_b_runs_while_job_a_sleeps_between_calls(rack):
     b_done.set()
     runner.join(90)
     assert not runner.is_alive()
-    (a_out, a_errors), = a_results
+    ((a_out, a_errors),) = a_results
     assert b_errors == [None, None] and a_errors == [None, None]
     expect_b = data["b"][0] + data["b"][1]
     for out, stats in b_out:

@@ -107,7 +107,9 @@ def test_backlog_counts_what_still_waits_in_the_kernel_after_a_full_batch(daemon
     marks = _marks_after_a_queued_burst(d)
     assert marks[0] and not marks[-1]  # deep queue first, drained at the end
     st = d.stats()
-    assert 30 <= st["max_backlog_pkts"] <= 45  # 40 queued: 1 in the batch behind the first + ~38 in the kernel (estimated)
+    assert (
+        30 <= st["max_backlog_pkts"] <= 45
+    )  # 40 queued: 1 in the batch behind the first + ~38 in the kernel (estimated)
     assert st["ce_marked"] > 0
 
 
@@ -171,7 +173,9 @@ def test_send_errors_never_end_the_data_plane(daemon_factory):
         assert pkt.tree_id == 0 and np.all(pkt.payload == 4.0)
     st = d.stats()
     assert st["data_plane"]["alive"] and st["send_errors"] >= 1
-    assert "255.255.255.255:9" in st["send_errors_by_dest"] and "EACCES" in st["send_errors_by_dest"]["255.255.255.255:9"]
+    assert (
+        "255.255.255.255:9" in st["send_errors_by_dest"] and "EACCES" in st["send_errors_by_dest"]["255.255.255.255:9"]
+    )
     assert "255.255.255.255:9" in st["data_plane"]["last_send_error"]
 
 

@@ -113,7 +113,9 @@ def test_worker_failure_names_the_rank(digits):
 
 
 def _subset(data: Dataset, n: int) -> Dataset:
-    return Dataset("digits-subset", data.train_images[:n], data.train_labels[:n], data.test_images, data.test_labels, "test")
+    return Dataset(
+        "digits-subset", data.train_images[:n], data.train_labels[:n], data.test_images, data.test_labels, "test"
+    )
 
 
 def _single_device(cfg: TrainConfig, data: Dataset) -> torch.Tensor:
@@ -161,7 +163,9 @@ def test_epoch_batches_and_shards():
     assert [p.numel() for p in parts] == [22, 21, 21]
     assert torch.equal(torch.cat(parts), batches[0])
     # every worker draws the same order from the same seed
-    assert torch.equal(epoch_batches(131, 64, 3, seed_generators(9)[1])[0], epoch_batches(131, 64, 3, seed_generators(9)[1])[0])
+    assert torch.equal(
+        epoch_batches(131, 64, 3, seed_generators(9)[1])[0], epoch_batches(131, 64, 3, seed_generators(9)[1])[0]
+    )
 
 
 def test_reference_allreduce_sums_into_every_tensor():
@@ -219,7 +223,15 @@ def test_monitor_reports_the_failing_rank_with_its_traceback():
 
 def test_monitor_times_out_on_silence():
     cfg = TrainConfig(workers=2, epochs=3, allreduce="gloo", timeout_s=0.3)
-    report = {"epoch": 1, "steps": 1, "loss_sum": 1.0, "seen": 1, "seconds": 0.1, "bytes_sent": 0.0, "test_accuracy": None}
+    report = {
+        "epoch": 1,
+        "steps": 1,
+        "loss_sum": 1.0,
+        "seen": 1,
+        "seconds": 0.1,
+        "bytes_sent": 0.0,
+        "test_accuracy": None,
+    }
     with pytest.raises(TrainingError, match=r"no report from any worker for timeout_s=0.3 s.*slowest rank\(s\): \[1\]"):
         _collect(cfg, [_FakeProc(None), _FakeProc(None)], _ListQueue([("epoch", 0, report)]), None, None)
 
@@ -296,7 +308,18 @@ def test_cli_trains_from_idx_files(tmp_path, capsys):
         write_idx(tmp_path / f"{FASHION_MNIST_FILES[split + '_labels']}.gz", labels)
     out_file = tmp_path / "r.json"
     code, out, err = _run_cli(
-        ["--data-dir", str(tmp_path), "--allreduce", "local", "--epochs", "3", "--batch-size", "32", "--out", str(out_file)],
+        [
+            "--data-dir",
+            str(tmp_path),
+            "--allreduce",
+            "local",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "32",
+            "--out",
+            str(out_file),
+        ],
         capsys,
     )
     assert code == 0, err

@@ -10,8 +10,16 @@ from panama.cli import main
 from panama.core.units import ms
 from panama.sim.bench import minimal_loop, run_reference
 
-KEYS = ("goodput_gbps", "jain", "queue_mean_pkts", "queue_p99_pkts", "drops", "sim_hops_per_s",
-        "loop_hops_per_s", "ratio")
+KEYS = (
+    "goodput_gbps",
+    "jain",
+    "queue_mean_pkts",
+    "queue_p99_pkts",
+    "drops",
+    "sim_hops_per_s",
+    "loop_hops_per_s",
+    "ratio",
+)
 
 
 def run_cli(capsys, args):
@@ -71,8 +79,9 @@ def test_compare_pure_runs_the_pure_path_in_a_child_with_identical_results():
 
 
 def test_bench_sim_panama_scenario(capsys):
-    code, out, _ = run_cli(capsys, ["bench", "sim", "--scenario", "panama", "--duration-ms", "0.2", "--json",
-                                    "--no-compare-pure"])
+    code, out, _ = run_cli(
+        capsys, ["bench", "sim", "--scenario", "panama", "--duration-ms", "0.2", "--json", "--no-compare-pure"]
+    )
     assert code == 0
     res = json.loads(out)
     assert res["packet_hops"] > 0 and res["figures"]["topology"].startswith("fat-tree:k=8")

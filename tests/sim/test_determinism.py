@@ -10,17 +10,26 @@ from panama.sim.scenario import SCHEMES, Scenario
 
 
 def base(seed: int = 7) -> Scenario:
-    return Scenario.model_validate({
-        "seed": seed,
-        "duration_ms": 0.4,
-        "topology": {"spec": "fat-tree:k=4"},
-        "background": {"workload": "ali-storage", "load": 0.3},
-        "panama": {"threshold_bytes": 0, "num_trees": 2},
-        "jobs": [
-            {"name": "a", "workers": 4, "gradient_bytes": 60_000, "compute_us": 20.0, "iterations": 2},
-            {"name": "b", "workers": 3, "gradient_bytes": 30_000, "compute_us": 10.0, "iterations": 2, "start_us": 30.0},
-        ],
-    })
+    return Scenario.model_validate(
+        {
+            "seed": seed,
+            "duration_ms": 0.4,
+            "topology": {"spec": "fat-tree:k=4"},
+            "background": {"workload": "ali-storage", "load": 0.3},
+            "panama": {"threshold_bytes": 0, "num_trees": 2},
+            "jobs": [
+                {"name": "a", "workers": 4, "gradient_bytes": 60_000, "compute_us": 20.0, "iterations": 2},
+                {
+                    "name": "b",
+                    "workers": 3,
+                    "gradient_bytes": 30_000,
+                    "compute_us": 10.0,
+                    "iterations": 2,
+                    "start_us": 30.0,
+                },
+            ],
+        }
+    )
 
 
 def stable(summary: dict) -> str:

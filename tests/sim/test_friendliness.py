@@ -52,7 +52,9 @@ def shares(trees: int, flows: int, latency_ps: int = 500_000):
     f0 = [f.delivered_bytes for f in fl]
     eng.run(until_ps=END)
     secs = (END - WARM) / PS_PER_S
-    tree_gbps = [(w.transport.stats["results"] - a) * panama_wire_bytes(361) * 8 / secs / 1e9 for w, a in zip(leaders, t0)]
+    tree_gbps = [
+        (w.transport.stats["results"] - a) * panama_wire_bytes(361) * 8 / secs / 1e9 for w, a in zip(leaders, t0)
+    ]
     mss = tcp.config.mss_bytes
     wire = (mss + tcp.config.header_bytes) / mss
     flow_gbps = [(f.delivered_bytes - a) * wire * 8 / secs / 1e9 for f, a in zip(fl, f0)]

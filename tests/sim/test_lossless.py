@@ -7,8 +7,8 @@ import pytest
 
 from panama.core.accelerator import SHARE_EXCEEDED
 from panama.core.units import us
-from panama.sim.runner import Simulation
 from panama.sim.outputs import collect
+from panama.sim.runner import Simulation
 from panama.sim.scenario import Scenario
 
 MEMORY = 48  # slots: 48 // (4 jobs + 1 reserved share) = 9 per job, 4 per tree of 2, cwnd_cap 2
@@ -16,8 +16,14 @@ MEMORY = 48  # slots: 48 // (4 jobs + 1 reserved share) = 9 per job, 4 per tree 
 
 def scenario(**over) -> Scenario:
     jobs = [
-        {"name": f"j{i}", "hosts": [f"h{i}", f"h{i + 4}", f"h{(i + 1) % 4}"], "gradient_bytes": 200_000,
-         "compute_us": 10.0, "iterations": 3, "start_us": 0.0}
+        {
+            "name": f"j{i}",
+            "hosts": [f"h{i}", f"h{i + 4}", f"h{(i + 1) % 4}"],
+            "gradient_bytes": 200_000,
+            "compute_us": 10.0,
+            "iterations": 3,
+            "start_us": 0.0,
+        }
         for i in range(4)
     ]
     data = {
@@ -115,18 +121,25 @@ def random_scenarios(draw):
         }
         for _ in range(draw(st.integers(1, 4)))
     ]
-    return Scenario.model_validate({
-        "seed": draw(st.integers(0, 10_000)),
-        "duration_ms": 0.3,
-        "topology": {"spec": spec},
-        "network": {"pfc": True},
-        "pswitch": {"packet_memory_slots": draw(st.sampled_from([16, 64, 4096])),
-                    "processing_latency_ns": draw(st.sampled_from([0.0, 500.0]))},
-        "panama": {"threshold_bytes": draw(st.sampled_from([0, 50_000])), "num_trees": draw(st.integers(1, 4)),
-                   "max_jobs_per_switch": draw(st.integers(1, 4))},
-        "background": {"workload": "ali-storage", "load": draw(st.floats(0, 0.6))},
-        "jobs": jobs,
-    })
+    return Scenario.model_validate(
+        {
+            "seed": draw(st.integers(0, 10_000)),
+            "duration_ms": 0.3,
+            "topology": {"spec": spec},
+            "network": {"pfc": True},
+            "pswitch": {
+                "packet_memory_slots": draw(st.sampled_from([16, 64, 4096])),
+                "processing_latency_ns": draw(st.sampled_from([0.0, 500.0])),
+            },
+            "panama": {
+                "threshold_bytes": draw(st.sampled_from([0, 50_000])),
+                "num_trees": draw(st.integers(1, 4)),
+                "max_jobs_per_switch": draw(st.integers(1, 4)),
+            },
+            "background": {"workload": "ali-storage", "load": draw(st.floats(0, 0.6))},
+            "jobs": jobs,
+        }
+    )
 
 
 @settings(max_examples=8, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])

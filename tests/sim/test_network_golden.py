@@ -26,14 +26,26 @@ def tiny(seed: int, lossless: bool) -> dict:
     rng = np.random.default_rng(seed)
     eng = Engine()
     topo = leaf_spine(2, 2, 3)
-    cfg = NetworkConfig(lossless=lossless, queue_limit_bytes=12 * 1500, ecn_k_bytes=6 * 1500,
-                        switch_buffer_bytes=150_000 if lossless else None)
+    cfg = NetworkConfig(
+        lossless=lossless,
+        queue_limit_bytes=12 * 1500,
+        ecn_k_bytes=6 * 1500,
+        switch_buffer_bytes=150_000 if lossless else None,
+    )
     net = Network(eng, topo, cfg, rng=rng)
     tcp = Dctcp(net, rng=rng)
     starts = rng.integers(0, us(20), size=8)
     sizes = [3_000, 40_000, 120_000, 9_000, 60_000, 1_500, 200_000, 30_000]
-    pairs = [("h0", "h5"), ("h1", "h5"), ("h2", "h5"), ("h3", "h5"), ("h4", "h5"), ("h0", "h3"),
-             ("h1", "h4"), ("h5", "h0")]
+    pairs = [
+        ("h0", "h5"),
+        ("h1", "h5"),
+        ("h2", "h5"),
+        ("h3", "h5"),
+        ("h4", "h5"),
+        ("h0", "h3"),
+        ("h1", "h4"),
+        ("h5", "h0"),
+    ]
     for (a, b), size, t in zip(pairs, sizes, starts):
         tcp.start_flow(a, b, size, int(t))
     sampler = net.sample_queues(us(2))
@@ -45,8 +57,22 @@ def tiny(seed: int, lossless: bool) -> dict:
         "counters": c,
         "busiest_queue": sampler.stats()["port"],
         "flows": [
-            {k: f.record()[k] for k in ("flow_id", "src", "dst", "size_bytes", "start_ps", "finish_ps",
-                                         "ideal_fct_ps", "retransmits", "timeouts", "fast_retransmits", "ece_acks")}
+            {
+                k: f.record()[k]
+                for k in (
+                    "flow_id",
+                    "src",
+                    "dst",
+                    "size_bytes",
+                    "start_ps",
+                    "finish_ps",
+                    "ideal_fct_ps",
+                    "retransmits",
+                    "timeouts",
+                    "fast_retransmits",
+                    "ece_acks",
+                )
+            }
             for f in tcp.flows
         ],
     }

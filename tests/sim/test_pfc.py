@@ -81,8 +81,9 @@ def test_dynamic_threshold_shrinks_as_buffer_fills():
 
 def test_buffer_too_small_for_headroom_is_rejected():
     with pytest.raises(ValueError, match="switch_buffer_bytes"):
-        Network(Engine(), star(33), NetworkConfig(lossless=True, switch_buffer_bytes=100_000),
-                rng=np.random.default_rng(0))
+        Network(
+            Engine(), star(33), NetworkConfig(lossless=True, switch_buffer_bytes=100_000), rng=np.random.default_rng(0)
+        )
 
 
 def test_pause_holds_unstarted_packets_and_resume_sends_them():
@@ -129,9 +130,12 @@ def test_hooks_in_a_lossless_network_charge_outputs_and_release_them():
 
 def test_static_threshold_that_could_overflow_is_rejected():
     with pytest.raises(ValueError, match="pfc_static_threshold_bytes"):
-        Network(Engine(), star(9),
-                NetworkConfig(lossless=True, switch_buffer_bytes=200_000, pfc_static_threshold_bytes=30_000),
-                rng=np.random.default_rng(0))
+        Network(
+            Engine(),
+            star(9),
+            NetworkConfig(lossless=True, switch_buffer_bytes=200_000, pfc_static_threshold_bytes=30_000),
+            rng=np.random.default_rng(0),
+        )
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -144,8 +148,11 @@ def test_random_traffic_on_small_buffers_is_lossless(seed):
     flows = []
     for _ in range(40):
         a, b = rng.choice(len(topo.hosts), size=2, replace=False)
-        flows.append(tcp.start_flow(topo.hosts[a], topo.hosts[b], int(rng.integers(1_000, 100_000)),
-                                    int(rng.integers(0, us(100)))))
+        flows.append(
+            tcp.start_flow(
+                topo.hosts[a], topo.hosts[b], int(rng.integers(1_000, 100_000)), int(rng.integers(0, us(100)))
+            )
+        )
     eng.run(ms(100))
     c = net.counters()
     assert c["drops_total"] == 0 and c["pfc_pauses"] > 0

@@ -20,8 +20,12 @@ def test_step_and_chunk_formulas():
 @pytest.mark.parametrize("n", [2, 3, 5])
 def test_ring_dependencies_and_completion(n):
     eng = Engine()
-    net = Network(eng, parse_topology("leaf-spine:leaves=2,spines=1,hosts_per_leaf=3"), NetworkConfig(),
-                  rng=np.random.default_rng(0))
+    net = Network(
+        eng,
+        parse_topology("leaf-spine:leaves=2,spines=1,hosts_per_leaf=3"),
+        NetworkConfig(),
+        rng=np.random.default_rng(0),
+    )
     tcp = Dctcp(net, rng=np.random.default_rng(1))
     hosts = [f"h{i}" for i in range(n)]
     done: list[tuple[int, int]] = []
@@ -51,8 +55,12 @@ def test_ring_dependencies_and_completion(n):
 
 def test_ranks_may_run_ahead_into_the_next_iteration():
     eng = Engine()
-    net = Network(eng, parse_topology("leaf-spine:leaves=1,spines=1,hosts_per_leaf=3"), NetworkConfig(),
-                  rng=np.random.default_rng(0))
+    net = Network(
+        eng,
+        parse_topology("leaf-spine:leaves=1,spines=1,hosts_per_leaf=3"),
+        NetworkConfig(),
+        rng=np.random.default_rng(0),
+    )
     tcp = Dctcp(net, rng=np.random.default_rng(1))
     finished: dict[int, int] = {}
     ring = None

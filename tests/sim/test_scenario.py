@@ -93,7 +93,11 @@ def test_with_scheme_keeps_everything_else():
 
 def test_toml_writer_handles_nested_tables_and_arrays():
     data = {"a": 1, "t": {"x": [1, 2], "u": {"y": "s"}}, "arr": [{"k": 1.5, "none": None}, {"k": True}]}
-    assert tomllib.loads(dumps_toml(data)) == {"a": 1, "t": {"x": [1, 2], "u": {"y": "s"}}, "arr": [{"k": 1.5}, {"k": True}]}
+    assert tomllib.loads(dumps_toml(data)) == {
+        "a": 1,
+        "t": {"x": [1, 2], "u": {"y": "s"}},
+        "arr": [{"k": 1.5}, {"k": True}],
+    }
 
 
 def test_example_scenarios_validate():

@@ -13,18 +13,35 @@ import pytest
 from panama.cli import main
 
 TINY = [
-    "--set", "topology.spec=leaf-spine:leaves=2,spines=2,hosts_per_leaf=2",
-    "--set", "duration_ms=0.3",
-    "--set", "background.load=0.3",
-    "--set", "background.workload=ali-storage",
-    "--set", "panama.threshold_bytes=0",
-    "--set", "jobs=[{name='a', workers=3, gradient_bytes=50000, compute_us=20.0, iterations=2}]",
+    "--set",
+    "topology.spec=leaf-spine:leaves=2,spines=2,hosts_per_leaf=2",
+    "--set",
+    "duration_ms=0.3",
+    "--set",
+    "background.load=0.3",
+    "--set",
+    "background.workload=ali-storage",
+    "--set",
+    "panama.threshold_bytes=0",
+    "--set",
+    "jobs=[{name='a', workers=3, gradient_bytes=50000, compute_us=20.0, iterations=2}]",
 ]
 
 REQUIRED_KEYS = (
-    "simulated_s", "wall_s", "events", "packet_hops", "drops", "pfc_pauses", "ecn_marks",
-    "short_fct_mean_us", "short_fct_p50_us", "short_fct_p99_us", "short_slowdown_mean", "short_slowdown_p99",
-    "jobs", "link_bytes",
+    "simulated_s",
+    "wall_s",
+    "events",
+    "packet_hops",
+    "drops",
+    "pfc_pauses",
+    "ecn_marks",
+    "short_fct_mean_us",
+    "short_fct_p50_us",
+    "short_fct_p99_us",
+    "short_slowdown_mean",
+    "short_slowdown_p99",
+    "jobs",
+    "link_bytes",
 )
 
 
@@ -104,11 +121,25 @@ def test_bad_values_exit_2_naming_the_key(tmp_path, capsys, args, needle):
 def test_bad_scenario_file_via_subprocess(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('seed = 1\n[network]\npfc = "sometimes"\n')
-    proc = subprocess.run([sys.executable, "-m", "panama.cli", "simulate", str(bad), "--out", str(tmp_path / "o")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "panama.cli", "simulate", str(bad), "--out", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+    )
     if "No module named panama.cli.__main__" in proc.stderr:
-        proc = subprocess.run([sys.executable, "-c", "from panama.cli import main; main()", "simulate", str(bad),
-                               "--out", str(tmp_path / "o")], capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from panama.cli import main; main()",
+                "simulate",
+                str(bad),
+                "--out",
+                str(tmp_path / "o"),
+            ],
+            capture_output=True,
+            text=True,
+        )
     assert proc.returncode == 2
     assert "network.pfc" in proc.stderr and proc.stderr.count("\n") == 1
 
@@ -117,7 +148,9 @@ def test_topology_overrides_change_link_rates_and_delays():
     from panama.sim.runner import build_topology
     from panama.sim.scenario import load_scenario
 
-    sc = load_scenario(None, ["topology.host_rate_gbps=25", "topology.fabric_rate_gbps=100", "topology.link_delay_us=2.5"])
+    sc = load_scenario(
+        None, ["topology.host_rate_gbps=25", "topology.fabric_rate_gbps=100", "topology.link_delay_us=2.5"]
+    )
     topo = build_topology(sc)
     for a, b, rate, delay in topo.links():
         assert delay == 2_500_000

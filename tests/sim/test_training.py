@@ -16,15 +16,17 @@ GRAD = 144_400  # 100 packets of 361 floats
 
 def tiny(scheme: str, **job) -> Scenario:
     j = {"name": "j", "hosts": HOSTS, "gradient_bytes": GRAD, "compute_us": 20.0, "iterations": 3} | job
-    return Scenario.model_validate({
-        "seed": 1,
-        "duration_ms": 0.1,
-        "scheme": scheme,
-        "topology": {"spec": "leaf-spine:leaves=2,spines=2,hosts_per_leaf=2"},
-        "background": {"load": 0.0},
-        "panama": {"threshold_bytes": 0, "num_trees": 2},
-        "jobs": [j],
-    })
+    return Scenario.model_validate(
+        {
+            "seed": 1,
+            "duration_ms": 0.1,
+            "scheme": scheme,
+            "topology": {"spec": "leaf-spine:leaves=2,spines=2,hosts_per_leaf=2"},
+            "background": {"load": 0.0},
+            "panama": {"threshold_bytes": 0, "num_trees": 2},
+            "jobs": [j],
+        }
+    )
 
 
 def uplink_bytes(result, host: str) -> int:
@@ -136,19 +138,33 @@ def test_panama_and_ring_jobs_side_by_side_on_one_fabric():
     """Both jobs run at once on one fabric: same iteration count; each worker's uplink
     carries S (+ headers) per iteration in-network and 2(N-1)/N*S (+ headers, ACKs) with ring."""
     iters, n = 4, 4
-    sc = Scenario.model_validate({
-        "seed": 2,
-        "duration_ms": 0.1,
-        "topology": {"spec": "leaf-spine:leaves=2,spines=2,hosts_per_leaf=4"},
-        "background": {"load": 0.0},
-        "panama": {"threshold_bytes": 0, "num_trees": 2},
-        "jobs": [
-            {"name": "inet", "hosts": ["h0", "h1", "h4", "h5"], "gradient_bytes": GRAD, "compute_us": 20.0,
-             "iterations": iters, "scheme": "panama"},
-            {"name": "ring", "hosts": ["h2", "h3", "h6", "h7"], "gradient_bytes": GRAD, "compute_us": 20.0,
-             "iterations": iters, "scheme": "ring"},
-        ],
-    })
+    sc = Scenario.model_validate(
+        {
+            "seed": 2,
+            "duration_ms": 0.1,
+            "topology": {"spec": "leaf-spine:leaves=2,spines=2,hosts_per_leaf=4"},
+            "background": {"load": 0.0},
+            "panama": {"threshold_bytes": 0, "num_trees": 2},
+            "jobs": [
+                {
+                    "name": "inet",
+                    "hosts": ["h0", "h1", "h4", "h5"],
+                    "gradient_bytes": GRAD,
+                    "compute_us": 20.0,
+                    "iterations": iters,
+                    "scheme": "panama",
+                },
+                {
+                    "name": "ring",
+                    "hosts": ["h2", "h3", "h6", "h7"],
+                    "gradient_bytes": GRAD,
+                    "compute_us": 20.0,
+                    "iterations": iters,
+                    "scheme": "ring",
+                },
+            ],
+        }
+    )
     r = run_scenario(sc, progress=False)
     jobs = r.summary["jobs"]
     assert jobs["inet"]["scheme_used"] == "panama" and jobs["ring"]["scheme_used"] == "ring"

@@ -17,7 +17,12 @@ from panama.sim.workload import (
 
 @pytest.mark.parametrize(
     "name,mean_bytes,median_bytes",
-    [("web-search", 1.71e6, 73e3), ("data-mining", 12.7e6, 1.1e3), ("fb-hadoop", 120e3, 700), ("ali-storage", 40.9e3, None)],
+    [
+        ("web-search", 1.71e6, 73e3),
+        ("data-mining", 12.7e6, 1.1e3),
+        ("fb-hadoop", 120e3, 700),
+        ("ali-storage", 40.9e3, None),
+    ],
 )
 def test_builtin_means_match_reference_table(name, mean_bytes, median_bytes):
     cdf = load_cdf(name)

@@ -47,7 +47,9 @@ def _unavailable(name: str, exc: ImportError) -> click.Command:
     """Stand-in for a command whose module cannot be imported (e.g. an optional dependency is missing)."""
 
     def fail() -> None:
-        raise click.ClickException(f"'{name}' is unavailable here: {exc} (install the extras: pip install 'panama-ina[all]')")
+        raise click.ClickException(
+            f"'{name}' is unavailable here: {exc} (install the extras: pip install 'panama-ina[all]')"
+        )
 
     return click.Command(name, callback=fail, help=f"(unavailable: {exc})", add_help_option=True)
 

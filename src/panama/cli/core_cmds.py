@@ -10,7 +10,9 @@ from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, MAX_PAYLOAD_ELEMS
 
 @click.command("core")
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True, help="Contributing workers.")
-@click.option("--size-mb", type=click.FloatRange(0.001, 4096), default=64.0, show_default=True, help="Gradient MB per worker.")
+@click.option(
+    "--size-mb", type=click.FloatRange(0.001, 4096), default=64.0, show_default=True, help="Gradient MB per worker."
+)
 @click.option(
     "--payload-elems",
     type=click.IntRange(1, MAX_PAYLOAD_ELEMS),
@@ -35,7 +37,9 @@ def bench_core(workers: int, size_mb: float, payload_elems: int, repeat: int, se
     click.echo(
         f"{'accelerator':24}{result.accelerator_gbps:14.3f}{result.accelerator_pps:14,.0f}{result.accelerator_s:10.3f}"
     )
-    click.echo(f"{'numpy.add (same packets)':24}{result.numpy_gbps:14.3f}{result.numpy_pps:14,.0f}{result.numpy_s:10.3f}")
+    click.echo(
+        f"{'numpy.add (same packets)':24}{result.numpy_gbps:14.3f}{result.numpy_pps:14,.0f}{result.numpy_s:10.3f}"
+    )
     click.echo(
         f"ratio accelerator/numpy.add = {result.ratio:.3f}   ({result.contributions:,} contributions of "
         f"{payload_elems} floats; result {'exact' if result.exact else 'WRONG'})"

@@ -191,8 +191,15 @@ def draw(topo: Topology, path: str, plans: Sequence[JobPlan] = (), title: str | 
         if show_labels:
             for n in nodes:
                 x, y = pos[n]
-                ax.annotate(n, (x, y), textcoords="offset points", xytext=(0, -11 if kind == "host" else 7),
-                            ha="center", fontsize=6, zorder=6)
+                ax.annotate(
+                    n,
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(0, -11 if kind == "host" else 7),
+                    ha="center",
+                    fontsize=6,
+                    zorder=6,
+                )
     ax.set_title(title or topo.name, fontsize=9)
     ax.set_axis_off()
     if trees:
@@ -220,7 +227,9 @@ def topology() -> None:
 
 @topology.command("show")
 @click.argument("spec", metavar="SPEC")
-@click.option("--json", "as_json", is_flag=True, help="Print hosts, switches and links as JSON (docs/topology-schema.json).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print hosts, switches and links as JSON (docs/topology-schema.json)."
+)
 @click.option("--png", type=str, default=None, metavar="FILE", help="Also draw the topology into this PNG file.")
 def show(spec: str, as_json: bool, png: str | None) -> None:
     """Summarise topology SPEC: hosts, switches per tier, links, bisection bandwidth.
@@ -241,20 +250,52 @@ def show(spec: str, as_json: bool, png: str | None) -> None:
 
 
 @click.command("plan")
-@click.option("--topology", "topology_spec", required=True, metavar="SPEC",
-              help="Topology spec (fat-tree:k=4, leaf-spine:leaves=4,spines=2,hosts_per_leaf=4) or file.")
-@click.option("--job", "jobs", multiple=True, required=True, metavar="NAME:HOSTS[:SIZE_MB]",
-              help="A job: name, comma-separated hosts (ranges like h0..h7 allowed), gradient size in MB "
-                   f"(10^6 bytes, default {DEFAULT_JOB_SIZE_MB:g}). Repeat to plan several jobs in order.")
-@click.option("--trees", type=int, default=1, show_default=True, help="Aggregation trees per job (clamped to the usable roots).")
-@click.option("--threshold-mb", type=float, default=DEFAULT_THRESHOLD_BYTES / BYTES_PER_MB, show_default=True,
-              help="Smallest gradient size aggregated in-network.")
-@click.option("--max-jobs-per-switch", type=int, default=DEFAULT_MAX_JOBS_PER_SWITCH, show_default=True,
-              help="Jobs one accelerator may serve at once.")
-@click.option("--packet-memory", type=int, default=DEFAULT_PACKET_MEMORY, show_default=True,
-              help="Accelerator memory in packet slots (shared evenly by its jobs).")
-@click.option("--group-pool", default=DEFAULT_GROUP_POOL, show_default=True, help="IPv4 multicast pool for tree groups.")
-@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (docs/plan-schema.json) instead of tables.")
+@click.option(
+    "--topology",
+    "topology_spec",
+    required=True,
+    metavar="SPEC",
+    help="Topology spec (fat-tree:k=4, leaf-spine:leaves=4,spines=2,hosts_per_leaf=4) or file.",
+)
+@click.option(
+    "--job",
+    "jobs",
+    multiple=True,
+    required=True,
+    metavar="NAME:HOSTS[:SIZE_MB]",
+    help="A job: name, comma-separated hosts (ranges like h0..h7 allowed), gradient size in MB "
+    f"(10^6 bytes, default {DEFAULT_JOB_SIZE_MB:g}). Repeat to plan several jobs in order.",
+)
+@click.option(
+    "--trees", type=int, default=1, show_default=True, help="Aggregation trees per job (clamped to the usable roots)."
+)
+@click.option(
+    "--threshold-mb",
+    type=float,
+    default=DEFAULT_THRESHOLD_BYTES / BYTES_PER_MB,
+    show_default=True,
+    help="Smallest gradient size aggregated in-network.",
+)
+@click.option(
+    "--max-jobs-per-switch",
+    type=int,
+    default=DEFAULT_MAX_JOBS_PER_SWITCH,
+    show_default=True,
+    help="Jobs one accelerator may serve at once.",
+)
+@click.option(
+    "--packet-memory",
+    type=int,
+    default=DEFAULT_PACKET_MEMORY,
+    show_default=True,
+    help="Accelerator memory in packet slots (shared evenly by its jobs).",
+)
+@click.option(
+    "--group-pool", default=DEFAULT_GROUP_POOL, show_default=True, help="IPv4 multicast pool for tree groups."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the plan as JSON (docs/plan-schema.json) instead of tables."
+)
 @click.option("--out", "out_path", type=str, default=None, metavar="FILE", help="Also write the JSON plan to FILE.")
 @click.option("--png", type=str, default=None, metavar="FILE", help="Draw the topology with the trees coloured.")
 def controller_plan(

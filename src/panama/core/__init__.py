@@ -7,11 +7,11 @@ from panama.core.packet import (
     CE,
     ECT0,
     ECT1,
-    NOT_ECT,
     FLAG_ECE,
     FLAG_RESULT,
     FLAG_RETRANSMIT,
     MAX_CWND_CAP,
+    NOT_ECT,
     Packet,
 )
 from panama.core.units import ms, ns, s, tx_time_ps, us

@@ -171,7 +171,10 @@ def payload_view(buf: bytearray | memoryview) -> np.ndarray:
 
 
 def decode(
-    data: bytes | bytearray | memoryview, ecn: int = 0, floats: np.ndarray | None = None, keys: Mapping[int, int] | None = None
+    data: bytes | bytearray | memoryview,
+    ecn: int = 0,
+    floats: np.ndarray | None = None,
+    keys: Mapping[int, int] | None = None,
 ) -> Packet:
     """Parse one datagram strictly. The payload is a read-only view into ``data``.
 

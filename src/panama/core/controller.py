@@ -295,7 +295,9 @@ class Controller:
 
     def is_empty(self) -> bool:
         """True when no job, entry, group, id or root load is held."""
-        return not (self._plans or self._groups or self._job_ids or any(self._state.values()) or any(self._root_load.values()))
+        return not (
+            self._plans or self._groups or self._job_ids or any(self._state.values()) or any(self._root_load.values())
+        )
 
     # ------------------------------------------------------------------ admission
     def admit(self, name: str, hosts: Sequence[str], size_bytes: int, num_trees: int = 1) -> JobPlan:
@@ -314,7 +316,9 @@ class Controller:
         topo = self.topology
         for h in hosts:
             if not isinstance(h, str) or h not in topo:
-                raise ControllerError("hosts", f"unknown host {h!r} in topology {topo.name} (hosts are {_host_range(topo)})")
+                raise ControllerError(
+                    "hosts", f"unknown host {h!r} in topology {topo.name} (hosts are {_host_range(topo)})"
+                )
             if not topo.is_host(h):
                 raise ControllerError("hosts", f"{h!r} is a {topo.tier(h)} switch, not a host")
         if isinstance(size_bytes, float) and size_bytes.is_integer():
@@ -387,7 +391,15 @@ class Controller:
 
         def host_based(reason: str, warnings: Sequence[str] = ()) -> JobPlan:
             return JobPlan(
-                name, job_id, hosts, size_bytes, False, f"host-based allreduce: {reason}", [], num_trees, tuple(warnings)
+                name,
+                job_id,
+                hosts,
+                size_bytes,
+                False,
+                f"host-based allreduce: {reason}",
+                [],
+                num_trees,
+                tuple(warnings),
             )
 
         distinct = sorted(set(hosts), key=topo.rank)

@@ -61,21 +61,21 @@ class JobInput(str, Enum):
         return self.value
 
 
-S, I = JobState, JobInput
+S, In = JobState, JobInput
 
 TRANSITIONS: dict[tuple[JobState, JobInput], JobState] = {
-    (S.REGISTERING, I.ALL_IN): S.INSTALLING,
-    (S.REGISTERING, I.ABANDONED): S.FAILED,
-    (S.REGISTERING, I.RECOVERED): S.RUNNING,
-    (S.REGISTERING, I.DELETED): S.FAILED,
-    (S.INSTALLING, I.INSTALLED): S.RUNNING,
-    (S.INSTALLING, I.REFUSED): S.REFUSED,
-    (S.INSTALLING, I.INSTALL_FAILED): S.FAILED,
-    (S.RUNNING, I.ALL_LEFT): S.COMPLETED,
-    (S.RUNNING, I.RANK_FAILED): S.FAILED,
-    (S.RUNNING, I.RANK_LOST): S.FAILED,
-    (S.RUNNING, I.SWITCH_LOST): S.FAILED,
-    (S.RUNNING, I.DELETED): S.FAILED,
+    (S.REGISTERING, In.ALL_IN): S.INSTALLING,
+    (S.REGISTERING, In.ABANDONED): S.FAILED,
+    (S.REGISTERING, In.RECOVERED): S.RUNNING,
+    (S.REGISTERING, In.DELETED): S.FAILED,
+    (S.INSTALLING, In.INSTALLED): S.RUNNING,
+    (S.INSTALLING, In.REFUSED): S.REFUSED,
+    (S.INSTALLING, In.INSTALL_FAILED): S.FAILED,
+    (S.RUNNING, In.ALL_LEFT): S.COMPLETED,
+    (S.RUNNING, In.RANK_FAILED): S.FAILED,
+    (S.RUNNING, In.RANK_LOST): S.FAILED,
+    (S.RUNNING, In.SWITCH_LOST): S.FAILED,
+    (S.RUNNING, In.DELETED): S.FAILED,
 }
 
 FINAL = frozenset({S.COMPLETED, S.FAILED, S.REFUSED})
@@ -87,7 +87,8 @@ class JobStateError(RuntimeError):
     def __init__(self, job: str, event: JobInput, state: JobState):
         allowed = sorted(str(e) for (s, e) in TRANSITIONS if s is state)
         super().__init__(
-            f"job {job!r}: input {event} is illegal in state {state} (allowed: {', '.join(allowed) or 'none, final state'})"
+            f"job {job!r}: input {event} is illegal in state {state} (allowed: "
+            f"{', '.join(allowed) or 'none, final state'})"
         )
         self.job = job
         self.event = event

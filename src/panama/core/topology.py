@@ -212,7 +212,9 @@ class Topology:
             if (self._level[a], natural_key(a)) > (self._level[b], natural_key(b)):
                 a, b = b, a
             out.append((a, b, float(d["rate_bps"]), int(d["delay_ps"])))
-        out.sort(key=lambda link: (self._level[link[0]], self._level[link[1]], natural_key(link[0]), natural_key(link[1])))
+        out.sort(
+            key=lambda link: (self._level[link[0]], self._level[link[1]], natural_key(link[0]), natural_key(link[1]))
+        )
         return out
 
     def counts(self) -> dict[str, int]:
@@ -568,7 +570,9 @@ def kind_from_name(name: str) -> str:
     for prefix, kind in _NAME_PREFIX_KIND:
         if name.startswith(prefix) and (prefix != "h" or name[1:].isdigit() or name.startswith("host")):
             return kind
-    raise TopologyError(f"node {name}", "cannot infer the kind from the name; use a prefix h, tor, leaf, agg, core or spine")
+    raise TopologyError(
+        f"node {name}", "cannot infer the kind from the name; use a prefix h, tor, leaf, agg, core or spine"
+    )
 
 
 def _graph_from_links(

@@ -44,10 +44,11 @@ loss: the slot below waits for another worker's retransmission, and resending ou
 contribution costs one duplicate the accelerator drops). Measured in the UDP runtime
 (``bench/bench_runtime_loss.py --min-rto-ms 20``, 5 % loss at every daemon): median
 call 7.3-7.8x the lossless one with 1, 8.7x with 2, 12-15x with 3, because the last
-packets of a call rarely have three results above them. Pass 3 where a fabric reorders. Windows are left alone: in PANAMA's lossless fabric a loss is not a
-congestion signal (ECN and ``cwnd_cap`` are), and a loss seen by one worker only must not
-break the tree's lock-step. Retransmissions are answered from the accelerators' retained
-slots, so the protocol stays exactly-once.
+packets of a call rarely have three results above them. Pass 3 where a fabric reorders.
+Windows are left alone: in PANAMA's lossless fabric a loss is not a congestion signal
+(ECN and ``cwnd_cap`` are), and a loss seen by one worker only must not break the tree's
+lock-step. Retransmissions are answered from the accelerators' retained slots, so the
+protocol stays exactly-once.
 
 ECN: contributions leave as ECT(0). A result whose *IP* codepoint is CE was marked on
 the way down (the accelerators relay such a mark to every worker below them); the
@@ -258,9 +259,7 @@ class WorkerTransport:
     def missing(self) -> list[tuple[int, int]]:
         """``(tree_id, seq)`` of every packet still without a result (for error messages)."""
         T = self.num_trees
-        return [
-            (self.tree_ids[i % T], self._gen_start[i % T] + i // T) for i in np.flatnonzero(~self._got).tolist()
-        ]
+        return [(self.tree_ids[i % T], self._gen_start[i % T] + i // T) for i in np.flatnonzero(~self._got).tolist()]
 
     # ------------------------------------------------------------------ outputs
     def poll(self, now: int) -> list[Packet]:

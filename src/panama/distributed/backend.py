@@ -22,7 +22,8 @@ Which path (decided per call from the dtype, device and op, identical on every r
 |---|---|
 | ``all_reduce`` SUM / AVG, float32 CPU tensor | PANAMA (AVG: the sum divided by the group size) |
 | ``all_reduce`` other ops or dtypes | gloo (AVG: gloo SUM, then divided; integer AVG refused) |
-| ``broadcast``, ``all_gather``, ``all_gather_into_tensor``, ``gather``, ``scatter``, ``reduce``, ``reduce_scatter``, ``reduce_scatter_tensor``, ``all_to_all``, ``all_to_all_single``, ``barrier``, ``all_reduce_coalesced``, ``monitored_barrier`` | gloo, through the worker thread |
+| every other collective (``broadcast``, ``all_gather[_into_tensor]``, ``gather``, ``scatter``, | gloo, through |
+| ``reduce``, ``reduce_scatter[_tensor]``, ``all_to_all[_single]``, ``barrier``, ...) | the worker thread |
 | ``send``, ``recv``, ``recv_anysource`` | gloo directly (not queued behind pending collectives) |
 
 Discovery (at group creation): ``$PANAMA_CONTROLLER`` (+ ``$PANAMA_TOKEN``) joins a running
@@ -222,7 +223,9 @@ class PanamaProcessGroup(dist.ProcessGroup):
             except Exception as exc:
                 self._store.set(SETUP_KEY, json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
                 raise PanamaDistributedError(f"panama backend: rank 0 could not set up PANAMA: {exc}") from exc
-            self._store.set(SETUP_KEY, json.dumps({"controller": cluster.controller, "token": cluster.token, "nonce": nonce}))
+            self._store.set(
+                SETUP_KEY, json.dumps({"controller": cluster.controller, "token": cluster.token, "nonce": nonce})
+            )
         else:
             info = self._wait_setup()
             if "error" in info:
@@ -326,7 +329,9 @@ class PanamaProcessGroup(dist.ProcessGroup):
         op = opts.reduceOp if opts is not None else ReduceOp.SUM
         is_sum, is_avg = op == ReduceOp.SUM, op == ReduceOp.AVG
         if is_avg and any(not (t.is_floating_point() or t.is_complex()) for t in tensors):
-            raise ValueError("panama backend: all_reduce AVG needs floating-point tensors (gloo has no AVG to fall back on)")
+            raise ValueError(
+                "panama backend: all_reduce AVG needs floating-point tensors (gloo has no AVG to fall back on)"
+            )
         for t in tensors:
             if t.device.type != "cpu":
                 raise PanamaDistributedError(
@@ -337,7 +342,9 @@ class PanamaProcessGroup(dist.ProcessGroup):
         if not panama_ok:
             if is_avg:
                 return self._submit(lambda: self._gloo_allreduce(tensors, avg=True), tensors)
-            return self._gloo_call("allreduce", tensors, opts if opts is not None else AllreduceOptions(), value_on_error=tensors)
+            return self._gloo_call(
+                "allreduce", tensors, opts if opts is not None else AllreduceOptions(), value_on_error=tensors
+            )
         return self._submit(lambda: self._panama_allreduce(tensors, avg=is_avg), tensors)
 
     def _gloo_allreduce(self, tensors: list[torch.Tensor], avg: bool) -> list[torch.Tensor]:
@@ -390,7 +397,8 @@ class PanamaProcessGroup(dist.ProcessGroup):
             if self._rank == 0 and not self._warned:
                 self._warned = True
                 log.warning(
-                    "panama backend: job %s not admitted for in-network aggregation (%s); its all_reduce goes through gloo "
+                    "panama backend: job %s not admitted for in-network aggregation (%s); its all_reduce goes "
+                    "through gloo "
                     "(counted in panama.distributed.stats()['fallback_calls'])",
                     self.stats.job,
                     exc.reason,
@@ -584,8 +592,6 @@ def _backward_box(fut: torch.futures.Future, value_on_error: Any) -> list[Any] |
 
 def _opt(opts: Any) -> tuple[Any, ...]:
     return () if opts is None else (opts,)
-
-
 
 
 def _create(common_opts: Any, backend_opts: Any) -> PanamaProcessGroup:

@@ -50,19 +50,40 @@ def experiment() -> None:
 
 
 @experiment.command(name="comm-ratio")
-@click.option("--models", "models_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Input table (CSV, '#' comments; see src/panama/data/models.csv for the columns). "
-                   "Default: the packaged table with cited sources.")
-@click.option("--workers", type=int, default=None,
-              help="Workers N of the ring: it moves 2(N-1)/N x the gradient per worker. Default: the large-N limit, 2x.")
-@click.option("--link-gbps", "link_gbps", default=None, metavar="LIST",
-              help="Evaluate every row at each of these link rates (e.g. 10,40,100) instead of its own link_gbps.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_OUT / "comm-ratio", show_default=True, help="Output directory.")
+@click.option(
+    "--models",
+    "models_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Input table (CSV, '#' comments; see src/panama/data/models.csv for the columns). "
+    "Default: the packaged table with cited sources.",
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Workers N of the ring: it moves 2(N-1)/N x the gradient per worker. Default: the large-N limit, 2x.",
+)
+@click.option(
+    "--link-gbps",
+    "link_gbps",
+    default=None,
+    metavar="LIST",
+    help="Evaluate every row at each of these link rates (e.g. 10,40,100) instead of its own link_gbps.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_OUT / "comm-ratio",
+    show_default=True,
+    help="Output directory.",
+)
 @click.option("--no-plot", is_flag=True, help="Skip comm_ratio.png.")
 @click.option("--quiet", "-q", is_flag=True, help="No terminal table.")
-def comm_ratio_cmd(models_path: Path | None, workers: int | None, link_gbps: str | None, out_dir: Path,
-                   no_plot: bool, quiet: bool) -> None:
+def comm_ratio_cmd(
+    models_path: Path | None, workers: int | None, link_gbps: str | None, out_dir: Path, no_plot: bool, quiet: bool
+) -> None:
     """Communication/(communication+computation) and the in-network speed-up bound (the motivation figure).
 
     Per-iteration compute time comes from published single-GPU throughput, communication
@@ -76,16 +97,19 @@ def comm_ratio_cmd(models_path: Path | None, workers: int | None, link_gbps: str
         raise usage_error("--workers", f"must be >= 2, got {workers}")
     links = _float_list("--link-gbps", link_gbps)
     try:
-        summary = run_comm_ratio(out_dir, models_path=models_path, workers=workers, link_gbps=links,
-                                 make_plot=not no_plot)
+        summary = run_comm_ratio(
+            out_dir, models_path=models_path, workers=workers, link_gbps=links, make_plot=not no_plot
+        )
     except ModelTableError as exc:
         raise usage_error(f"--models: {exc.field}", exc.detail) from None
     if not quiet:
         click.echo(summary["table_text"])
         click.echo("")
         for name, r in summary["ranges"]["by_gpu"].items():
-            click.echo(f"{name:<14} ratio {r['comm_ratio_min']:.2f}-{r['comm_ratio_max']:.2f}   "
-                       f"speed-up {r['speedup_min']:.2f}-{r['speedup_max']:.2f}")
+            click.echo(
+                f"{name:<14} ratio {r['comm_ratio_min']:.2f}-{r['comm_ratio_max']:.2f}   "
+                f"speed-up {r['speedup_min']:.2f}-{r['speedup_max']:.2f}"
+            )
         click.echo(f"\nwrote {out_dir}/comm_ratio.csv, summary.json" + ("" if no_plot else ", comm_ratio.png"))
 
 
@@ -94,29 +118,71 @@ def comm_ratio_cmd(models_path: Path | None, workers: int | None, link_gbps: str
 
 def _shared_cluster_options(f):
     options = [
-        click.option("--quick", is_flag=True, help="Small preset (leaf-spine 4x2x4, 20 ms of traffic): about a minute on 2 cores."),
-        click.option("--preset", type=click.Choice(["full", "quick", "tiny"]), default=None,
-                     help="Built-in scenario preset (default full: fat-tree k=4, 50 ms of traffic, a few minutes "
-                          "on 2 cores; tiny: smoke tests only)."),
-        click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="Base scenario TOML (panama simulate format) instead of a preset."),
-        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                     help="Override a base-scenario key (dotted, e.g. --set network.pfc=false); repeatable."),
-        click.option("--schemes", default="ring,ina-fixed,ina-single,panama", show_default=True,
-                     help="Comma-separated schemes; ring is the baseline of every ratio."),
+        click.option(
+            "--quick",
+            is_flag=True,
+            help="Small preset (leaf-spine 4x2x4, 20 ms of traffic): about a minute on 2 cores.",
+        ),
+        click.option(
+            "--preset",
+            type=click.Choice(["full", "quick", "tiny"]),
+            default=None,
+            help="Built-in scenario preset (default full: fat-tree k=4, 50 ms of traffic, a few minutes "
+            "on 2 cores; tiny: smoke tests only).",
+        ),
+        click.option(
+            "--scenario",
+            "scenario_path",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="Base scenario TOML (panama simulate format) instead of a preset.",
+        ),
+        click.option(
+            "--set",
+            "sets",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Override a base-scenario key (dotted, e.g. --set network.pfc=false); repeatable.",
+        ),
+        click.option(
+            "--schemes",
+            default="ring,ina-fixed,ina-single,panama",
+            show_default=True,
+            help="Comma-separated schemes; ring is the baseline of every ratio.",
+        ),
         click.option("--load", type=float, default=None, help="Background load (fraction of host link rate)."),
         click.option("--trees", type=int, default=None, help="Aggregation trees per job (panama, ina-fixed)."),
         click.option("--seed", type=int, default=None, help="Seed (workload, placement, ECMP)."),
-        click.option("--seeds", default=None, metavar="LIST", help="Several seeds, e.g. 1,2,3 (same as --sweep seed=1,2,3)."),
-        click.option("--sweep", "sweeps", multiple=True, metavar="KEY=V1,V2",
-                     help="Sweep axes, e.g. --sweep 'load=0.3,0.5,0.7 trees=1,2,4 seed=1,2,3'. Keys: load, trees, "
-                          "seed, workload, topology, threshold, duration or any dotted scenario key."),
-        click.option("--jobs", "-j", type=int, default=None,
-                     help="Worker processes (default: CPU count); 1 runs in this process."),
-        click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
-                     help="Run the points on an existing Dask cluster instead of local processes."),
-        click.option("--keep-runs", is_flag=True, help="Keep each run's simulator outputs (flows.csv, jobs.csv) in runs/."),
-        click.option("--fresh", is_flag=True, help="Discard finished runs in the output directory instead of resuming."),
+        click.option(
+            "--seeds", default=None, metavar="LIST", help="Several seeds, e.g. 1,2,3 (same as --sweep seed=1,2,3)."
+        ),
+        click.option(
+            "--sweep",
+            "sweeps",
+            multiple=True,
+            metavar="KEY=V1,V2",
+            help="Sweep axes, e.g. --sweep 'load=0.3,0.5,0.7 trees=1,2,4 seed=1,2,3'. Keys: load, trees, "
+            "seed, workload, topology, threshold, duration or any dotted scenario key.",
+        ),
+        click.option(
+            "--jobs",
+            "-j",
+            type=int,
+            default=None,
+            help="Worker processes (default: CPU count); 1 runs in this process.",
+        ),
+        click.option(
+            "--scheduler",
+            default=None,
+            metavar="tcp://HOST:PORT",
+            help="Run the points on an existing Dask cluster instead of local processes.",
+        ),
+        click.option(
+            "--keep-runs", is_flag=True, help="Keep each run's simulator outputs (flows.csv, jobs.csv) in runs/."
+        ),
+        click.option(
+            "--fresh", is_flag=True, help="Discard finished runs in the output directory instead of resuming."
+        ),
         click.option("--no-plot", is_flag=True, help="Skip the PNG plots."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table."),
     ]
@@ -125,9 +191,19 @@ def _shared_cluster_options(f):
     return f
 
 
-def _resolve_shared_cluster(quick: bool, preset: str | None, scenario_path: Path | None, sets: tuple[str, ...],
-                            schemes: str, load: float | None, trees: int | None, seed: int | None,
-                            seeds: str | None, sweeps: tuple[str, ...], jobs: int | None) -> dict[str, Any]:
+def _resolve_shared_cluster(
+    quick: bool,
+    preset: str | None,
+    scenario_path: Path | None,
+    sets: tuple[str, ...],
+    schemes: str,
+    load: float | None,
+    trees: int | None,
+    seed: int | None,
+    seeds: str | None,
+    sweeps: tuple[str, ...],
+    jobs: int | None,
+) -> dict[str, Any]:
     """Validate options into keyword arguments of run_shared_cluster (UsageErrors name the option)."""
     from panama.experiments.shared_cluster import experiment_scenario
     from panama.experiments.sweep import parse_sweep, parse_value
@@ -141,7 +217,9 @@ def _resolve_shared_cluster(quick: bool, preset: str | None, scenario_path: Path
     scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]
     bad = [s for s in scheme_list if s not in SCHEMES]
     if bad or not scheme_list:
-        raise usage_error("--schemes", f"unknown scheme {bad[0] if bad else schemes!r} (choose from {', '.join(SCHEMES)})")
+        raise usage_error(
+            "--schemes", f"unknown scheme {bad[0] if bad else schemes!r} (choose from {', '.join(SCHEMES)})"
+        )
     if "ring" not in scheme_list:
         raise usage_error("--schemes", "must include ring (the baseline of every ratio)")
     if jobs is not None and jobs < 1:
@@ -189,13 +267,34 @@ def _resolve_shared_cluster(quick: bool, preset: str | None, scenario_path: Path
 
 @experiment.command(name="shared-cluster")
 @_shared_cluster_options
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output directory (resumes finished runs found there). Default: panama-out/shared-cluster[-quick].")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output directory (resumes finished runs found there). Default: panama-out/shared-cluster[-quick].",
+)
 @click.argument("more_axes", nargs=-1, metavar="[KEY=V1,V2]...")
-def shared_cluster_cmd(quick: bool, preset: str | None, scenario_path: Path | None, sets: tuple[str, ...], schemes: str,
-                       load: float | None, trees: int | None, seed: int | None, seeds: str | None,
-                       sweeps: tuple[str, ...], jobs: int | None, scheduler: str | None, keep_runs: bool,
-                       fresh: bool, no_plot: bool, quiet: bool, out_dir: Path | None, more_axes: tuple[str, ...]) -> None:
+def shared_cluster_cmd(
+    quick: bool,
+    preset: str | None,
+    scenario_path: Path | None,
+    sets: tuple[str, ...],
+    schemes: str,
+    load: float | None,
+    trees: int | None,
+    seed: int | None,
+    seeds: str | None,
+    sweeps: tuple[str, ...],
+    jobs: int | None,
+    scheduler: str | None,
+    keep_runs: bool,
+    fresh: bool,
+    no_plot: bool,
+    quiet: bool,
+    out_dir: Path | None,
+    more_axes: tuple[str, ...],
+) -> None:
     """The main result: the same shared-cluster workload and seed under each scheme, normalised to ring.
 
     Trailing KEY=V1,V2 arguments are more sweep axes, so
@@ -211,13 +310,25 @@ def shared_cluster_cmd(quick: bool, preset: str | None, scenario_path: Path | No
     from panama.experiments.sweep import SweepError
     from panama.sim.scenario import ScenarioError
 
-    kw = _resolve_shared_cluster(quick, preset, scenario_path, sets, schemes, load, trees, seed, seeds,
-                                 sweeps + more_axes, jobs)
+    kw = _resolve_shared_cluster(
+        quick, preset, scenario_path, sets, schemes, load, trees, seed, seeds, sweeps + more_axes, jobs
+    )
     if out_dir is None:
-        out_dir = DEFAULT_OUT / ("shared-cluster" if kw["preset"] in ("full", "file") else f"shared-cluster-{kw['preset']}")
+        out_dir = DEFAULT_OUT / (
+            "shared-cluster" if kw["preset"] in ("full", "file") else f"shared-cluster-{kw['preset']}"
+        )
     try:
-        res = run_shared_cluster(out_dir, jobs=jobs, scheduler=scheduler, keep_runs=keep_runs, make_plots=not no_plot,
-                                 progress=not quiet, command=_command_line(), fresh=fresh, **kw)
+        res = run_shared_cluster(
+            out_dir,
+            jobs=jobs,
+            scheduler=scheduler,
+            keep_runs=keep_runs,
+            make_plots=not no_plot,
+            progress=not quiet,
+            command=_command_line(),
+            fresh=fresh,
+            **kw,
+        )
     except ScenarioError as exc:
         raise usage_error(exc.key, exc.detail) from None
     except SweepError as exc:
@@ -225,24 +336,47 @@ def shared_cluster_cmd(quick: bool, preset: str | None, scenario_path: Path | No
     if not quiet:
         click.echo(format_table(res.summary))
         files = ", ".join(v for v in res.summary.get("files", {}).values())
-        click.echo(f"\n{res.summary['computed_runs']} runs computed, {res.summary['resumed_runs']} resumed; "
-                   f"wrote {out_dir}/: {files}")
+        click.echo(
+            f"\n{res.summary['computed_runs']} runs computed, {res.summary['resumed_runs']} resumed; "
+            f"wrote {out_dir}/: {files}"
+        )
 
 
 # --------------------------------------------------------------------------- report
 
 
 @experiment.command(name="report")
-@click.option("--comm-ratio", "comm_dir", type=click.Path(file_okay=False, path_type=Path),
-              default=DEFAULT_OUT / "comm-ratio", show_default=True, help="Output directory of comm-ratio.")
-@click.option("--shared-cluster", "shared_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Output directories of shared-cluster runs (repeatable). Default: panama-out/shared-cluster "
-                   "and panama-out/shared-cluster-sweep if present.")
-@click.option("--demo", "demo_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Output directory of panama demo (training accuracy). Default: panama-out/demo if present.")
-@click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path),
-              default=DEFAULT_OUT / "results.md", show_default=True,
-              help="Markdown file to write (the project's page is docs/results.md: name it to replace it).")
+@click.option(
+    "--comm-ratio",
+    "comm_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_OUT / "comm-ratio",
+    show_default=True,
+    help="Output directory of comm-ratio.",
+)
+@click.option(
+    "--shared-cluster",
+    "shared_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output directories of shared-cluster runs (repeatable). Default: panama-out/shared-cluster "
+    "and panama-out/shared-cluster-sweep if present.",
+)
+@click.option(
+    "--demo",
+    "demo_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Output directory of panama demo (training accuracy). Default: panama-out/demo if present.",
+)
+@click.option(
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_OUT / "results.md",
+    show_default=True,
+    help="Markdown file to write (the project's page is docs/results.md: name it to replace it).",
+)
 def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | None, output: Path) -> None:
     """Write the results page (claims of the original work vs. our measured numbers) from experiment outputs.
 
@@ -251,13 +385,17 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
     from panama.experiments.report import ReportError, write_report
 
     if not shared_dirs:
-        shared_dirs = tuple(p for p in (DEFAULT_OUT / "shared-cluster", DEFAULT_OUT / "shared-cluster-sweep")
-                            if (p / "summary.json").is_file())
+        shared_dirs = tuple(
+            p
+            for p in (DEFAULT_OUT / "shared-cluster", DEFAULT_OUT / "shared-cluster-sweep")
+            if (p / "summary.json").is_file()
+        )
     if demo_dir is None and (DEFAULT_OUT / "demo" / "demo.json").is_file():
         demo_dir = DEFAULT_OUT / "demo"
     try:
-        path = write_report(output, comm_ratio_dir=comm_dir, shared_dirs=list(shared_dirs), demo_dir=demo_dir,
-                            command=_command_line())
+        path = write_report(
+            output, comm_ratio_dir=comm_dir, shared_dirs=list(shared_dirs), demo_dir=demo_dir, command=_command_line()
+        )
     except ReportError as exc:
         raise usage_error(exc.field, exc.detail) from None
     click.echo(f"wrote {path}")
@@ -267,22 +405,56 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
 
 
 @experiment.command(name="reproduce")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_OUT,
-              show_default=True, help="Root output directory (comm-ratio/, shared-cluster/, shared-cluster-sweep/, demo/).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DEFAULT_OUT,
+    show_default=True,
+    help="Root output directory (comm-ratio/, shared-cluster/, shared-cluster-sweep/, demo/).",
+)
 @click.option("--seeds", default="1,2,3", show_default=True, help="Seeds of the shared-cluster runs.")
-@click.option("--loads", default="0.1,0.3,0.5", show_default=True,
-              help="Loads of the load sweep (--sweep-preset); empty string skips the sweep.")
-@click.option("--preset", type=click.Choice(["full", "quick", "tiny"]), default="full", show_default=True,
-              help="Preset of the main shared-cluster result.")
-@click.option("--sweep-preset", type=click.Choice(["quick", "tiny"]), default="quick", show_default=True,
-              help="Preset of the load sweep.")
+@click.option(
+    "--loads",
+    default="0.1,0.3,0.5",
+    show_default=True,
+    help="Loads of the load sweep (--sweep-preset); empty string skips the sweep.",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(["full", "quick", "tiny"]),
+    default="full",
+    show_default=True,
+    help="Preset of the main shared-cluster result.",
+)
+@click.option(
+    "--sweep-preset",
+    type=click.Choice(["quick", "tiny"]),
+    default="quick",
+    show_default=True,
+    help="Preset of the load sweep.",
+)
 @click.option("--skip-demo", is_flag=True, help="Do not run the demo (training accuracy through switch daemons).")
 @click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPU count).")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", help="Existing Dask cluster for the runs.")
-@click.option("--output", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Results page to write [default: OUT/results.md; the project's page is docs/results.md].")
-def reproduce_cmd(out_dir: Path, seeds: str, loads: str, preset: str, sweep_preset: str, skip_demo: bool,
-                  jobs: int | None, scheduler: str | None, output: Path) -> None:
+@click.option(
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Results page to write [default: OUT/results.md; the project's page is docs/results.md].",
+)
+def reproduce_cmd(
+    out_dir: Path,
+    seeds: str,
+    loads: str,
+    preset: str,
+    sweep_preset: str,
+    skip_demo: bool,
+    jobs: int | None,
+    scheduler: str | None,
+    output: Path,
+) -> None:
     """Run every experiment (resuming finished runs) and write the results page.
 
     \b
@@ -301,15 +473,27 @@ def reproduce_cmd(out_dir: Path, seeds: str, loads: str, preset: str, sweep_pres
     click.echo("[1/5] comm-ratio", err=True)
     run_comm_ratio(out_dir / "comm-ratio")
     try:
-        kw = _resolve_shared_cluster(False, preset, None, (), "ring,ina-fixed,ina-single,panama", None, None, None,
-                                     seeds, (), jobs)
+        kw = _resolve_shared_cluster(
+            False, preset, None, (), "ring,ina-fixed,ina-single,panama", None, None, None, seeds, (), jobs
+        )
         click.echo(f"[2/5] shared-cluster ({kw['preset']}, seeds {seeds})", err=True)
         main = run_shared_cluster(out_dir / "shared-cluster", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
         click.echo(format_table(main.summary), err=True)
         sweep_dirs = []
         if loads.strip():
-            kw = _resolve_shared_cluster(False, sweep_preset, None, (), "ring,ina-fixed,ina-single,panama", None, None,
-                                         None, seeds, (f"load={loads}",), jobs)
+            kw = _resolve_shared_cluster(
+                False,
+                sweep_preset,
+                None,
+                (),
+                "ring,ina-fixed,ina-single,panama",
+                None,
+                None,
+                None,
+                seeds,
+                (f"load={loads}",),
+                jobs,
+            )
             click.echo(f"[3/5] shared-cluster load sweep ({sweep_preset}, loads {loads}, seeds {seeds})", err=True)
             sw = run_shared_cluster(out_dir / "shared-cluster-sweep", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
             click.echo(format_table(sw.summary), err=True)
@@ -324,8 +508,13 @@ def reproduce_cmd(out_dir: Path, seeds: str, loads: str, preset: str, sweep_pres
         run_demo(out_dir / "demo", jobs=jobs, echo=lambda m: click.echo(m, err=True), command=cmd)
         demo_dir = out_dir / "demo"
     click.echo("[5/5] report", err=True)
-    path = write_report(output or out_dir / "results.md", comm_ratio_dir=out_dir / "comm-ratio",
-                        shared_dirs=[out_dir / "shared-cluster", *sweep_dirs], demo_dir=demo_dir, command=cmd)
+    path = write_report(
+        output or out_dir / "results.md",
+        comm_ratio_dir=out_dir / "comm-ratio",
+        shared_dirs=[out_dir / "shared-cluster", *sweep_dirs],
+        demo_dir=demo_dir,
+        command=cmd,
+    )
     click.echo(f"wrote {path}")
 
 
@@ -333,8 +522,14 @@ def reproduce_cmd(out_dir: Path, seeds: str, loads: str, preset: str, sweep_pres
 
 
 @click.command(name="demo")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("panama-demo-out"),
-              show_default=True, help="Output directory (resumes finished simulation runs found there).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("panama-demo-out"),
+    show_default=True,
+    help="Output directory (resumes finished simulation runs found there).",
+)
 @click.option("--skip-train", is_flag=True, help="Only the simulated shared-cluster comparison.")
 @click.option("--epochs", type=int, default=2, show_default=True, help="Epochs of the short panama train run.")
 @click.option("--workers", type=int, default=2, show_default=True, help="Workers of the panama train run.")
@@ -362,8 +557,16 @@ def demo(out_dir: Path, skip_train: bool, epochs: int, workers: int, jobs: int |
         raise usage_error("--jobs", f"must be >= 1, got {jobs}")
     echo = (lambda m: None) if quiet else (lambda m: click.echo(m, err=True))
     try:
-        res = run_demo(out_dir, train=not skip_train, epochs=epochs, workers=workers, jobs=jobs, echo=echo,
-                       progress=not quiet, command=_command_line())
+        res = run_demo(
+            out_dir,
+            train=not skip_train,
+            epochs=epochs,
+            workers=workers,
+            jobs=jobs,
+            echo=echo,
+            progress=not quiet,
+            command=_command_line(),
+        )
     except SweepError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(res["table_text"])

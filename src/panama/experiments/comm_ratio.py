@@ -235,7 +235,10 @@ def summarise(table: Sequence[RatioRow]) -> dict[str, Any]:
 
 def format_table(table: Sequence[RatioRow]) -> str:
     """Terminal table."""
-    head = f"{'model':<13} {'gpu':<5} {'link':>5} {'grad MB':>8} {'compute ms':>10} {'ring ms':>8} {'INA ms':>7} {'ratio':>6} {'speedup':>7}"
+    head = (
+        f"{'model':<13} {'gpu':<5} {'link':>5} {'grad MB':>8} {'compute ms':>10} {'ring ms':>8} {'INA ms':>7} "
+        f"{'ratio':>6} {'speedup':>7}"
+    )
     lines = [head, "-" * len(head)]
     for r in table:
         lines.append(

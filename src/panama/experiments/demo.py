@@ -63,9 +63,19 @@ def run_demo(
             "short_fct_mean_ratio": _ratio(st, "short_fct_mean_us_norm"),
             "large_job_training_time_ratio": _ratio(st, "large_job_training_time_s_norm"),
             "bytes_ratio": _ratio(st, "bytes_total_norm"),
-            "ring": {k: ring.get(k) for k in ("short_fct_p99_us", "short_fct_mean_us", "large_job_training_time_s", "short_flows")},
-            "panama": {k: st.get(k) for k in ("short_fct_p99_us", "short_fct_mean_us", "large_job_training_time_s", "short_flows")},
-            "plots": [str(out / "shared-cluster" / v) for v in sim.summary.get("files", {}).values() if str(v).endswith(".png")],
+            "ring": {
+                k: ring.get(k)
+                for k in ("short_fct_p99_us", "short_fct_mean_us", "large_job_training_time_s", "short_flows")
+            },
+            "panama": {
+                k: st.get(k)
+                for k in ("short_fct_p99_us", "short_fct_mean_us", "large_job_training_time_s", "short_flows")
+            },
+            "plots": [
+                str(out / "shared-cluster" / v)
+                for v in sim.summary.get("files", {}).values()
+                if str(v).endswith(".png")
+            ],
         },
         "train": None,
     }
@@ -107,25 +117,40 @@ def format_demo(demo: dict[str, Any]) -> str:
         "PANAMA demo: panama vs ring on one simulated shared cluster (same flows, same seed)",
         "",
         f"  {'metric':<38} {'ring':>12} {'panama':>12} {'panama/ring':>12}",
-        (f"  {'short-flow FCT p99 (us)':<38} {_fmt(s['ring']['short_fct_p99_us'], '.1f'):>12} "
-        f"{_fmt(s['panama']['short_fct_p99_us'], '.1f'):>12} {_fmt(s['short_fct_p99_ratio'], '.2f'):>12}"),
-        (f"  {'short-flow FCT mean (us)':<38} {_fmt(s['ring']['short_fct_mean_us'], '.1f'):>12} "
-        f"{_fmt(s['panama']['short_fct_mean_us'], '.1f'):>12} {_fmt(s['short_fct_mean_ratio'], '.2f'):>12}"),
-        (f"  {'large-job training time (s, simulated)':<38} {_fmt(s['ring']['large_job_training_time_s'], '.4f'):>12} "
-        f"{_fmt(s['panama']['large_job_training_time_s'], '.4f'):>12} {_fmt(s['large_job_training_time_ratio'], '.2f'):>12}"),
+        (
+            f"  {'short-flow FCT p99 (us)':<38} {_fmt(s['ring']['short_fct_p99_us'], '.1f'):>12} "
+            f"{_fmt(s['panama']['short_fct_p99_us'], '.1f'):>12} {_fmt(s['short_fct_p99_ratio'], '.2f'):>12}"
+        ),
+        (
+            f"  {'short-flow FCT mean (us)':<38} {_fmt(s['ring']['short_fct_mean_us'], '.1f'):>12} "
+            f"{_fmt(s['panama']['short_fct_mean_us'], '.1f'):>12} {_fmt(s['short_fct_mean_ratio'], '.2f'):>12}"
+        ),
+        (
+            f"  {'large-job training time (s, simulated)':<38} "
+            f"{_fmt(s['ring']['large_job_training_time_s'], '.4f'):>12} "
+            f"{_fmt(s['panama']['large_job_training_time_s'], '.4f'):>12} "
+            f"{_fmt(s['large_job_training_time_ratio'], '.2f'):>12}"
+        ),
         f"  {'network bytes':<38} {'':>12} {'':>12} {_fmt(s['bytes_ratio'], '.2f'):>12}",
-        (f"  (one seed, short flows < 100 KB: {_fmt(s['ring']['short_flows'], '.0f')} per run; ratios below 1 favour "
-        "panama; several seeds with confidence intervals: panama experiment shared-cluster --quick --seeds 1,2,3,4)"),
+        (
+            f"  (one seed, short flows < 100 KB: {_fmt(s['ring']['short_flows'], '.0f')} per run; ratios below 1 "
+            f"favour "
+            "panama; several seeds with confidence intervals: panama experiment shared-cluster --quick --seeds 1,2,3,4)"
+        ),
     ]
     t = demo.get("train")
     if t:
         p, r = t["panama"], t["reference"]
         lines += [
             "",
-            f"Real training through PANAMA switch daemons (LeNet on {p['dataset']}, {p['workers']} workers, {p['epochs']} epochs):",
-            (f"  test accuracy {p['final_test_accuracy']:.4f} with in-network aggregation, "
-            f"{r['final_test_accuracy']:.4f} with an in-process sum; replicas identical: {p['replicas_identical']}; "
-            f"{p['total_seconds']:.1f} s"),
+            f"Real training through PANAMA switch daemons (LeNet on {p['dataset']}, {p['workers']} workers, "
+            f"{p['epochs']} epochs):",
+            (
+                f"  test accuracy {p['final_test_accuracy']:.4f} with in-network aggregation, "
+                f"{r['final_test_accuracy']:.4f} with an in-process sum; replicas identical: "
+                f"{p['replicas_identical']}; "
+                f"{p['total_seconds']:.1f} s"
+            ),
         ]
     lines += ["", "Plots: " + ", ".join(s["plots"])]
     if t:

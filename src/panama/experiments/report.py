@@ -61,7 +61,9 @@ def _git_rev() -> str:
     if os.environ.get("PANAMA_CODE_VERSION"):
         return os.environ["PANAMA_CODE_VERSION"]
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -80,15 +82,21 @@ def _comm_section(cr: Mapping[str, Any], cr_dir: Path) -> tuple[list[str], dict[
         "## Claim 1 — the communication share bounds a single job's speed-up",
         "",
         "Original: across five image-classification models on P100/V100/A100 GPUs with 10/40/100 Gbps links,",
-        (f"communication takes {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} of the iteration time, "
-        "so in-network aggregation (which halves the traffic of ring allreduce) can speed a single job up by only "
-        f"{ORIGINAL['speedup']['P100'][0]:.2f}–{ORIGINAL['speedup']['P100'][1]:.2f}x on P100/10 Gbps and "
-        f"{ORIGINAL['speedup']['A100'][0]:.2f}–{ORIGINAL['speedup']['A100'][1]:.2f}x on A100/100 Gbps "
-        "(no compute/communication overlap)."),
+        (
+            f"communication takes {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} of the iteration "
+            f"time, "
+            "so in-network aggregation (which halves the traffic of ring allreduce) can speed a single job up by only "
+            f"{ORIGINAL['speedup']['P100'][0]:.2f}–{ORIGINAL['speedup']['P100'][1]:.2f}x on P100/10 Gbps and "
+            f"{ORIGINAL['speedup']['A100'][0]:.2f}–{ORIGINAL['speedup']['A100'][1]:.2f}x on A100/100 Gbps "
+            "(no compute/communication overlap)."
+        ),
         "",
-        (f"Command: `panama experiment comm-ratio --out {cr_dir}` (input: `{Path(cr['config']['models']).name}`, "
-        f"ring factor {cr['config']['ring_factor']:g}). Analytic bound: speed-up = 1 / (1 - ratio x (1 - 1/f)) with "
-        "f the ring/INA traffic factor."),
+        (
+            f"Command: `panama experiment comm-ratio --out {cr_dir}` (input: `{Path(cr['config']['models']).name}`, "
+            f"ring factor {cr['config']['ring_factor']:g}). Analytic bound: speed-up = 1 / (1 - ratio x (1 - 1/f)) "
+            f"with "
+            "f the ring/INA traffic factor."
+        ),
         "",
         "| GPU @ link | ratio (ours) | speed-up (ours) | speed-up (original) |",
         "|---|---|---|---|",
@@ -98,12 +106,16 @@ def _comm_section(cr: Mapping[str, Any], cr_dir: Path) -> tuple[list[str], dict[
         orig = ORIGINAL["speedup"].get(gpu)
         lines.append(
             f"| {name} | {r['comm_ratio_min']:.2f}–{r['comm_ratio_max']:.2f} | "
-            f"{r['speedup_min']:.2f}–{r['speedup_max']:.2f} | {f'{orig[0]:.2f}–{orig[1]:.2f}' if orig else 'not stated'} |"
+            f"{r['speedup_min']:.2f}–{r['speedup_max']:.2f} | "
+            f"{f'{orig[0]:.2f}–{orig[1]:.2f}' if orig else 'not stated'} |"
         )
     o = ranges["overall"]
     lines += [
-        (f"| all | {o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f} | {o['speedup_min']:.2f}–{o['speedup_max']:.2f} | "
-        f"ratio {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} |"),
+        (
+            f"| all | {o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f} | "
+            f"{o['speedup_min']:.2f}–{o['speedup_max']:.2f} | "
+            f"ratio {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} |"
+        ),
         "",
         "<details><summary>Per model</summary>",
         "",
@@ -112,7 +124,8 @@ def _comm_section(cr: Mapping[str, Any], cr_dir: Path) -> tuple[list[str], dict[
     ]
     for r in cr["rows"]:
         lines.append(
-            f"| {r['model']} | {r['gpu']} | {r['link_gbps']:g} | {r['gradient_bytes'] / 1e6:.1f} | {r['compute_s'] * 1e3:.1f} | "
+            f"| {r['model']} | {r['gpu']} | {r['link_gbps']:g} | {r['gradient_bytes'] / 1e6:.1f} | "
+            f"{r['compute_s'] * 1e3:.1f} | "
             f"{r['ring_comm_s'] * 1e3:.1f} | {r['ina_comm_s'] * 1e3:.1f} | {r['comm_ratio']:.2f} | "
             f"{r['speedup_ina_no_overlap']:.2f} | {r['source']} |"
         )
@@ -139,19 +152,26 @@ def _shared_section(sc: Mapping[str, Any], sdir: Path, title: str) -> list[str]:
         f"### {title}",
         "",
         f"Command: `{cmd}`  ",
-        (f"Output: `{sdir}` (preset `{cfg.get('preset')}`, scenario `{sdir / 'scenario.toml'}`, in-network threshold "
-        f"{_f(cfg.get('threshold_bytes', 0) / 1e6, '.3g')} MB = 40 MB x the gradient scale)."),
+        (
+            f"Output: `{sdir}` (preset `{cfg.get('preset')}`, scenario `{sdir / 'scenario.toml'}`, in-network "
+            f"threshold "
+            f"{_f(cfg.get('threshold_bytes', 0) / 1e6, '.3g')} MB = 40 MB x the gradient scale)."
+        ),
         "",
-        ("Gains are ring / scheme (higher is better; the original's \"x better\"), per seed, then mean "
-        "[95 % t confidence interval over seeds]."),
+        (
+            'Gains are ring / scheme (higher is better; the original\'s "x better"), per seed, then mean '
+            "[95 % t confidence interval over seeds]."
+        ),
         "",
     ]
     for g in sc["groups"]:
         lines += [
             f"**{_group_label(g)}**",
             "",
-            ("| scheme | short FCT mean µs | short FCT p99 µs | p99 gain | pooled p99 gain | mean gain | "
-            "large-flow FCT gain | large-job training s | training gain | network bytes (x ring) |"),
+            (
+                "| scheme | short FCT mean µs | short FCT p99 µs | p99 gain | pooled p99 gain | mean gain | "
+                "large-flow FCT gain | large-job training s | training gain | network bytes (x ring) |"
+            ),
             "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for scheme, st in g["schemes"].items():
@@ -163,20 +183,42 @@ def _shared_section(sc: Mapping[str, Any], sdir: Path, title: str) -> list[str]:
                 f"{_ci(st, 'large_job_training_time_s_gain')} | {_ci(st, 'bytes_total_norm')} |"
             )
         n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
-        lines += ["", (f"Short flows (< 100 KB) per scheme, all seeds together: {n_short}. With about "
-                  f"{_f((n_short or 0) / max(1, len(g['seeds'])), '.0f')} per seed, a per-seed p99 is close to the "
-                  "largest value; the pooled p99 uses every seed's short flows at once.")]
-        tiers = sorted({k[len("bytes_"):-len("_norm")] for st in g["schemes"].values() for k in st
-                        if k.startswith("bytes_") and k.endswith("_norm") and k != "bytes_total_norm"})
+        lines += [
+            "",
+            (
+                f"Short flows (< 100 KB) per scheme, all seeds together: {n_short}. With about "
+                f"{_f((n_short or 0) / max(1, len(g['seeds'])), '.0f')} per seed, a per-seed p99 is close to the "
+                "largest value; the pooled p99 uses every seed's short flows at once."
+            ),
+        ]
+        tiers = sorted(
+            {
+                k[len("bytes_") : -len("_norm")]
+                for st in g["schemes"].values()
+                for k in st
+                if k.startswith("bytes_") and k.endswith("_norm") and k != "bytes_total_norm"
+            }
+        )
         if tiers:
-            lines += ["", "Bytes per tier, as a fraction of ring's:", "",
-                      "| scheme | " + " | ".join(tiers) + " |", "|---|" + "---|" * len(tiers)]
+            lines += [
+                "",
+                "Bytes per tier, as a fraction of ring's:",
+                "",
+                "| scheme | " + " | ".join(tiers) + " |",
+                "|---|" + "---|" * len(tiers),
+            ]
             for scheme, st in g["schemes"].items():
                 lines.append(f"| {scheme} | " + " | ".join(_ci(st, f"bytes_{t}_norm") for t in tiers) + " |")
-        unfinished = [f"{s}: {st.get('unfinished_flows')}" for s, st in g["schemes"].items() if st.get("unfinished_flows")]
+        unfinished = [
+            f"{s}: {st.get('unfinished_flows')}" for s, st in g["schemes"].items() if st.get("unfinished_flows")
+        ]
         if unfinished:
-            lines += ["", "Background flows unfinished at the time limit (mean per seed, excluded from FCTs): "
-                      + ", ".join(unfinished) + "."]
+            lines += [
+                "",
+                "Background flows unfinished at the time limit (mean per seed, excluded from FCTs): "
+                + ", ".join(unfinished)
+                + ".",
+            ]
         lines.append("")
     files = sc.get("files", {})
     plots = [f"`{sdir / v}`" for k, v in files.items() if str(v).endswith(".png")]
@@ -185,8 +227,11 @@ def _shared_section(sc: Mapping[str, Any], sdir: Path, title: str) -> list[str]:
     c = sc.get("consistency", {})
     lines += [
         "Same flows and job placement under every scheme: "
-        + ("yes (digests of flows and placement agree for every seed)." if c.get("same_flows_and_placement")
-           else "NO — " + "; ".join(c.get("mismatches", []))),
+        + (
+            "yes (digests of flows and placement agree for every seed)."
+            if c.get("same_flows_and_placement")
+            else "NO — " + "; ".join(c.get("mismatches", []))
+        ),
         "",
     ]
     return lines
@@ -224,8 +269,12 @@ def write_report(
         "<!-- generated file: do not edit by hand; rerun the command below -->",
         f"Generated by `{command or 'panama experiment report'}` on "
         f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} at commit `{_git_rev()}`, from "
-        + ", ".join(f"`{p}`" for p in ([cr_dir] if cr_dir else []) + [d for d, _ in shared] + ([Path(demo_dir)] if demo_dir else []))
-        + ". Every number below is read from those outputs. How the experiments work: [experiments.md](experiments.md).",
+        + ", ".join(
+            f"`{p}`"
+            for p in ([cr_dir] if cr_dir else []) + [d for d, _ in shared] + ([Path(demo_dir)] if demo_dir else [])
+        )
+        + ". Every number below is read from those outputs. How the experiments work: "
+        "[experiments.md](experiments.md).",
         "",
     ]
 
@@ -236,7 +285,8 @@ def write_report(
     if cr:
         o = cr["ranges"]["overall"]
         lines.append(
-            f"| communication share of an iteration | {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} | "
+            f"| communication share of an iteration | "
+            f"{ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} | "
             f"{o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f} | `panama experiment comm-ratio` |"
         )
         for gpu, (lo, hi) in ORIGINAL["speedup"].items():
@@ -254,21 +304,30 @@ def write_report(
         bp99, _gp99 = _best(all_groups, "panama", "short_fct_p99_us_gain")
         btr, _gtr = _best(all_groups, "panama", "large_job_training_time_s_gain")
         lines += [
-            (f"| short-flow p99 FCT, panama vs ring | up to {ORIGINAL['short_p99_gain']}x better | "
-            f"{_ci(st, 'short_fct_p99_us_gain')}x ({where}; pooled over seeds {_f(st.get('short_fct_p99_pooled_us_gain'))}x); "
-            f"best group {_f(bp99)}x | "
-            f"`{_cmd(main, 'panama experiment shared-cluster')}` |"),
-            (f"| short-flow mean FCT, panama vs ring | about {ORIGINAL['short_mean_gain']:.0f}x better | "
-            f"{_ci(st, 'short_fct_mean_us_gain')}x ({where}) | same |"),
-            (f"| large-job training time, panama vs ring | up to {ORIGINAL['large_job_gain']}x faster | "
-            f"{_ci(st, 'large_job_training_time_s_gain')}x ({where}); best group {_f(btr)}x | same |"),
-            f"| network bytes, panama vs ring | (less traffic: the motivation) | {_ci(st, 'bytes_total_norm')} of ring's | same |",
+            (
+                f"| short-flow p99 FCT, panama vs ring | up to {ORIGINAL['short_p99_gain']}x better | "
+                f"{_ci(st, 'short_fct_p99_us_gain')}x ({where}; pooled over seeds "
+                f"{_f(st.get('short_fct_p99_pooled_us_gain'))}x); "
+                f"best group {_f(bp99)}x | "
+                f"`{_cmd(main, 'panama experiment shared-cluster')}` |"
+            ),
+            (
+                f"| short-flow mean FCT, panama vs ring | about {ORIGINAL['short_mean_gain']:.0f}x better | "
+                f"{_ci(st, 'short_fct_mean_us_gain')}x ({where}) | same |"
+            ),
+            (
+                f"| large-job training time, panama vs ring | up to {ORIGINAL['large_job_gain']}x faster | "
+                f"{_ci(st, 'large_job_training_time_s_gain')}x ({where}); best group {_f(btr)}x | same |"
+            ),
+            f"| network bytes, panama vs ring | (less traffic: the motivation) | {_ci(st, 'bytes_total_norm')} of "
+            f"ring's | same |",
         ]
     if demo and demo.get("train"):
         t = demo["train"]
         lines.append(
             f"| accuracy unaffected by in-network float32 aggregation | no loss of accuracy | test accuracy "
-            f"{_f(t['panama']['final_test_accuracy'], '.4f')} (panama) vs {_f(t['reference']['final_test_accuracy'], '.4f')} "
+            f"{_f(t['panama']['final_test_accuracy'], '.4f')} (panama) vs "
+            f"{_f(t['reference']['final_test_accuracy'], '.4f')} "
             f"(in-process sum), replicas identical: {t['panama']['replicas_identical']} | `panama demo` |"
         )
     lines.append("")
@@ -281,13 +340,19 @@ def write_report(
         lines += [
             "## Claims 2 and 3 — a shared cluster: short flows and large jobs",
             "",
-            ("Original: with PANAMA, the 99th-percentile completion time of latency-sensitive short flows is up to "
-            f"{ORIGINAL['short_p99_gain']}x better (about {ORIGINAL['short_mean_gain']:.0f}x on average) than with "
-            f"host-based allreduce, and large jobs train up to {ORIGINAL['large_job_gain']}x faster."),
+            (
+                "Original: with PANAMA, the 99th-percentile completion time of latency-sensitive short flows is up to "
+                f"{ORIGINAL['short_p99_gain']}x better (about {ORIGINAL['short_mean_gain']:.0f}x on average) than with "
+                f"host-based allreduce, and large jobs train up to {ORIGINAL['large_job_gain']}x faster."
+            ),
             "",
         ]
         for i, (d, s) in enumerate(shared):
-            title = "Main configuration" if i == 0 else f"Sweep: {', '.join(k for k, v in s['axes'].items() if len(v) > 1) or d.name}"
+            title = (
+                "Main configuration"
+                if i == 0
+                else f"Sweep: {', '.join(k for k, v in s['axes'].items() if len(v) > 1) or d.name}"
+            )
             lines += _shared_section(s, d, title)
     if demo and demo.get("train"):
         t = demo["train"]
@@ -302,7 +367,8 @@ def write_report(
         for name in ("panama", "reference"):
             r = t[name]
             lines.append(
-                f"| {name} | {r['allreduce']} | {r['workers']} | {r['epochs']} | {_f(r['final_test_accuracy'], '.4f')} | "
+                f"| {name} | {r['allreduce']} | {r['workers']} | {r['epochs']} | "
+                f"{_f(r['final_test_accuracy'], '.4f')} | "
                 f"{r['replicas_identical']} | {_f(r['total_seconds'], '.1f')} |"
             )
         lines.append("")
@@ -330,11 +396,13 @@ def _job_bound(cr) -> str:
     lo = min(r["speedup_ina_no_overlap"] for r in rows)
     hi = max(r["speedup_ina_no_overlap"] for r in rows)
     workers = sorted({t.workers for t in JOB_MIX if t.model})
-    return (f": {lo:.2f}–{hi:.2f}x for the simulated jobs' models ({', '.join(sorted(models))}) on P100 at 10 Gbps, "
-            "whose communication/computation ratios the scaled jobs keep (with the large-N ring factor 2; with "
-            f"{'–'.join(map(str, (workers[0], workers[-1])))} workers a ring moves only 2(N-1)/N = "
-            f"{2 * (workers[0] - 1) / workers[0]:.2f}–{2 * (workers[-1] - 1) / workers[-1]:.2f}x the in-network traffic, "
-            "so the bound is lower)")
+    return (
+        f": {lo:.2f}–{hi:.2f}x for the simulated jobs' models ({', '.join(sorted(models))}) on P100 at 10 Gbps, "
+        "whose communication/computation ratios the scaled jobs keep (with the large-N ring factor 2; with "
+        f"{'–'.join(map(str, (workers[0], workers[-1])))} workers a ring moves only 2(N-1)/N = "
+        f"{2 * (workers[0] - 1) / workers[0]:.2f}–{2 * (workers[-1] - 1) / workers[-1]:.2f}x the in-network traffic, "
+        "so the bound is lower)"
+    )
 
 
 def _trend(shared) -> list[str]:
@@ -348,7 +416,8 @@ def _trend(shared) -> list[str]:
                 st = g["schemes"].get("panama", {})
                 parts.append(
                     f"{axis}={g['params'].get(axis)}: p99 {_f(st.get('short_fct_p99_us_gain'))}x "
-                    f"(pooled {_f(st.get('short_fct_p99_pooled_us_gain'))}x), mean {_f(st.get('short_fct_mean_us_gain'))}x, "
+                    f"(pooled {_f(st.get('short_fct_p99_pooled_us_gain'))}x), mean "
+                    f"{_f(st.get('short_fct_mean_us_gain'))}x, "
                     f"training {_f(st.get('large_job_training_time_s_gain'))}x"
                 )
             out.append(f"Along `{axis}` (`{d}`), panama's gains over ring are: " + "; ".join(parts) + ".")
@@ -380,9 +449,12 @@ def _discussion(cr, main, groups, facts, shared=()) -> list[str]:
                 f"({ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f}). "
             )
             + "The original measured compute time on its own GPUs; we use published single-GPU throughputs "
-            "(TensorFlow's P100 benchmark table and Lambda's tf_cnn_benchmarks results for V100 and A100). The V100/A100 "
-            "throughputs were measured at larger batches than the suite's, which makes our compute times shorter and our "
-            "ratios for those GPUs somewhat higher; A100 FP32 numbers use TF32 tensor cores. The P100 rows come from the "
+            "(TensorFlow's P100 benchmark table and Lambda's tf_cnn_benchmarks results for V100 and A100). The "
+            "V100/A100 "
+            "throughputs were measured at larger batches than the suite's, which makes our compute times shorter and "
+            "our "
+            "ratios for those GPUs somewhat higher; A100 FP32 numbers use TF32 tensor cores. The P100 rows come from "
+            "the "
             "suite's own batch sizes, and there our speed-up range is closest to the original's.",
         ]
     if main:
@@ -397,8 +469,10 @@ def _discussion(cr, main, groups, facts, shared=()) -> list[str]:
             if v is None:
                 return f"we have no {what} value (a run did not finish)"
             if has_ci and ci[0] <= 1.0 <= ci[1]:
-                return (f"our {what} gain ({v:.2f}x{ci_txt}) is not distinguishable from no change, "
-                        f"against the original's {target}x")
+                return (
+                    f"our {what} gain ({v:.2f}x{ci_txt}) is not distinguishable from no change, "
+                    f"against the original's {target}x"
+                )
             if v >= target * 0.9:
                 return f"our {what} gain ({v:.2f}x{ci_txt}) reaches the original's {target}x"
             if v > 1.0:
@@ -409,23 +483,31 @@ def _discussion(cr, main, groups, facts, shared=()) -> list[str]:
         best = max(ina, key=lambda k: ina[k].get("short_fct_p99_us_gain") or 0.0) if ina else None
         best_txt = (
             f"Of the in-network schemes, `{best}` does best for short flows here (p99 gain "
-            f"{_f(ina[best].get('short_fct_p99_us_gain'))}x, mean gain {_f(ina[best].get('short_fct_mean_us_gain'))}x). "
-            if best else ""
+            f"{_f(ina[best].get('short_fct_p99_us_gain'))}x, mean gain "
+            f"{_f(ina[best].get('short_fct_mean_us_gain'))}x). "
+            if best
+            else ""
         )
         lines += [
-            "- **Short flows.** " + _cap(cmp("short_fct_p99_us_gain", ORIGINAL["short_p99_gain"], "p99 FCT")) + "; "
-            + cmp("short_fct_mean_us_gain", ORIGINAL["short_mean_gain"], "mean FCT") + ". "
+            "- **Short flows.** "
+            + _cap(cmp("short_fct_p99_us_gain", ORIGINAL["short_p99_gain"], "p99 FCT"))
+            + "; "
+            + cmp("short_fct_mean_us_gain", ORIGINAL["short_mean_gain"], "mean FCT")
+            + ". "
             f"In-network aggregation removes only the jobs' share of the traffic (panama carries {_f(byt)} of ring's "
             "bytes here; the background flows, the same under every scheme, are the rest), and short flows gain only "
             "from removed traffic that shared their queues. Both the ring's TCP flows and PANAMA's trees are "
             "ECN-controlled (DCTCP-style) by design, so queues stay near the marking threshold under either; what "
-            "changes is how long the jobs keep them there. " + best_txt
+            "changes is how long the jobs keep them there. "
+            + best_txt
             + f"Per-scheme run health in the main configuration (means per seed): {_health(main)}. "
             "Our cluster is small (16 hosts, five jobs, a few iterations each) and workloads are scaled down; the "
             "original states 'up to': its best case, over configurations that the part of the paper available to "
             "us does not describe (cluster size, job mix, background load).",
             *(["- **Load.** " + t for t in _trend(shared)]),
-            "- **Large jobs.** " + _cap(cmp("large_job_training_time_s_gain", ORIGINAL["large_job_gain"], "training-time")) + ". "
+            "- **Large jobs.** "
+            + _cap(cmp("large_job_training_time_s_gain", ORIGINAL["large_job_gain"], "training-time"))
+            + ". "
             "Alone on an idle network, a job's gain is bounded by its communication share (claim 1)"
             + _job_bound(cr)
             + "; a measured gain above that bound means ring allreduce suffers more from sharing the network with "
@@ -433,11 +515,17 @@ def _discussion(cr, main, groups, facts, shared=()) -> list[str]:
             "more queues), a gain below it that in-network aggregation lost time to congestion control or start-up. "
             "Our jobs run only a few iterations (simulation cost in Python), so start-up effects (slow start of the "
             "ring's TCP flows, the first window of each tree) weigh more than in long training runs.",
-            ("- **Simulator.** Ours is a packet-level Python simulator (integer picoseconds, DCTCP, PFC, ECMP, the real "
-            "PANAMA protocol core on the PSwitches); the original used its own large-scale simulator whose parameters we "
-            "do not know. Absolute FCTs are therefore not comparable, only ratios to ring on the same flows."),
-            ("- **Schemes.** `ina-single` (one tree per job) and `ina-fixed` (several trees, fixed windows, no ECN "
-            "reaction) separate the two PANAMA mechanisms; their rows above show what each contributes here."),
+            (
+                "- **Simulator.** Ours is a packet-level Python simulator (integer picoseconds, DCTCP, PFC, ECMP, "
+                "the real "
+                "PANAMA protocol core on the PSwitches); the original used its own large-scale simulator whose "
+                "parameters we "
+                "do not know. Absolute FCTs are therefore not comparable, only ratios to ring on the same flows."
+            ),
+            (
+                "- **Schemes.** `ina-single` (one tree per job) and `ina-fixed` (several trees, fixed windows, no ECN "
+                "reaction) separate the two PANAMA mechanisms; their rows above show what each contributes here."
+            ),
         ]
     lines.append("")
     return lines

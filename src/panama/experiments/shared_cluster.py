@@ -198,9 +198,17 @@ def code_version() -> str:
 
     here = Path(__file__).resolve().parent
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=False)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", str(here.parent)],
-                               cwd=here, capture_output=True, text=True, timeout=10, check=False)
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=False
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", str(here.parent)],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     if rev.returncode != 0:
@@ -406,7 +414,13 @@ def run_shared_cluster(
         runs_dir=str((out / "runs").resolve()) if keep_runs else None,
     )
     sweep = run_sweep(
-        fn, points, out, jobs=jobs, scheduler=scheduler, fingerprint=fingerprint, progress=progress,
+        fn,
+        points,
+        out,
+        jobs=jobs,
+        scheduler=scheduler,
+        fingerprint=fingerprint,
+        progress=progress,
         desc="shared-cluster",
     )
     runs = [{"params": r.params, "result": r.result} for r in sweep.records]
@@ -674,10 +688,14 @@ def plot_all(out: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, 
             for g in summary["groups"]:
                 if all(g["params"].get(k) == v for k, v in others.items()):
                     st = g["schemes"].get(scheme, {})
-                    pts.append((g["params"][axis], st.get("short_fct_p99_us_gain"), st.get("large_job_training_time_s_gain")))
+                    pts.append(
+                        (g["params"][axis], st.get("short_fct_p99_us_gain"), st.get("large_job_training_time_s_gain"))
+                    )
             pts.sort(key=lambda t: t[0])
             for ax, idx in ((axs[0], 1), (axs[1], 2)):
-                ax.plot([p[0] for p in pts], [p[idx] if p[idx] is not None else np.nan for p in pts], "o-", label=scheme)
+                ax.plot(
+                    [p[0] for p in pts], [p[idx] if p[idx] is not None else np.nan for p in pts], "o-", label=scheme
+                )
         axs[0].set_ylabel(f"short-flow p99 FCT gain vs {BASELINE}")
         axs[1].set_ylabel(f"large-job training-time gain vs {BASELINE}")
         for ax in axs:
@@ -711,7 +729,9 @@ def format_table(summary: Mapping[str, Any]) -> str:
     lines = []
     for g in summary["groups"]:
         params = ", ".join(f"{k}={v}" for k, v in g["params"].items()) or "default"
-        lines.append(f"{params}; seeds {', '.join(map(str, g['seeds']))}  (ratios = scheme/{BASELINE}, lower is better)")
+        lines.append(
+            f"{params}; seeds {', '.join(map(str, g['seeds']))}  (ratios = scheme/{BASELINE}, lower is better)"
+        )
         head = (
             f"{'scheme':<11} {'short mean us':>13} {'short p99 us':>12} {'large-flow us':>13} "
             f"{'large-job s':>11} {'p99 ratio':>18} {'pooled p99':>10} {'mean ratio':>18} {'train ratio':>18} "
@@ -720,15 +740,21 @@ def format_table(summary: Mapping[str, Any]) -> str:
         lines += [head, "-" * len(head)]
         for scheme, st in g["schemes"].items():
             lines.append(
-                f"{scheme:<11} {_fmt(st.get('short_fct_mean_us'), '.1f'):>13} {_fmt(st.get('short_fct_p99_us'), '.1f'):>12} "
-                f"{_fmt(st.get('large_flow_fct_mean_us'), '.0f'):>13} {_fmt(st.get('large_job_training_time_s'), '.4f'):>11} "
-                f"{_fmt_ci(st, 'short_fct_p99_us_norm', '.2f'):>18} {_fmt(st.get('short_fct_p99_pooled_us_norm'), '.2f'):>10} "
+                f"{scheme:<11} {_fmt(st.get('short_fct_mean_us'), '.1f'):>13} "
+                f"{_fmt(st.get('short_fct_p99_us'), '.1f'):>12} "
+                f"{_fmt(st.get('large_flow_fct_mean_us'), '.0f'):>13} "
+                f"{_fmt(st.get('large_job_training_time_s'), '.4f'):>11} "
+                f"{_fmt_ci(st, 'short_fct_p99_us_norm', '.2f'):>18} "
+                f"{_fmt(st.get('short_fct_p99_pooled_us_norm'), '.2f'):>10} "
                 f"{_fmt_ci(st, 'short_fct_mean_us_norm', '.2f'):>18} "
-                f"{_fmt_ci(st, 'large_job_training_time_s_norm', '.2f'):>18} {_fmt(st.get('bytes_total_norm'), '.2f'):>11}"
+                f"{_fmt_ci(st, 'large_job_training_time_s_norm', '.2f'):>18} "
+                f"{_fmt(st.get('bytes_total_norm'), '.2f'):>11}"
             )
         n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
-        lines.append(f"(short flows < {SHORT_FLOW_BYTES // 1000} KB: {n_short} over all seeds; 'pooled p99' = p99 of "
-                     "all seeds' short flows together, as a ratio)")
+        lines.append(
+            f"(short flows < {SHORT_FLOW_BYTES // 1000} KB: {n_short} over all seeds; 'pooled p99' = p99 of "
+            "all seeds' short flows together, as a ratio)"
+        )
         lines.append("")
     c = summary.get("consistency", {})
     if not c.get("same_flows_and_placement", True):

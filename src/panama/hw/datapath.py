@@ -84,9 +84,28 @@ EV = {name: i for i, name in enumerate(EVENTS)}
 
 # Control-register fields of a tree-table entry.
 FIELDS = (
-    "valid", "job_id", "tree_id", "nchildren", "child_port", "child_mask", "parent", "is_root",
-    "target", "limit", "cap", "cap_sent", "hold_mode", "hold_seq", "hold_cap",
-    "used", "floor", "init", "release", "grow_done", "key_hi", "key_lo",
+    "valid",
+    "job_id",
+    "tree_id",
+    "nchildren",
+    "child_port",
+    "child_mask",
+    "parent",
+    "is_root",
+    "target",
+    "limit",
+    "cap",
+    "cap_sent",
+    "hold_mode",
+    "hold_seq",
+    "hold_cap",
+    "used",
+    "floor",
+    "init",
+    "release",
+    "grow_done",
+    "key_hi",
+    "key_lo",
 )
 F = {name: i for i, name in enumerate(FIELDS)}
 HOLD_NONE, HOLD_WAIT_RESULT, HOLD_SEQ = 0, 1, 2  # the core's hold_seq None / -1 / >= 0
@@ -227,7 +246,7 @@ class AggregationDatapath(Elaboratable):
         hlast = Signal()
 
         def byte(j):
-            return hbeat[8 * j: 8 * j + 8]
+            return hbeat[8 * j : 8 * j + 8]
 
         def be16(o):
             return Cat(byte(o + 1), byte(o))
@@ -265,8 +284,9 @@ class AggregationDatapath(Elaboratable):
         for i in reversed(range(T)):
             with m.If(t_hit_v[i]):
                 m.d.comb += t_idx.eq(i)
-        c_hit_v = Cat((Const(c, cbits + 1) < t_nch[t_idx]) & (t_chport[Cat(Const(c, cbits), t_idx)] == hport)
-                      for c in range(C))
+        c_hit_v = Cat(
+            (Const(c, cbits + 1) < t_nch[t_idx]) & (t_chport[Cat(Const(c, cbits), t_idx)] == hport) for c in range(C)
+        )
         c_idx = Signal(cbits)
         for c in reversed(range(C)):
             with m.If(c_hit_v[c]):
@@ -338,9 +358,13 @@ class AggregationDatapath(Elaboratable):
             cap = Signal(16)
             m.d.comb += cap.eq(Mux(slot_cap < t_cap[T_], slot_cap, t_cap[T_]))
             m.d.sync += [
-                emit.eq(1), op.eq(pop),
+                emit.eq(1),
+                op.eq(pop),
                 e_flags.eq(Mux(ce, FLAG_RESULT | FLAG_ECE, FLAG_RESULT) | Mux(retx, FLAG_RETRANSMIT, 0)),
-                e_cap.eq(cap), e_ack.eq(0), e_dests.eq(dests), e_ecn.eq(ecn),
+                e_cap.eq(cap),
+                e_ack.eq(0),
+                e_dests.eq(dests),
+                e_ecn.eq(ecn),
             ]
             with m.If(cap > t_capsent[T_]):
                 m.d.sync += t_capsent[T_].eq(cap)
@@ -349,17 +373,32 @@ class AggregationDatapath(Elaboratable):
 
         def partial(flags, pop, floor):
             m.d.sync += [
-                emit.eq(1), op.eq(pop), e_flags.eq(flags), e_cap.eq(s_cap[w_s]), e_ack.eq(floor),
-                e_dests.eq(parent_mask), e_ecn.eq(Mux(s_ce[w_s], CE, ECT0)),
+                emit.eq(1),
+                op.eq(pop),
+                e_flags.eq(flags),
+                e_cap.eq(s_cap[w_s]),
+                e_ack.eq(floor),
+                e_dests.eq(parent_mask),
+                e_ecn.eq(Mux(s_ce[w_s], CE, ECT0)),
             ]
 
         def allocate(slot):
             m.d.sync += [
-                s_valid[slot].eq(1), s_tree[slot].eq(T_), s_seq[slot].eq(h_seq), s_gen[slot].eq(h_gen),
-                s_count[slot].eq(h_count), s_seen[slot].eq(bit), s_nseen[slot].eq(1),
-                s_ce[slot].eq(hecn == CE), s_retx[slot].eq((h_flags & FLAG_RETRANSMIT) != 0), s_cap[slot].eq(Mux(h_cap < t_cap[T_], h_cap, t_cap[T_])),
-                s_state[slot].eq(S_AGG), t_used[T_].eq(t_used[T_] + 1), w_s.eq(slot),
-                op.eq(OP_PASS_B), wr.eq(1),
+                s_valid[slot].eq(1),
+                s_tree[slot].eq(T_),
+                s_seq[slot].eq(h_seq),
+                s_gen[slot].eq(h_gen),
+                s_count[slot].eq(h_count),
+                s_seen[slot].eq(bit),
+                s_nseen[slot].eq(1),
+                s_ce[slot].eq(hecn == CE),
+                s_retx[slot].eq((h_flags & FLAG_RETRANSMIT) != 0),
+                s_cap[slot].eq(Mux(h_cap < t_cap[T_], h_cap, t_cap[T_])),
+                s_state[slot].eq(S_AGG),
+                t_used[T_].eq(t_used[T_] + 1),
+                w_s.eq(slot),
+                op.eq(OP_PASS_B),
+                wr.eq(1),
             ]
 
         # ------------------------------------------------------------ beat pipeline
@@ -372,7 +411,9 @@ class AggregationDatapath(Elaboratable):
         iss_beat = Signal(range(max(2, 1 << 11)))
         beat_no = Signal(range(max(2, 1 << 11)))  # beats issued for the current packet
         m.d.comb += rd.addr.eq(w_s * BPS + iss_beat)
-        side_w = 1 + 2 + 1 + 1 + 1 + 1 + NP + 2 + 8 + 64 + len(wp.addr)  # valid op wr emit last beat0 dests ecn words key addr
+        side_w = (
+            1 + 2 + 1 + 1 + 1 + 1 + NP + 2 + 8 + 64 + len(wp.addr)
+        )  # valid op wr emit last beat0 dests ecn words key addr
         side0 = Signal(side_w)
         words_left = Signal(signed(20))
         m.d.comb += words_left.eq(HEADER_WORDS + e_count)
@@ -383,8 +424,22 @@ class AggregationDatapath(Elaboratable):
         m.d.comb += nwords.eq(Mux(rel > LN, LN, Mux(rel < -2, -2, rel)))
         iss_last = Signal()
         # the last beat of a datagram may hold only the key trailer, past the slot's rows: never written
-        m.d.comb += side0.eq(Cat(iss_valid, op, wr & (iss_beat < BPS), emit, iss_last, iss_beat == 0, e_dests, e_ecn, nwords,
-                                 t_keylo[l_t], t_keyhi[l_t], (w_s * BPS + iss_beat)[: len(wp.addr)]))
+        m.d.comb += side0.eq(
+            Cat(
+                iss_valid,
+                op,
+                wr & (iss_beat < BPS),
+                emit,
+                iss_last,
+                iss_beat == 0,
+                e_dests,
+                e_ecn,
+                nwords,
+                t_keylo[l_t],
+                t_keyhi[l_t],
+                (w_s * BPS + iss_beat)[: len(wp.addr)],
+            )
+        )
         p1_side = Signal(side_w)
         p1_data = Signal(W)
         m.d.sync += [p1_side.eq(side0), p1_data.eq(iss_data)]
@@ -402,18 +457,18 @@ class AggregationDatapath(Elaboratable):
             adders.append(add)
             lane_op = Mux(p1_beat0 & (lane < HEADER_WORDS), OP_PASS_B, p1_op) if lane < HEADER_WORDS else p1_op
             m.d.comb += [
-                add.a.eq(rd.data[32 * lane: 32 * lane + 32]),
-                add.b.eq(p1_data[32 * lane: 32 * lane + 32]),
+                add.a.eq(rd.data[32 * lane : 32 * lane + 32]),
+                add.b.eq(p1_data[32 * lane : 32 * lane + 32]),
                 add.op.eq(lane_op),
                 add.valid.eq(p1_side[0]),
             ]
         o_side = pipe[-1]
         o_valid, o_wr, o_emit, o_last = o_side[0], o_side[3], o_side[4], o_side[5]
-        o_dests = o_side[7: 7 + NP]
-        o_ecn = o_side[7 + NP: 9 + NP]
-        o_words = o_side[9 + NP: 17 + NP]
-        o_key = o_side[17 + NP: 81 + NP]
-        o_addr = o_side[81 + NP:]
+        o_dests = o_side[7 : 7 + NP]
+        o_ecn = o_side[7 + NP : 9 + NP]
+        o_words = o_side[9 + NP : 17 + NP]
+        o_key = o_side[17 + NP : 81 + NP]
+        o_addr = o_side[81 + NP :]
         result = Cat(a.result for a in adders)
         m.d.comb += [wp.addr.eq(o_addr), wp.data.eq(result), wp.en.eq(Mux(o_valid & o_wr, (1 << len(wp.en)) - 1, 0))]
         key_hi = Cat(o_key[56:64], o_key[48:56], o_key[40:48], o_key[32:40])  # big-endian on the wire
@@ -421,7 +476,7 @@ class AggregationDatapath(Elaboratable):
         o_rel = o_words.as_signed()
         lanes_out = []
         for lane in range(LN):
-            word = result[32 * lane: 32 * lane + 32]
+            word = result[32 * lane : 32 * lane + 32]
             val = Mux(lane < o_rel, word, 0)
             if KEY_WORDS:
                 val = Mux(o_rel == lane, key_hi, Mux(o_rel + 1 == lane, key_lo, val))
@@ -435,38 +490,62 @@ class AggregationDatapath(Elaboratable):
             fifo.w_en.eq(o_valid & o_emit),
             self.out_data.eq(fifo.r_data[:W]),
             self.out_last.eq(fifo.r_data[W]),
-            self.out_dests.eq(fifo.r_data[W + 1: W + 1 + NP]),
-            self.out_ecn.eq(fifo.r_data[W + 1 + NP:]),
+            self.out_dests.eq(fifo.r_data[W + 1 : W + 1 + NP]),
+            self.out_ecn.eq(fifo.r_data[W + 1 + NP :]),
             self.out_valid.eq(fifo.r_rdy),
             fifo.r_en.eq(self.out_ready),
         ]
         # Read-after-write hazard: a packet that reads its slot waits while beats of that
         # slot are still between the read port and the write port.
         hazard = Signal()
-        m.d.comb += hazard.eq(Cat(
-            st[0] & st[3] & (st[81 + NP:] >= w_s * BPS) & (st[81 + NP:] < w_s * BPS + BPS) for st in pipe
-        ).any())
+        m.d.comb += hazard.eq(
+            Cat(st[0] & st[3] & (st[81 + NP :] >= w_s * BPS) & (st[81 + NP :] < w_s * BPS + BPS) for st in pipe).any()
+        )
         room_out = Signal()
         m.d.comb += room_out.eq(fifo.level <= fifo_depth - (max_beats + LATENCY + 4))
 
         # emitted header: the codec layout, replacing words 0..6 of beat 0
         def be_bytes(value, n):
-            return [value[8 * (n - 1 - k): 8 * (n - k)] for k in range(n)]
+            return [value[8 * (n - 1 - k) : 8 * (n - k)] for k in range(n)]
 
-        e_hdr = Cat(*be_bytes(Const(MAGIC, 16), 2), Const(VERSION, 8), e_flags, *be_bytes(t_job[T_], 4),
-                    *be_bytes(t_tid[T_], 2), *be_bytes(e_cap, 2), *be_bytes(h_gen, 4), *be_bytes(e_seq, 4),
-                    *be_bytes(e_ack, 4), *be_bytes(e_count, 2), Const(0, 16))
-        beat0 = Cat(e_hdr, hbeat[HEADER_BYTES * 8:])
+        e_hdr = Cat(
+            *be_bytes(Const(MAGIC, 16), 2),
+            Const(VERSION, 8),
+            e_flags,
+            *be_bytes(t_job[T_], 4),
+            *be_bytes(t_tid[T_], 2),
+            *be_bytes(e_cap, 2),
+            *be_bytes(h_gen, 4),
+            *be_bytes(e_seq, 4),
+            *be_bytes(e_ack, 4),
+            *be_bytes(e_count, 2),
+            Const(0, 16),
+        )
+        beat0 = Cat(e_hdr, hbeat[HEADER_BYTES * 8 :])
 
         # ------------------------------------------------------------ control interface
         ct = self.ctl_tree
         cidx = Cat(self.ctl_index, ct)
         rsel = {
-            "valid": t_valid[ct], "job_id": t_job[ct], "tree_id": t_tid[ct], "nchildren": t_nch[ct],
-            "child_port": t_chport[cidx], "child_mask": t_mask[ct], "parent": t_parent[ct], "is_root": t_root[ct],
-            "target": t_target[ct], "limit": t_limit[ct], "cap": t_cap[ct], "cap_sent": t_capsent[ct],
-            "hold_mode": t_hmode[ct], "hold_seq": t_hseq[ct], "hold_cap": t_hcap[ct], "used": t_used[ct],
-            "floor": t_floor[ct], "key_hi": t_keyhi[ct], "key_lo": t_keylo[ct],
+            "valid": t_valid[ct],
+            "job_id": t_job[ct],
+            "tree_id": t_tid[ct],
+            "nchildren": t_nch[ct],
+            "child_port": t_chport[cidx],
+            "child_mask": t_mask[ct],
+            "parent": t_parent[ct],
+            "is_root": t_root[ct],
+            "target": t_target[ct],
+            "limit": t_limit[ct],
+            "cap": t_cap[ct],
+            "cap_sent": t_capsent[ct],
+            "hold_mode": t_hmode[ct],
+            "hold_seq": t_hseq[ct],
+            "hold_cap": t_hcap[ct],
+            "used": t_used[ct],
+            "floor": t_floor[ct],
+            "key_hi": t_keyhi[ct],
+            "key_lo": t_keylo[ct],
         }
         with m.Switch(self.ctl_field):
             for name, sig in rsel.items():
@@ -477,16 +556,37 @@ class AggregationDatapath(Elaboratable):
         grow_done = Signal()
         with m.If(ctl_fire):
             with m.Switch(self.ctl_field):
-                for name in ("valid", "job_id", "tree_id", "nchildren", "child_mask", "parent", "is_root",
-                             "target", "limit", "cap", "cap_sent", "hold_mode", "hold_seq", "hold_cap",
-                             "key_hi", "key_lo"):
+                for name in (
+                    "valid",
+                    "job_id",
+                    "tree_id",
+                    "nchildren",
+                    "child_mask",
+                    "parent",
+                    "is_root",
+                    "target",
+                    "limit",
+                    "cap",
+                    "cap_sent",
+                    "hold_mode",
+                    "hold_seq",
+                    "hold_cap",
+                    "key_hi",
+                    "key_lo",
+                ):
                     with m.Case(F[name]):
                         m.d.sync += rsel[name].eq(wdat)
                 with m.Case(F["child_port"]):
                     m.d.sync += t_chport[cidx].eq(wdat)
                 with m.Case(F["init"]):
-                    m.d.sync += [t_floor[ct].eq(0), t_atfloor[ct].eq(t_nch[ct]), t_used[ct].eq(0),
-                                 t_capsent[ct].eq(0), t_hmode[ct].eq(HOLD_NONE), t_limit[ct].eq(0)]
+                    m.d.sync += [
+                        t_floor[ct].eq(0),
+                        t_atfloor[ct].eq(t_nch[ct]),
+                        t_used[ct].eq(0),
+                        t_capsent[ct].eq(0),
+                        t_hmode[ct].eq(HOLD_NONE),
+                        t_limit[ct].eq(0),
+                    ]
                     for c in range(C):
                         m.d.sync += t_ack[Cat(Const(c, cbits), ct)].eq(0)
                 with m.Case(F["release"]):
@@ -506,17 +606,34 @@ class AggregationDatapath(Elaboratable):
                     self.in_ready.eq(~self.ctl_valid & room_out),
                 ]
                 with m.If(self.in_valid & self.in_ready):
-                    m.d.sync += [hbeat.eq(self.in_data), hport.eq(self.in_port), hecn.eq(self.in_ecn),
-                                 hlen.eq(self.in_length), hlast.eq(self.in_last)]
+                    m.d.sync += [
+                        hbeat.eq(self.in_data),
+                        hport.eq(self.in_port),
+                        hecn.eq(self.in_ecn),
+                        hlen.eq(self.in_length),
+                        hlast.eq(self.in_last),
+                    ]
                     m.next = "LOOKUP"
             with m.State("LOOKUP"):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += [
-                    l_mal.eq(mal), l_thit.eq(t_hit_v.any()), l_jobk.eq(job_known), l_t.eq(t_idx),
-                    l_chit.eq(c_hit_v.any()), l_c.eq(c_idx), l_shit.eq(s_hit_v.any()), l_s.eq(s_idx),
+                    l_mal.eq(mal),
+                    l_thit.eq(t_hit_v.any()),
+                    l_jobk.eq(job_known),
+                    l_t.eq(t_idx),
+                    l_chit.eq(c_hit_v.any()),
+                    l_c.eq(c_idx),
+                    l_shit.eq(s_hit_v.any()),
+                    l_s.eq(s_idx),
                     l_free.eq(f_idx),
-                    emit.eq(0), wr.eq(0), moved.eq(0), op.eq(OP_PASS_B), ev.eq(EV["ok"]), w_s.eq(s_idx),
-                    e_seq.eq(h_seq), e_count.eq(h_count),
+                    emit.eq(0),
+                    wr.eq(0),
+                    moved.eq(0),
+                    op.eq(OP_PASS_B),
+                    ev.eq(EV["ok"]),
+                    w_s.eq(s_idx),
+                    e_seq.eq(h_seq),
+                    e_count.eq(h_count),
                 ]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
@@ -538,8 +655,10 @@ class AggregationDatapath(Elaboratable):
                     with m.If(t_root[T_] | (hport != t_parent[T_])):
                         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.NOT_PARENT])]
                     with m.Elif(~l_shit):
-                        m.d.comb += [drop.eq(1), drop_code.eq(
-                            Mux(h_seq < t_floor[T_], EV[core_acc.STALE], EV[core_acc.UNEXPECTED_RESULT]))]
+                        m.d.comb += [
+                            drop.eq(1),
+                            drop_code.eq(Mux(h_seq < t_floor[T_], EV[core_acc.STALE], EV[core_acc.UNEXPECTED_RESULT])),
+                        ]
                     with m.Elif(s_gen[sl] != h_gen):
                         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.GENERATION_MISMATCH])]
                     with m.Elif(s_count[sl] != h_count):
@@ -551,8 +670,13 @@ class AggregationDatapath(Elaboratable):
                     with m.Else():
                         ce = (h_flags & FLAG_ECE) != 0
                         retx = (h_flags & FLAG_RETRANSMIT) != 0
-                        m.d.sync += [s_state[sl].eq(S_RESULT), s_ce[sl].eq(ce), s_retx[sl].eq(retx),
-                                     s_cap[sl].eq(h_cap), wr.eq(1)]
+                        m.d.sync += [
+                            s_state[sl].eq(S_RESULT),
+                            s_ce[sl].eq(ce),
+                            s_retx[sl].eq(retx),
+                            s_cap[sl].eq(h_cap),
+                            wr.eq(1),
+                        ]
                         results_to(h_cap, t_mask[T_], Mux(hecn == CE, CE, ECT0), ce, OP_PASS_B, retx)
                         m.next = "START"
                 with m.Elif(~l_chit):
@@ -585,11 +709,13 @@ class AggregationDatapath(Elaboratable):
                         take_ack(K_DUPEMIT)
                 with m.Else():
                     m.d.sync += [
-                        s_seen[sl].eq(s_seen[sl] | bit), s_nseen[sl].eq(s_nseen[sl] + 1),
+                        s_seen[sl].eq(s_seen[sl] | bit),
+                        s_nseen[sl].eq(s_nseen[sl] + 1),
                         s_ce[sl].eq(s_ce[sl] | (hecn == CE)),
                         s_retx[sl].eq(s_retx[sl] | ((h_flags & FLAG_RETRANSMIT) != 0)),
                         s_cap[sl].eq(Mux(h_cap < s_cap[sl], h_cap, s_cap[sl])),
-                        op.eq(OP_ADD), wr.eq(1),
+                        op.eq(OP_ADD),
+                        wr.eq(1),
                     ]
                     take_ack(K_COMPLETE)
                 with m.If(drop):
@@ -606,8 +732,9 @@ class AggregationDatapath(Elaboratable):
                 m.next = "FLOOR2"
             with m.State("FLOOR2"):
                 m.d.comb += self.busy.eq(1)
-                at = sum((Const(c, cbits + 1) < t_nch[T_]) & (t_ack[Cat(Const(c, cbits), T_)] == f_new)
-                         for c in range(C))
+                at = sum(
+                    (Const(c, cbits + 1) < t_nch[T_]) & (t_ack[Cat(Const(c, cbits), T_)] == f_new) for c in range(C)
+                )
                 m.d.sync += [t_atfloor[T_].eq(at), t_floor[T_].eq(f_new), moved.eq(1)]
                 stale_v = Cat(s_valid[s] & (s_tree[s] == T_) & (s_seq[s] < f_new) for s in range(S))
                 for s in range(S):
@@ -618,8 +745,11 @@ class AggregationDatapath(Elaboratable):
                 used_after = Signal(sbits + 1)
                 m.d.comb += used_after.eq(t_used[T_] - freed)
                 m.d.sync += t_used[T_].eq(used_after)
-                keep = (used_after != 0) & (t_hmode[T_] != HOLD_NONE) & (
-                    (t_hmode[T_] == HOLD_WAIT_RESULT) | (f_new <= t_hseq[T_]))
+                keep = (
+                    (used_after != 0)
+                    & (t_hmode[T_] != HOLD_NONE)
+                    & ((t_hmode[T_] == HOLD_WAIT_RESULT) | (f_new <= t_hseq[T_]))
+                )
                 with m.If((freed != 0) & (t_limit[T_] > t_target[T_]) & ~keep):
                     m.d.sync += [
                         t_hmode[T_].eq(HOLD_NONE),
@@ -659,15 +789,27 @@ class AggregationDatapath(Elaboratable):
                     with m.Case(K_ACKEMIT):
                         with m.If(~t_root[T_] & moved):
                             m.d.sync += [
-                                emit.eq(1), op.eq(OP_PASS_B), e_flags.eq(FLAG_ACK), e_cap.eq(t_cap[T_]),
-                                e_ack.eq(t_floor[T_]), e_seq.eq(t_floor[T_]), e_dests.eq(parent_mask), e_ecn.eq(ECT0),
+                                emit.eq(1),
+                                op.eq(OP_PASS_B),
+                                e_flags.eq(FLAG_ACK),
+                                e_cap.eq(t_cap[T_]),
+                                e_ack.eq(t_floor[T_]),
+                                e_seq.eq(t_floor[T_]),
+                                e_dests.eq(parent_mask),
+                                e_ecn.eq(ECT0),
                             ]
             with m.State("START"):
                 m.d.comb += self.busy.eq(1)
                 reads = op != OP_PASS_B
                 with m.If(~(reads & hazard)):
-                    m.d.comb += [iss_valid.eq(1), iss_data.eq(beat0), iss_beat.eq(0), iss_last.eq(hlast),
-                                 self.event_valid.eq(1), self.event_emit.eq(emit)]
+                    m.d.comb += [
+                        iss_valid.eq(1),
+                        iss_data.eq(beat0),
+                        iss_beat.eq(0),
+                        iss_last.eq(hlast),
+                        self.event_valid.eq(1),
+                        self.event_emit.eq(emit),
+                    ]
                     m.d.sync += beat_no.eq(1)
                     with m.If(hlast):
                         m.next = "ACCEPT"
@@ -676,8 +818,12 @@ class AggregationDatapath(Elaboratable):
             with m.State("STREAM"):
                 m.d.comb += [self.busy.eq(1), self.in_ready.eq(1)]
                 with m.If(self.in_valid):
-                    m.d.comb += [iss_valid.eq(1), iss_data.eq(self.in_data), iss_beat.eq(beat_no),
-                                 iss_last.eq(self.in_last)]
+                    m.d.comb += [
+                        iss_valid.eq(1),
+                        iss_data.eq(self.in_data),
+                        iss_beat.eq(beat_no),
+                        iss_last.eq(self.in_last),
+                    ]
                     m.d.sync += beat_no.eq(beat_no + 1)
                     with m.If(self.in_last):
                         m.next = "ACCEPT"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from amaranth.sim import Simulator
 
 from panama.core.accelerator import AcceleratorError, cwnd_cap_for_slots
-from panama.hw.datapath import EVENTS, KEY_BYTES, F, HOLD_NONE, HOLD_WAIT_RESULT, AggregationDatapath, HwConfig
+from panama.hw.datapath import EVENTS, HOLD_NONE, HOLD_WAIT_RESULT, KEY_BYTES, AggregationDatapath, F, HwConfig
 
 
 class HwError(ValueError):
@@ -177,7 +177,9 @@ class HwAccelerator:
         if key in self._installed:
             raise AcceleratorError(f"{self.name}: job {job_id} tree {tree_id} is already installed")
         if not children or len(set(children)) != len(children) or (parent is not None and parent in children):
-            raise AcceleratorError(f"{self.name}: job {job_id} tree {tree_id}: bad children {children} / parent {parent!r}")
+            raise AcceleratorError(
+                f"{self.name}: job {job_id} tree {tree_id}: bad children {children} / parent {parent!r}"
+            )
         if len(children) > self.cfg.max_children:
             raise HwError(f"{self.name}: {len(children)} children, the datapath holds {self.cfg.max_children}")
         if len(self._installed) >= self.cfg.max_trees:
@@ -330,7 +332,7 @@ class _Io:
                     await self.ctl(0, F["grow_done"], 0, 1)
                     continue
                 ctx.set(dut.in_valid, 1)
-                ctx.set(dut.in_data, int.from_bytes(padded[b * bb:(b + 1) * bb], "little"))
+                ctx.set(dut.in_data, int.from_bytes(padded[b * bb : (b + 1) * bb], "little"))
                 ctx.set(dut.in_last, b == nbeats - 1)
                 ctx.set(dut.in_port, port)
                 ctx.set(dut.in_ecn, ecn)

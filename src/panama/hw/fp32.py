@@ -115,22 +115,37 @@ class Fp32Adder(Elaboratable):
         lost = Signal(27)
         m.d.comb += lost.eq(my_ext & ((Const(1, 28) << shift) - 1)[0:27])
         s2 = dict(
-            valid=Signal(), special=Signal(), sval=Signal(32), sign=Signal(), sub=Signal(), e=Signal(8),
-            mx=Signal(27), my=Signal(27),
+            valid=Signal(),
+            special=Signal(),
+            sval=Signal(32),
+            sign=Signal(),
+            sub=Signal(),
+            e=Signal(8),
+            mx=Signal(27),
+            my=Signal(27),
         )
         m.d.sync += [
-            s2["valid"].eq(s1_valid), s2["special"].eq(s1_special), s2["sval"].eq(s1_sval),
-            s2["sign"].eq(s1_sign), s2["sub"].eq(s1_sub), s2["e"].eq(s1_e),
+            s2["valid"].eq(s1_valid),
+            s2["special"].eq(s1_special),
+            s2["sval"].eq(s1_sval),
+            s2["sign"].eq(s1_sign),
+            s2["sub"].eq(s1_sub),
+            s2["e"].eq(s1_e),
             s2["mx"].eq(s1_mx << 3),
             s2["my"].eq(shifted | (lost != 0)),
         ]
 
         # ---- S3: add or subtract (|x| >= |y|, so the difference is never negative)
-        s3 = dict(valid=Signal(), special=Signal(), sval=Signal(32), sign=Signal(), sub=Signal(), e=Signal(8),
-                  sum=Signal(28))
+        s3 = dict(
+            valid=Signal(), special=Signal(), sval=Signal(32), sign=Signal(), sub=Signal(), e=Signal(8), sum=Signal(28)
+        )
         m.d.sync += [
-            s3["valid"].eq(s2["valid"]), s3["special"].eq(s2["special"]), s3["sval"].eq(s2["sval"]),
-            s3["sign"].eq(s2["sign"]), s3["sub"].eq(s2["sub"]), s3["e"].eq(s2["e"]),
+            s3["valid"].eq(s2["valid"]),
+            s3["special"].eq(s2["special"]),
+            s3["sval"].eq(s2["sval"]),
+            s3["sign"].eq(s2["sign"]),
+            s3["sub"].eq(s2["sub"]),
+            s3["e"].eq(s2["e"]),
             s3["sum"].eq(Mux(s2["sub"], s2["mx"] - s2["my"], s2["mx"] + s2["my"])),
         ]
 
@@ -149,10 +164,19 @@ class Fp32Adder(Elaboratable):
             m.d.comb += [norm.eq(total[1:28] | total[0]), exp.eq(s3["e"] + 1)]
         with m.Else():
             m.d.comb += [norm.eq(total[0:27] << lshift), exp.eq(s3["e"] - lshift)]
-        s4 = dict(valid=Signal(), special=Signal(), sval=Signal(32), sign=Signal(), zero=Signal(),
-                  exp=Signal(9), norm=Signal(27))
+        s4 = dict(
+            valid=Signal(),
+            special=Signal(),
+            sval=Signal(32),
+            sign=Signal(),
+            zero=Signal(),
+            exp=Signal(9),
+            norm=Signal(27),
+        )
         m.d.sync += [
-            s4["valid"].eq(s3["valid"]), s4["special"].eq(s3["special"]), s4["sval"].eq(s3["sval"]),
+            s4["valid"].eq(s3["valid"]),
+            s4["special"].eq(s3["special"]),
+            s4["sval"].eq(s3["sval"]),
             # an exact zero is +0 unless both operands were -0 (then x is -0 and sub is 0)
             s4["sign"].eq(Mux(total == 0, s3["sign"] & ~s3["sub"], s3["sign"])),
             s4["zero"].eq(total == 0),

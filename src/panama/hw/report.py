@@ -39,10 +39,32 @@ def verilog_text(cfg: HwConfig = HwConfig()) -> str:
 
     dut = AggregationDatapath(cfg)
     ports = [
-        dut.in_data, dut.in_valid, dut.in_ready, dut.in_last, dut.in_port, dut.in_ecn, dut.in_length,
-        dut.out_data, dut.out_valid, dut.out_ready, dut.out_last, dut.out_dests, dut.out_ecn,
-        dut.event_valid, dut.event_code, dut.event_emit, dut.ctl_valid, dut.ctl_ready, dut.ctl_we, dut.ctl_tree,
-        dut.ctl_field, dut.ctl_index, dut.ctl_wdata, dut.ctl_rdata, dut.host_req, dut.busy,
+        dut.in_data,
+        dut.in_valid,
+        dut.in_ready,
+        dut.in_last,
+        dut.in_port,
+        dut.in_ecn,
+        dut.in_length,
+        dut.out_data,
+        dut.out_valid,
+        dut.out_ready,
+        dut.out_last,
+        dut.out_dests,
+        dut.out_ecn,
+        dut.event_valid,
+        dut.event_code,
+        dut.event_emit,
+        dut.ctl_valid,
+        dut.ctl_ready,
+        dut.ctl_we,
+        dut.ctl_tree,
+        dut.ctl_field,
+        dut.ctl_index,
+        dut.ctl_wdata,
+        dut.ctl_rdata,
+        dut.host_req,
+        dut.busy,
     ]
     return verilog.convert(dut, name="panama_aggregator", ports=ports)
 
@@ -106,7 +128,9 @@ def synthesize(cfg: HwConfig = HwConfig(), family: str = "xcup", log: Path | Non
         script = f"read_verilog {src.name}; synth_xilinx -family {family} -top panama_aggregator -flatten; stat"
         proc = subprocess.run(
             [sys.executable, "-c", _RUN_YOSYS, "-q", "-p", script, "-l", "yosys.log"],
-            capture_output=True, text=True, cwd=tmp,
+            capture_output=True,
+            text=True,
+            cwd=tmp,
         )
         text = (Path(tmp) / "yosys.log").read_text() if (Path(tmp) / "yosys.log").exists() else ""
         if proc.returncode == 0 and log is not None:
@@ -141,15 +165,24 @@ def _summarise(cells: dict[str, int], family: str) -> dict:
             if pattern.match(cell):
                 out[kind] += n
                 break
-    out["BRAM36"] = cells.get("RAMB36E2", 0) + cells.get("RAMB36E1", 0) + 0.5 * (
-        cells.get("RAMB18E2", 0) + cells.get("RAMB18E1", 0))
+    out["BRAM36"] = (
+        cells.get("RAMB36E2", 0)
+        + cells.get("RAMB36E1", 0)
+        + 0.5 * (cells.get("RAMB18E2", 0) + cells.get("RAMB18E1", 0))
+    )
     out["family"] = family
     out["cells"] = dict(sorted(cells.items()))
     return out
 
 
-def report(cfg: HwConfig = HwConfig(), clock_mhz: float = DEFAULT_CLOCK_MHZ, packets: int = 64,
-           synth: bool = True, family: str = "xcup", yosys_log: Path | None = None) -> dict:
+def report(
+    cfg: HwConfig = HwConfig(),
+    clock_mhz: float = DEFAULT_CLOCK_MHZ,
+    packets: int = 64,
+    synth: bool = True,
+    family: str = "xcup",
+    yosys_log: Path | None = None,
+) -> dict:
     meas = measure_cycles(cfg, packets)
     seconds_per_packet = meas["cycles_per_packet"] / (clock_mhz * 1e6)
     line = meas["datagram_bytes"] * 8 / seconds_per_packet / 1e9
@@ -162,8 +195,14 @@ def report(cfg: HwConfig = HwConfig(), clock_mhz: float = DEFAULT_CLOCK_MHZ, pac
         **meas,
         "line_rate_gbps": round(line, 2),
         "ethernet_gbps": round(eth, 2),
-        "config": {"width": cfg.width, "slots": cfg.slots, "payload_elems": cfg.payload_elems,
-                   "max_trees": cfg.max_trees, "max_children": cfg.max_children, "ports": cfg.ports},
+        "config": {
+            "width": cfg.width,
+            "slots": cfg.slots,
+            "payload_elems": cfg.payload_elems,
+            "max_trees": cfg.max_trees,
+            "max_children": cfg.max_children,
+            "ports": cfg.ports,
+        },
         "packet_memory_bytes": cfg.slots * cfg.beats_per_slot * cfg.width // 8,
     }
     if synth:

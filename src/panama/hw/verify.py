@@ -47,8 +47,23 @@ def _payload(rng: np.random.Generator, count: int) -> np.ndarray:
     special = rng.random(count) < 0.08
     if special.any():
         pool = np.array(
-            [0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007FFFFF, 0x00400000, 0x7F7FFFFF, 0xFF7FFFFF,
-             0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001, 0x00800000, 0x3F800000, 0xBF800000],
+            [
+                0x00000000,
+                0x80000000,
+                0x00000001,
+                0x80000001,
+                0x007FFFFF,
+                0x00400000,
+                0x7F7FFFFF,
+                0xFF7FFFFF,
+                0x7F800000,
+                0xFF800000,
+                0x7FC00000,
+                0x7F800001,
+                0x00800000,
+                0x3F800000,
+                0xBF800000,
+            ],
             dtype=np.uint32,
         ).view(np.float32)
         x[special] = rng.choice(pool, special.sum())
@@ -90,9 +105,14 @@ class _Scenario:
             for acc in (self.core, self.hw):
                 acc.install_tree(job, tree_id, children, parent)
             self.trees[(job, tree_id)] = dict(
-                children=children, parent=parent, count=int(rng.integers(0, self.cfg.payload_elems + 1)),
-                next_seq={c: 0 for c in children}, got={c: set() for c in children}, ack={c: 0 for c in children},
-                sent={c: {} for c in children}, partials=[],
+                children=children,
+                parent=parent,
+                count=int(rng.integers(0, self.cfg.payload_elems + 1)),
+                next_seq={c: 0 for c in children},
+                got={c: set() for c in children},
+                ack={c: 0 for c in children},
+                sent={c: {} for c in children},
+                partials=[],
             )
             self.installs += 1
 
@@ -167,8 +187,18 @@ class _Scenario:
             payload = sent[seq]
             flags = FLAG_RETRANSMIT if kind != "dup" else 0
         cap = int(rng.choice([0xFFFF, 1 + int(rng.integers(0, 8))]))
-        p = Packet(key[0], key[1], seq, seq // 3, tree["count"], flags, cap, min(ack, seq),
-                   CE if rng.random() < 0.1 else ECT0, payload if tree["count"] else None)
+        p = Packet(
+            key[0],
+            key[1],
+            seq,
+            seq // 3,
+            tree["count"],
+            flags,
+            cap,
+            min(ack, seq),
+            CE if rng.random() < 0.1 else ECT0,
+            payload if tree["count"] else None,
+        )
         self.deliver(_encode(p, self.keys[key[0]]), child, p.ecn)
 
     def ack_packet(self, key, tree, child):
@@ -182,8 +212,18 @@ class _Scenario:
         rng = self.rng
         seq, gen, count = tree["partials"][int(rng.integers(0, len(tree["partials"])))]
         flags = FLAG_RESULT | (FLAG_ECE if rng.random() < 0.2 else 0)
-        p = Packet(key[0], key[1], seq, gen, count, flags, int(rng.integers(1, 0x10000)), 0,
-                   CE if rng.random() < 0.2 else ECT0, _payload(rng, count) if count else None)
+        p = Packet(
+            key[0],
+            key[1],
+            seq,
+            gen,
+            count,
+            flags,
+            int(rng.integers(1, 0x10000)),
+            0,
+            CE if rng.random() < 0.2 else ECT0,
+            _payload(rng, count) if count else None,
+        )
         self.deliver(_encode(p, self.keys[key[0]]), "up", p.ecn)
 
     def foreign(self):
@@ -191,8 +231,18 @@ class _Scenario:
         keys = list(self.trees)
         key = keys[int(rng.integers(0, len(keys)))]
         tree = self.trees[key]
-        p = Packet(key[0], key[1], tree["ack"][tree["children"][0]], 0, tree["count"], 0, 0xFFFF, 0, ECT0,
-                   _payload(rng, tree["count"]) if tree["count"] else None)
+        p = Packet(
+            key[0],
+            key[1],
+            tree["ack"][tree["children"][0]],
+            0,
+            tree["count"],
+            0,
+            0xFFFF,
+            0,
+            ECT0,
+            _payload(rng, tree["count"]) if tree["count"] else None,
+        )
         data = bytearray(_encode(p, self.keys[key[0]]))
         frm = tree["children"][0]
         what = int(rng.integers(0, 8))
@@ -247,7 +297,7 @@ def _same_datagram(a: bytes, b: bytes) -> tuple[bool, int]:
     """Equal bytes, or equal but for NaN payload lanes with the same quiet bit (count of those)."""
     if a == b:
         return True, 0
-    if len(a) != len(b) or a[:28] != b[:28] or a[len(a) - KEY_BYTES:] != b[len(b) - KEY_BYTES:]:
+    if len(a) != len(b) or a[:28] != b[:28] or a[len(a) - KEY_BYTES :] != b[len(b) - KEY_BYTES :]:
         return False, 0
     end = len(a) - KEY_BYTES
     x = np.frombuffer(a[28:end], dtype="<f4")
@@ -283,10 +333,13 @@ def run_verify(packets: int, seed: int, cfg: HwConfig = CI_CONFIG, examples: int
         if not ok:
             mismatches += 1
             if len(shown) < examples:
-                shown.append({
-                    "packet": i, "core": [want_verdict, [(list(d), b.hex(), e) for d, b, e in want]],
-                    "rtl": [got.event, [(list(d), b.hex(), e) for d, b, e in got.emitted]],
-                })
+                shown.append(
+                    {
+                        "packet": i,
+                        "core": [want_verdict, [(list(d), b.hex(), e) for d, b, e in want]],
+                        "rtl": [got.event, [(list(d), b.hex(), e) for d, b, e in got.emitted]],
+                    }
+                )
     stats = sc.hw.stats
     return {
         "packets": len(sc.expected),
@@ -299,8 +352,15 @@ def run_verify(packets: int, seed: int, cfg: HwConfig = CI_CONFIG, examples: int
         "host_grow_requests": stats.host_grow_requests,
         "cycles": stats.cycles,
         "seed": seed,
-        "config": {"width": cfg.width, "lanes": cfg.lanes, "slots": cfg.slots, "payload_elems": cfg.payload_elems,
-                   "max_trees": cfg.max_trees, "max_children": cfg.max_children, "ports": cfg.ports},
+        "config": {
+            "width": cfg.width,
+            "lanes": cfg.lanes,
+            "slots": cfg.slots,
+            "payload_elems": cfg.payload_elems,
+            "max_trees": cfg.max_trees,
+            "max_children": cfg.max_children,
+            "ports": cfg.ports,
+        },
         "key_trailer_bytes": KEY_BYTES,
         "examples": shown,
     }

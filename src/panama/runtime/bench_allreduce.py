@@ -113,7 +113,9 @@ def _own_cpu_s() -> float:
     return t.user + t.system
 
 
-def _worker(rank: int, cfg: BenchConfig, controller: str, controls, pids, store_path: str, token: str, job: str, barrier, queue) -> None:
+def _worker(
+    rank: int, cfg: BenchConfig, controller: str, controls, pids, store_path: str, token: str, job: str, barrier, queue
+) -> None:
     """One rank: both implementations, alternating phases (module docstring); reports to ``queue``."""
     try:
         from panama.runtime.communicator import Communicator
@@ -223,7 +225,9 @@ def _collect(ctx, cfg: BenchConfig, args_for_rank, progress: bool) -> list[dict]
     """Run the ranks and return every phase report (one per rank, size, round and implementation)."""
     queue = ctx.Queue()
     barrier = ctx.Barrier(cfg.workers)
-    procs = [ctx.Process(target=_worker, args=(*args_for_rank(r), barrier, queue), daemon=True) for r in range(cfg.workers)]
+    procs = [
+        ctx.Process(target=_worker, args=(*args_for_rank(r), barrier, queue), daemon=True) for r in range(cfg.workers)
+    ]
     for p in procs:
         p.start()
     reports: list[dict] = []
@@ -241,7 +245,9 @@ def _collect(ctx, cfg: BenchConfig, args_for_rank, progress: bool) -> list[dict]
             except Exception:
                 dead = [r for r, p in enumerate(procs) if not p.is_alive() and p.exitcode not in (0, None)]
                 if dead:
-                    raise RuntimeError(f"worker rank(s) {dead} died (exit codes {[procs[r].exitcode for r in dead]})") from None
+                    raise RuntimeError(
+                        f"worker rank(s) {dead} died (exit codes {[procs[r].exitcode for r in dead]})"
+                    ) from None
                 continue
             if row["impl"] == "error":
                 raise RuntimeError(row["error"])
@@ -254,7 +260,10 @@ def _collect(ctx, cfg: BenchConfig, args_for_rank, progress: bool) -> list[dict]
                 per_ms = pending.setdefault(key, {})
                 per_ms[row["impl"]] = 1e3 * row["seconds"] / cfg.iters
                 if len(per_ms) == (2 if cfg.gloo else 1):
-                    line = f"  {row['size_mb']:>8g} MB round {row['round'] + 1}/{cfg.rounds}: PANAMA {per_ms['panama']:8.2f} ms"
+                    line = (
+                        f"  {row['size_mb']:>8g} MB round {row['round'] + 1}/{cfg.rounds}: PANAMA "
+                        f"{per_ms['panama']:8.2f} ms"
+                    )
                     if cfg.gloo:
                         line += f", gloo {per_ms['gloo']:8.2f} ms, ratio {per_ms['gloo'] / per_ms['panama']:5.2f}"
                     print(line, file=sys.stderr, flush=True)
@@ -280,25 +289,30 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
             + (f", {cfg.drop_prob:g} of datagrams dropped at every switch" if cfg.drop_prob else ""),
             file=sys.stderr,
         )
-    with LocalCluster(
-        leaves=cfg.leaves,
-        spines=cfg.spines,
-        hosts_per_leaf=hosts_per_leaf,
-        trees=cfg.trees,
-        payload_elems=cfg.payload_elems,
-        packet_memory=cfg.packet_memory,
-        ecn_threshold_pkts=cfg.ecn_threshold_pkts,
-        drop_prob=cfg.drop_prob,
-        seed=cfg.seed,
-        threshold_bytes=0,
-        heartbeat_timeout_s=max(10.0, cfg.timeout_s / 4),
-        log_level="WARNING",
-    ) as lc, tempfile.TemporaryDirectory(prefix="panama-gloo-") as tmp:
+    with (
+        LocalCluster(
+            leaves=cfg.leaves,
+            spines=cfg.spines,
+            hosts_per_leaf=hosts_per_leaf,
+            trees=cfg.trees,
+            payload_elems=cfg.payload_elems,
+            packet_memory=cfg.packet_memory,
+            ecn_threshold_pkts=cfg.ecn_threshold_pkts,
+            drop_prob=cfg.drop_prob,
+            seed=cfg.seed,
+            threshold_bytes=0,
+            heartbeat_timeout_s=max(10.0, cfg.timeout_s / 4),
+            log_level="WARNING",
+        ) as lc,
+        tempfile.TemporaryDirectory(prefix="panama-gloo-") as tmp,
+    ):
         controls = [lc.procs[n].control for n in lc.switch_names]
         pids = {name: p.pid for name, p in lc.procs.items()}
         store = str(Path(tmp) / "store")
         job = f"bench-{uuid.uuid4().hex[:10]}"  # unique per run: a crashed run's name never blocks the next
-        reports = _collect(ctx, cfg, lambda rank: (rank, cfg, lc.controller, controls, pids, store, lc.token, job), progress)
+        reports = _collect(
+            ctx, cfg, lambda rank: (rank, cfg, lc.controller, controls, pids, store, lc.token, job), progress
+        )
     return summarize(reports, cfg)
 
 
@@ -352,7 +366,8 @@ def summarize(reports: list[dict], cfg: BenchConfig) -> list[dict[str, Any]]:
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     head = (
-        f"{'size MB':>8} {'PANAMA ms':>10} {'PANAMA GB/s':>12} {'gloo ms':>9} {'gloo GB/s':>10} {'ratio':>6} {'range':>11} "
+        f"{'size MB':>8} {'PANAMA ms':>10} {'PANAMA GB/s':>12} {'gloo ms':>9} {'gloo GB/s':>10} {'ratio':>6} "
+        f"{'range':>11} "
         f"{'switch GB/s':>12} {'max rel err':>12} {'PANAMA CPU ms':>14} {'gloo CPU ms':>12}"
     )
     lines = [head, "-" * len(head)]
@@ -362,7 +377,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         ratio = f"{r['ratio']:6.2f}" if "ratio" in r else f"{'-':>6}"
         spread = f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio" in r else "-"
         lines.append(
-            f"{r['size_mb']:>8g} {r['panama_ms']:10.2f} {r['panama_algbw_gbps']:12.3f} {gloo_ms} {gloo_bw} {ratio} {spread:>11} "
+            f"{r['size_mb']:>8g} {r['panama_ms']:10.2f} {r['panama_algbw_gbps']:12.3f} {gloo_ms} {gloo_bw} {ratio} "
+            f"{spread:>11} "
             f"{r['switch_gbps']:12.3f} {r['panama_max_rel_err']:12.2e} {r['panama_cpu_ms']:14.1f} "
             + (f"{r['gloo_cpu_ms']:12.1f}" if "gloo_cpu_ms" in r else f"{'-':>12}")
         )

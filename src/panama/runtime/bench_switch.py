@@ -97,8 +97,14 @@ def _worker_sockets(cfg: SwitchBenchConfig) -> list[list[socket.socket]]:
     return socks
 
 
-def _feed(cfg: SwitchBenchConfig, socks: list[list[socket.socket]], target: tuple, keys: list[int],
-          stop_at: float, results_out) -> None:
+def _feed(
+    cfg: SwitchBenchConfig,
+    socks: list[list[socket.socket]],
+    target: tuple,
+    keys: list[int],
+    stop_at: float,
+    results_out,
+) -> None:
     """The feeder process: closed loop of ``window`` sequence numbers per tree until ``stop_at``."""
     rng = np.random.default_rng(cfg.seed)
     payloads = [rng.standard_normal(cfg.payload_elems).astype(np.float32) for _ in range(cfg.workers)]
@@ -187,9 +193,16 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool) -> dict:
         tid = counters["tid"]
         rx_of = lambda: counters["rx"]  # noqa: E731
     else:
-        daemon = SwitchDaemon(SwitchConfig(switch_id="bench", packet_memory=cfg.packet_memory,
-                                           payload_elems=cfg.payload_elems, status_interval_s=0.0,
-                                           ecn_threshold_pkts=0, seed=cfg.seed))
+        daemon = SwitchDaemon(
+            SwitchConfig(
+                switch_id="bench",
+                packet_memory=cfg.packet_memory,
+                payload_elems=cfg.payload_elems,
+                status_interval_s=0.0,
+                ecn_threshold_pkts=0,
+                seed=cfg.seed,
+            )
+        )
         for j in range(cfg.jobs):
             children = [format_addr(s.getsockname()) for s in socks[j]]
             daemon.install_job(j + 1, [{"tree_id": t, "children": children} for t in range(cfg.trees)], key=keys[j])
@@ -234,8 +247,11 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool) -> dict:
                 s.close()
     datagrams = rx1 - rx0
     if datagrams <= 0:
-        raise RuntimeError("bench switch: no datagram reached the " + ("forwarder" if floor else "daemon")
-                           + " in the measured interval")
+        raise RuntimeError(
+            "bench switch: no datagram reached the "
+            + ("forwarder" if floor else "daemon")
+            + " in the measured interval"
+        )
     wall, cpu = t1 - t0, max(cpu1 - cpu0, 1e-9)
     bits = datagrams * cfg.payload_elems * 32
     out = {
@@ -277,14 +293,19 @@ def format_table(report: dict) -> str:
     """The terminal table of one report."""
     c = report["config"]
     rows = [
-        ("offered load", f"{c['jobs']} job(s) x {c['trees']} tree(s) x {c['workers']} workers, "
-                         f"window {c['window']} per tree"),
+        (
+            "offered load",
+            f"{c['jobs']} job(s) x {c['trees']} tree(s) x {c['workers']} workers, window {c['window']} per tree",
+        ),
         ("datagram", f"{report['datagram_bytes']:,} bytes ({c['payload_elems']:,} float32)"),
         ("payload summed", f"{report['payload_gbps']:.2f} Gb/s per core (CPU time of the data-plane thread)"),
         ("  wall clock", f"{report['payload_gbps_wall']:.2f} Gb/s, daemon busy {report['daemon_cpu_share']:.0%}"),
         ("datagrams", f"{report['datagrams_per_s']:,.0f} /s per core, {report['us_per_datagram']:.1f} µs each"),
-        ("socket floor", f"{report['floor_payload_gbps']:.2f} Gb/s ({report['floor_us_per_datagram']:.1f} µs "
-                         "per datagram: receive and forward only)"),
+        (
+            "socket floor",
+            f"{report['floor_payload_gbps']:.2f} Gb/s ({report['floor_us_per_datagram']:.1f} µs "
+            "per datagram: receive and forward only)",
+        ),
         ("ratio to floor", f"{report['ratio_to_floor']:.2f}"),
         ("accelerator drops", f"{report['accelerator_drops']}"),
     ]

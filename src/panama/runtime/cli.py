@@ -48,14 +48,18 @@ def _token(token_file):
     except ValueError as exc:
         field, _, msg = str(exc).partition(": ")
         raise usage_error(field, msg) from None
-    raise usage_error("token-file", f"required (or set ${TOKEN_ENV}): the control API only answers requests that carry its token")
+    raise usage_error(
+        "token-file", f"required (or set ${TOKEN_ENV}): the control API only answers requests that carry its token"
+    )
 
 
 def _concrete(addr, field: str):
     """Refuse an unspecified bind address (0.0.0.0): the address is what peers are told to send to."""
     if addr[0] in ("0.0.0.0", ""):
         raise usage_error(
-            field, f"{addr[0] or '(empty)'} is not an address workers can reach: bind one address of this machine (e.g. its LAN IPv4)"
+            field,
+            f"{addr[0] or '(empty)'} is not an address workers can reach: bind one address of this machine (e.g. its "
+            f"LAN IPv4)",
         )
     return addr
 
@@ -71,13 +75,18 @@ def _setup_logging(level: str) -> None:
 # ---------------------------------------------------------------------- panama switch
 @click.command("switch")
 @click.option("--id", "switch_id", required=True, help="Switch name (e.g. leaf0); must match the cluster file.")
-@click.option("--udp", default="127.0.0.1:0", show_default=True, help="Data-plane bind address HOST:PORT (port 0: any).")
+@click.option(
+    "--udp", default="127.0.0.1:0", show_default=True, help="Data-plane bind address HOST:PORT (port 0: any)."
+)
 @click.option(
     "--control", default="127.0.0.1:0", show_default=True, help="HTTP control/metrics bind address HOST:PORT."
 )
 @click.option("--packet-memory", default=512, show_default=True, type=int, help="Accelerator slots (packets).")
 @click.option(
-    "--payload-elems", default=None, type=int, help="float32 per slot/datagram [default: 16367, the largest UDP datagram]."
+    "--payload-elems",
+    default=None,
+    type=int,
+    help="float32 per slot/datagram [default: 16367, the largest UDP datagram].",
 )
 @click.option(
     "--ecn-threshold",
@@ -87,15 +96,32 @@ def _setup_logging(level: str) -> None:
     help="Mark CE when the backlog exceeds this many full datagrams' bytes (0: never).",
 )
 @click.option("--batch", default=64, show_default=True, type=int, help="Datagrams drained per batch.")
-@click.option("--drop-prob", default=0.0, show_default=True, type=float, help="Drop received datagrams (fault injection).")
+@click.option(
+    "--drop-prob", default=0.0, show_default=True, type=float, help="Drop received datagrams (fault injection)."
+)
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the drop generator.")
-@click.option("--status-interval", default=10.0, show_default=True, type=float, help="Seconds between status log lines.")
+@click.option(
+    "--status-interval", default=10.0, show_default=True, type=float, help="Seconds between status log lines."
+)
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--ready-file", default=None, help="Write the bound addresses as JSON here once ready.")
 @click.option("--exit-with", type=click.IntRange(min=1), default=None, help="Stop when this process id is gone.")
 @click.option("--token-file", default=None, help=_TOKEN_FILE_HELP)
 def switch(
-    switch_id, udp, control, packet_memory, payload_elems, ecn_threshold, batch, drop_prob, seed, status_interval, log_level, ready_file, exit_with, token_file
+    switch_id,
+    udp,
+    control,
+    packet_memory,
+    payload_elems,
+    ecn_threshold,
+    batch,
+    drop_prob,
+    seed,
+    status_interval,
+    log_level,
+    ready_file,
+    exit_with,
+    token_file,
 ):
     """Run one PANAMA switch daemon (a UDP aggregation accelerator) in the foreground.
 
@@ -147,7 +173,13 @@ def switch(
 )
 @click.option("--max-jobs-per-switch", default=8, show_default=True, type=int)
 @click.option("--trees", default=None, type=int, help="Trees per job unless a job asks [default: number of spines].")
-@click.option("--heartbeat-timeout", default=5.0, show_default=True, type=float, help="Seconds without a heartbeat before a job fails.")
+@click.option(
+    "--heartbeat-timeout",
+    default=5.0,
+    show_default=True,
+    type=float,
+    help="Seconds without a heartbeat before a job fails.",
+)
 @click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
 @click.option("--ready-file", default=None, help="Write the bound address as JSON here once ready.")
 @click.option("--exit-with", type=click.IntRange(min=1), default=None, help="Stop when this process id is gone.")
@@ -157,10 +189,22 @@ def switch(
     default=None,
     help="Running jobs are kept here (mode 0600); a restarted controller takes them back [default: none].",
 )
-@click.option("--startup-wait", default=20.0, show_default=True, type=float, help="Seconds to wait for the daemons at start-up.")
+@click.option(
+    "--startup-wait", default=20.0, show_default=True, type=float, help="Seconds to wait for the daemons at start-up."
+)
 def controller_serve(
-    cluster_file, listen, threshold_bytes, max_jobs_per_switch, trees, heartbeat_timeout, log_level, ready_file, exit_with,
-    token_file, state_file, startup_wait,
+    cluster_file,
+    listen,
+    threshold_bytes,
+    max_jobs_per_switch,
+    trees,
+    heartbeat_timeout,
+    log_level,
+    ready_file,
+    exit_with,
+    token_file,
+    state_file,
+    startup_wait,
 ):
     """Serve the controller's HTTP/JSON API (docs/runtime.md) for workers and switch daemons."""
     from panama.runtime.controller_service import ClusterFileError, ControllerService, load_cluster, run_controller
@@ -210,7 +254,10 @@ def cluster():
 
 
 _state_option = click.option(
-    "--state", "state_path", default=None, help="State file [default: $PANAMA_CLUSTER_STATE or /tmp/panama-cluster-UID/cluster.json]."
+    "--state",
+    "state_path",
+    default=None,
+    help="State file [default: $PANAMA_CLUSTER_STATE or /tmp/panama-cluster-UID/cluster.json].",
 )
 
 
@@ -238,16 +285,42 @@ def _state_file(state_path):
     show_default=True,
     help="IPv4 address of this machine that the daemons and controller bind (workers on other machines connect there).",
 )
-@click.option("--port", default=0, show_default=True, type=int,
-              help="The controller's TCP port (0: any free port; PANAMA_CONTROLLER=HOST:PORT then stays fixed).")
+@click.option(
+    "--port",
+    default=0,
+    show_default=True,
+    type=int,
+    help="The controller's TCP port (0: any free port; PANAMA_CONTROLLER=HOST:PORT then stays fixed).",
+)
 @_state_option
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
-def cluster_up(leaves, spines, hosts_per_leaf, trees, packet_memory, payload_elems, threshold_bytes, heartbeat_timeout, drop_prob, seed, log_level, host, port, state_path, as_json):
+def cluster_up(
+    leaves,
+    spines,
+    hosts_per_leaf,
+    trees,
+    packet_memory,
+    payload_elems,
+    threshold_bytes,
+    heartbeat_timeout,
+    drop_prob,
+    seed,
+    log_level,
+    host,
+    port,
+    state_path,
+    as_json,
+):
     """Start a local cluster in the background and record it in the state file."""
     from panama.runtime.cluster import ClusterError, LocalCluster
     from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
 
-    for name, value, low in (("leaves", leaves, 1), ("spines", spines, 1), ("hosts-per-leaf", hosts_per_leaf, 1), ("packet-memory", packet_memory, 1)):
+    for name, value, low in (
+        ("leaves", leaves, 1),
+        ("spines", spines, 1),
+        ("hosts-per-leaf", hosts_per_leaf, 1),
+        ("packet-memory", packet_memory, 1),
+    ):
         if value < low:
             raise usage_error(name, f"must be >= {low}, got {value}")
     if not 0 <= drop_prob < 1:
@@ -309,7 +382,9 @@ def cluster_down(state_path, timeout):
     if not state_file.exists():
         raise click.ClickException(f"no cluster state at {state_file} (nothing to stop)")
     state = json.loads(state_file.read_text())
-    procs = [Proc(name, "", None, pid, Path("."), Path(".")) for name, pid in state.get("pids", {}).items() if _is_ours(pid)]
+    procs = [
+        Proc(name, "", None, pid, Path("."), Path(".")) for name, pid in state.get("pids", {}).items() if _is_ours(pid)
+    ]
     procs.sort(key=lambda p: p.name != "controller")
     stop_processes(procs, timeout)
     state_file.unlink()
@@ -342,11 +417,16 @@ def cluster_status(state_path, as_json):
 
 
 def _print_status(state: dict, state_file: Path) -> None:
-    click.echo(f"controller  http://{state['controller']}  pid {state.get('controller_pid')}  log {state.get('controller_log')}")
+    click.echo(
+        f"controller  http://{state['controller']}  pid {state.get('controller_pid')}  log "
+        f"{state.get('controller_log')}"
+    )
     click.echo(f"{'id':<10}{'role':<8}{'udp':<22}{'control':<22}{'pid':>8}  up")
     for sw in state["switches"]:
         up = sw.get("up", sw.get("alive"))
-        click.echo(f"{sw['id']:<10}{sw['role']:<8}{sw['udp']:<22}{sw['control']:<22}{sw['pid']:>8}  {'yes' if up else 'NO'}")
+        click.echo(
+            f"{sw['id']:<10}{sw['role']:<8}{sw['udp']:<22}{sw['control']:<22}{sw['pid']:>8}  {'yes' if up else 'NO'}"
+        )
     click.echo(f"state file: {state_file}")
 
 
@@ -368,10 +448,16 @@ def _any_alive(state: dict) -> bool:
 # ---------------------------------------------------------------------- panama bench allreduce
 @click.command("allreduce")
 @click.option("--workers", default=4, show_default=True, type=int, help="Ranks (processes) per run.")
-@click.option("--size-mb", default="1,16,100", show_default=True, help="Comma-separated gradient sizes in MB (10^6 bytes).")
+@click.option(
+    "--size-mb", default="1,16,100", show_default=True, help="Comma-separated gradient sizes in MB (10^6 bytes)."
+)
 @click.option("--iters", default=5, show_default=True, type=int, help="Timed allreduces per implementation per round.")
 @click.option(
-    "--rounds", default=3, show_default=True, type=int, help="Alternating PANAMA/gloo phases per size (medians reported)."
+    "--rounds",
+    default=3,
+    show_default=True,
+    type=int,
+    help="Alternating PANAMA/gloo phases per size (medians reported).",
 )
 @click.option("--leaves", default=2, show_default=True, type=int)
 @click.option("--spines", default=2, show_default=True, type=int)
@@ -379,17 +465,45 @@ def _any_alive(state: dict) -> bool:
 @click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367].")
 @click.option("--packet-memory", default=512, show_default=True, type=int)
 @click.option("--cc", default="dctcp", show_default=True, type=click.Choice(["dctcp", "fixed", "none"]))
-@click.option("--ecn-threshold", default=128, show_default=True, type=int, help="Switch CE-marking backlog (full datagrams; 0: off).")
-@click.option("--min-rto-ms", default=100.0, show_default=True, type=float, help="Workers' minimum retransmission timeout.")
-@click.option("--drop-prob", default=0.0, show_default=True, type=float,
-              help="Share of datagrams every switch daemon drops (loss recovery; results stay exact).")
+@click.option(
+    "--ecn-threshold",
+    default=128,
+    show_default=True,
+    type=int,
+    help="Switch CE-marking backlog (full datagrams; 0: off).",
+)
+@click.option(
+    "--min-rto-ms", default=100.0, show_default=True, type=float, help="Workers' minimum retransmission timeout."
+)
+@click.option(
+    "--drop-prob",
+    default=0.0,
+    show_default=True,
+    type=float,
+    help="Share of datagrams every switch daemon drops (loss recovery; results stay exact).",
+)
 @click.option("--skip-gloo", is_flag=True, help="Time PANAMA only (no ratio).")
 @click.option("--out", "out_dir", default=None, help="Directory for results.json and results.csv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def bench_allreduce(
-    workers, size_mb, iters, rounds, leaves, spines, trees, payload_elems, packet_memory, cc, ecn_threshold, min_rto_ms,
-    drop_prob, skip_gloo, out_dir, as_json, seed
+    workers,
+    size_mb,
+    iters,
+    rounds,
+    leaves,
+    spines,
+    trees,
+    payload_elems,
+    packet_memory,
+    cc,
+    ecn_threshold,
+    min_rto_ms,
+    drop_prob,
+    skip_gloo,
+    out_dir,
+    as_json,
+    seed,
 ):
     """Time PANAMA allreduce through a local cluster against gloo (torch.distributed) in the same run."""
     from panama.runtime.bench_allreduce import BenchConfig, format_table, run_bench, write_results
@@ -450,7 +564,9 @@ def bench_allreduce(
 @click.option("--workers", default=4, show_default=True, type=int, help="Children per tree (feeder sockets).")
 @click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367, 64 KB datagrams].")
 @click.option("--window", default=8, show_default=True, type=int, help="Sequence numbers in flight per tree.")
-@click.option("--seconds", default=3.0, show_default=True, type=float, help="Measured interval per run (after 0.5 s warm-up).")
+@click.option(
+    "--seconds", default=3.0, show_default=True, type=float, help="Measured interval per run (after 0.5 s warm-up)."
+)
 @click.option("--packet-memory", default=512, show_default=True, type=int, help="Accelerator slots.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -461,9 +577,14 @@ def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_me
     from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
 
     cfg = SwitchBenchConfig(
-        jobs=jobs, trees=trees, workers=workers,
+        jobs=jobs,
+        trees=trees,
+        workers=workers,
         payload_elems=RUNTIME_PAYLOAD_ELEMS if payload_elems is None else payload_elems,
-        window=window, seconds=seconds, packet_memory=packet_memory, seed=seed,
+        window=window,
+        seconds=seconds,
+        packet_memory=packet_memory,
+        seed=seed,
     )
     try:
         cfg.validate()

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from panama.core.topology import leaf_spine
-from panama.runtime.lifeline import pid_alive
 from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
+from panama.runtime.lifeline import pid_alive
 from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, format_addr, free_port, parse_addr
 
 
@@ -241,7 +241,8 @@ class LocalCluster:
                 raise ClusterError(f"{proc.name} exited during start-up (code {proc.popen.returncode}): {tail}")
             time.sleep(0.02)
         raise ClusterError(
-            f"{proc.name} not ready within startup_timeout_s={self.startup_timeout_s:g} (no {proc.ready_file}): {_tail(proc.log)}"
+            f"{proc.name} not ready within startup_timeout_s={self.startup_timeout_s:g} (no {proc.ready_file}): "
+            f"{_tail(proc.log)}"
         )
 
     def stop(self, timeout_s: float = 5.0) -> None:
@@ -293,11 +294,17 @@ class LocalCluster:
         for p in self.procs.values():
             if p.role == "controller":
                 continue
-            lines += [f"[switches.{p.name}]", f'udp = "{format_addr(p.udp)}"', f'control = "{format_addr(p.control)}"', ""]
+            lines += [
+                f"[switches.{p.name}]",
+                f'udp = "{format_addr(p.udp)}"',
+                f'control = "{format_addr(p.control)}"',
+                "",
+            ]
         return "\n".join(lines)
 
     def status(self) -> dict[str, Any]:
-        """``{"controller": "HOST:PORT", "switches": [{"id", "role", "udp", "control", "pid", "alive", "log"}], ...}``."""
+        """``{"controller": "HOST:PORT", "switches": [{"id", "role", "udp", "control", "pid", "alive",
+        "log"}], ...}``."""
         ctl = self.procs.get("controller")
         return {
             "controller": self.controller if self.controller_addr else None,
@@ -342,11 +349,15 @@ class LocalCluster:
             proc.popen.wait(timeout=10)
 
     def controller_call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        return request_json(self.controller_addr, method, path, body, timeout_s=10.0, what="controller", token=self.token)
+        return request_json(
+            self.controller_addr, method, path, body, timeout_s=10.0, what="controller", token=self.token
+        )
 
     def switch_call(self, name: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One authenticated request to a daemon's control API."""
-        return request_json(self.procs[name].control, method, path, body, timeout_s=10.0, what=f"switch {name}", token=self.token)
+        return request_json(
+            self.procs[name].control, method, path, body, timeout_s=10.0, what=f"switch {name}", token=self.token
+        )
 
     def restart_controller(self, sig: int = signal.SIGKILL) -> None:
         """Stop the controller (``sig``; SIGKILL: no clean-up at all) and start a new one on the

@@ -122,7 +122,9 @@ class Communicator:
             raise ValueError(f"size_bytes: must be >= 0, got {size_bytes}")
         self.controller: Address = parse_addr(controller, field="controller")
         self.token = resolve_token(token)
-        self.incarnation = secrets.token_hex(8)  # this registration of this rank (a restarted rank replaces its stale self)
+        self.incarnation = secrets.token_hex(
+            8
+        )  # this registration of this rank (a restarted rank replaces its stale self)
         self.job = job
         self._job_path = f"/v1/jobs/{job_path(job)}"
         self.rank = rank
@@ -202,7 +204,8 @@ class Communicator:
         if status != 200:
             hint = " (pass token= or set PANAMA_TOKEN to the cluster's token)" if status == 401 else ""
             raise CommunicatorError(
-                f"job {self.job} rank {self.rank}: controller refused registration (HTTP {status}): {error_text(reply)}{hint}"
+                f"job {self.job} rank {self.rank}: controller refused registration (HTTP {status}): "
+                f"{error_text(reply)}{hint}"
             )
         if not reply.get("admitted"):
             reason = str(reply.get("reason"))
@@ -234,7 +237,9 @@ class Communicator:
             max_rto_ps=seconds_to_ps(max_rto),
             max_retries=1_000_000,  # timeout_s bounds every call instead
         )
-        self._hb_thread = threading.Thread(target=self._heartbeat, name=f"panama-hb-{self.job}-{self.rank}", daemon=True)
+        self._hb_thread = threading.Thread(
+            target=self._heartbeat, name=f"panama-hb-{self.job}-{self.rank}", daemon=True
+        )
         self._hb_thread.start()
         log.info(
             "job %s rank %d: job_id %d, trees %s, first hop %s (%s), payload %d floats",
@@ -370,7 +375,9 @@ class Communicator:
                 raise CommunicatorError(f"job {self.job} rank {self.rank}: {self._failure}")
             left = deadline - time.monotonic()
             if left <= 0:
-                raise CommunicatorError(self._timeout_message(f"allreduce did not finish within timeout_s={self.timeout_s:g}"))
+                raise CommunicatorError(
+                    self._timeout_message(f"allreduce did not finish within timeout_s={self.timeout_s:g}")
+                )
             if got == 0:
                 wait_s = min(left, 0.05)
                 if timer is not None:
@@ -416,7 +423,9 @@ class Communicator:
         notes = []
         if reply.get("state") != "running":
             notes.append(f"controller says job is {reply.get('state')}: {reply.get('reason')}")
-        down = [f"{name} ({info.get('udp')})" for name, info in (reply.get("switches") or {}).items() if not info.get("up")]
+        down = [
+            f"{name} ({info.get('udp')})" for name, info in (reply.get("switches") or {}).items() if not info.get("up")
+        ]
         if down:
             notes.append("switch(es) not answering: " + ", ".join(down))
         late = reply.get("stale_ranks") or []
@@ -501,7 +510,16 @@ class Communicator:
 
 
 # Drop reasons that point at one switch as the culprit of a stuck call.
-_TELLING_DROPS = ("share_exceeded", "too_large", "oversize", "unknown_job", "unknown_tree", "not_child", "not_parent", "injected")
+_TELLING_DROPS = (
+    "share_exceeded",
+    "too_large",
+    "oversize",
+    "unknown_job",
+    "unknown_tree",
+    "not_child",
+    "not_parent",
+    "injected",
+)
 
 
 def _switch_findings(switches: dict[str, Any], job_id: int | None) -> list[str]:
@@ -520,9 +538,13 @@ def _switch_findings(switches: dict[str, Any], job_id: int | None) -> list[str]:
             said.append(f"{dp['errors']} data-plane error(s), last: {dp.get('last_error')}")
         if info.get("send_errors"):
             said.append(f"{info['send_errors']} send error(s), last: {dp.get('last_send_error')}")
-        drops = {k: v for k, v in (info.get("drops") or {}).items() if v and any(k.startswith(t) for t in _TELLING_DROPS)}
+        drops = {
+            k: v for k, v in (info.get("drops") or {}).items() if v and any(k.startswith(t) for t in _TELLING_DROPS)
+        }
         if drops:
-            said.append("dropped " + ", ".join(f"{v} {k}" for k, v in sorted(drops.items())) + " (all jobs, since start)")
+            said.append(
+                "dropped " + ", ".join(f"{v} {k}" for k, v in sorted(drops.items())) + " (all jobs, since start)"
+            )
         malformed = {k: v for k, v in (info.get("malformed") or {}).items() if v}
         if malformed.get("bad_key"):
             said.append(f"refused {malformed['bad_key']} datagram(s) with a wrong key")

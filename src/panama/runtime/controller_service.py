@@ -76,7 +76,6 @@ PROBE_TIMEOUTS_DOWN = 3  # consecutive /health timeouts before a daemon counts a
 HISTORY = 200
 
 
-
 class ClusterFileError(ValueError):
     """The cluster file is invalid; the message starts with the offending field."""
 
@@ -164,7 +163,8 @@ def load_cluster(source: str | Path | dict) -> ClusterSpec:
         for key, addr in (("udp", udp), ("control", control)):
             if addr[0] == "0.0.0.0" or addr[1] == 0:
                 raise ClusterFileError(
-                    f"switches.{name}.{key}: {format_addr(addr)} is not an address others can reach (give the daemon's own address and port)"
+                    f"switches.{name}.{key}: {format_addr(addr)} is not an address others can reach (give the "
+                    f"daemon's own address and port)"
                 )
         switches[name] = SwitchInfo(name, topo.tier(name), udp, control)
     for name in raw:
@@ -259,7 +259,13 @@ class Job:
             "trees": self.trees,
             "plan": self.plan.to_dict(),
             "ranks": [
-                {"rank": x.rank, "udp": format_addr(x.udp), "host": x.host, "incarnation": x.incarnation, "left": x.left}
+                {
+                    "rank": x.rank,
+                    "udp": format_addr(x.udp),
+                    "host": x.host,
+                    "incarnation": x.incarnation,
+                    "left": x.left,
+                }
                 for x in sorted(self.ranks.values(), key=lambda x: x.rank)
             ],
         }
@@ -411,7 +417,12 @@ class ControllerService:
             if sw.timeouts < PROBE_TIMEOUTS_DOWN:
                 return sw.up
             if sw.up:
-                log.warning("switch %s (control %s) is not answering: %s", sw.name, format_addr(sw.control), exc or type(exc).__name__)
+                log.warning(
+                    "switch %s (control %s) is not answering: %s",
+                    sw.name,
+                    format_addr(sw.control),
+                    exc or type(exc).__name__,
+                )
             sw.up = False
             sw.error = str(exc) or type(exc).__name__
             self.switch_jobs[sw.name] = None
@@ -458,7 +469,10 @@ class ControllerService:
                 break
             await asyncio.sleep(0.1)
         if down:
-            log.warning("switch daemons not answering at start-up: %s (jobs on them will fail until they are up)", ", ".join(down))
+            log.warning(
+                "switch daemons not answering at start-up: %s (jobs on them will fail until they are up)",
+                ", ".join(down),
+            )
         memories = [s.packet_memory for s in self.switches.values() if s.packet_memory]
         self.controller = Controller(
             self.topology,
@@ -488,17 +502,28 @@ class ControllerService:
                 missing = [s for s in plan.switches if held.get(s) is None or plan.job_id not in held[s]]
                 if missing:
                     log.warning(
-                        "job %s (job_id %d) not recovered: switch(es) %s no longer hold it", plan.name, plan.job_id, ", ".join(missing)
+                        "job %s (job_id %d) not recovered: switch(es) %s no longer hold it",
+                        plan.name,
+                        plan.job_id,
+                        ", ".join(missing),
                     )
                     continue
                 assert self.controller is not None
                 self.controller.restore(plan)
             except (KeyError, TypeError, ValueError, ControllerError) as exc:
-                log.warning("state file entry %r not recovered: %s", entry.get("name") if isinstance(entry, dict) else entry, exc)
+                log.warning(
+                    "state file entry %r not recovered: %s",
+                    entry.get("name") if isinstance(entry, dict) else entry,
+                    exc,
+                )
                 continue
             job = Job(plan.name, int(entry["world_size"]), now)
             job.plan, job.job_id, job.key = plan, plan.job_id, int(entry["key"], 16)
-            job.payload_for_job, job.size_bytes, job.trees = entry["payload_elems"], entry["size_bytes"], entry.get("trees")
+            job.payload_for_job, job.size_bytes, job.trees = (
+                entry["payload_elems"],
+                entry["size_bytes"],
+                entry.get("trees"),
+            )
             for r in entry["ranks"]:
                 job.ranks[int(r["rank"])] = Rank(
                     int(r["rank"]), parse_addr(r["udp"]), r["host"], now, r.get("incarnation"), bool(r.get("left"))
@@ -510,7 +535,9 @@ class ControllerService:
             self.jobs[job.name] = job
             self.counters["recovered"] += 1
             kept.update((s, plan.job_id) for s in plan.switches)
-            log.info("job %s (job_id %d) recovered: still installed on %s", plan.name, plan.job_id, ", ".join(plan.switches))
+            log.info(
+                "job %s (job_id %d) recovered: still installed on %s", plan.name, plan.job_id, ", ".join(plan.switches)
+            )
         for name, jobs in held.items():
             for job_id in jobs or ():
                 if (name, job_id) not in kept:
@@ -590,7 +617,9 @@ class ControllerService:
             try:
                 status, data = await self._switch_call(sw, "PUT", f"/jobs/{plan.job_id}", body)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                errors.append(f"switch {name} (control {format_addr(sw.control)}) unreachable: {exc or type(exc).__name__}")
+                errors.append(
+                    f"switch {name} (control {format_addr(sw.control)}) unreachable: {exc or type(exc).__name__}"
+                )
                 sw.up, sw.error = False, str(exc) or type(exc).__name__
                 return
             if status != 200:
@@ -643,7 +672,14 @@ class ControllerService:
             while len(self.history) > HISTORY:
                 self.history.popitem(last=False)
         self.counters[state] = self.counters.get(state, 0) + 1
-        log.log(logging.WARNING if state == "failed" else logging.INFO, "job %s (job_id %s) %s: %s", job.name, job.job_id, state, job.reason)
+        log.log(
+            logging.WARNING if state == "failed" else logging.INFO,
+            "job %s (job_id %s) %s: %s",
+            job.name,
+            job.job_id,
+            state,
+            job.reason,
+        )
         job.ready.set()
 
     async def teardown(self, job: Job, event: JobInput, reason: str) -> None:
@@ -700,7 +736,9 @@ class ControllerService:
                 )
         if now >= next_probe:
             next_probe = now + self.probe_interval_s
-            used = sorted({s for j in self.jobs.values() if j.life.state is JobState.RUNNING and j.plan for s in j.plan.switches})
+            used = sorted(
+                {s for j in self.jobs.values() if j.life.state is JobState.RUNNING and j.plan for s in j.plan.switches}
+            )
             if used:
                 await self.probe_all(used)
             for job in list(self.jobs.values()):
@@ -713,11 +751,16 @@ class ControllerService:
                     if not sw.up:
                         why = f"is down: {sw.error}"
                     elif held is not None and fresh and job.job_id not in held:
-                        why = f"lost job {job.job_id} (no longer installed there: removed outside the controller or the daemon restarted)"
+                        why = (
+                            f"lost job {job.job_id} (no longer installed there: removed outside the controller or "
+                            f"the daemon restarted)"
+                        )
                     else:
                         continue
                     await self.teardown(
-                        job, JobInput.SWITCH_LOST, f"switch {sw.name} (udp {format_addr(sw.udp)}, control {format_addr(sw.control)}) {why}"
+                        job,
+                        JobInput.SWITCH_LOST,
+                        f"switch {sw.name} (udp {format_addr(sw.udp)}, control {format_addr(sw.control)}) {why}",
                     )
                     break
         return next_probe
@@ -727,11 +770,17 @@ class ControllerService:
         task = self._monitor_task
         if task is not None and task.done() and not task.cancelled():
             self.counters["monitor_restarts"] += 1
-            log.error("monitor task ended (%s): restarting it", task.exception() if not task.cancelled() else "cancelled")
+            log.error(
+                "monitor task ended (%s): restarting it", task.exception() if not task.cancelled() else "cancelled"
+            )
             self._monitor_task = task = asyncio.create_task(self._monitor())
         age = None if self.monitor_tick is None else time.monotonic() - self.monitor_tick
         limit = max(10.0, 20 * min(0.25, self.heartbeat_timeout_s / 4))
-        ok = task is not None and not task.done() and (age is None and time.monotonic() - self.started < limit or age is not None and age < limit)
+        ok = (
+            task is not None
+            and not task.done()
+            and (age is None and time.monotonic() - self.started < limit or age is not None and age < limit)
+        )
         return ok, {
             "alive": task is not None and not task.done(),
             "last_pass_age_s": None if age is None else round(age, 3),
@@ -830,7 +879,9 @@ class ControllerService:
         out = job.summary()
         now = time.monotonic()
         out["stale_ranks"] = sorted(
-            x.rank for x in job.ranks.values() if not x.left and job.state == "running" and now - x.last_seen > 2 * self._hb_hint()
+            x.rank
+            for x in job.ranks.values()
+            if not x.left and job.state == "running" and now - x.last_seen > 2 * self._hb_hint()
         )
         if job.plan is not None and job.plan.admitted:
             probe = request.query.get("probe") in ("1", "true")
@@ -841,7 +892,11 @@ class ControllerService:
                 sw = self.switches[s]
                 info: dict[str, Any] = {"udp": format_addr(sw.udp), "up": sw.up, "error": sw.error}
                 held = self.switch_jobs.get(s)
-                if held is not None and job.life.state is JobState.RUNNING and self.switch_jobs_asked.get(s, 0.0) > job.installed_at:
+                if (
+                    held is not None
+                    and job.life.state is JobState.RUNNING
+                    and self.switch_jobs_asked.get(s, 0.0) > job.installed_at
+                ):
                     info["holds_job"] = job.job_id in held
                 if probe and sw.up:
                     info.update(await self._job_counters(sw, job))
@@ -900,7 +955,9 @@ class ControllerService:
             raise BadRequest(400, f"rank: {rank} is not below world_size {world_size}")
         if world_size > len(self.hosts_in_order):
             raise BadRequest(
-                400, f"world_size: {world_size} workers do not fit the {len(self.hosts_in_order)} hosts of {self.topology.name}"
+                400,
+                f"world_size: {world_size} workers do not fit the {len(self.hosts_in_order)} hosts of "
+                f"{self.topology.name}",
             )
         if size_bytes > MAX_SIZE_BYTES:
             raise BadRequest(400, f"size_bytes: must be <= {MAX_SIZE_BYTES}, got {size_bytes}")
@@ -922,14 +979,17 @@ class ControllerService:
                     f"(a job whose ranks died ends within heartbeat_timeout_s={self.heartbeat_timeout_s:g})",
                 )
             if job.world_size != world_size:
-                raise BadRequest(409, f"world_size: {world_size} differs from {job.world_size} given by other ranks of {name!r}")
+                raise BadRequest(
+                    409, f"world_size: {world_size} differs from {job.world_size} given by other ranks of {name!r}"
+                )
             if trees is not None and job.trees not in (None, trees):
                 raise BadRequest(409, f"trees: {trees} differs from {job.trees} asked by other ranks of {name!r}")
             other = job.ranks.get(rank)
             if other is not None and not other.gone() and (incarnation is None or other.incarnation == incarnation):
                 raise BadRequest(
                     409,
-                    f"rank: {rank} of {name!r} is already registered (from udp {format_addr(other.udp)}); ranks must be unique",
+                    f"rank: {rank} of {name!r} is already registered (from udp {format_addr(other.udp)}); ranks must "
+                    f"be unique",
                 )
         else:
             job = Job(name, world_size, time.monotonic())
@@ -1066,7 +1126,9 @@ class _DaemonUnwell(Exception):
     """A daemon answered, but not healthy."""
 
 
-REGISTER_KEYS = frozenset({"rank", "world_size", "udp", "size_bytes", "trees", "payload_elems", "wait_s", "incarnation"})
+REGISTER_KEYS = frozenset(
+    {"rank", "world_size", "udp", "size_bytes", "trees", "payload_elems", "wait_s", "incarnation"}
+)
 MAX_SIZE_BYTES = 1 << 50
 _INCARNATION_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -1100,7 +1162,9 @@ def _int_field(body: dict, key: str, low: int, default: Any = _MISSING) -> Any:
     return value
 
 
-async def serve(service: ControllerService, listen: Address, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None) -> None:
+async def serve(
+    service: ControllerService, listen: Address, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
+) -> None:
     """Run the service until ``stop`` is set."""
     runner = web.AppRunner(service.make_app(), access_log=None, keepalive_timeout=30.0, shutdown_timeout=2.0)
     await runner.setup()  # on_startup: daemons probed, the one Controller made, jobs recovered

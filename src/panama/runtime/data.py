@@ -112,13 +112,17 @@ def parse_idx(data: bytes, path: Path | str = "<bytes>") -> np.ndarray:
         raise IdxFormatError(path, "IDX header declares 0 dimensions")
     header_bytes = 4 + 4 * ndim
     if len(data) < header_bytes:
-        raise IdxFormatError(path, f"truncated header: {ndim} dimensions need {header_bytes} bytes, file has {len(data)}")
+        raise IdxFormatError(
+            path, f"truncated header: {ndim} dimensions need {header_bytes} bytes, file has {len(data)}"
+        )
     dims = struct.unpack(f">{ndim}I", data[4:header_bytes])
     dtype = IDX_DTYPES[type_code]
     expected = math.prod(dims) * dtype.itemsize  # Python ints: a forged header cannot overflow
     actual = len(data) - header_bytes
     if actual < expected:
-        raise IdxFormatError(path, f"truncated data: shape {dims} of {dtype.name} needs {expected} bytes, found {actual}")
+        raise IdxFormatError(
+            path, f"truncated data: shape {dims} of {dtype.name} needs {expected} bytes, found {actual}"
+        )
     if actual > expected:
         raise IdxFormatError(path, f"{actual - expected} unexpected trailing bytes after shape {dims} of {dtype.name}")
     array = np.frombuffer(data, dtype=dtype, offset=header_bytes).reshape(dims)
@@ -165,7 +169,9 @@ def to_lenet_input(images: np.ndarray, max_value: float) -> torch.Tensor:
     return x.clamp_(0.0, 1.0).contiguous()
 
 
-def stratified_split(labels: np.ndarray, test_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def stratified_split(
+    labels: np.ndarray, test_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """Indices ``(train, test)``: each class contributes ``round(test_fraction * n_class)`` test items."""
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")

@@ -29,7 +29,6 @@ ranks), so it also runs on test doubles; :class:`PanamaHookState` counts calls, 
 and time spent in the reduction.
 """
 
-
 # No "from __future__ import annotations": DDP checks the hook's annotations at runtime.
 import functools
 import inspect
@@ -88,7 +87,9 @@ def panama_allreduce_hook(state: PanamaHookState, bucket: dist.GradBucket) -> to
         state.seconds += time.perf_counter() - start
         if out is not buf:
             if tuple(out.shape) != tuple(buf.shape):
-                raise RuntimeError(f"communicator returned shape {tuple(out.shape)} for a bucket of shape {tuple(buf.shape)}")
+                raise RuntimeError(
+                    f"communicator returned shape {tuple(out.shape)} for a bucket of shape {tuple(buf.shape)}"
+                )
             buf.copy_(out)
         state.calls += 1
         state.elems += buf.numel()

@@ -128,7 +128,9 @@ def communicator_kwargs_from_env(**overrides: Any) -> dict[str, Any]:
     if "controller" not in overrides:
         controller = controller_from_env()
         if controller is None:
-            raise EnvError(f"{CONTROLLER_ENV}: not set (HOST:PORT of the PANAMA controller, e.g. from panama cluster status)")
+            raise EnvError(
+                f"{CONTROLLER_ENV}: not set (HOST:PORT of the PANAMA controller, e.g. from panama cluster status)"
+            )
         kw["controller"] = controller
     if "job" not in overrides:
         job = os.environ.get(JOB_ENV) or ""

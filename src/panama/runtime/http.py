@@ -176,7 +176,10 @@ def auth_middleware(token: str, open_paths: frozenset[str], counters: dict[str, 
                     counters["unauthorized"] = counters.get("unauthorized", 0) + 1
                 why = "missing" if not got else "wrong token"
                 return web.json_response(
-                    {"error": f"authorization: {why} (send Authorization: Bearer <token>; clients take token= or ${TOKEN_ENV})"},
+                    {
+                        "error": f"authorization: {why} (send Authorization: Bearer <token>; clients take token= or "
+                        f"${TOKEN_ENV})"
+                    },
                     status=401,
                     headers={"WWW-Authenticate": 'Bearer realm="panama"'},
                 )

@@ -16,7 +16,8 @@ CE itself when its backlog exceeds
 drained in the current batch and not yet processed, plus, when the batch came back full
 (so more may wait), the datagrams in the kernel's receive queue (``SO_MEMINFO``
 rmem_alloc, one ``getsockopt`` per full batch, divided by the buffer memory one full
-datagram takes, measured once at start) counted as full datagrams. The threshold is ``ecn_threshold_pkts`` full datagrams
+datagram takes, measured once at start) counted as full datagrams. The threshold is
+``ecn_threshold_pkts`` full datagrams
 (``ecn_threshold_pkts * datagram_size(payload_elems)`` bytes). Marking happens on what the
 daemon emits while the backlog is above it (RED-style on the instantaneous queue, as in
 DCTCP's switch rule).
@@ -114,9 +115,7 @@ class SwitchDaemon:
         config.validate()
         self.config = config
         self.token = token
-        self.acc = Accelerator(
-            config.packet_memory, config.payload_elems, name=config.switch_id, copy_payloads=False
-        )
+        self.acc = Accelerator(config.packet_memory, config.payload_elems, name=config.switch_id, copy_payloads=False)
         self.lock = threading.Lock()
         self.sock = PacketSocket(config.udp)
         self.udp_addr = self.sock.addr
@@ -353,8 +352,9 @@ class SwitchDaemon:
             probe.connect((host, port))  # route lookup only: nothing is sent
         except OSError as exc:
             raise AddressError(
-                field, f"{text} is not reachable from this daemon's socket {format_addr(self.udp_addr)} "
-                f"({exc.strerror or exc})"
+                field,
+                f"{text} is not reachable from this daemon's socket {format_addr(self.udp_addr)} "
+                f"({exc.strerror or exc})",
             ) from None
         finally:
             probe.close()
@@ -443,7 +443,9 @@ class SwitchDaemon:
             "Contributions received with the retransmit flag.",
             [("", st["retransmits_received"])],
         )
-        metric("panama_switch_ce_received_total", "counter", "Datagrams received with ECN CE.", [("", st["ce_received"])])
+        metric(
+            "panama_switch_ce_received_total", "counter", "Datagrams received with ECN CE.", [("", st["ce_received"])]
+        )
         metric("panama_switch_ce_marked_total", "counter", "Packets this daemon marked CE.", [("", st["ce_marked"])])
         metric(
             "panama_switch_send_errors_total",
@@ -451,9 +453,21 @@ class SwitchDaemon:
             "Datagrams the kernel refused to send, by destination.",
             [(f",dest={_label(d)}", sum(v.values())) for d, v in sorted(st["send_errors_by_dest"].items())],
         )
-        metric("panama_switch_data_plane_up", "gauge", "1 while the data-plane loop runs.", [("", int(st["data_plane"]["alive"]))])
-        metric("panama_switch_data_plane_errors_total", "counter", "Data-plane loop restarts.", [("", st["data_plane"]["errors"])])
-        metric("panama_switch_contributions_total", "counter", "Contributions aggregated.", [("", acc["contributions"])])
+        metric(
+            "panama_switch_data_plane_up",
+            "gauge",
+            "1 while the data-plane loop runs.",
+            [("", int(st["data_plane"]["alive"]))],
+        )
+        metric(
+            "panama_switch_data_plane_errors_total",
+            "counter",
+            "Data-plane loop restarts.",
+            [("", st["data_plane"]["errors"])],
+        )
+        metric(
+            "panama_switch_contributions_total", "counter", "Contributions aggregated.", [("", acc["contributions"])]
+        )
         metric("panama_switch_results_out_total", "counter", "Result packets emitted.", [("", acc["results_out"])])
         metric("panama_switch_used_slots", "gauge", "Accelerator slots in use.", [("", acc["used_slots"])])
         metric("panama_switch_packet_memory_slots", "gauge", "Accelerator slots.", [("", acc["packet_memory"])])
@@ -651,7 +665,10 @@ def _datagram_truesize(datagram_bytes: int) -> int:
     one datagram), so the daemon can turn its socket's queued memory into datagrams.
     """
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+        with (
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx,
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx,
+        ):
             rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * datagram_bytes)
             rx.bind(("127.0.0.1", 0))
             tx.sendto(bytes(datagram_bytes), rx.getsockname())

@@ -44,7 +44,8 @@ def _config_error(exc: ValidationError) -> click.UsageError:
     "--controller",
     default=None,
     metavar="HOST:PORT",
-    help="Running controller for --allreduce panama (its token from $PANAMA_TOKEN). Default: start a local cluster for the run.",
+    help="Running controller for --allreduce panama (its token from $PANAMA_TOKEN). Default: start a local cluster "
+    "for the run.",
 )
 @click.option("--job", default=None, help="Job name at the controller (panama). Default: unique.")
 @click.option(
@@ -161,6 +162,8 @@ def train(
     else:
         shown = ", ".join(f"rank {r}: {d[:16]}" for r, d in enumerate(digests))
         click.echo(f"replicas identical: NO ({shown})")
-    click.echo(f"final test accuracy {result.final_test_accuracy:.4f}, total {result.total_seconds:.1f} s; wrote {path}")
+    click.echo(
+        f"final test accuracy {result.final_test_accuracy:.4f}, total {result.total_seconds:.1f} s; wrote {path}"
+    )
     if not result.replicas_identical:
         raise click.ClickException("replicas diverged: parameters differ between workers")

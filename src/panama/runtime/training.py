@@ -72,7 +72,8 @@ STATUS_INTERVAL_S = 5.0
 EVAL_BATCH = 1024
 
 BYTES_SOURCE = {
-    "panama": "measured: UDP payload bytes sent by the worker's communicator (PANAMA headers, float32 payload, retransmissions)",
+    "panama": "measured: UDP payload bytes sent by the worker's communicator (PANAMA headers, float32 payload, "
+    "retransmissions)",
     "gloo": "measured: TCP payload bytes sent by the worker's gloo sockets (tcp_info.tcpi_bytes_sent)",
     "gloo-model": "model: ring allreduce, 2(W-1)/W x gradient bytes per step (kernel reports no TCP byte count)",
     "local": "none: all replicas live in one process, nothing crosses a network",
@@ -584,7 +585,13 @@ def _status_text(s: dict[str, Any]) -> str:
 
 # Imported once by the fork server, so that each worker starts in milliseconds instead
 # of re-importing torch (DistributedDataParallel alone pulls in torch._dynamo: seconds).
-WORKER_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "panama.runtime.training", "panama.runtime.communicator"]
+WORKER_PRELOAD = [
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",
+    "panama.runtime.training",
+    "panama.runtime.communicator",
+]
 
 
 def worker_context() -> Any:
@@ -603,7 +610,8 @@ def worker_context() -> Any:
 
 @contextmanager
 def _controller_for(cfg: TrainConfig) -> Iterator[tuple[str | None, str | None]]:
-    """(controller address, token) for a panama run: the configured one (token from $PANAMA_TOKEN), or a LocalCluster's."""
+    """(controller address, token) for a panama run: the configured one (token from
+    $PANAMA_TOKEN), or a LocalCluster's."""
     if cfg.allreduce != "panama":
         yield None, None
     elif cfg.controller is not None:
@@ -670,8 +678,12 @@ def _train_processes(
         total_seconds=time.perf_counter() - start,
         controller=controller,
         job=job,
-        communicator_stats=[done[r]["communicator_stats"] for r in range(workers)] if cfg.allreduce == "panama" else None,
-        bytes_source_key="gloo-model" if cfg.allreduce == "gloo" and any(e.tcp_bytes_sent_per_worker is None for e in epochs) else None,
+        communicator_stats=[done[r]["communicator_stats"] for r in range(workers)]
+        if cfg.allreduce == "panama"
+        else None,
+        bytes_source_key="gloo-model"
+        if cfg.allreduce == "gloo" and any(e.tcp_bytes_sent_per_worker is None for e in epochs)
+        else None,
         parameters=torch.from_numpy(params) if params is not None else None,
     )
 
@@ -720,7 +732,8 @@ def _collect(
                 stats = EpochStats(
                     epoch=len(epochs) + 1,
                     steps=reports[0]["steps"],
-                    train_loss=sum(r["loss_sum"] for r in reports.values()) / max(1, sum(r["seen"] for r in reports.values())),
+                    train_loss=sum(r["loss_sum"] for r in reports.values())
+                    / max(1, sum(r["seen"] for r in reports.values())),
                     test_accuracy=reports[0]["test_accuracy"],
                     seconds=max(r["seconds"] for r in reports.values()),
                     bytes_sent_per_worker=sum(r["bytes_sent"] for r in reports.values()) / workers,
@@ -820,7 +833,9 @@ def train(
     """
     data = dataset if dataset is not None else load_dataset(config.data_dir)
     if data.num_train < config.workers:
-        raise ValueError(f"workers: {config.workers} workers need as many training examples, dataset has {data.num_train}")
+        raise ValueError(
+            f"workers: {config.workers} workers need as many training examples, dataset has {data.num_train}"
+        )
     if config.allreduce == "local":
         return _train_local(config, data, on_epoch, on_status)
     return _train_processes(config, data, on_epoch, on_status)

@@ -174,7 +174,9 @@ class PacketSocket:
                     dest = "other"
                 per = self.send_errors_by_dest.setdefault(dest, {})
             per[reason] = per.get(reason, 0) + 1
-            self.last_send_error = f"send to {dest} failed: {reason}: {os.strerror(exc.errno) if getattr(exc, 'errno', None) else exc}"
+            self.last_send_error = (
+                f"send to {dest} failed: {reason}: {os.strerror(exc.errno) if getattr(exc, 'errno', None) else exc}"
+            )
             return 0
         self.sent_packets += 1
         self.sent_bytes += n

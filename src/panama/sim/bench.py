@@ -25,8 +25,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from heapq import heappop, heappush
+from pathlib import Path
 from typing import Any
 
 import click
@@ -39,8 +39,17 @@ from panama.sim.dctcp import Dctcp, DctcpConfig, goodput_bps, jain
 from panama.sim.engine import Engine
 from panama.sim.network import Network, NetworkConfig
 
-__all__ = ["reference_graph", "build_reference", "summarize_reference", "run_reference", "minimal_loop", "run_bench",
-           "compare_pure", "bench_sim", "PANAMA_SCENARIO"]
+__all__ = [
+    "reference_graph",
+    "build_reference",
+    "summarize_reference",
+    "run_reference",
+    "minimal_loop",
+    "run_bench",
+    "compare_pure",
+    "bench_sim",
+    "PANAMA_SCENARIO",
+]
 
 RATE_BPS = 10e9
 DELAY_PS = us(10)
@@ -68,8 +77,14 @@ def build_reference(n_senders: int = 4, seed: int = 1, *, sample_interval_ps: in
     flows = [tcp.start_flow(f"h{i}", rx, None, 0) for i in range(n_senders)]
     bottleneck = net.port("tor0", rx)
     sampler = net.sample_queues(sample_interval_ps, [bottleneck])
-    return {"engine": eng, "network": net, "flows": flows, "bottleneck": bottleneck, "sampler": sampler,
-            "n_senders": n_senders}
+    return {
+        "engine": eng,
+        "network": net,
+        "flows": flows,
+        "bottleneck": bottleneck,
+        "sampler": sampler,
+        "n_senders": n_senders,
+    }
 
 
 def summarize_reference(ref: dict[str, Any], duration_ps: int, events: int, wall_s: float) -> dict[str, Any]:
@@ -101,8 +116,9 @@ def summarize_reference(ref: dict[str, Any], duration_ps: int, events: int, wall
     }
 
 
-def run_reference(duration_ps: int = ms(100), n_senders: int = 4, seed: int = 1, *,
-                  sample_interval_ps: int = us(10)) -> dict[str, Any]:
+def run_reference(
+    duration_ps: int = ms(100), n_senders: int = 4, seed: int = 1, *, sample_interval_ps: int = us(10)
+) -> dict[str, Any]:
     """Run the reference DCTCP scenario; returns results and simulator speed."""
     ref = build_reference(n_senders, seed, sample_interval_ps=sample_interval_ps)
     t0 = time.perf_counter()
@@ -111,8 +127,9 @@ def run_reference(duration_ps: int = ms(100), n_senders: int = 4, seed: int = 1,
     return summarize_reference(ref, duration_ps, events, wall)
 
 
-def minimal_loop(n_hops: int, n_flows: int = 4, window: int = 32, rate_bps: float = RATE_BPS,
-                 delay_ps: int = DELAY_PS) -> tuple[int, float]:
+def minimal_loop(
+    n_hops: int, n_flows: int = 4, window: int = 32, rate_bps: float = RATE_BPS, delay_ps: int = DELAY_PS
+) -> tuple[int, float]:
     """Move ``n_hops`` packet hops through a bare heapq store-and-forward loop over the
     reference topology. Returns (hops, wall seconds)."""
     ppb = -(-8 * PS_PER_S // int(rate_bps))
@@ -174,8 +191,19 @@ def run_bench(duration_ps: int = ms(100), seed: int = 1, slices: int = 10) -> di
 
 # ---------------------------------------------------------------------- compiled vs pure
 # Figures of the reference run that depend on the simulation only (not on the machine).
-REFERENCE_FIGURES = ("packet_hops", "events", "goodput_gbps", "flow_goodput_gbps", "jain", "queue_mean_pkts",
-                     "queue_p99_pkts", "queue_max_pkts", "drops", "ecn_marks", "timeouts")
+REFERENCE_FIGURES = (
+    "packet_hops",
+    "events",
+    "goodput_gbps",
+    "flow_goodput_gbps",
+    "jain",
+    "queue_mean_pkts",
+    "queue_p99_pkts",
+    "queue_max_pkts",
+    "drops",
+    "ecn_marks",
+    "timeouts",
+)
 
 PANAMA_SCENARIO = Path(__file__).resolve().parents[1] / "data" / "scenarios" / "panama_heavy.toml"
 
@@ -245,8 +273,9 @@ def _pure_child() -> None:
         print(json.dumps([hops, wall]), flush=True)
 
 
-def compare_pure(scenario: str = "reference", duration_ps: int = ms(100), seed: int = 1,
-                 slices: int = 10) -> dict[str, Any]:
+def compare_pure(
+    scenario: str = "reference", duration_ps: int = ms(100), seed: int = 1, slices: int = 10
+) -> dict[str, Any]:
     """Packet hops per wall second of this process (compiled when the extensions are
     built) and of a child process on the pure-Python path (``PANAMA_NO_EXTENSIONS=1``),
     on the same scenario, slice by slice in turn so that load on a shared machine hits
@@ -254,8 +283,13 @@ def compare_pure(scenario: str = "reference", duration_ps: int = ms(100), seed: 
     env = dict(os.environ)
     env[ENV_VAR] = "1"
     code = "import sys; from panama.sim.bench import _pure_child; _pure_child()"
-    child = subprocess.Popen([sys.executable, "-c", code, scenario, str(duration_ps), str(seed), str(slices)],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, scenario, str(duration_ps), str(seed), str(slices)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert json.loads(child.stdout.readline())["compiled"] is False
         run = _SlicedRun(scenario, duration_ps, seed, slices)
@@ -294,14 +328,28 @@ def compare_pure(scenario: str = "reference", duration_ps: int = ms(100), seed: 
 
 
 @click.command("sim")
-@click.option("--scenario", type=click.Choice(["reference", "panama"]), default="reference", show_default=True,
-              help="reference: 4 DCTCP flows through one bottleneck; panama: the PANAMA-heavy k=8 fat-tree "
-                   "(data/scenarios/panama_heavy.toml).")
-@click.option("--duration-ms", type=click.FloatRange(min=0.1, max=10_000), default=None,
-              help="Simulated time [default: 100 for reference, 3 for panama].")
+@click.option(
+    "--scenario",
+    type=click.Choice(["reference", "panama"]),
+    default="reference",
+    show_default=True,
+    help="reference: 4 DCTCP flows through one bottleneck; panama: the PANAMA-heavy k=8 fat-tree "
+    "(data/scenarios/panama_heavy.toml).",
+)
+@click.option(
+    "--duration-ms",
+    type=click.FloatRange(min=0.1, max=10_000),
+    default=None,
+    help="Simulated time [default: 100 for reference, 3 for panama].",
+)
 @click.option("--seed", type=int, default=None, help="Seed of the scenario [default: 1 for reference, 3 for panama].")
-@click.option("--compare-pure/--no-compare-pure", "with_pure", default=True, show_default=True,
-              help="When compiled, also run the pure-Python path in a child process, slice by slice in turn.")
+@click.option(
+    "--compare-pure/--no-compare-pure",
+    "with_pure",
+    default=True,
+    show_default=True,
+    help="When compiled, also run the pure-Python path in a child process, slice by slice in turn.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_pure: bool, as_json: bool) -> None:
     """Simulator speed: packet hops per wall second, compiled against pure Python.
@@ -329,8 +377,14 @@ def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_p
         if cmp is None:  # panama scenario without a compiled path to compare
             run = _SlicedRun(scenario, ms(duration_ms), seed, 1)
             hops, wall = run.step(1)
-            cmp = {"scenario": scenario, "compiled": is_compiled, "packet_hops": hops, "hops_per_s": hops / wall,
-                   "wall_s": wall, "figures": json.loads(json.dumps(run.figures()))}
+            cmp = {
+                "scenario": scenario,
+                "compiled": is_compiled,
+                "packet_hops": hops,
+                "hops_per_s": hops / wall,
+                "wall_s": wall,
+                "figures": json.loads(json.dumps(run.figures())),
+            }
         if scenario == "reference":
             res.update({k: cmp[k] for k in ("pure_hops_per_s", "speedup_vs_pure", "identical_to_pure")})
             res["compiled_hops_per_s_vs_pure_run"] = cmp["hops_per_s"]
@@ -360,7 +414,9 @@ def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_p
         ]
     if "speedup_vs_pure" in res:
         if scenario == "reference":
-            rows.append(("compiled hops/s", f"{res['compiled_hops_per_s_vs_pure_run']:,.0f} (in turn with the pure run)"))
+            rows.append(
+                ("compiled hops/s", f"{res['compiled_hops_per_s_vs_pure_run']:,.0f} (in turn with the pure run)")
+            )
         rows += [
             ("pure Python hops/s", f"{res['pure_hops_per_s']:,.0f}"),
             ("speed-up vs pure", f"{res['speedup_vs_pure']:.2f}x"),
@@ -370,7 +426,10 @@ def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_p
         rows += [
             ("goodput", f"{res['goodput_gbps']:.3f} Gbps ({100 * res['goodput_fraction']:.1f}% of the link)"),
             ("Jain fairness", f"{res['jain']:.4f}"),
-            ("queue mean / p99", f"{res['queue_mean_pkts']:.1f} / {res['queue_p99_pkts']:.1f} pkts (K = {res['ecn_k_pkts']:.0f})"),
+            (
+                "queue mean / p99",
+                f"{res['queue_mean_pkts']:.1f} / {res['queue_p99_pkts']:.1f} pkts (K = {res['ecn_k_pkts']:.0f})",
+            ),
             ("drops / timeouts", f"{res['drops']} / {res['timeouts']}"),
         ]
     else:

@@ -15,17 +15,32 @@ __all__ = ["simulate", "bench_sim"]
 
 @click.command(name="simulate")
 @click.argument("scenario", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Output directory (created): summary.json, flows.csv, jobs.csv, resolved.toml/.json, PNG plots.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override a scenario value by dotted key, e.g. --set network.pfc=false --set seed=3 "
-                   "--set jobs.0.iterations=10 (repeatable; values parsed as TOML).")
-@click.option("--scheme", type=click.Choice(SCHEMES), default=None,
-              help="Run every job with this allreduce scheme (same as --set scheme=..., clearing per-job schemes).")
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output directory (created): summary.json, flows.csv, jobs.csv, resolved.toml/.json, PNG plots.",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a scenario value by dotted key, e.g. --set network.pfc=false --set seed=3 "
+    "--set jobs.0.iterations=10 (repeatable; values parsed as TOML).",
+)
+@click.option(
+    "--scheme",
+    type=click.Choice(SCHEMES),
+    default=None,
+    help="Run every job with this allreduce scheme (same as --set scheme=..., clearing per-job schemes).",
+)
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line and no terminal table.")
-def simulate(scenario: Path | None, out_dir: Path, sets: tuple[str, ...], scheme: str | None, no_plots: bool,
-             quiet: bool) -> None:
+def simulate(
+    scenario: Path | None, out_dir: Path, sets: tuple[str, ...], scheme: str | None, no_plots: bool, quiet: bool
+) -> None:
     """Run a packet-level simulation of SCENARIO (a TOML file; omitted: the built-in default).
 
     Background flows, training jobs (panama, ina-single, ina-fixed or ring allreduce),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from panama.core.packet import CE
+from panama.sim.engine import Event
 from panama.sim.packet import (
     DROP_LOSSLESS_OVERFLOW,
     DROP_NO_HANDLER,
@@ -22,7 +23,6 @@ from panama.sim.packet import (
     NUM_KINDS,
     SimPacket,
 )
-from panama.sim.engine import Event
 from panama.sim.routing import ecmp_index
 
 if TYPE_CHECKING:
@@ -61,11 +61,38 @@ class Port(Event):
     """
 
     __slots__ = (
-        "owner", "peer", "index", "peer_index", "reverse", "name", "tier", "rate_bps", "ps_per_byte",
-        "delay_ps", "busy_until", "pipe", "armed", "paused", "paused_since", "waiting",
-        "waiting_ps", "limit_ps", "k_ps", "release", "rel_armed", "_eng", "_trace",
-        "_mode", "_release_ev", "net",
-        "tx_packets", "tx_bytes", "ecn_marks", "drops", "pauses", "paused_ps",
+        "owner",
+        "peer",
+        "index",
+        "peer_index",
+        "reverse",
+        "name",
+        "tier",
+        "rate_bps",
+        "ps_per_byte",
+        "delay_ps",
+        "busy_until",
+        "pipe",
+        "armed",
+        "paused",
+        "paused_since",
+        "waiting",
+        "waiting_ps",
+        "limit_ps",
+        "k_ps",
+        "release",
+        "rel_armed",
+        "_eng",
+        "_trace",
+        "_mode",
+        "_release_ev",
+        "net",
+        "tx_packets",
+        "tx_bytes",
+        "ecn_marks",
+        "drops",
+        "pauses",
+        "paused_ps",
     )
 
     def __init__(self, net: Network, owner: Node, peer: Node, rate_bps: float, delay_ps: int, tier: str):
@@ -185,7 +212,20 @@ class Port(Event):
             self.armed = True
             self._eng.schedule(arrive, self)
         if self._trace is not None:
-            self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // self.ps_per_byte))
+            self._trace(
+                (
+                    now,
+                    "tx",
+                    self.owner.name,
+                    self.peer.name,
+                    pkt.kind,
+                    pkt.src,
+                    pkt.dst,
+                    pkt.seq,
+                    size,
+                    backlog // self.ps_per_byte,
+                )
+            )
         return True
 
     def _deliver(self) -> None:
@@ -281,7 +321,20 @@ class Port(Event):
                         out.armed = True
                         self._eng.schedule(end, out)
                     if out._trace is not None:
-                        out._trace((now, "tx", sw.name, out.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // out.ps_per_byte))
+                        out._trace(
+                            (
+                                now,
+                                "tx",
+                                sw.name,
+                                out.peer.name,
+                                pkt.kind,
+                                pkt.src,
+                                pkt.dst,
+                                pkt.seq,
+                                size,
+                                backlog // out.ps_per_byte,
+                            )
+                        )
             if not pipe:
                 self.armed = False
                 return
@@ -328,7 +381,20 @@ class HostPort(Port):
             self.armed = True
             self._eng.schedule(end, self)
         if self._trace is not None:
-            self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, (bu - now) // self.ps_per_byte))
+            self._trace(
+                (
+                    now,
+                    "tx",
+                    self.owner.name,
+                    self.peer.name,
+                    pkt.kind,
+                    pkt.src,
+                    pkt.dst,
+                    pkt.seq,
+                    size,
+                    (bu - now) // self.ps_per_byte,
+                )
+            )
         return True
 
 
@@ -369,7 +435,20 @@ class LosslessPort(Port):
             self.armed = True
             self._eng.schedule(arrive, self)
         if self._trace is not None:
-            self._trace((now, "tx", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, size, backlog // self.ps_per_byte))
+            self._trace(
+                (
+                    now,
+                    "tx",
+                    self.owner.name,
+                    self.peer.name,
+                    pkt.kind,
+                    pkt.src,
+                    pkt.dst,
+                    pkt.seq,
+                    size,
+                    backlog // self.ps_per_byte,
+                )
+            )
         return True
 
     def _deliver_host_checked(self) -> None:
@@ -470,7 +549,20 @@ class LosslessPort(Port):
         self.waiting.append((pkt, in_idx))
         self.waiting_ps += tx
         if self._trace is not None:
-            self._trace((now, "hold", self.owner.name, self.peer.name, pkt.kind, pkt.src, pkt.dst, pkt.seq, pkt.size_bytes, backlog // self.ps_per_byte))
+            self._trace(
+                (
+                    now,
+                    "hold",
+                    self.owner.name,
+                    self.peer.name,
+                    pkt.kind,
+                    pkt.src,
+                    pkt.dst,
+                    pkt.seq,
+                    pkt.size_bytes,
+                    backlog // self.ps_per_byte,
+                )
+            )
         return True
 
     def pause(self) -> None:
@@ -654,9 +746,23 @@ class Switch(Node):
     """
 
     __slots__ = (
-        "hooks", "hook_latency_ps", "lossless", "buffer_bytes", "pool_bytes", "ingress_bytes",
-        "used_bytes", "pause_sent", "pfc_alpha", "pfc_static", "resume_offset", "pauses_sent",
-        "_delayline", "_dl_armed", "_dl_cb", "hooked", "peak_used_bytes",
+        "hooks",
+        "hook_latency_ps",
+        "lossless",
+        "buffer_bytes",
+        "pool_bytes",
+        "ingress_bytes",
+        "used_bytes",
+        "pause_sent",
+        "pfc_alpha",
+        "pfc_static",
+        "resume_offset",
+        "pauses_sent",
+        "_delayline",
+        "_dl_armed",
+        "_dl_cb",
+        "hooked",
+        "peak_used_bytes",
     )
 
     def __init__(self, net: Network, name: str, kind: str):
@@ -806,4 +912,17 @@ class Switch(Node):
             eng.push(eng.now + link.delay_ps, up.resume)
         trace = eng.trace
         if trace is not None:
-            trace((eng.now, "pfc_pause" if pause else "pfc_resume", self.name, up.owner.name, -1, -1, -1, -1, 0, self.ingress_bytes[in_idx]))
+            trace(
+                (
+                    eng.now,
+                    "pfc_pause" if pause else "pfc_resume",
+                    self.name,
+                    up.owner.name,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    0,
+                    self.ingress_bytes[in_idx],
+                )
+            )

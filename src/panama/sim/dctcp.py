@@ -97,20 +97,71 @@ class Flow:
     """One DCTCP connection (sender and receiver state). Read-only for users."""
 
     __slots__ = (
-        "stack", "id", "src", "dst", "size_bytes", "num_pkts", "last_payload", "start_ps",
-        "finish_ps", "on_complete", "hash", "tag",
+        "stack",
+        "id",
+        "src",
+        "dst",
+        "size_bytes",
+        "num_pkts",
+        "last_payload",
+        "start_ps",
+        "finish_ps",
+        "on_complete",
+        "hash",
+        "tag",
         # sender
-        "snd_una", "snd_nxt", "max_sent", "cwnd", "ssthresh", "dupacks", "in_recovery",
-        "recover", "alpha", "win_end", "win_acked", "win_marked", "cwr_end", "srtt", "rttvar",
-        "rto", "backoff", "timer", "rto_base", "retransmits", "timeouts", "fast_retransmits", "ece_acks",
-        "_send", "_ack_send", "_up", "_ack_up", "_on_data_cb", "_on_ack_cb", "_payload", "_ecn", "_eng", "_max_cwnd", "_ack_bytes",
+        "snd_una",
+        "snd_nxt",
+        "max_sent",
+        "cwnd",
+        "ssthresh",
+        "dupacks",
+        "in_recovery",
+        "recover",
+        "alpha",
+        "win_end",
+        "win_acked",
+        "win_marked",
+        "cwr_end",
+        "srtt",
+        "rttvar",
+        "rto",
+        "backoff",
+        "timer",
+        "rto_base",
+        "retransmits",
+        "timeouts",
+        "fast_retransmits",
+        "ece_acks",
+        "_send",
+        "_ack_send",
+        "_up",
+        "_ack_up",
+        "_on_data_cb",
+        "_on_ack_cb",
+        "_payload",
+        "_ecn",
+        "_eng",
+        "_max_cwnd",
+        "_ack_bytes",
         # receiver
-        "rcv_nxt", "ooo", "rcv_ce",
+        "rcv_nxt",
+        "ooo",
+        "rcv_ce",
         "ideal_fct_ps",
     )
 
-    def __init__(self, stack: Dctcp, flow_id: int, src: int, dst: int, size_bytes: int | None,
-                 start_ps: int, on_complete: Callable[[Flow], Any] | None, tag: Any = None):
+    def __init__(
+        self,
+        stack: Dctcp,
+        flow_id: int,
+        src: int,
+        dst: int,
+        size_bytes: int | None,
+        start_ps: int,
+        on_complete: Callable[[Flow], Any] | None,
+        tag: Any = None,
+    ):
         cfg = stack.config
         self.stack = stack
         self.id = flow_id
@@ -518,8 +569,14 @@ class Dctcp:
     called with every flow that completes, after the flow's own callback.
     """
 
-    def __init__(self, network: Network, config: DctcpConfig | None = None, *, rng: np.random.Generator,
-                 on_complete: Callable[[Flow], Any] | None = None):
+    def __init__(
+        self,
+        network: Network,
+        config: DctcpConfig | None = None,
+        *,
+        rng: np.random.Generator,
+        on_complete: Callable[[Flow], Any] | None = None,
+    ):
         self.network = network
         self.engine = network.engine
         self.config = config or DctcpConfig()
@@ -529,8 +586,16 @@ class Dctcp:
         self.completed = 0
         self.on_complete = on_complete
 
-    def start_flow(self, src: str | int, dst: str | int, size_bytes: int | None, start_ps: int | None = None,
-                   on_complete: Callable[[Flow], Any] | None = None, *, tag: Any = None) -> Flow:
+    def start_flow(
+        self,
+        src: str | int,
+        dst: str | int,
+        size_bytes: int | None,
+        start_ps: int | None = None,
+        on_complete: Callable[[Flow], Any] | None = None,
+        *,
+        tag: Any = None,
+    ) -> Flow:
         """Create a flow from host ``src`` to host ``dst`` (names or indices) that starts
         at ``start_ps`` (default: now). ``size_bytes=None``: long-lived."""
         net = self.network

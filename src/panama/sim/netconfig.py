@@ -49,15 +49,31 @@ class NetworkConfig:
             if not ok:
                 raise ValueError(f"{name}: {what}, got {getattr(self, name)!r}")
 
-        check("mtu_bytes", isinstance(self.mtu_bytes, int) and 64 <= self.mtu_bytes <= 65536, "must be an int in [64, 65536]")
+        check(
+            "mtu_bytes",
+            isinstance(self.mtu_bytes, int) and 64 <= self.mtu_bytes <= 65536,
+            "must be an int in [64, 65536]",
+        )
         check("queue_limit_bytes", self.queue_limit_bytes >= self.mtu_bytes, "must be at least one MTU")
         check("ecn_k_packets_at_10g", self.ecn_k_packets_at_10g >= 0, "must be >= 0")
         check("ecn_k_bytes", self.ecn_k_bytes is None or self.ecn_k_bytes >= 0, "must be >= 0")
-        check("switch_buffer_bytes", self.switch_buffer_bytes is None or self.switch_buffer_bytes >= self.mtu_bytes, "must be at least one MTU")
+        check(
+            "switch_buffer_bytes",
+            self.switch_buffer_bytes is None or self.switch_buffer_bytes >= self.mtu_bytes,
+            "must be at least one MTU",
+        )
         check("pfc_alpha", 0 < self.pfc_alpha <= 64, "must be in (0, 64]")
-        check("pfc_static_threshold_bytes", self.pfc_static_threshold_bytes is None or self.pfc_static_threshold_bytes >= self.mtu_bytes, "must be at least one MTU")
+        check(
+            "pfc_static_threshold_bytes",
+            self.pfc_static_threshold_bytes is None or self.pfc_static_threshold_bytes >= self.mtu_bytes,
+            "must be at least one MTU",
+        )
         check("pfc_headroom_factor", self.pfc_headroom_factor >= 0, "must be >= 0")
-        check("pfc_resume_offset_bytes", self.pfc_resume_offset_bytes is None or self.pfc_resume_offset_bytes >= 0, "must be >= 0")
+        check(
+            "pfc_resume_offset_bytes",
+            self.pfc_resume_offset_bytes is None or self.pfc_resume_offset_bytes >= 0,
+            "must be >= 0",
+        )
 
     def ecn_k_for(self, rate_bps: float) -> int:
         """ECN marking threshold in bytes for a port of ``rate_bps``."""

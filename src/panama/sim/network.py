@@ -154,6 +154,7 @@ class Network:
                 raise ValueError(f"link {a}-{b}: needs rate_bps and delay_ps attributes")
             na, nb = self.nodes[a], self.nodes[b]
             tier = _tier_label(na.kind, nb.kind)
+
             def cls(owner: Node) -> type[Port]:
                 if cfg.lossless:
                     return LosslessPort
@@ -231,7 +232,9 @@ class Network:
                 sw.pause_sent = [False] * n
                 sw.pfc_alpha = cfg.pfc_alpha
                 sw.pfc_static = cfg.pfc_static_threshold_bytes
-                sw.resume_offset = cfg.pfc_resume_offset_bytes if cfg.pfc_resume_offset_bytes is not None else 2 * cfg.mtu_bytes
+                sw.resume_offset = (
+                    cfg.pfc_resume_offset_bytes if cfg.pfc_resume_offset_bytes is not None else 2 * cfg.mtu_bytes
+                )
                 for p in sw.ports:
                     p.release = deque()
         for p in self.ports:
@@ -270,7 +273,9 @@ class Network:
         """Deliver packets arriving at ``host`` without a ``deliver`` callback to ``handler``."""
         self.host(host).handler = handler
 
-    def set_packet_hook(self, switch: str, hook: PacketHook | None, *, kinds: Sequence[int] = (KIND_PANAMA,), latency_ps: int = 0) -> None:
+    def set_packet_hook(
+        self, switch: str, hook: PacketHook | None, *, kinds: Sequence[int] = (KIND_PANAMA,), latency_ps: int = 0
+    ) -> None:
         """Install ``hook(pkt, from_node) -> [(neighbour, pkt), ...]`` at ``switch`` for
         packets of ``kinds``; outputs leave ``latency_ps`` after the input arrived."""
         sw = self.switch(switch)
@@ -320,7 +325,8 @@ class Network:
             "packet_hops": self.hops(),
             "bytes_total": sum(p.tx_bytes for p in self.ports),
             "bytes_by_tier": dict(sorted(bytes_by_tier.items())),
-            "drops": {r: self.drops.get(r, 0) for r in DROP_REASONS} | {r: c for r, c in self.drops.items() if r not in DROP_REASONS},
+            "drops": {r: self.drops.get(r, 0) for r in DROP_REASONS}
+            | {r: c for r, c in self.drops.items() if r not in DROP_REASONS},
             "drops_total": sum(self.drops.values()),
             "ecn_marks": sum(p.ecn_marks for p in self.ports),
             "pfc_pauses": sum(sw.pauses_sent for sw in self.switches),
@@ -344,7 +350,9 @@ class Network:
             if p.tx_packets or p.drops or p.pauses
         ]
 
-    def sample_queues(self, interval_ps: int, ports: Iterable[Port] | None = None, *, start_ps: int | None = None) -> QueueSampler:
+    def sample_queues(
+        self, interval_ps: int, ports: Iterable[Port] | None = None, *, start_ps: int | None = None
+    ) -> QueueSampler:
         """Sample the occupancy (bytes) of ``ports`` (default: every switch output port)
         every ``interval_ps``; see :class:`QueueSampler`."""
         if ports is None:

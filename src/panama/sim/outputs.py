@@ -38,8 +38,19 @@ SIZE_BUCKETS: tuple[tuple[str, int, int], ...] = (
     (">=10MB", 10_000_000, 1 << 62),
 )
 FLOW_COLUMNS = (
-    "kind", "flow_id", "src", "dst", "size_bytes", "start_us", "finish_us", "fct_us", "ideal_fct_us",
-    "slowdown", "retransmits", "timeouts", "tag",
+    "kind",
+    "flow_id",
+    "src",
+    "dst",
+    "size_bytes",
+    "start_us",
+    "finish_us",
+    "fct_us",
+    "ideal_fct_us",
+    "slowdown",
+    "retransmits",
+    "timeouts",
+    "tag",
 )
 JOB_COLUMNS = ("job", "iteration", "scheme", "start_us", "comm_start_us", "end_us", "iteration_time_us", "comm_time_us")
 SUMMARY_DOC = "keys documented in docs/simulator.md, section summary.json; times in us or s, sizes in bytes"
@@ -87,15 +98,17 @@ def fct_by_size(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         sel = [r for r in rows if lo <= r["size_bytes"] < hi and r["fct_us"] is not None]
         f = _stats([r["fct_us"] for r in sel])
         s = _stats([r["slowdown"] for r in sel if r["slowdown"] is not None])
-        out.append({
-            "bucket": label,
-            "flows": len(sel),
-            "fct_mean_us": f["mean"],
-            "fct_p50_us": f["p50"],
-            "fct_p99_us": f["p99"],
-            "slowdown_mean": s["mean"],
-            "slowdown_p99": s["p99"],
-        })
+        out.append(
+            {
+                "bucket": label,
+                "flows": len(sel),
+                "fct_mean_us": f["mean"],
+                "fct_p50_us": f["p50"],
+                "fct_p99_us": f["p99"],
+                "slowdown_mean": s["mean"],
+                "slowdown_p99": s["p99"],
+            }
+        )
     return out
 
 
@@ -275,7 +288,10 @@ def terminal_table(result: SimResult) -> str:
         f" slowdown mean {_fmt(s['short_slowdown_mean'], '.2f')}, p99 {_fmt(s['short_slowdown_p99'], '.2f')}",
     ]
     if s["jobs"]:
-        head = f"{'job':<10} {'scheme':<10} {'used':<10} {'trees':>5} {'workers':>7} {'iters':>7} {'mean iter us':>13} {'total us':>12}"
+        head = (
+            f"{'job':<10} {'scheme':<10} {'used':<10} {'trees':>5} {'workers':>7} {'iters':>7} "
+            f"{'mean iter us':>13} {'total us':>12}"
+        )
         lines += ["", head, "-" * len(head)]
         for name, j in s["jobs"].items():
             lines.append(

@@ -62,8 +62,21 @@ class SimPacket:
     at most one link's pipe at a time).
     """
 
-    __slots__ = ("kind", "src", "dst", "size_bytes", "flow_hash", "ecn", "deliver", "seq", "ack", "ts_ps", "flags", "inner",
-                 "arrive_ps")
+    __slots__ = (
+        "kind",
+        "src",
+        "dst",
+        "size_bytes",
+        "flow_hash",
+        "ecn",
+        "deliver",
+        "seq",
+        "ack",
+        "ts_ps",
+        "flags",
+        "inner",
+        "arrive_ps",
+    )
 
     def __init__(
         self,
@@ -95,11 +108,36 @@ class SimPacket:
         self.arrive_ps = 0  # set by the port whose pipe holds the packet: arrival time at the peer
 
     def _fields(self) -> tuple:
-        return (self.kind, self.src, self.dst, self.size_bytes, self.flow_hash, self.ecn, self.deliver,
-                self.seq, self.ack, self.ts_ps, self.flags, self.inner)
+        return (
+            self.kind,
+            self.src,
+            self.dst,
+            self.size_bytes,
+            self.flow_hash,
+            self.ecn,
+            self.deliver,
+            self.seq,
+            self.ack,
+            self.ts_ps,
+            self.flags,
+            self.inner,
+        )
 
     def __repr__(self) -> str:
-        names = ("kind", "src", "dst", "size_bytes", "flow_hash", "ecn", "deliver", "seq", "ack", "ts_ps", "flags", "inner")
+        names = (
+            "kind",
+            "src",
+            "dst",
+            "size_bytes",
+            "flow_hash",
+            "ecn",
+            "deliver",
+            "seq",
+            "ack",
+            "ts_ps",
+            "flags",
+            "inner",
+        )
         return "SimPacket(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields())) + ")"
 
     def __eq__(self, other: object) -> bool:
@@ -115,4 +153,6 @@ def panama_sim_packet(inner: Any, src: int = -1) -> SimPacket:
     ``KIND_PANAMA``, hop by hop (``dst = -1``), its ECN codepoint, and
     ``PANAMA_OVERHEAD_BYTES + 4 x count`` bytes (1500 for 361 floats). ``src`` is the
     sending host's index (-1 for switch-originated packets)."""
-    return SimPacket(KIND_PANAMA, src, -1, PANAMA_OVERHEAD_BYTES + FLOAT_BYTES * inner.count, 0, inner.ecn, None, 0, 0, 0, 0, inner)
+    return SimPacket(
+        KIND_PANAMA, src, -1, PANAMA_OVERHEAD_BYTES + FLOAT_BYTES * inner.count, 0, inner.ecn, None, 0, 0, 0, 0, inner
+    )

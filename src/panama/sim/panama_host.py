@@ -67,8 +67,18 @@ class PanamaWorker:
     """One worker of one job on one host (see module docstring)."""
 
     __slots__ = (
-        "engine", "host", "tor", "transport", "on_done", "on_error", "timer", "_send",
-        "_src", "failed", "packets_out", "bytes_out",
+        "engine",
+        "host",
+        "tor",
+        "transport",
+        "on_done",
+        "on_error",
+        "timer",
+        "_send",
+        "_src",
+        "failed",
+        "packets_out",
+        "bytes_out",
     )
 
     def __init__(

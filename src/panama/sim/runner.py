@@ -26,7 +26,6 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -34,9 +33,9 @@ import numpy as np
 from panama.core.controller import Controller, ControllerError
 from panama.core.topology import HOST, Topology, TopologyError, parse_topology
 from panama.core.units import PS_PER_MS, PS_PER_US
+from panama.sim import outputs
 from panama.sim.dctcp import Dctcp, DctcpConfig, Flow
 from panama.sim.engine import Engine
-from panama.sim import outputs
 from panama.sim.network import Network, NetworkConfig, QueueSampler
 from panama.sim.outputs import SimResult
 from panama.sim.panama_host import PanamaHost
@@ -240,7 +239,9 @@ class Simulation:
                 chosen = list(jc.hosts)
             else:
                 if jc.workers > len(hosts):
-                    raise ScenarioError(f"jobs.{i}.workers", f"{jc.workers} workers but the topology has {len(hosts)} hosts")
+                    raise ScenarioError(
+                        f"jobs.{i}.workers", f"{jc.workers} workers but the topology has {len(hosts)} hosts"
+                    )
                 pick = rng.choice(len(hosts), size=jc.workers, replace=False)
                 chosen = [hosts[k] for k in sorted(pick.tolist())]
             jobs.append(
@@ -283,12 +284,7 @@ class Simulation:
         self._check_end()
 
     def _check_end(self) -> None:
-        if (
-            not self._finished
-            and self._jobs_left == 0
-            and self._arrivals_done
-            and self.background.active == 0
-        ):
+        if not self._finished and self._jobs_left == 0 and self._arrivals_done and self.background.active == 0:
             self._finished = True
             self.engine.stop()
 
@@ -298,8 +294,16 @@ class Simulation:
         sc = self.scenario
         eng = self.engine
         for job in self.jobs:
-            job.schedule(eng, self.net, self.controller, self.pswitches.accelerators, self.dispatchers,
-                         self.ring_tcp, self.settings, on_finish=self._job_done)
+            job.schedule(
+                eng,
+                self.net,
+                self.controller,
+                self.pswitches.accelerators,
+                self.dispatchers,
+                self.ring_tcp,
+                self.settings,
+                on_finish=self._job_done,
+            )
         if self.flow_specs:
             eng.at(self.flow_specs[0].start_ps, self._arrive)
         self.sampler = self.net.sample_queues(round(sc.sample_interval_us * PS_PER_US))

@@ -62,7 +62,9 @@ class NetworkConfig(_Model):
     pfc_headroom_factor: float = Field(3.0, ge=0, description="PFC headroom per ingress: factor x rate x delay + 2 MTU")
     ecn: bool = Field(True, description="ECN marking (DCTCP step marking at enqueue)")
     ecn_k_packets: float = Field(65.0, ge=0, description="marking threshold in MTU packets at 10 Gbps, scaled by rate")
-    ecn_k_bytes: int | None = Field(None, ge=0, description="fixed marking threshold in bytes (overrides ecn_k_packets)")
+    ecn_k_bytes: int | None = Field(
+        None, ge=0, description="fixed marking threshold in bytes (overrides ecn_k_packets)"
+    )
     host_ecn: bool = Field(
         True,
         description="host NIC queues mark ECN at the same threshold (a CE-marking qdisc); without it a sender "

@@ -282,8 +282,15 @@ class TrainingJob:
         now = self._env.engine.now
         if rec.done == self.n:
             self.records.append(
-                IterationRecord(self.name, it, self.scheme_used or "?", rec.start_ps or 0, rec.comm_start_ps, now,
-                                now - self._prev_end)
+                IterationRecord(
+                    self.name,
+                    it,
+                    self.scheme_used or "?",
+                    rec.start_ps or 0,
+                    rec.comm_start_ps,
+                    now,
+                    now - self._prev_end,
+                )
             )
             self._prev_end = now
             del self._iters[it]
@@ -331,14 +338,16 @@ class TrainingJob:
         out = []
         for w in self.workers:
             st = w.transport.stats
-            out.append({
-                "host": w.host.name,
-                "packets_out": w.packets_out,
-                "bytes_out": w.bytes_out,
-                "retransmissions": st["retransmissions"],
-                "timeouts": st["timeouts"],
-                "ece_results": st["ece_results"],
-            })
+            out.append(
+                {
+                    "host": w.host.name,
+                    "packets_out": w.packets_out,
+                    "bytes_out": w.bytes_out,
+                    "retransmissions": st["retransmissions"],
+                    "timeouts": st["timeouts"],
+                    "ece_results": st["ece_results"],
+                }
+            )
         return out
 
     @property
