@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.experiments.comm_ratio import load_models
 from panama.experiments.stats import mean_ci, percentile
 from panama.experiments.sweep import (
@@ -63,7 +64,7 @@ SCHEME_ORDER = ("ring", "ina-fixed", "ina-single", "panama")
 BASELINE = "ring"
 SHORT_FLOW_BYTES = 100_000
 LARGE_FLOW_BYTES = 1_000_000
-REAL_THRESHOLD_BYTES = 40_000_000
+REAL_THRESHOLD_BYTES = DEFAULT_THRESHOLD_BYTES
 
 #: Sweep parameter aliases -> dotted scenario keys.
 ALIASES = {

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
+from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS
 
 MB = 1_000_000
 
@@ -53,7 +53,7 @@ class BenchConfig:
     spines: int = 2
     trees: int | None = None
     payload_elems: int = RUNTIME_PAYLOAD_ELEMS
-    packet_memory: int = 512
+    packet_memory: int = RUNTIME_PACKET_MEMORY
     cc: str = "dctcp"
     ecn_threshold_pkts: int = 128
     min_rto_s: float = 0.1

@@ -38,7 +38,7 @@ import numpy as np
 from panama.core import codec
 from panama.core.packet import ECT0, MAX_CWND_CAP, Packet
 from panama.runtime.switchd import SwitchConfig, SwitchDaemon
-from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, format_addr
+from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, format_addr
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _RESULT_BUFFER_BYTES = 32 << 20  # the worker that reads results back
@@ -56,7 +56,7 @@ class SwitchBenchConfig:
     window: int = 8  # sequence numbers in flight per tree
     seconds: float = 3.0  # measured interval, after a warm-up
     warmup_s: float = 0.5
-    packet_memory: int = 512
+    packet_memory: int = RUNTIME_PACKET_MEMORY
     seed: int = 0
 
     def validate(self) -> None:

@@ -17,6 +17,8 @@ from pathlib import Path
 import click
 
 from panama.cli.common import echo_json, usage_error
+from panama.core.controller import DEFAULT_THRESHOLD_BYTES
+from panama.runtime.udp import RUNTIME_PACKET_MEMORY
 
 LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 
@@ -81,7 +83,9 @@ def _setup_logging(level: str) -> None:
 @click.option(
     "--control", default="127.0.0.1:0", show_default=True, help="HTTP control/metrics bind address HOST:PORT."
 )
-@click.option("--packet-memory", default=512, show_default=True, type=int, help="Accelerator slots (packets).")
+@click.option(
+    "--packet-memory", default=RUNTIME_PACKET_MEMORY, show_default=True, type=int, help="Accelerator slots (packets)."
+)
 @click.option(
     "--payload-elems",
     default=None,
@@ -166,7 +170,7 @@ def switch(
 @click.option("--listen", default="127.0.0.1:7070", show_default=True, help="HTTP bind address HOST:PORT.")
 @click.option(
     "--threshold-bytes",
-    default=40_000_000,
+    default=DEFAULT_THRESHOLD_BYTES,
     show_default=True,
     type=int,
     help="Smallest gradient aggregated in-network; smaller jobs are told host-based.",
@@ -272,7 +276,7 @@ def _state_file(state_path):
 @click.option("--spines", default=2, show_default=True, type=int)
 @click.option("--hosts-per-leaf", default=4, show_default=True, type=int, help="Worker slots per leaf.")
 @click.option("--trees", default=None, type=int, help="Trees per job [default: number of spines].")
-@click.option("--packet-memory", default=512, show_default=True, type=int)
+@click.option("--packet-memory", default=RUNTIME_PACKET_MEMORY, show_default=True, type=int)
 @click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367].")
 @click.option("--threshold-bytes", default=0, show_default=True, type=int)
 @click.option("--heartbeat-timeout", default=5.0, show_default=True, type=float)
@@ -463,7 +467,7 @@ def _any_alive(state: dict) -> bool:
 @click.option("--spines", default=2, show_default=True, type=int)
 @click.option("--trees", default=None, type=int, help="Trees per job [default: number of spines].")
 @click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367].")
-@click.option("--packet-memory", default=512, show_default=True, type=int)
+@click.option("--packet-memory", default=RUNTIME_PACKET_MEMORY, show_default=True, type=int)
 @click.option("--cc", default="dctcp", show_default=True, type=click.Choice(["dctcp", "fixed", "none"]))
 @click.option(
     "--ecn-threshold",
@@ -567,7 +571,7 @@ def bench_allreduce(
 @click.option(
     "--seconds", default=3.0, show_default=True, type=float, help="Measured interval per run (after 0.5 s warm-up)."
 )
-@click.option("--packet-memory", default=512, show_default=True, type=int, help="Accelerator slots.")
+@click.option("--packet-memory", default=RUNTIME_PACKET_MEMORY, show_default=True, type=int, help="Accelerator slots.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @click.option("--seed", default=0, show_default=True, type=int)
 def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_memory, as_json, seed):

@@ -31,7 +31,7 @@ from typing import Any
 from panama.core.topology import leaf_spine
 from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
 from panama.runtime.lifeline import pid_alive
-from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, format_addr, free_port, parse_addr
+from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, Address, format_addr, free_port, parse_addr
 
 
 class ClusterError(RuntimeError):
@@ -81,7 +81,7 @@ class LocalCluster:
     leaves: int = 2
     spines: int = 2
     hosts_per_leaf: int = 4
-    packet_memory: int = 512
+    packet_memory: int = RUNTIME_PACKET_MEMORY
     payload_elems: int = RUNTIME_PAYLOAD_ELEMS
     ecn_threshold_pkts: int = 128
     threshold_bytes: int = 0

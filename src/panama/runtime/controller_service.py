@@ -51,7 +51,16 @@ import aiohttp
 from aiohttp import web
 
 from panama.core.codec import MAX_PAYLOAD_ELEMS
-from panama.core.controller import Controller, ControllerError, JobPlan, SwitchEntry, TreePlan, install, uninstall
+from panama.core.controller import (
+    DEFAULT_THRESHOLD_BYTES,
+    Controller,
+    ControllerError,
+    JobPlan,
+    SwitchEntry,
+    TreePlan,
+    install,
+    uninstall,
+)
 from panama.core.jobs import JobInput, JobLifecycle, JobState
 from panama.core.topology import Topology, TopologyError, leaf_spine, natural_key, parse_topology
 from panama.runtime.http import (
@@ -334,7 +343,7 @@ class ControllerService:
         self,
         cluster: ClusterSpec,
         *,
-        threshold_bytes: int = 40_000_000,
+        threshold_bytes: int = DEFAULT_THRESHOLD_BYTES,
         max_jobs_per_switch: int = 8,
         default_trees: int | None = None,
         heartbeat_timeout_s: float = 5.0,

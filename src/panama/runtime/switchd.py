@@ -63,7 +63,15 @@ from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
 from panama.runtime.http import MAX_BODY_BYTES, auth_middleware, errors_middleware, read_json_object, start_site
-from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, AddressError, PacketSocket, format_addr, parse_addr
+from panama.runtime.udp import (
+    RUNTIME_PACKET_MEMORY,
+    RUNTIME_PAYLOAD_ELEMS,
+    Address,
+    AddressError,
+    PacketSocket,
+    format_addr,
+    parse_addr,
+)
 
 log = logging.getLogger("panama.switch")
 
@@ -83,7 +91,7 @@ class SwitchConfig:
     switch_id: str
     udp: Address = ("127.0.0.1", 0)
     control: Address = ("127.0.0.1", 0)
-    packet_memory: int = 512  # slots of payload_elems float32 each
+    packet_memory: int = RUNTIME_PACKET_MEMORY  # slots of payload_elems float32 each
     payload_elems: int = RUNTIME_PAYLOAD_ELEMS
     ecn_threshold_pkts: int = 128  # mark CE when the backlog exceeds this many full datagrams; 0 disables
     batch: int = 64  # datagrams drained per batch

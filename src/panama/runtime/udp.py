@@ -29,6 +29,9 @@ DEFAULT_SOCKET_BUFFER_BYTES = 32 * 1024 * 1024
 # never fragmented there; per-datagram costs (system calls, Python) dominate, so fewer,
 # larger datagrams are faster (docs/runtime.md). Use 361 (1500-byte MTU) on real NICs.
 RUNTIME_PAYLOAD_ELEMS = codec.MAX_PAYLOAD_ELEMS
+# Runtime default accelerator memory: 512 slots of RUNTIME_PAYLOAD_ELEMS float32 (32 MiB per
+# daemon); with 2 trees per job a leaf advertises cwnd_cap 127 per tree (docs/runtime.md).
+RUNTIME_PACKET_MEMORY = 512
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # Linux values; Python does not export them
 _SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 _MSG_TRUNC = int(socket.MSG_TRUNC)  # plain int: the enum's '&' is slow

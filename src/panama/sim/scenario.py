@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.core.errors import FieldError
 
 SCHEMES = ("panama", "ina-single", "ina-fixed", "ring")
@@ -95,7 +96,7 @@ class PanamaConfig(_Model):
 
     num_trees: int = Field(4, ge=1, le=64, description="aggregation trees per job (panama, ina-fixed)")
     threshold_bytes: int = Field(
-        40_000_000, ge=0, description="jobs whose gradient is smaller than this use ring allreduce"
+        DEFAULT_THRESHOLD_BYTES, ge=0, description="jobs whose gradient is smaller than this use ring allreduce"
     )
     max_jobs_per_switch: int = Field(8, ge=1, description="admission limit of the controller")
     payload_elems: int = Field(361, ge=1, le=361, description="float32 elements per packet (361 fills 1500 B)")
