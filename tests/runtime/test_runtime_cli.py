@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-PANAMA = [sys.executable, "-m", "panama.runtime.cli"]
+PANAMA = [sys.executable, "-m", "panama.cli.runtime_cmds"]
 
 
 def _run(args, **kw):

@@ -115,7 +115,7 @@ def test_a_client_without_the_token_is_refused_everywhere(cluster, token):
 def test_token_and_state_files_are_private(tmp_path):
     env = dict(os.environ, PANAMA_CLUSTER_STATE=str(tmp_path / "state" / "cluster.json"))
     env.pop("PANAMA_TOKEN")  # cluster up makes a fresh token
-    cmd = [sys.executable, "-m", "panama.runtime.cli", "cluster"]
+    cmd = [sys.executable, "-m", "panama.cli.runtime_cmds", "cluster"]
     up = subprocess.run([*cmd, "up", "--leaves", "1", "--spines", "1", "--hosts-per-leaf", "2", "--json"],
                         env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     try:
@@ -529,7 +529,7 @@ def test_unreachable_binds_and_missing_tokens_are_refused_by_the_cli(args, field
     if field == "token-file":
         env.pop("PANAMA_TOKEN")
     proc = subprocess.run(
-        [sys.executable, "-m", "panama.runtime.cli", *args], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "panama.cli.runtime_cmds", *args], env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2, proc.stderr
     assert field in proc.stderr.strip().splitlines()[-1], proc.stderr

@@ -58,15 +58,15 @@ def _unavailable(name: str, exc: ImportError) -> click.Command:
     cls=LazyGroup,
     lazy_subcommands={
         "bench": "panama.cli:bench",
-        "cluster": "panama.runtime.cli:cluster",
+        "cluster": "panama.cli.runtime_cmds:cluster",
         "controller": "panama.cli:controller",
-        "demo": "panama.experiments.cli:demo",
-        "experiment": "panama.experiments.cli:experiment",
-        "hw": "panama.hw.cli:hw",
-        "simulate": "panama.sim.cli:simulate",
-        "switch": "panama.runtime.cli:switch",
+        "demo": "panama.cli.experiment_cmds:demo",
+        "experiment": "panama.cli.experiment_cmds:experiment",
+        "hw": "panama.cli.hw_cmds:hw",
+        "simulate": "panama.cli.sim_cmds:simulate",
+        "switch": "panama.cli.runtime_cmds:switch",
         "topology": "panama.cli.topology_cmds:topology",
-        "train": "panama.runtime.train_cli:train",
+        "train": "panama.cli.train_cmds:train",
     },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
@@ -79,9 +79,9 @@ def cli() -> None:
     cls=LazyGroup,
     lazy_subcommands={
         "core": "panama.cli.core_cmds:bench_core",
-        "sim": "panama.sim.cli:bench_sim",
-        "allreduce": "panama.runtime.cli:bench_allreduce",
-        "switch": "panama.runtime.cli:bench_switch",
+        "sim": "panama.cli.sim_cmds:bench_sim",
+        "allreduce": "panama.cli.runtime_cmds:bench_allreduce",
+        "switch": "panama.cli.runtime_cmds:bench_switch",
     },
 )
 def bench() -> None:
@@ -92,7 +92,7 @@ def bench() -> None:
     cls=LazyGroup,
     lazy_subcommands={
         "plan": "panama.cli.topology_cmds:controller_plan",
-        "serve": "panama.runtime.cli:controller_serve",
+        "serve": "panama.cli.runtime_cmds:controller_serve",
     },
 )
 def controller() -> None:

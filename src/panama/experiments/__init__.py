@@ -7,7 +7,7 @@
 * :mod:`~panama.experiments.sweep` — grids of points in worker processes or on Dask, with
   resume and seed aggregation (:mod:`~panama.experiments.stats`);
 * :mod:`~panama.experiments.report` — writes ``docs/results.md`` from experiment outputs;
-* :mod:`~panama.experiments.cli` — ``panama experiment ...`` and ``panama demo``.
+* ``panama experiment ...`` and ``panama demo`` are in :mod:`panama.cli.experiment_cmds`.
 
 This package sits above the drivers (simulator, runtime) and imports them lazily.
 """

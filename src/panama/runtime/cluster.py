@@ -212,7 +212,7 @@ class LocalCluster:
         log = work / f"{name}.log"
         ready = work / f"{name}.ready.json"
         ready.unlink(missing_ok=True)
-        cmd = [self.python, "-m", "panama.runtime.cli", *args, "--ready-file", str(ready)]
+        cmd = [self.python, "-m", "panama.cli.runtime_cmds", *args, "--ready-file", str(ready)]
         if not self.detached:
             cmd += ["--exit-with", str(os.getpid())]
         if self.netns:

@@ -29,7 +29,6 @@ from heapq import heappop, heappush
 from pathlib import Path
 from typing import Any
 
-import click
 import networkx as nx
 import numpy as np
 
@@ -47,7 +46,8 @@ __all__ = [
     "minimal_loop",
     "run_bench",
     "compare_pure",
-    "bench_sim",
+    "bench_sim_report",
+    "format_bench_sim",
     "PANAMA_SCENARIO",
 ]
 
@@ -327,42 +327,15 @@ def compare_pure(
     }
 
 
-@click.command("sim")
-@click.option(
-    "--scenario",
-    type=click.Choice(["reference", "panama"]),
-    default="reference",
-    show_default=True,
-    help="reference: 4 DCTCP flows through one bottleneck; panama: the PANAMA-heavy k=8 fat-tree "
-    "(data/scenarios/panama_heavy.toml).",
-)
-@click.option(
-    "--duration-ms",
-    type=click.FloatRange(min=0.1, max=10_000),
-    default=None,
-    help="Simulated time [default: 100 for reference, 3 for panama].",
-)
-@click.option("--seed", type=int, default=None, help="Seed of the scenario [default: 1 for reference, 3 for panama].")
-@click.option(
-    "--compare-pure/--no-compare-pure",
-    "with_pure",
-    default=True,
-    show_default=True,
-    help="When compiled, also run the pure-Python path in a child process, slice by slice in turn.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_pure: bool, as_json: bool) -> None:
-    """Simulator speed: packet hops per wall second, compiled against pure Python.
-
-    reference: 4 long-lived DCTCP flows through one 10 Gbps bottleneck (10 us links, ECN
-    K=65 packets), with a bare heapq store-and-forward loop moving the same number of
-    hops in the same process; prints both rates, their ratio, and the scenario's
-    goodput, Jain fairness, bottleneck queue mean/p99 and drops. panama: four 16-worker
-    in-network jobs and background flows on a k=8 fat-tree. When the compiled fast path
-    is installed, the pure-Python path runs the same scenario in a child process
-    (PANAMA_NO_EXTENSIONS=1), in turn slice by slice; its rate, the speed-up and whether
-    the results are identical are reported.
-    """
+def bench_sim_report(
+    scenario: str = "reference", duration_ms: float | None = None, seed: int | None = None, with_pure: bool = True
+) -> dict[str, Any]:
+    """``panama bench sim``'s measurements (see the command's help): the reference dumbbell
+    against a heapq loop, or the PANAMA-heavy scenario; with the compiled fast path and
+    ``with_pure``, the pure path in a child process in turn, its rate, the speed-up and
+    whether the results are identical."""
+    if scenario not in ("reference", "panama"):
+        raise ValueError(f"scenario: expected reference or panama, got {scenario!r}")
     if duration_ms is None:
         duration_ms = 100.0 if scenario == "reference" else 3.0
     if seed is None:
@@ -390,9 +363,16 @@ def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_p
             res["compiled_hops_per_s_vs_pure_run"] = cmp["hops_per_s"]
         else:
             res = cmp
-    if as_json:
-        click.echo(json.dumps(res, indent=2))
-        return
+    res.setdefault("scenario", scenario)
+    res.setdefault("duration_ms", duration_ms)
+    res.setdefault("seed", seed)
+    return res
+
+
+def format_bench_sim(res: dict[str, Any]) -> str:
+    """The terminal table of :func:`bench_sim_report`."""
+    scenario, duration_ms, seed = res["scenario"], res["duration_ms"], res["seed"]
+    is_compiled = res.get("compiled", compiled())
     mode = "compiled (Cython)" if is_compiled else "pure Python"
     if scenario == "reference":
         rows = [
@@ -441,5 +421,4 @@ def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_p
             ("drops / PFC pauses", f"{f['drops']} / {f['pfc_pauses']}"),
         ]
     width = max(len(k) for k, _ in rows)
-    for k, v in rows:
-        click.echo(f"{k:<{width}}  {v}")
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -1,7 +1,7 @@
 """Commands of the UDP runtime: ``panama switch``, ``panama controller serve``,
 ``panama cluster up|down|status`` and ``panama bench allreduce``.
 
-``python -m panama.runtime.cli ARGS`` is the same as ``panama ARGS`` (the local cluster
+``python -m panama.cli.runtime_cmds ARGS`` is the same as ``panama ARGS`` (the local cluster
 starts its daemons that way, with the interpreter it runs under).
 """
 
@@ -442,7 +442,7 @@ def _is_ours(pid) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"panama.runtime.cli" in cmdline
+    return b"panama.cli.runtime_cmds" in cmdline
 
 
 def _any_alive(state: dict) -> bool:
@@ -602,7 +602,7 @@ def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_me
         click.echo(format_table(report))
 
 
-if __name__ == "__main__":  # ``python -m panama.runtime.cli ...`` (used by LocalCluster)
+if __name__ == "__main__":  # ``python -m panama.cli.runtime_cmds ...`` (used by LocalCluster)
     from panama.cli import main
 
     main(sys.argv[1:])
