@@ -1,61 +1,33 @@
-"""Small statistics helpers: Student-t quantiles and confidence intervals of means.
+"""Statistics helpers on top of scipy and numpy: t confidence intervals of means,
+percentiles, and bootstrap confidence intervals of ratios.
 
-scipy is not a dependency of PANAMA-py, so the two-sided t quantile is computed here from
-the closed-form CDF of Student's t with an integer number of degrees of freedom
-(Abramowitz & Stegun 26.7.3 / 26.7.4) and bisection. Sweeps aggregate a handful of seeds,
-so the degrees of freedom are always small positive integers.
+Sweeps aggregate a handful of seeds (t intervals of per-seed means); comparisons of two
+schemes on the same flows are ratios of a statistic (mean, p99), whose interval comes
+from a seeded percentile bootstrap (:func:`ratio_ci`): a ratio of positive statistics
+never gets a negative bound, unlike a mean +- t interval of per-seed ratios.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+from scipy import stats as _st
 
-def t_two_sided_prob(t: float, df: int) -> float:
-    """``P(|T| <= t)`` for Student's t with ``df`` (integer >= 1) degrees of freedom."""
-    if df < 1 or int(df) != df:
-        raise ValueError(f"df must be a positive integer, got {df!r}")
-    if t <= 0:
-        return 0.0
-    if math.isinf(t):
-        return 1.0
-    theta = math.atan(t / math.sqrt(df))
-    s, c = math.sin(theta), math.cos(theta)
-    c2 = c * c
-    if df % 2 == 1:
-        # A&S 26.7.3: odd df
-        total, term = 0.0, c
-        for k in range(1, (df - 1) // 2 + 1):
-            if k > 1:
-                term *= c2 * (2 * k - 2) / (2 * k - 1)
-            total += term
-        return min(1.0, 2.0 / math.pi * (theta + s * total))
-    # A&S 26.7.4: even df
-    total, term = 1.0, 1.0
-    for k in range(1, df // 2):
-        term *= c2 * (2 * k - 1) / (2 * k)
-        total += term
-    return min(1.0, s * total)
+# scipy >= 1.15 names the generator ``rng``; older releases ``random_state``
+_RNG_ARG = "rng" if "rng" in inspect.signature(_st.bootstrap).parameters else "random_state"
 
 
 def t_quantile_two_sided(confidence: float, df: int) -> float:
     """The ``t`` with ``P(|T| <= t) = confidence``; e.g. 12.706 for (0.95, 1), 2.776 for (0.95, 4)."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-    lo, hi = 0.0, 1.0
-    while t_two_sided_prob(hi, df) < confidence:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_two_sided_prob(mid, df) < confidence:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df!r}")
+    return float(_st.t.ppf(0.5 + confidence / 2.0, df))
 
 
 @dataclass(frozen=True)
@@ -100,14 +72,71 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> MeanCI:
 
 def percentile(values: Sequence[float], q: float) -> float:
     """``q``-th percentile (0..100) with linear interpolation (numpy's default); NaN if empty."""
-    xs = sorted(float(v) for v in values)
-    if not xs:
+    xs = np.asarray([float(v) for v in values], dtype=float)
+    if xs.size == 0:
         return float("nan")
-    if len(xs) == 1:
-        return xs[0]
-    pos = (len(xs) - 1) * q / 100.0
-    i = math.floor(pos)
-    frac = pos - i
-    if i + 1 >= len(xs):
-        return xs[-1]
-    return xs[i] + (xs[i + 1] - xs[i]) * frac
+    return float(np.percentile(xs, q))
+
+
+@dataclass(frozen=True)
+class RatioCI:
+    """``statistic(scheme) / statistic(baseline)`` with a bootstrap interval ``[low, high]``
+    (NaN bounds when either sample has fewer than 2 values: no interval from one value)."""
+
+    ratio: float
+    low: float
+    high: float
+    n_scheme: int
+    n_baseline: int
+
+
+def ratio_ci(
+    scheme: Sequence[float],
+    baseline: Sequence[float],
+    statistic: Callable[[np.ndarray], float] | str = "mean",
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 2000,
+    seed: int = 0,
+) -> RatioCI:
+    """Ratio of a statistic of two independent samples and its percentile-bootstrap interval.
+
+    ``statistic``: ``"mean"``, ``"p50"``, ``"p99"`` (any ``"pNN"``) or a function of a 1-d
+    array. Both samples are resampled independently (``scipy.stats.bootstrap``, seeded
+    ``numpy.random.default_rng(seed)``); with positive values every bound is positive.
+    """
+    a = np.asarray([float(v) for v in scheme if v is not None and math.isfinite(float(v))])
+    b = np.asarray([float(v) for v in baseline if v is not None and math.isfinite(float(v))])
+    if isinstance(statistic, str):
+        if statistic == "mean":
+            fn = np.mean
+        elif statistic.startswith("p") and statistic[1:].replace(".", "", 1).isdigit():
+            q = float(statistic[1:])
+            fn = lambda x, axis=-1: np.percentile(x, q, axis=axis)  # noqa: E731
+        else:
+            raise ValueError(f"statistic: expected mean, pNN or a function, got {statistic!r}")
+    else:
+        fn = statistic
+    nan = float("nan")
+    if a.size == 0 or b.size == 0:
+        return RatioCI(nan, nan, nan, int(a.size), int(b.size))
+    ratio = float(fn(a) / fn(b))
+    if a.size < 2 or b.size < 2:
+        return RatioCI(ratio, nan, nan, int(a.size), int(b.size))
+
+    def stat(x, y, axis=-1):
+        return fn(x, axis=axis) / fn(y, axis=axis)
+
+    res = _st.bootstrap(
+        (a, b),
+        stat,
+        vectorized=True,
+        paired=False,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        **{_RNG_ARG: np.random.default_rng(seed)},
+    )
+    return RatioCI(
+        ratio, float(res.confidence_interval.low), float(res.confidence_interval.high), int(a.size), int(b.size)
+    )
