@@ -12,12 +12,12 @@ unit in its name.
 from __future__ import annotations
 
 import json
-import math
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from panama.core.controller import DEFAULT_THRESHOLD_BYTES
@@ -309,54 +309,14 @@ def _list_item(seq: list, part: str, where: str) -> Any:
 
 
 # ---------------------------------------------------------------------- TOML writer
-def _toml_key(key: str) -> str:
-    return key if key.replace("_", "").replace("-", "").isalnum() else json.dumps(key)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value if v is not None) + "]"
+def _drop_none(value: Any) -> Any:
     if isinstance(value, Mapping):
-        items = ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items() if v is not None)
-        return "{ " + items + " }" if items else "{}"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_drop_none(v) for v in value if v is not None]
+    return value
 
 
 def dumps_toml(data: Mapping[str, Any]) -> str:
-    """Write nested dicts / lists of dicts as TOML (``None`` values omitted)."""
-    lines: list[str] = []
-    _write_table(lines, data, [])
-    return "\n".join(lines).strip() + "\n"
-
-
-def _write_table(lines: list[str], table: Mapping[str, Any], path: list[str]) -> None:
-    subtables = []
-    arrays = []
-    for key, value in table.items():
-        if value is None:
-            continue
-        if isinstance(value, Mapping):
-            subtables.append((key, value))
-        elif isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
-            arrays.append((key, value))
-        else:
-            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
-    for key, value in subtables:
-        lines.append("")
-        lines.append("[" + ".".join(_toml_key(k) for k in [*path, key]) + "]")
-        _write_table(lines, value, [*path, key])
-    for key, items in arrays:
-        for item in items:
-            lines.append("")
-            lines.append("[[" + ".".join(_toml_key(k) for k in [*path, key]) + "]]")
-            _write_table(lines, item, [*path, key])
+    """Write nested dicts / lists of dicts as TOML with tomli-w (``None`` values omitted)."""
+    return tomli_w.dumps(_drop_none(data))
