@@ -248,7 +248,7 @@ def test_monitor_times_out_on_silence():
         (["--lr", "-1"], "--lr"),
         (["--allreduce", "gloo", "--controller", "127.0.0.1:9"], "--controller"),
         (["--controller", "nohost"], "--controller"),
-        (["--timeout", "0"], "--timeout:"),
+        (["--timeout", "0"], "--timeout-s:"),
         (["--threads", "0"], "--threads"),
     ],
 )

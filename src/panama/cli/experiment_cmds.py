@@ -79,7 +79,7 @@ def experiment() -> None:
     show_default=True,
     help="Output directory.",
 )
-@click.option("--no-plot", is_flag=True, help="Skip comm_ratio.png.")
+@click.option("--no-plots", "--no-plot", "no_plot", is_flag=True, help="Skip comm_ratio.png.")
 @click.option("--quiet", "-q", is_flag=True, help="No terminal table.")
 def comm_ratio_cmd(
     models_path: Path | None, workers: int | None, link_gbps: str | None, out_dir: Path, no_plot: bool, quiet: bool
@@ -183,7 +183,7 @@ def _shared_cluster_options(f):
         click.option(
             "--fresh", is_flag=True, help="Discard finished runs in the output directory instead of resuming."
         ),
-        click.option("--no-plot", is_flag=True, help="Skip the PNG plots."),
+        click.option("--no-plots", "--no-plot", "no_plot", is_flag=True, help="Skip the PNG plots."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table."),
     ]
     for opt in reversed(options):

@@ -377,7 +377,15 @@ def cluster_up(
 
 @cluster.command("down")
 @_state_option
-@click.option("--timeout", default=5.0, show_default=True, type=float, help="Seconds between SIGTERM and SIGKILL.")
+@click.option(
+    "--grace-s",
+    "--timeout",
+    "timeout",
+    default=5.0,
+    show_default=True,
+    type=float,
+    help="Seconds between SIGTERM and SIGKILL.",
+)
 def cluster_down(state_path, timeout):
     """Stop the cluster recorded in the state file (SIGTERM, then SIGKILL)."""
     from panama.runtime.cluster import Proc, stop_processes

@@ -15,7 +15,7 @@ ALLREDUCE_CHOICES = ("panama", "gloo", "local")
 def _config_error(exc: ValidationError) -> click.UsageError:
     first = exc.errors()[0]
     field = str(first["loc"][0]) if first.get("loc") else "config"
-    option = {"timeout_s": "--timeout"}.get(field, "--" + field.replace("_", "-"))
+    option = {"timeout_s": "--timeout-s"}.get(field, "--" + field.replace("_", "-"))
     return usage_error(option, first.get("msg", "invalid value").removeprefix("Value error, "))
 
 
@@ -63,7 +63,13 @@ def _config_error(exc: ValidationError) -> click.UsageError:
     help="Weight init: He normal, or the reference's N(0, 0.01^2).",
 )
 @click.option(
-    "--timeout", "timeout_s", type=float, default=120.0, show_default=True, help="Longest silence from a worker (s)."
+    "--timeout-s",
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=120.0,
+    show_default=True,
+    help="Longest silence from a worker (s).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 def train(
