@@ -63,3 +63,30 @@ def test_yosys_stat_parsing():
     out = _summarise(cells, "xcup")
     assert out["LUT"] == 112 + 179 + 42 and out["FF"] == 371 and out["DSP"] == 4
     assert out["BRAM36"] == 4.0 and out["CARRY"] == 42
+
+
+def test_shipped_resources_are_those_of_this_design():
+    """The LUT/FF/DSP/BRAM figures the report (and docs/hardware.md) give come from a Yosys run of
+    the RTL as it is now: any change to the code generating it needs `panama hw report --synth
+    --save-synthesis src/panama/data/hw/synthesis.json` (about 25 minutes)."""
+    from panama.hw.report import design_digest, load_synthesis_cache, synthesize
+
+    assert design_digest() in load_synthesis_cache()
+    res = synthesize()
+    assert res["source"] == "cached" and res["LUT"] > 0 and res["FF"] > 0 and res["BRAM36"] > 0
+    assert res["yosys"].startswith("YoWASP yosys") and "synth_xilinx -family xcup" in res["script"]
+
+
+def test_a_design_without_a_synthesis_says_so(tmp_path):
+    from panama.hw.datapath import HwConfig
+    from panama.hw.report import design_digest, synthesize
+
+    other = HwConfig(slots=8)
+    assert design_digest(other) != design_digest()
+    res = synthesize(other, cache=tmp_path / "none.json")
+    assert "status" in res and "--synth" in res["status"] and "LUT" not in res
+
+
+def test_report_options_need_synth():
+    res = CliRunner().invoke(cli, ["hw", "report", "--no-synth", "--save-synthesis", "x.json"])
+    assert res.exit_code == 2 and "--synth" in res.output

@@ -75,15 +75,37 @@ def verify(
 @click.option("--clock-mhz", type=float, default=250.0, show_default=True, help="Assumed clock (timing not checked).")
 @click.option("--packets", type=int, default=32, show_default=True, help="Back-to-back packets simulated.")
 @click.option("--family", default="xcup", show_default=True, help="Yosys synth_xilinx -family (xcup, xcu, xc7).")
-@click.option("--no-synth", is_flag=True, help="Skip the Yosys synthesis (resources).")
+@click.option("--no-synth", is_flag=True, help="Leave out the resources.")
+@click.option(
+    "--synth",
+    "rerun",
+    is_flag=True,
+    help="Run Yosys now (about 25 min for the default configuration) instead of reading the measured "
+    "result of this design shipped in panama/data/hw/synthesis.json.",
+)
+@click.option(
+    "--save-synthesis",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --synth: add the result to this JSON file (the format of panama/data/hw/synthesis.json).",
+)
 @click.option(
     "--yosys-log",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Keep the Yosys log here; reuse it when it is from this same Verilog (SHA-256 sidecar).",
+    help="With --synth: keep the Yosys log here.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def report(clock_mhz: float, packets: int, family: str, no_synth: bool, yosys_log: Path | None, as_json: bool) -> None:
+def report(
+    clock_mhz: float,
+    packets: int,
+    family: str,
+    no_synth: bool,
+    rerun: bool,
+    save_synthesis: Path | None,
+    yosys_log: Path | None,
+    as_json: bool,
+) -> None:
     """Lanes, assumed clock, cycles per packet measured in simulation under back-to-back input, the
     resulting line rate, and LUT/FF/DSP/BRAM from Yosys synth_xilinx, for the default configuration."""
     if clock_mhz <= 0:
@@ -92,7 +114,17 @@ def report(clock_mhz: float, packets: int, family: str, no_synth: bool, yosys_lo
         raise usage_error("--packets", f"must be >= 4, got {packets}")
     from panama.hw.report import report as run_report
 
-    out = run_report(clock_mhz=clock_mhz, packets=packets, synth=not no_synth, family=family, yosys_log=yosys_log)
+    if (save_synthesis or yosys_log) and not rerun:
+        raise usage_error("--synth", "--save-synthesis and --yosys-log need --synth")
+    out = run_report(
+        clock_mhz=clock_mhz,
+        packets=packets,
+        synth=not no_synth,
+        family=family,
+        yosys_log=yosys_log,
+        rerun=rerun,
+        save=save_synthesis,
+    )
     if as_json:
         echo_json(out)
         return
@@ -107,9 +139,14 @@ def report(clock_mhz: float, packets: int, family: str, no_synth: bool, yosys_lo
     )
     if "resources" in out:
         r = out["resources"]
-        click.echo(
-            f"{r['family']}: LUT {r['LUT']}  FF {r['FF']}  DSP {r['DSP']}  BRAM36 {r['BRAM36']}  LUTRAM {r['LUTRAM']}"
-        )
+        if "status" in r:
+            click.echo(f"{r['family']}: {r['status']}")
+        else:
+            click.echo(
+                f"{r['family']}: LUT {r['LUT']:,}  FF {r['FF']:,}  DSP {r['DSP']}  BRAM36 {r['BRAM36']}  "
+                f"LUTRAM {r['LUTRAM']} ({r['source']}: {r.get('yosys', 'yosys')}, {r.get('measured', '')}; "
+                "timing closure not checked)"
+            )
 
 
 @hw.command(name="verilog")

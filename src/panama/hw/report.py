@@ -16,10 +16,12 @@ BRAM. Timing closure (place and route at the assumed clock) is NOT checked.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -105,27 +107,72 @@ _CELLS = {
 }
 
 
-def synthesize(cfg: HwConfig = HwConfig(), family: str = "xcup", log: Path | None = None) -> dict:
-    """Run Yosys synth_xilinx on the Verilog; returns cell counts by kind (BRAM in RAMB36 equivalents).
+SYNTH_SCRIPT = "read_verilog {src}; synth_xilinx -family {family} -top panama_aggregator -flatten; stat"
+SYNTH_CACHE = Path(__file__).resolve().parents[1] / "data" / "hw" / "synthesis.json"
+_DESIGN_SOURCES = ("panama.hw.datapath", "panama.hw.fp32", "panama.core.codec", "panama.core.packet")
 
-    With ``log``: if ``log`` exists and its sidecar ``<log>.sha256`` names the SHA-256 of
-    this very Verilog and family, the counts are read from it instead of synthesising
-    again (a run of the default configuration takes about an hour here); otherwise the
-    new run's log and sidecar are written there.
+
+def design_digest(cfg: HwConfig = HwConfig(), family: str = "xcup") -> str:
+    """SHA-256 naming the synthesised design: family, configuration, and the syntax trees of
+    the modules that generate the RTL (``ast.dump``: formatting and comments do not count,
+    any code change does). The Verilog text itself is no key: Amaranth numbers anonymous
+    signals differently from run to run of the same design."""
+    import ast
+    import importlib
+
+    h = hashlib.sha256(f"{family}\n{cfg!r}\n{SYNTH_SCRIPT}\n".encode())
+    for name in _DESIGN_SOURCES:
+        path = Path(importlib.import_module(name).__file__)
+        if path.suffix != ".py":  # a compiled module: hash its source beside it
+            path = path.with_name(path.name.split(".")[0] + ".py")
+        h.update(ast.dump(ast.parse(path.read_text())).encode())
+    return h.hexdigest()
+
+
+def load_synthesis_cache(path: Path = SYNTH_CACHE) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def synthesize(
+    cfg: HwConfig = HwConfig(),
+    family: str = "xcup",
+    log: Path | None = None,
+    *,
+    rerun: bool = False,
+    cache: Path = SYNTH_CACHE,
+    save: Path | None = None,
+) -> dict:
+    """Resources of the design from Yosys ``synth_xilinx`` (BRAM also in RAMB36 equivalents).
+
+    Without ``rerun``: the measured result of an earlier run of this very design
+    (:func:`design_digest`) from ``cache`` (the package's ``data/hw/synthesis.json``), or
+    ``{"status": ...}`` saying none exists (a run of the default configuration takes
+    about 25 minutes of one core here, so it never starts implicitly). With ``rerun``:
+    runs Yosys now, keeps its log in ``log`` if given, and adds the result to ``save``
+    (a JSON file of the cache's format) if given.
     """
+    digest = design_digest(cfg, family)
+    if not rerun:
+        entry = load_synthesis_cache(cache).get(digest)
+        if entry is None:
+            return {
+                "family": family,
+                "status": "no synthesis of this design yet: run `panama hw report --synth` (about 25 min)",
+            }
+        out = _summarise(entry["cells"], family)
+        out.update({k: entry[k] for k in ("yosys", "script", "wall_s", "measured") if k in entry})
+        out["source"] = "cached"
+        return out
     text_v = verilog_text(cfg)
-    digest = hashlib.sha256((family + "\n" + text_v).encode()).hexdigest()
-    if log is not None and log.exists():
-        side = log.with_name(log.name + ".sha256")
-        if side.exists() and side.read_text().strip() == digest:
-            out = _summarise(parse_stat(log.read_text()), family)
-            out["from_log"] = str(log)
-            return out
+    t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "panama_aggregator.v"
         src.write_text(text_v)
         # YoWASP's sandbox sees the working directory: run there with relative names
-        script = f"read_verilog {src.name}; synth_xilinx -family {family} -top panama_aggregator -flatten; stat"
+        script = SYNTH_SCRIPT.format(src=src.name, family=family)
         proc = subprocess.run(
             [sys.executable, "-c", _RUN_YOSYS, "-q", "-p", script, "-l", "yosys.log"],
             capture_output=True,
@@ -133,12 +180,30 @@ def synthesize(cfg: HwConfig = HwConfig(), family: str = "xcup", log: Path | Non
             cwd=tmp,
         )
         text = (Path(tmp) / "yosys.log").read_text() if (Path(tmp) / "yosys.log").exists() else ""
-        if proc.returncode == 0 and log is not None:
+        if log is not None:
             log.write_text(text)
-            log.with_name(log.name + ".sha256").write_text(digest + "\n")
         if proc.returncode != 0:
             raise RuntimeError(f"yosys failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-    return _summarise(parse_stat(text), family)
+    cells = parse_stat(text)
+    version = re.search(r"^Yosys (\S+)", text, re.M)
+    entry = {
+        "family": family,
+        "config": repr(cfg),
+        "yosys": f"YoWASP yosys {version.group(1) if version else '?'}",
+        "script": SYNTH_SCRIPT.format(src="panama_aggregator.v", family=family),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "measured": time.strftime("%Y-%m-%d"),
+        "cells": cells,
+    }
+    if save is not None:
+        table = load_synthesis_cache(save)
+        table[digest] = entry
+        save.parent.mkdir(parents=True, exist_ok=True)
+        save.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
+    out = _summarise(cells, family)
+    out.update({k: entry[k] for k in ("yosys", "script", "wall_s", "measured")})
+    out["source"] = "this run"
+    return out
 
 
 def parse_stat(text: str) -> dict[str, int]:
@@ -182,6 +247,8 @@ def report(
     synth: bool = True,
     family: str = "xcup",
     yosys_log: Path | None = None,
+    rerun: bool = False,
+    save: Path | None = None,
 ) -> dict:
     meas = measure_cycles(cfg, packets)
     seconds_per_packet = meas["cycles_per_packet"] / (clock_mhz * 1e6)
@@ -206,5 +273,5 @@ def report(
         "packet_memory_bytes": cfg.slots * cfg.beats_per_slot * cfg.width // 8,
     }
     if synth:
-        out["resources"] = synthesize(cfg, family, yosys_log)
+        out["resources"] = synthesize(cfg, family, yosys_log, rerun=rerun, save=save)
     return out
