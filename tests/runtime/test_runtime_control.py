@@ -540,7 +540,7 @@ def test_a_saved_plan_is_restored_exactly_by_a_fresh_controller(spec):
     """What a restarted controller reads from its state file gives back the same plan and bookkeeping."""
     from panama.core.controller import Controller, ControllerError
     from panama.core.topology import parse_topology
-    from panama.runtime.controller_service import plan_from_dict
+    from panama.runtime.controller_jobs import plan_from_dict
 
     topo = parse_topology(spec)
     hosts = topo.hosts[:4]

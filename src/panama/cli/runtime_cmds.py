@@ -211,7 +211,8 @@ def controller_serve(
     startup_wait,
 ):
     """Serve the controller's HTTP/JSON API (docs/runtime.md) for workers and switch daemons."""
-    from panama.runtime.controller_service import ClusterFileError, ControllerService, load_cluster, run_controller
+    from panama.runtime.cluster_file import ClusterFileError, load_cluster
+    from panama.runtime.controller_service import ControllerService, run_controller
 
     address = _addr(listen, "listen")
     try:

@@ -1,0 +1,155 @@
+"""Records of the controller service: a registered rank, a job and its lifecycle, the plan
+as the service stores it, and the short history of ended jobs."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from panama.core.controller import (
+    JobPlan,
+    SwitchEntry,
+    TreePlan,
+)
+from panama.core.jobs import JobLifecycle
+from panama.runtime.udp import Address, format_addr
+
+
+@dataclass
+class Rank:
+    rank: int
+    udp: Address
+    host: str
+    last_seen: float
+    incarnation: str | None = None
+    left: bool = False
+    error: str | None = None  # why the rank left, when it left after a failure
+    request: Any = None  # the waiting register request while the job is registering (provisional)
+
+    def gone(self) -> bool:
+        """A provisional registration whose client hung up (its register call is no longer waiting)."""
+        if self.request is None:
+            return False
+        transport = self.request.transport
+        return transport is None or transport.is_closing()
+
+
+@dataclass
+class Job:
+    name: str
+    world_size: int
+    created: float
+    ranks: dict[int, Rank] = field(default_factory=dict)
+    size_bytes: int = 0
+    trees: int | None = None
+    payload_elems: int | None = None
+    life: JobLifecycle = None  # type: ignore[assignment]
+    reason: str = ""
+    plan: JobPlan | None = None
+    job_id: int | None = None
+    key: int = 0
+    payload_for_job: int | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: float | None = None
+    recovered: bool = False
+    installed_at: float = 0.0  # monotonic time it became running (probes older than this say nothing of it)
+
+    def __post_init__(self) -> None:
+        if self.life is None:
+            self.life = JobLifecycle(self.name)
+
+    @property
+    def state(self) -> str:
+        return self.life.state.value
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "job": self.name,
+            "job_id": self.job_id,
+            "state": self.state,
+            "reason": self.reason,
+            "world_size": self.world_size,
+            "registered": sorted(self.ranks),
+            "left": sorted(r for r, x in self.ranks.items() if x.left),
+            "failed_ranks": {str(r): x.error for r, x in sorted(self.ranks.items()) if x.error},
+            "size_bytes": self.size_bytes,
+            "payload_elems": self.payload_for_job,
+            "hosts": {str(r): x.host for r, x in sorted(self.ranks.items())},
+            "recovered": self.recovered,
+            "plan": self.plan.to_dict() if self.plan is not None else None,
+        }
+
+    def to_state(self) -> dict[str, Any]:
+        """What a restarted controller needs to take the running job back (state file)."""
+        assert self.plan is not None
+        return {
+            "name": self.name,
+            "job_id": self.job_id,
+            "world_size": self.world_size,
+            "key": f"{self.key:016x}",
+            "payload_elems": self.payload_for_job,
+            "size_bytes": self.size_bytes,
+            "trees": self.trees,
+            "plan": self.plan.to_dict(),
+            "ranks": [
+                {
+                    "rank": x.rank,
+                    "udp": format_addr(x.udp),
+                    "host": x.host,
+                    "incarnation": x.incarnation,
+                    "left": x.left,
+                }
+                for x in sorted(self.ranks.values(), key=lambda x: x.rank)
+            ],
+        }
+
+
+def plan_from_dict(d: dict[str, Any]) -> JobPlan:
+    """Rebuild a :class:`JobPlan` from its ``to_dict()`` (entries from the edges)."""
+    trees = []
+    for t in d["trees"]:
+        edges = tuple((c, p) for c, p in t["edges"])
+        entries = {}
+        for sw in t["switches"]:
+            children = tuple(c for c, p in edges if p == sw)
+            parent = next((p for c, p in edges if c == sw), None)
+            entries[sw] = SwitchEntry(sw, int(d["job_id"]), int(t["tree_id"]), t["group"], children, parent)
+        trees.append(TreePlan(int(t["tree_id"]), t["group"], t["root"], edges, entries, int(t.get("cwnd_cap", 1))))
+    return JobPlan(
+        d["job"],
+        int(d["job_id"]),
+        tuple(d["hosts"]),
+        int(d["size_bytes"]),
+        bool(d["admitted"]),
+        d["reason"],
+        trees,
+        int(d.get("requested_trees", len(trees))),
+        tuple(d.get("warnings", ())),
+        d.get("scope"),
+    )
+
+
+class _Recorder:
+    """Stands in for an Accelerator so that core ``install``/``uninstall`` yield per-switch requests."""
+
+    def __init__(self, name: str, to_addr: dict[str, str]):
+        self.name = name
+        self.to_addr = to_addr
+        self.trees: list[dict[str, Any]] = []
+        self.removed: list[int] = []
+
+    def install_tree(self, job_id: int, tree_id: int, children: tuple, parent: str | None) -> None:
+        self.trees.append(
+            {
+                "tree_id": tree_id,
+                "children": [self.to_addr[c] for c in children],
+                "parent": None if parent is None else self.to_addr[parent],
+            }
+        )
+
+    def remove_tree(self, job_id: int, tree_id: int) -> None:  # pragma: no cover - only on a failed install
+        self.trees = [t for t in self.trees if t["tree_id"] != tree_id]
+
+    def remove_job(self, job_id: int) -> None:
+        self.removed.append(job_id)
