@@ -1,0 +1,202 @@
+"""A switch daemon's HTTP control and metrics API: routes, handlers, Prometheus text.
+
+:class:`SwitchHttp` is the control side of :class:`panama.runtime.switchd.SwitchDaemon`
+(a mixin: the handlers call the daemon's ``install_job``/``remove_job``/``stats`` under
+its lock); the data plane lives there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from aiohttp import web
+
+from panama.core.accelerator import AcceleratorError
+from panama.runtime.http import MAX_BODY_BYTES, auth_middleware, errors_middleware, read_json_object
+from panama.runtime.udp import (
+    AddressError,
+    format_addr,
+)
+
+log = logging.getLogger("panama.switch")
+
+
+class SwitchHttp:
+    """HTTP handlers of a switch daemon (see the module docstring)."""
+
+    def metrics_text(self) -> str:
+        """Counters in the Prometheus text exposition format (version 0.0.4)."""
+        st = self.stats()
+        sw = _label(st["id"])
+        lines: list[str] = []
+
+        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} {kind}")
+            for labels, value in samples:
+                lines.append(f"{name}{{switch={sw}{labels}}} {value}")
+
+        acc = st["accelerator"]
+        metric("panama_switch_rx_packets_total", "counter", "Datagrams received.", [("", st["rx_packets"])])
+        metric("panama_switch_rx_bytes_total", "counter", "UDP payload bytes received.", [("", st["rx_bytes"])])
+        metric("panama_switch_tx_packets_total", "counter", "Datagrams sent.", [("", st["tx_packets"])])
+        metric("panama_switch_tx_bytes_total", "counter", "UDP payload bytes sent.", [("", st["tx_bytes"])])
+        metric(
+            "panama_switch_drops_total",
+            "counter",
+            "Packets dropped, by reason.",
+            [(f",reason={_label(r)}", v) for r, v in sorted(st["drops"].items())],
+        )
+        metric(
+            "panama_switch_malformed_total",
+            "counter",
+            "Datagrams rejected by the codec, by reason.",
+            [(f",reason={_label(r)}", v) for r, v in sorted(st["malformed"].items())],
+        )
+        metric(
+            "panama_switch_retransmits_received_total",
+            "counter",
+            "Contributions received with the retransmit flag.",
+            [("", st["retransmits_received"])],
+        )
+        metric(
+            "panama_switch_ce_received_total", "counter", "Datagrams received with ECN CE.", [("", st["ce_received"])]
+        )
+        metric("panama_switch_ce_marked_total", "counter", "Packets this daemon marked CE.", [("", st["ce_marked"])])
+        metric(
+            "panama_switch_send_errors_total",
+            "counter",
+            "Datagrams the kernel refused to send, by destination.",
+            [(f",dest={_label(d)}", sum(v.values())) for d, v in sorted(st["send_errors_by_dest"].items())],
+        )
+        metric(
+            "panama_switch_data_plane_up",
+            "gauge",
+            "1 while the data-plane loop runs.",
+            [("", int(st["data_plane"]["alive"]))],
+        )
+        metric(
+            "panama_switch_data_plane_errors_total",
+            "counter",
+            "Data-plane loop restarts.",
+            [("", st["data_plane"]["errors"])],
+        )
+        metric(
+            "panama_switch_contributions_total", "counter", "Contributions aggregated.", [("", acc["contributions"])]
+        )
+        metric("panama_switch_results_out_total", "counter", "Result packets emitted.", [("", acc["results_out"])])
+        metric("panama_switch_used_slots", "gauge", "Accelerator slots in use.", [("", acc["used_slots"])])
+        metric("panama_switch_packet_memory_slots", "gauge", "Accelerator slots.", [("", acc["packet_memory"])])
+        metric(
+            "panama_switch_occupancy_slots",
+            "gauge",
+            "Slots in use per job.",
+            [(f",job={_label(j)}", v) for j, v in sorted(st["occupancy"].items())],
+        )
+        return "\n".join(lines) + "\n"
+
+    # ------------------------------------------------------------------ HTTP
+    def make_app(self) -> web.Application:
+        middlewares = [errors_middleware(self.control_counters, f"switch {self.config.switch_id}")]
+        if self.token is not None:
+            middlewares.insert(0, auth_middleware(self.token, frozenset({"/health"}), self.control_counters))
+        app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
+        app.add_routes(
+            [
+                web.get("/health", self._h_health),
+                web.get("/stats", self._h_stats),
+                web.get("/metrics", self._h_metrics),
+                web.get("/jobs", self._h_jobs),
+                web.put("/jobs/{job_id}", self._h_install),
+                web.delete("/jobs/{job_id}", self._h_remove),
+            ]
+        )
+        return app
+
+    async def _h_health(self, request: web.Request) -> web.Response:
+        with self.lock:
+            dp = self._data_plane_facts()
+            jobs = sorted(self.acc.jobs())
+        return web.json_response(
+            {
+                "id": self.config.switch_id,
+                "udp": format_addr(self.udp_addr),
+                "payload_elems": self.config.payload_elems,
+                "packet_memory": self.config.packet_memory,
+                "status": "ok" if dp["alive"] else "data plane down",
+                "data_plane": dp,
+                "jobs": jobs,
+            },
+            status=200 if dp["alive"] else 503,
+        )
+
+    async def _h_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
+
+    async def _h_metrics(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.metrics_text(), content_type="text/plain", charset="utf-8")
+
+    async def _h_jobs(self, request: web.Request) -> web.Response:
+        with self.lock:
+            jobs = {str(j): t for j, t in self.jobs_installed.items()}
+        return web.json_response({"jobs": jobs})
+
+    async def _h_install(self, request: web.Request) -> web.Response:
+        job_id = _job_id(request)
+        body = await read_json_object(request)
+        if not isinstance(body.get("trees"), list):
+            return _error(400, "trees: expected an object with a list 'trees'")
+        unknown = set(body) - {"trees", "key"}
+        if unknown:
+            return _error(400, f"{sorted(unknown)[0]}: unknown key")
+        key_text = body.get("key", "0")
+        if not isinstance(key_text, str) or not 1 <= len(key_text) <= 16:
+            return _error(400, f"key: expected 1-16 hex digits, got {key_text!r}")
+        try:
+            key = int(key_text, 16)
+        except ValueError:
+            return _error(400, f"key: expected 1-16 hex digits, got {key_text!r}")
+        try:
+            self.install_job(job_id, body["trees"], key)
+        except AddressError as exc:
+            return _error(400, str(exc))
+        except AcceleratorError as exc:
+            return _error(409, str(exc))
+        except ValueError as exc:
+            return _error(400, str(exc))
+        return web.json_response({"installed": job_id, "trees": len(body["trees"])})
+
+    async def _h_remove(self, request: web.Request) -> web.Response:
+        job_id = _job_id(request)
+        try:
+            self.remove_job(job_id)
+        except AcceleratorError as exc:
+            return _error(404, str(exc))
+        return web.json_response({"removed": job_id})
+
+    # ------------------------------------------------------------------ lifecycle
+
+
+def _job_id(request: web.Request) -> int:
+    text = request.match_info["job_id"]
+    try:
+        job_id = int(text)
+    except ValueError:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"job_id: expected an integer, got {text!r}"}), content_type="application/json"
+        ) from None
+    if not 1 <= job_id <= 0xFFFFFFFF:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"job_id: must be in [1, 2^32-1], got {job_id}"}), content_type="application/json"
+        )
+    return job_id
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _label(value: object) -> str:
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{text}"'
