@@ -1,0 +1,219 @@
+"""The shared-cluster experiment's outputs: JSON and CSV files, plots, the terminal table."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from panama.experiments.cluster_analysis import _group_key, normalise_runs
+from panama.experiments.cluster_scenario import BASELINE, SHORT_FLOW_BYTES
+from panama.experiments.sweep import (
+    write_json_atomic,
+)
+
+
+def write_outputs(out: Path, summary: dict[str, Any], runs: Sequence[Mapping[str, Any]], *, make_plots: bool) -> None:
+    """runs.csv, summary.csv, summary.json and the plots."""
+    rows = normalise_runs(runs)
+    _write_csv(out / "runs.csv", rows)
+    srows = []
+    for g in summary["groups"]:
+        for scheme, st in g["schemes"].items():
+            row = dict(g["params"], scheme=scheme, seeds=" ".join(map(str, g["seeds"])))
+            for k, v in st.items():
+                if k.endswith("_ci"):
+                    lo, hi = v if v else (None, None)
+                    row[k + "_low"], row[k + "_high"] = lo, hi
+                else:
+                    row[k] = v
+            srows.append(row)
+    _write_csv(out / "summary.csv", srows)
+    files = {"runs": "runs.csv", "summary_csv": "summary.csv", "config": "config.json", "points": "points/"}
+    if make_plots:
+        files.update(plot_all(out, summary, runs))
+    summary["files"] = files
+    write_json_atomic(out / "summary.json", summary)
+
+
+def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    cols: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in cols:
+                cols.append(k)
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+
+
+PLOT_METRICS = (
+    ("short_fct_mean_us_norm", "short FCT mean"),
+    ("short_fct_p99_us_norm", "short FCT p99"),
+    ("large_flow_fct_mean_us_norm", "large-flow FCT mean"),
+    ("large_job_training_time_s_norm", "large-job training time"),
+    ("bytes_total_norm", "network bytes"),
+)
+
+
+def plot_all(out: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """fct_cdf.png (short-flow FCT CDF per scheme, headline group, seeds pooled),
+    normalized.png (bars of normalised metrics with CI), sweep.png (multi-valued axes)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = {}
+    head = json.dumps(summary.get("headline_params", {}), sort_keys=True)
+    schemes = list(summary["schemes"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for scheme in schemes:
+        short, allf = [], []
+        for r in runs:
+            if r["params"]["scheme"] != scheme or _group_key(r["params"]) != head:
+                continue
+            for size, fct in r["result"].get("fct_samples", []):
+                allf.append(fct)
+                if size < summary.get("config", {}).get("short_flow_bytes", SHORT_FLOW_BYTES):
+                    short.append(fct)
+        for ax, vals in ((axes[0], short), (axes[1], allf)):
+            if vals:
+                xs = np.sort(np.asarray(vals))
+                ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), label=scheme)
+    axes[0].set_title("short background flows (< 100 KB)")
+    axes[1].set_title("all background flows")
+    for ax in axes:
+        ax.set_xscale("log")
+        ax.set_xlabel("flow completion time (us)")
+        ax.set_ylabel("CDF")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "fct_cdf.png", dpi=120)
+    plt.close(fig)
+    files["fct_cdf"] = "fct_cdf.png"
+
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.8 / max(1, len(schemes))
+    x = np.arange(len(PLOT_METRICS))
+    for j, scheme in enumerate(schemes):
+        st = summary["schemes"][scheme]
+        vals = [st.get(k) if st.get(k) is not None else np.nan for k, _ in PLOT_METRICS]
+        errs = []
+        for (k, _), v in zip(PLOT_METRICS, vals):
+            ci = st.get(k + "_ci")
+            if ci and all(c is not None and math.isfinite(c) for c in ci) and math.isfinite(v):
+                errs.append([v - ci[0], ci[1] - v])
+            else:
+                errs.append([0.0, 0.0])
+        ax.bar(x + (j - (len(schemes) - 1) / 2) * width, vals, width, yerr=np.array(errs).T, capsize=3, label=scheme)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x, [label for _, label in PLOT_METRICS])
+    ax.set_ylabel(f"normalised to {BASELINE} (lower is better)")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out / "normalized.png", dpi=120)
+    plt.close(fig)
+    files["normalized"] = "normalized.png"
+
+    multi = [k for k, v in summary.get("axes", {}).items() if k != "seed" and len(v) > 1]
+    if multi:
+        axis = multi[0]
+        others = {k: summary["axes"][k][0] for k in multi[1:]}
+        fig, axs = plt.subplots(1, 2, figsize=(11, 4))
+        for scheme in schemes:
+            pts = []
+            for g in summary["groups"]:
+                if all(g["params"].get(k) == v for k, v in others.items()):
+                    st = g["schemes"].get(scheme, {})
+                    pts.append(
+                        (g["params"][axis], st.get("short_fct_p99_us_gain"), st.get("large_job_training_time_s_gain"))
+                    )
+            pts.sort(key=lambda t: t[0])
+            for ax, idx in ((axs[0], 1), (axs[1], 2)):
+                ax.plot(
+                    [p[0] for p in pts], [p[idx] if p[idx] is not None else np.nan for p in pts], "o-", label=scheme
+                )
+        axs[0].set_ylabel(f"short-flow p99 FCT gain vs {BASELINE}")
+        axs[1].set_ylabel(f"large-job training-time gain vs {BASELINE}")
+        for ax in axs:
+            ax.set_xlabel(axis + (f"  ({', '.join(f'{k}={v}' for k, v in others.items())})" if others else ""))
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "sweep.png", dpi=120)
+        plt.close(fig)
+        files["sweep"] = "sweep.png"
+    return files
+
+
+def _fmt(v: Any, spec: str) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return format(v, spec)
+
+
+def _fmt_ci(st: Mapping[str, Any], key: str, spec: str) -> str:
+    v = st.get(key)
+    ci = st.get(key + "_ci")
+    s = _fmt(v, spec)
+    if ci and st.get("n_seeds", 0) > 1 and all(c is not None for c in ci):
+        s += f" [{_fmt(ci[0], spec)},{_fmt(ci[1], spec)}]"
+    return s
+
+
+def format_table(summary: Mapping[str, Any]) -> str:
+    """Terminal table of every group: raw metrics and ratios to ring (mean [95 % CI])."""
+    lines = []
+    for g in summary["groups"]:
+        params = ", ".join(f"{k}={v}" for k, v in g["params"].items()) or "default"
+        lines.append(
+            f"{params}; seeds {', '.join(map(str, g['seeds']))}  (ratios = scheme/{BASELINE}, lower is better)"
+        )
+        head = (
+            f"{'scheme':<11} {'short mean us':>13} {'short p99 us':>12} {'large-flow us':>13} "
+            f"{'large-job s':>11} {'p99 ratio':>18} {'pooled p99':>10} {'mean ratio':>18} {'train ratio':>18} "
+            f"{'bytes ratio':>11}"
+        )
+        lines += [head, "-" * len(head)]
+        for scheme, st in g["schemes"].items():
+            lines.append(
+                f"{scheme:<11} {_fmt(st.get('short_fct_mean_us'), '.1f'):>13} "
+                f"{_fmt(st.get('short_fct_p99_us'), '.1f'):>12} "
+                f"{_fmt(st.get('large_flow_fct_mean_us'), '.0f'):>13} "
+                f"{_fmt(st.get('large_job_training_time_s'), '.4f'):>11} "
+                f"{_fmt_ci(st, 'short_fct_p99_us_norm', '.2f'):>18} "
+                f"{_fmt(st.get('short_fct_p99_pooled_us_norm'), '.2f'):>10} "
+                f"{_fmt_ci(st, 'short_fct_mean_us_norm', '.2f'):>18} "
+                f"{_fmt_ci(st, 'large_job_training_time_s_norm', '.2f'):>18} "
+                f"{_fmt(st.get('bytes_total_norm'), '.2f'):>11}"
+            )
+        n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
+        lines.append(
+            f"(short flows < {SHORT_FLOW_BYTES // 1000} KB: {n_short} over all seeds; 'pooled p99' = p99 of "
+            "all seeds' short flows together, as a ratio)"
+        )
+        lines.append("")
+    c = summary.get("consistency", {})
+    if not c.get("same_flows_and_placement", True):
+        lines.append("WARNING: schemes saw different flows/placements: " + "; ".join(c.get("mismatches", [])))
+    return "\n".join(lines).rstrip()
+
+
+def load_summary(out_dir: str | Path) -> dict[str, Any]:
+    """Read ``summary.json`` of a shared-cluster output directory."""
+    return json.loads((Path(out_dir) / "summary.json").read_text())
+
+
+def _echo(msg: str) -> None:
+    print(msg, file=sys.stderr)

@@ -1,0 +1,180 @@
+"""The shared-cluster experiment's scenario: schemes, presets, the job mix, and sweep parameters."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from panama.core.controller import DEFAULT_THRESHOLD_BYTES
+from panama.experiments.comm_ratio import load_models
+
+SCHEME_ORDER = ("ring", "ina-fixed", "ina-single", "panama")
+BASELINE = "ring"
+SHORT_FLOW_BYTES = 100_000
+LARGE_FLOW_BYTES = 1_000_000
+REAL_THRESHOLD_BYTES = DEFAULT_THRESHOLD_BYTES
+
+#: Sweep parameter aliases -> dotted scenario keys.
+ALIASES = {
+    "load": "background.load",
+    "trees": "panama.num_trees",
+    "seed": "seed",
+    "workload": "background.workload",
+    "topology": "topology.spec",
+    "threshold": "panama.threshold_bytes",
+    "duration": "duration_ms",
+}
+
+#: Metrics normalised to ring (lower is better for all of them).
+NORMALISED = (
+    "short_fct_mean_us",
+    "short_fct_p99_us",
+    "large_flow_fct_mean_us",
+    "large_flow_fct_p99_us",
+    "fct_mean_us",
+    "large_job_training_time_s",
+    "small_job_training_time_s",
+    "bytes_total",
+)
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """A job of the built-in mix: a model of the comm-ratio table, or an explicit size."""
+
+    name: str
+    workers: int
+    model: str | None = None  # row of models.csv (P100 @ 10 Gbps)
+    params: int | None = None  # explicit parameter count (small jobs)
+    compute_ms: float | None = None  # explicit real compute time per iteration
+    start_ms: float = 0.0
+
+
+#: The built-in mix: three large jobs (above 40 MB) and two small ones (below).
+JOB_MIX = (
+    JobTemplate("vgg16", 6, model="VGG-16"),
+    JobTemplate("alexnet", 4, model="AlexNet", start_ms=100.0),
+    JobTemplate("resnet50", 4, model="ResNet-50", start_ms=200.0),
+    JobTemplate("rl-policy", 4, params=2_000_000, compute_ms=60.0, start_ms=50.0),
+    JobTemplate("kmeans", 4, params=5_000_000, compute_ms=120.0, start_ms=150.0),
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # simulated ms of background traffic, iterations of the large jobs, load, scale
+    "full": {"duration_ms": 40.0, "iterations": 4, "load": 0.3, "scale": 0.005, "topology": "fat-tree:k=4"},
+    "quick": {
+        "duration_ms": 20.0,
+        "iterations": 3,
+        "load": 0.3,
+        "scale": 0.005,
+        "topology": "leaf-spine:leaves=4,spines=2,hosts_per_leaf=4",
+    },
+    # smoke tests only: a light-tailed workload so that a 2 ms window still has flows
+    "tiny": {
+        "duration_ms": 2.0,
+        "iterations": 2,
+        "load": 0.4,
+        "workload": "fb-hadoop",
+        "scale": 0.0005,
+        "topology": "leaf-spine:leaves=2,spines=2,hosts_per_leaf=4",
+    },
+}
+
+
+def experiment_scenario(preset: str = "full", *, models_path: str | Path | None = None):
+    """The built-in shared-cluster scenario for ``preset`` (``full``, ``quick`` or ``tiny``).
+
+    Jobs come from :data:`JOB_MIX`; model rows are read from the comm-ratio table (P100
+    at 10 Gbps), and gradient bytes, compute times and start times are multiplied by the
+    preset's ``scale``, as is the 40 MB aggregation threshold.
+    """
+    from panama.sim.scenario import (
+        BackgroundConfig,
+        JobConfig,
+        PanamaConfig,
+        Scenario,
+        TopologyConfig,
+    )
+
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}, got {preset!r}")
+    p = PRESETS[preset]
+    scale = p["scale"]
+    rows, _ = load_models(models_path)
+    by_model = {r.model: r for r in rows if r.gpu == "P100"}
+    jobs = []
+    for t in JOB_MIX:
+        if t.model is not None:
+            row = by_model[t.model]
+            grad = row.params * row.bytes_per_param
+            compute_s = row.batch_size / row.images_per_s
+        else:
+            grad = int(t.params) * 4
+            compute_s = float(t.compute_ms) / 1e3
+        workers = min(t.workers, 4) if preset == "tiny" else t.workers
+        jobs.append(
+            JobConfig(
+                name=t.name,
+                workers=workers,
+                gradient_bytes=max(4, round(grad * scale / 4) * 4),
+                compute_us=compute_s * scale * 1e6,
+                iterations=p["iterations"],
+                start_us=t.start_ms * scale * 1e3,
+            )
+        )
+    return Scenario(
+        seed=1,
+        duration_ms=p["duration_ms"],
+        max_time_ms=p["duration_ms"] * 20 + 50,
+        topology=TopologyConfig(spec=p["topology"]),
+        background=BackgroundConfig(workload=p.get("workload", "web-search"), load=p["load"]),
+        panama=PanamaConfig(threshold_bytes=round(REAL_THRESHOLD_BYTES * scale)),
+        jobs=jobs,
+    )
+
+
+def code_version() -> str:
+    """Short git revision of the code, ``-dirty`` if tracked files changed; ``$PANAMA_CODE_VERSION``
+    when set (runs from an exported tree); ``unknown`` outside a checkout."""
+    import os
+    import subprocess
+
+    if os.environ.get("PANAMA_CODE_VERSION"):
+        return os.environ["PANAMA_CODE_VERSION"]
+
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=False
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", str(here.parent)],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if rev.returncode != 0:
+        return "unknown"
+    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def scenario_key(name: str) -> str:
+    """Sweep parameter name -> dotted scenario key."""
+    return ALIASES.get(name, name)
+
+
+def apply_params(base: Mapping[str, Any], params: Mapping[str, Any]):
+    """The base scenario (JSON dict) with sweep parameters applied; raises ScenarioError."""
+    from panama.sim.scenario import apply_sets, scenario_from_dict
+
+    data = json.loads(json.dumps(base))
+    sets = [f"{scenario_key(k)}={json.dumps(v) if isinstance(v, str) else v}" for k, v in params.items()]
+    apply_sets(data, sets)
+    return scenario_from_dict(data)
