@@ -8,7 +8,6 @@ import os
 import socket
 import struct
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from panama.progress import Throttle
 from panama.runtime.train_config import EVAL_BATCH, STATUS_INTERVAL_S
 
 
@@ -144,16 +144,12 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 
 class _Status:
-    """Calls ``on_status`` at most every STATUS_INTERVAL_S seconds."""
+    """Calls ``emit`` with the position at most every STATUS_INTERVAL_S seconds."""
 
     def __init__(self, emit: Callable[[dict[str, Any]], None] | None):
         self.emit = emit
-        self.last = time.monotonic()
+        self.throttle = Throttle(STATUS_INTERVAL_S, first_after_s=STATUS_INTERVAL_S)
 
     def step(self, epoch: int, step: int, steps: int) -> None:
-        if self.emit is None:
-            return
-        now = time.monotonic()
-        if now - self.last >= STATUS_INTERVAL_S:
-            self.last = now
+        if self.emit is not None and self.throttle.ready():
             self.emit({"epoch": epoch, "step": step, "steps": steps})

@@ -23,7 +23,6 @@ completed, or at ``max_time_ms`` (then unfinished flows and jobs are reported as
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import numpy as np
 from panama.core.controller import Controller, ControllerError
 from panama.core.topology import HOST, Topology, TopologyError, parse_topology
 from panama.core.units import PS_PER_MS, PS_PER_US
+from panama.progress import StatusLine
 from panama.sim import outputs
 from panama.sim.dctcp import Dctcp, DctcpConfig, Flow
 from panama.sim.engine import Engine
@@ -326,7 +326,7 @@ class Simulation:
         self.start()
         stop = self.scenario.stop_ps
         wall0 = time.perf_counter()
-        status = _Status(self, wall0) if progress else None
+        status = _Status(self) if progress else None
         while not self._finished and eng.heap and eng.now < stop:
             eng.run(until_ps=min(stop, eng.now + self._slice_ps))
             if status is not None:
@@ -343,36 +343,30 @@ class Simulation:
 
 
 class _Status:
-    """A status line on stderr, refreshed every second once a run lasts over 2 s."""
+    """The simulation's status line on stderr, refreshed every second once a run lasts over 2 s."""
 
-    def __init__(self, sim: Simulation, wall0: float):
+    def __init__(self, sim: Simulation):
         self.sim = sim
-        self.wall0 = wall0
-        self.last = wall0
-        self.shown = False
+        self.line = StatusLine(interval_s=1.0, first_after_s=2.0)
         self.total_iters = sum(j.iterations for j in sim.jobs)
 
     def tick(self) -> None:
-        w = time.perf_counter()
-        if w - self.wall0 < 2.0 or w - self.last < 1.0:
-            return
-        self.last = w
-        self.shown = True
+        self.line.update(self._text)
+
+    def _text(self, elapsed_s: float) -> str:
         sim = self.sim
         ev = sim.engine.events
         iters = sum(j.iterations_done for j in sim.jobs)
         bg = sim.background
-        line = (
-            f"\r[simulate] t={sim.engine.now / PS_PER_MS:.3f} ms (arrivals until {sim.scenario.duration_ms:g} ms)"
-            f" | {ev / 1e6:.2f}M events ({ev / (w - self.wall0) / 1e3:.0f}k/s)"
+        return (
+            f"[simulate] t={sim.engine.now / PS_PER_MS:.3f} ms (arrivals until {sim.scenario.duration_ms:g} ms)"
+            f" | {ev / 1e6:.2f}M events ({ev / max(elapsed_s, 1e-9) / 1e3:.0f}k/s)"
             f" | flows {bg.completed}/{len(sim.flow_specs)}"
-            f" | iterations {iters}/{self.total_iters} | {w - self.wall0:.0f}s"
+            f" | iterations {iters}/{self.total_iters} | {elapsed_s:.0f}s"
         )
-        print(line, end="", file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        if self.shown:
-            print(file=sys.stderr, flush=True)
+        self.line.close()
 
 
 def run_scenario(
