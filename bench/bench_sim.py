@@ -14,8 +14,8 @@ import argparse
 import statistics
 
 from panama.benchmarks.opcodes import count_opcodes
+from panama.benchmarks.sim import build_reference, run_bench
 from panama.core.units import ms
-from panama.sim.bench import build_reference, run_bench
 
 
 def opcode_profile(warm_ms: float = 2.0, measure_ms: float = 3.0) -> tuple[float, list[tuple[str, float]]]:
@@ -32,7 +32,7 @@ def opcode_profile(warm_ms: float = 2.0, measure_ms: float = 3.0) -> tuple[float
 
 def loop_opcodes(n_hops: int = 20_000) -> float:
     """Bytecodes per hop of the minimal heapq loop (the baseline of ``panama bench sim``)."""
-    from panama.sim.bench import minimal_loop
+    from panama.benchmarks.sim import minimal_loop
 
     counts = count_opcodes(lambda: minimal_loop(n_hops))
     return sum(counts.values()) / n_hops

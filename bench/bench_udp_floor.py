@@ -26,7 +26,7 @@ import os
 import socket
 import statistics
 
-from panama.runtime.bench_allreduce import loopback_datagrams
+from panama.benchmarks.allreduce import loopback_datagrams
 
 DATAGRAM_BYTES = 65_504  # 28-byte PANAMA header + 16369 float32 (RUNTIME_PAYLOAD_ELEMS)
 BUFFER_BYTES = 32 * 1024 * 1024

@@ -172,7 +172,7 @@ def test_out_buffers_and_in_place(cluster):
 
 def test_datagram_count_matches_the_tree_edge_formula(cluster):
     """Every tree edge carries each packet once up and once down (the bench's hop model)."""
-    from panama.runtime.bench_allreduce import loopback_datagrams
+    from panama.benchmarks.allreduce import loopback_datagrams
 
     n = 10 * TEST_PAYLOAD_ELEMS + 7  # 11 packets per rank over 2 trees
     rx_before = sum(s["rx_packets"] for s in cluster.switch_stats().values())

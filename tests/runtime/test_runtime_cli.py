@@ -117,7 +117,7 @@ def test_cluster_up_status_down(tmp_path):
 
 
 def test_bench_allreduce_runs_both_implementations(tmp_path):
-    from panama.runtime.bench_allreduce import BenchConfig, format_table, loopback_datagrams, run_bench, write_results
+    from panama.benchmarks.allreduce import BenchConfig, format_table, loopback_datagrams, run_bench, write_results
 
     cfg = BenchConfig(
         workers=2, sizes_mb=[0.05], iters=2, rounds=3, leaves=2, spines=1, payload_elems=1000, timeout_s=60
@@ -146,7 +146,7 @@ def test_bench_allreduce_runs_both_implementations(tmp_path):
 
 
 def test_bench_allreduce_with_loss_at_every_switch_stays_exact():
-    from panama.runtime.bench_allreduce import BenchConfig, run_bench
+    from panama.benchmarks.allreduce import BenchConfig, run_bench
 
     cfg = BenchConfig(
         workers=2,

@@ -519,7 +519,7 @@ def bench_allreduce(
     seed,
 ):
     """Time PANAMA allreduce through a local cluster against gloo (torch.distributed) in the same run."""
-    from panama.runtime.bench_allreduce import BenchConfig, format_table, run_bench, write_results
+    from panama.benchmarks.allreduce import BenchConfig, format_table, run_bench, write_results
     from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
 
     try:
@@ -586,7 +586,7 @@ def bench_allreduce(
 def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_memory, as_json, seed):
     """One switch daemon summing pre-built datagrams from a feeder process, against a
     receive-and-forward socket floor in the same run (payload Gb/s per core)."""
-    from panama.runtime.bench_switch import SwitchBenchConfig, format_table, run_bench_switch
+    from panama.benchmarks.switch import SwitchBenchConfig, format_table, run_bench_switch
     from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
 
     cfg = SwitchBenchConfig(

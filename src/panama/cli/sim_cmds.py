@@ -100,7 +100,7 @@ def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_p
     """
     import json
 
-    from panama.sim.bench import bench_sim_report, format_bench_sim
+    from panama.benchmarks.sim import bench_sim_report, format_bench_sim
 
     res = bench_sim_report(scenario, duration_ms, seed, with_pure)
     if as_json:

@@ -7,7 +7,7 @@ Thin drivers of :mod:`panama.core` (see docs/runtime.md):
 - :mod:`panama.runtime.controller_service` — ``panama controller serve`` (HTTP/JSON);
 - :mod:`panama.runtime.cluster` — ``LocalCluster`` and ``panama cluster up|down|status``;
 - :mod:`panama.runtime.communicator` — ``Communicator``: allreduce for one rank of one job;
-- :mod:`panama.runtime.bench_allreduce` — ``panama bench allreduce`` (PANAMA vs gloo).
+- ``panama bench allreduce`` and ``panama bench switch`` measure this package: :mod:`panama.benchmarks`.
 
 Nothing is imported here, so ``import panama.runtime`` stays cheap.
 """

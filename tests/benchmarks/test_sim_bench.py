@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from panama.benchmarks.sim import minimal_loop, run_reference
 from panama.cli import main
 from panama.core.units import ms
-from panama.sim.bench import minimal_loop, run_reference
 
 KEYS = (
     "goodput_gbps",
@@ -72,7 +72,7 @@ def test_bench_sim_json_says_whether_compiled(capsys):
 
 
 def test_compare_pure_runs_the_pure_path_in_a_child_with_identical_results():
-    from panama.sim.bench import compare_pure
+    from panama.benchmarks.sim import compare_pure
 
     res = compare_pure("reference", ms(2), seed=1, slices=2)
     assert res["identical_to_pure"] and res["packet_hops"] > 0 and res["pure_hops_per_s"] > 0

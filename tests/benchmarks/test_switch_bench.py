@@ -5,8 +5,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from panama.benchmarks.switch import SwitchBenchConfig, run_bench_switch
 from panama.cli import cli
-from panama.runtime.bench_switch import SwitchBenchConfig, run_bench_switch
 
 
 def test_bench_switch_measures_the_daemon_and_the_floor():

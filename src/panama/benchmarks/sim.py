@@ -282,7 +282,7 @@ def compare_pure(
     both alike; and whether their results are identical."""
     env = dict(os.environ)
     env[ENV_VAR] = "1"
-    code = "import sys; from panama.sim.bench import _pure_child; _pure_child()"
+    code = "import sys; from panama.benchmarks.sim import _pure_child; _pure_child()"
     child = subprocess.Popen(
         [sys.executable, "-c", code, scenario, str(duration_ps), str(seed), str(slices)],
         stdin=subprocess.PIPE,
