@@ -107,7 +107,7 @@ def format_topology(topo: Topology) -> str:
         ("spine switches", c["spine"]),
         ("links", c["links"]),
         ("link rates", ", ".join(_gbps(r) for r in s["link_rates_bps"])),
-        ("link delays", ", ".join(f"{d / 1e6:g} us" for d in s["link_delays_ps"])),
+        ("link delays", ", ".join(f"{d / 1e6:g} µs" for d in s["link_delays_ps"])),
         ("bisection bandwidth", _gbps(s["bisection_bandwidth_bps"])),
         ("oversubscription", f"{s['oversubscription']:g}:1"),
     ]

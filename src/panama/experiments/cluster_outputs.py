@@ -93,7 +93,7 @@ def plot_all(out: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, 
     axes[1].set_title("all background flows")
     for ax in axes:
         ax.set_xscale("log")
-        ax.set_xlabel("flow completion time (us)")
+        ax.set_xlabel("flow completion time (µs)")
         ax.set_ylabel("CDF")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -65,11 +65,23 @@ def run_demo(
             "bytes_ratio": _ratio(st, "bytes_total_norm"),
             "ring": {
                 k: ring.get(k)
-                for k in ("short_fct_p99_us", "short_fct_mean_us", "large_job_training_time_s", "short_flows")
+                for k in (
+                    "short_fct_p99_us",
+                    "short_fct_mean_us",
+                    "large_job_training_time_s",
+                    "short_flows",
+                    "bytes_total",
+                )
             },
             "panama": {
                 k: st.get(k)
-                for k in ("short_fct_p99_us", "short_fct_mean_us", "large_job_training_time_s", "short_flows")
+                for k in (
+                    "short_fct_p99_us",
+                    "short_fct_mean_us",
+                    "large_job_training_time_s",
+                    "short_flows",
+                    "bytes_total",
+                )
             },
             "plots": [
                 str(out / "shared-cluster" / v)
@@ -110,6 +122,10 @@ def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _mb(v: Any) -> str:
+    return "-" if v is None else f"{v / 1e6:.1f}"
+
+
 def format_demo(demo: dict[str, Any]) -> str:
     """The headline table printed by ``panama demo``."""
     s = demo["simulation"]
@@ -118,11 +134,11 @@ def format_demo(demo: dict[str, Any]) -> str:
         "",
         f"  {'metric':<38} {'ring':>12} {'panama':>12} {'panama/ring':>12}",
         (
-            f"  {'short-flow FCT p99 (us)':<38} {_fmt(s['ring']['short_fct_p99_us'], '.1f'):>12} "
+            f"  {'short-flow FCT p99 (µs)':<38} {_fmt(s['ring']['short_fct_p99_us'], '.1f'):>12} "
             f"{_fmt(s['panama']['short_fct_p99_us'], '.1f'):>12} {_fmt(s['short_fct_p99_ratio'], '.2f'):>12}"
         ),
         (
-            f"  {'short-flow FCT mean (us)':<38} {_fmt(s['ring']['short_fct_mean_us'], '.1f'):>12} "
+            f"  {'short-flow FCT mean (µs)':<38} {_fmt(s['ring']['short_fct_mean_us'], '.1f'):>12} "
             f"{_fmt(s['panama']['short_fct_mean_us'], '.1f'):>12} {_fmt(s['short_fct_mean_ratio'], '.2f'):>12}"
         ),
         (
@@ -131,7 +147,8 @@ def format_demo(demo: dict[str, Any]) -> str:
             f"{_fmt(s['panama']['large_job_training_time_s'], '.4f'):>12} "
             f"{_fmt(s['large_job_training_time_ratio'], '.2f'):>12}"
         ),
-        f"  {'network bytes':<38} {'':>12} {'':>12} {_fmt(s['bytes_ratio'], '.2f'):>12}",
+        f"  {'network bytes (MB, every link)':<38} {_mb(s['ring'].get('bytes_total')):>12} "
+        f"{_mb(s['panama'].get('bytes_total')):>12} {_fmt(s['bytes_ratio'], '.2f'):>12}",
         (
             f"  (one seed, short flows < 100 KB: {_fmt(s['ring']['short_flows'], '.0f')} per run; ratios below 1 "
             f"favour "

@@ -54,7 +54,7 @@ def plot_job_iterations(result: SimResult, path: Path) -> Path:
         used = result.summary["jobs"][name]["scheme_used"]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{name} ({used})")
     ax.set_xlabel("iteration")
-    ax.set_ylabel("iteration time (us)")
+    ax.set_ylabel("iteration time (µs)")
     ax.set_title("Training iteration times")
     if by_job:
         ax.legend()
