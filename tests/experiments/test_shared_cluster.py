@@ -121,6 +121,15 @@ def test_seed_sweep_gives_intervals(tmp_path):
     assert st["n_seeds"] == 2
     lo, hi = st["short_fct_p99_us_norm_ci"]
     assert lo <= st["short_fct_p99_us_norm"] <= hi
+    # pooled over both seeds' short flows: bootstrap intervals of the ratios, never negative
+    for name in ("short_fct_p99_pooled_us", "short_fct_mean_pooled_us"):
+        low, high, ratio = st[name + "_norm_ci_low"], st[name + "_norm_ci_high"], st[name + "_norm"]
+        assert 0 < low <= ratio <= high, name
+        assert st[name + "_gain_ci_low"] == pytest.approx(1 / high) and st[name + "_gain_ci_high"] == pytest.approx(
+            1 / low
+        )
+    ring = group["schemes"]["ring"]
+    assert ring["short_fct_mean_pooled_us_norm"] == pytest.approx(1.0)
     runs = [json.loads(p.read_text()) for p in (tmp_path / "points").glob("*.json")]
     digests = {}
     for r in runs:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from panama.experiments.cluster_scenario import BASELINE, NORMALISED, SHORT_FLOW_BYTES
-from panama.experiments.stats import mean_ci, percentile
+from panama.experiments.stats import mean_ci, percentile, ratio_ci
 
 
 def _group_key(params: Mapping[str, Any]) -> str:
@@ -43,13 +43,14 @@ def normalise_runs(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def _pooled_short_p99(runs: Sequence[Mapping[str, Any]], short_bytes: int) -> dict[tuple[str, str], tuple[float, int]]:
+def _pooled_short_fcts(runs: Sequence[Mapping[str, Any]], short_bytes: int) -> dict[tuple[str, str], list[float]]:
+    """Short flows' FCTs (µs) of every seed of a group, per ``(group, scheme)``."""
     samples: dict[tuple[str, str], list[float]] = {}
     for r in runs:
         key = (_group_key(r["params"]), r["params"]["scheme"])
         vals = samples.setdefault(key, [])
         vals.extend(f for size, f in r["result"].get("fct_samples", []) if size < short_bytes)
-    return {k: (percentile(v, 99), len(v)) for k, v in samples.items() if v}
+    return {k: v for k, v in samples.items() if v}
 
 
 def summarise(
@@ -77,18 +78,30 @@ def summarise(
         if params.get("seed") not in g["seeds"]:
             g["seeds"].append(params.get("seed"))
         g["_rows"].setdefault(params["scheme"], []).append(row)
-    pooled = _pooled_short_p99(runs, short_bytes)
+    pooled = _pooled_short_fcts(runs, short_bytes)
     out_groups = []
     for gk, g in groups.items():
         for scheme in schemes:
             srows = g["_rows"].get(scheme, [])
             st = _scheme_stats(srows)
-            p99, n = pooled.get((gk, scheme), (None, 0))
-            ref, _ = pooled.get((gk, BASELINE), (None, 0))
+            mine, base = pooled.get((gk, scheme), []), pooled.get((gk, BASELINE), [])
+            p99 = percentile(mine, 99) if mine else None
+            ref = percentile(base, 99) if base else None
             st["short_fct_p99_pooled_us"] = p99
-            st["short_flows_pooled"] = n
+            st["short_flows_pooled"] = len(mine)
             st["short_fct_p99_pooled_us_norm"] = p99 / ref if p99 and ref else None
             st["short_fct_p99_pooled_us_gain"] = ref / p99 if p99 and ref else None
+            # Bootstrap intervals of the pooled ratios (flows of every seed resampled; seeded):
+            # a ratio's interval is never negative, and one flow gives none (NaN bounds -> None).
+            for stat, name in (("p99", "short_fct_p99_pooled_us"), ("mean", "short_fct_mean_pooled_us")):
+                ci = ratio_ci(mine, base, stat, n_resamples=1000, seed=0) if mine and base else None
+                ok = ci is not None and math.isfinite(ci.low) and ci.low > 0
+                st[f"{name}_norm_ci_low"] = ci.low if ok else None
+                st[f"{name}_norm_ci_high"] = ci.high if ok else None
+                st[f"{name}_gain_ci_low"] = 1.0 / ci.high if ok else None
+                st[f"{name}_gain_ci_high"] = 1.0 / ci.low if ok else None
+                if stat == "mean":
+                    st[f"{name}_norm"] = ci.ratio if ci is not None and math.isfinite(ci.ratio) else None
             g["schemes"][scheme] = st
         del g["_rows"]
         out_groups.append(g)
