@@ -11,8 +11,8 @@ from panama.core import codec  # noqa: E402
 from panama.core.accelerator import Accelerator  # noqa: E402
 from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, Packet  # noqa: E402
 from panama.hw import verify as hv  # noqa: E402
-from panama.hw.datapath import KEY_BYTES, HwConfig  # noqa: E402
 from panama.hw.driver import HwAccelerator  # noqa: E402
+from panama.hw.layout import KEY_BYTES, HwConfig  # noqa: E402
 from panama.hw.report import measure_cycles, verilog_text  # noqa: E402
 
 CFG = HwConfig(width=256, slots=8, payload_elems=9, max_trees=4, max_children=4, ports=8)
@@ -113,6 +113,8 @@ def test_verify_random_stream_zero_mismatches():
         and v.get("unknown_tree", 0) + v.get("unknown_job", 0) > 0
     )
     assert sum(n for k, n in v.items() if k.startswith("codec_")) > 0
+    # wrong keys on datagrams that would otherwise be taken: dropped by both, counted by the RTL
+    assert v["codec_bad_key"] > 20 and result["bad_key_drops_rtl"] == v["codec_bad_key"]
     assert result["emitted"] > 100 and result["installs"] >= 2
 
 
@@ -160,3 +162,70 @@ def test_trailer_only_beat_does_not_touch_the_next_slot():
     for want, got, _ in pairs:
         assert want == got
     assert len(pairs[4][1]) == 1
+
+
+def test_a_wrong_key_is_dropped_before_it_touches_any_state():
+    """A contribution with another key (codec ``bad_key``, as the daemons' decoder) is
+    dropped and counted: no slot, no child bit, no ack, nothing summed; the right one
+    from the same child afterwards is taken. A wrong key on a malformed header reports
+    the header; a job the datapath does not know is unknown whatever its key."""
+    x, y = vec(1.0, 2.0), vec(4.0, 8.0)
+    p0 = Packet(1, 0, 0, 0, 4, 0, 40, 0, ECT0, vec(100.0, 100.0))
+    good = enc(p0)
+    wrong = good[: len(good) - KEY_BYTES] + (KEY ^ 1).to_bytes(KEY_BYTES, "big")
+    hw = HwAccelerator(CFG)
+    hw.set_job_key(1, KEY)
+    hw.install_tree(1, 0, ("w0", "w1"), None)
+    hw.send(wrong, "w0")  # would open slot 0 and be summed
+    hw.send(enc(Packet(1, 0, 0, 0, 4, 0, 40, 0, ECT0, x)), "w0")
+    hw.send(enc(Packet(1, 0, 0, 0, 4, FLAG_RETRANSMIT, 40, 0, ECT0, y))[:-KEY_BYTES] + bytes(KEY_BYTES), "w1")
+    hw.send(enc(Packet(1, 0, 0, 0, 4, 0, 40, 0, ECT0, y)), "w1")  # completes with x + y only
+    hw.send(b"XX" + wrong[2:], "w0")
+    hw.send(enc(Packet(2, 0, 0, 0, 4, 0, 40, 0, ECT0, x)), "w0")
+    out = hw.run()
+    assert [o.event for o in out] == [
+        "codec_bad_key",
+        "ok",
+        "codec_bad_key",
+        "ok",
+        "codec_bad_magic",
+        "unknown_job",
+    ]
+    assert hw.stats.bad_key_drops == 2
+    ((dests, datagram, _),) = out[3].emitted
+    result = codec.decode(datagram, keys={1: KEY})
+    assert set(dests) == {"w0", "w1"} and result.payload[:2].tolist() == [5.0, 10.0]
+
+
+def test_share_recheck_uses_the_room_before_the_ack_and_a_slot_freed_by_it():
+    """A new sequence number over the share takes its ack first and is re-checked against
+    the room computed *before* the ack (the core's rule), although the floor advance
+    shrank the limit; when every slot was in use before the ack, the slot it allocates is
+    one the ack freed. (8 slots; job 1's tree holds 5 over a target of 4, job 2's tree 3.)"""
+    core = Accelerator(CFG.slots, CFG.payload_elems)
+    hw = HwAccelerator(CFG)
+    hw.set_job_key(1, KEY)
+    hw.set_job_key(2, KEY)
+    x = vec(1.0, 2.0)[:2]
+    steps = [("install", 1, ("w0",))]
+    steps += [(Packet(1, 0, s, 0, 2, 0, 40, 0, ECT0, x), "w0") for s in range(6)]  # slots 0-5, partials up
+    steps += [(Packet(1, 0, 1, 0, 0, FLAG_ACK, 40, 1, ECT0), "w0"), ("install", 2, ("w1", "w2"))]  # frees seq 0
+    # job 2 fills its 3 slots (slot 0 among them): every slot is in use
+    steps += [(Packet(2, 0, s, 0, 2, 0, 40, a, ECT0, x), "w1") for s, a in ((0, 0), (1, 0), (2, 2))]
+    steps += [
+        (Packet(1, 0, 6, 0, 2, 0, 40, 3, ECT0, x), "w0"),  # room 5 - 1 = 4 > used 3 after the ack: taken
+        (Packet(2, 0, 0, 0, 2, 0, 40, 0, ECT0, vec(3.0, 4.0)[:2]), "w2"),  # job 2's slot 0 intact: partial up
+    ]
+    want = []
+    for step in steps:
+        if step[0] == "install":
+            for acc in (core, hw):
+                acc.install_tree(step[1], 0, step[2], "up")
+            continue
+        p, frm = step
+        hw.send(enc(p), frm, p.ecn)
+        want.append(([(set(d), enc(q), q.ecn) for d, q in core.receive(p, frm)], core.drops.copy()))
+    got = hw.run()
+    assert not sum(want[-1][1].values())  # the core took every datagram
+    for (w, _), g in zip(want, got, strict=True):
+        assert g.event == "ok" and [(set(d), b, e) for d, b, e in g.emitted] == w

@@ -78,7 +78,7 @@ def test_shipped_resources_are_those_of_this_design():
 
 
 def test_a_design_without_a_synthesis_says_so(tmp_path):
-    from panama.hw.datapath import HwConfig
+    from panama.hw.layout import HwConfig
     from panama.hw.report import design_digest, synthesize
 
     other = HwConfig(slots=8)

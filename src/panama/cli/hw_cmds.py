@@ -13,7 +13,7 @@ __all__ = ["hw"]
 
 
 def _config(width: int, slots: int, payload_elems: int, lanes_note: bool = False):
-    from panama.hw.datapath import HwConfig
+    from panama.hw.layout import HwConfig
 
     try:
         return HwConfig(width=width, slots=slots, payload_elems=payload_elems)

@@ -8,14 +8,18 @@ UDP payload (a PANAMA datagram): byte ``j`` of the datagram is bits ``8*(j % B)`
 32-bit word ``7 + i`` of the packet. Side-band, valid with the first beat:
 ``in_port`` (the neighbour it came from: ingress port), ``in_ecn`` (IP ECN codepoint),
 ``in_length`` (UDP payload bytes, which the UDP/IP parser in front of us knows from
-the headers before the payload arrives).
+the headers before the payload arrives). Datagrams are stored whole in an ingress buffer
+(:class:`~panama.hw.ingress.IngressBuffer`) before the header FSM takes them, so the key
+trailer (the last 8 bytes) is known at the header decision.
 
 *Egress* ``out_data``/``out_valid``/``out_ready``/``out_last`` in the same layout;
 ``out_dests`` (bitmask of ports: the children's multicast group, the parent, or the
 one port that retransmitted) and ``out_ecn`` are valid on every beat.
 
 *Events* ``event_valid``/``event_code``: one per ingress packet, the verdict
-(:data:`EVENTS`: ``ok``, a drop reason of the core accelerator, or a codec reason).
+(:data:`EVENTS`: ``ok``, a drop reason of the core accelerator, or a codec reason,
+``codec_bad_key`` included: a known job's datagram with another key is dropped before it
+touches any state, as the daemons' decoder does). ``bad_key_drops`` counts those.
 
 *Control* (host CPU) ``ctl_valid``/``ctl_ready``/``ctl_we``/``ctl_tree``/``ctl_field``/
 ``ctl_index``/``ctl_wdata``/``ctl_rdata``: register access to the tree table (fields
@@ -24,7 +28,8 @@ and stalls ingress until it writes ``grow_done``.
 
 Architecture (see docs/hardware.md for the pipeline diagram)
 ------------------------------------------------------------
-A header FSM (ACCEPT -> LOOKUP -> DECIDE [-> FLOOR1 -> FLOOR2 [-> HOSTWAIT]] -> NEXT
+An ingress buffer holds whole datagrams and reads their key trailers; a header FSM
+(ACCEPT -> LOOKUP -> DECIDE [-> FLOOR1 -> FLOOR2 [-> HOSTWAIT]] -> NEXT
 -> START) makes every per-packet decision of the core accelerator against a tree table
 (registers, ``max_trees`` entries) and a slot table (registers with a content-addressed
 lookup on ``(tree, seq)``, ``slots`` entries); then the payload beats flow through a
@@ -36,8 +41,6 @@ the way through, so an emitted packet is streamed straight out of the adders.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from amaranth import Array, Cat, Const, Elaboratable, Module, Mux, Signal, signed
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -47,113 +50,27 @@ from panama.core import codec
 from panama.core.codec import HEADER_BYTES
 from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, KNOWN_FLAGS
 from panama.hw.fp32 import LATENCY, OP_ADD, OP_PASS_A, OP_PASS_B, Fp32Adder
-
-HEADER_WORDS = HEADER_BYTES // 4  # 7
-# The key trailer after the payload (codec version 2: 8 bytes; 0 where the codec has none).
-KEY_BYTES = getattr(codec, "KEY_BYTES", 0)
-KEY_WORDS = KEY_BYTES // 4
-MAGIC = codec.MAGIC
-VERSION = codec.VERSION
-
-# Verdicts reported per packet (index = event_code).
-EVENTS = (
-    "ok",
-    "ack_unmatched",
-    core_acc.UNKNOWN_JOB,
-    core_acc.UNKNOWN_TREE,
-    core_acc.NOT_CHILD,
-    core_acc.NOT_PARENT,
-    core_acc.STALE,
-    core_acc.GENERATION_MISMATCH,
-    core_acc.COUNT_MISMATCH,
-    core_acc.TOO_LARGE,
-    core_acc.BAD_ACK,
-    core_acc.SHARE_EXCEEDED,
-    core_acc.DUPLICATE,
-    core_acc.DUPLICATE_RESULT,
-    core_acc.UNEXPECTED_RESULT,
-    "codec_" + codec.SHORT,
-    "codec_" + codec.BAD_MAGIC,
-    "codec_" + codec.BAD_VERSION,
-    "codec_" + codec.UNKNOWN_FLAGS,
-    "codec_" + codec.RESERVED_NONZERO,
-    "codec_" + codec.COUNT_MISMATCH,
-    "codec_" + codec.TRAILING_BYTES,
+from panama.hw.ingress import IngressBuffer, max_beats
+from panama.hw.layout import (
+    EV,
+    EVENTS,
+    FIELDS,
+    HEADER_WORDS,
+    HOLD_NONE,
+    HOLD_SEQ,
+    HOLD_WAIT_RESULT,
+    KEY_BYTES,
+    KEY_WORDS,
+    MAGIC,
+    S_AGG,
+    S_FREE,
+    S_PARTIAL,
+    S_RESULT,
+    VERSION,
+    F,
+    HwConfig,
+    _bits_for,
 )
-EV = {name: i for i, name in enumerate(EVENTS)}
-
-# Control-register fields of a tree-table entry.
-FIELDS = (
-    "valid",
-    "job_id",
-    "tree_id",
-    "nchildren",
-    "child_port",
-    "child_mask",
-    "parent",
-    "is_root",
-    "target",
-    "limit",
-    "cap",
-    "cap_sent",
-    "hold_mode",
-    "hold_seq",
-    "hold_cap",
-    "used",
-    "floor",
-    "init",
-    "release",
-    "grow_done",
-    "key_hi",
-    "key_lo",
-)
-F = {name: i for i, name in enumerate(FIELDS)}
-HOLD_NONE, HOLD_WAIT_RESULT, HOLD_SEQ = 0, 1, 2  # the core's hold_seq None / -1 / >= 0
-
-# Slot states (the core's SlotState values).
-S_FREE, S_AGG, S_PARTIAL, S_RESULT = 0, 1, 2, 3
-
-
-@dataclass(frozen=True)
-class HwConfig:
-    """Parameters of one datapath instance.
-
-    ``width``: stream bits per beat (256, 512 or 1024; the 28-byte header must fit in
-    beat 0); ``slots``: packet memory in slots of ``payload_elems`` floats;
-    ``max_trees``: tree-table entries; ``max_children``: children per tree (power of 2);
-    ``ports``: neighbours (ingress/egress ports).
-    """
-
-    width: int = 512
-    slots: int = 64
-    payload_elems: int = codec.DEFAULT_PAYLOAD_ELEMS
-    max_trees: int = 16
-    max_children: int = 8
-    ports: int = 16
-
-    def __post_init__(self):
-        if self.width not in (256, 512, 1024):
-            raise ValueError(f"width must be 256, 512 or 1024 bits, got {self.width}")
-        mc = self.max_children
-        if mc < 1 or mc & (mc - 1):
-            raise ValueError(f"max_children must be a power of 2, got {mc}")
-        if self.slots < 1 or self.max_trees < 1 or self.ports < 2 or self.payload_elems < 1:
-            raise ValueError("slots, max_trees, payload_elems must be >= 1 and ports >= 2")
-
-    @property
-    def lanes(self) -> int:
-        return self.width // 32
-
-    @property
-    def beats_per_slot(self) -> int:
-        return -(-(HEADER_WORDS + self.payload_elems) // self.lanes)
-
-    def beats(self, nbytes: int) -> int:
-        return max(1, -(-nbytes // (self.width // 8)))
-
-
-def _bits_for(n: int) -> int:
-    return max(1, (n - 1).bit_length())
 
 
 class AggregationDatapath(Elaboratable):
@@ -185,7 +102,8 @@ class AggregationDatapath(Elaboratable):
         self.ctl_wdata = Signal(33)
         self.ctl_rdata = Signal(33)
         self.host_req = Signal()
-        self.busy = Signal()  # a packet is between acceptance and its last beat's issue
+        self.busy = Signal()  # a packet is in the ingress buffer or not yet issued to the beat pipeline
+        self.bad_key_drops = Signal(32)  # datagrams dropped for a wrong key trailer (wraps)
 
     def elaborate(self, platform):  # noqa: C901 - one FSM, kept in one place on purpose
         cfg = self.cfg
@@ -196,7 +114,7 @@ class AggregationDatapath(Elaboratable):
         tbits = _bits_for(T)
         sbits = _bits_for(S)
         pbits = _bits_for(NP)
-        max_beats = cfg.beats(HEADER_BYTES + 4 * cfg.payload_elems)
+        mbeats = max_beats(cfg)
         TC = (1 << tbits) * (1 << cbits)  # (tree, child) arrays indexed by Cat(child, tree)
 
         # ------------------------------------------------------------ tree table
@@ -238,8 +156,24 @@ class AggregationDatapath(Elaboratable):
         s_cap = tarr("s_cap", 16, S)
         s_state = tarr("s_state", 2, S)
 
+        # ------------------------------------------------------------ ingress buffer (whole datagrams, key read)
+        ing = IngressBuffer(cfg)
+        m.submodules.ingress = ing
+        m.d.comb += [
+            ing.in_data.eq(self.in_data),
+            ing.in_valid.eq(self.in_valid),
+            ing.in_last.eq(self.in_last),
+            ing.in_port.eq(self.in_port),
+            ing.in_ecn.eq(self.in_ecn),
+            ing.in_length.eq(self.in_length),
+            self.in_ready.eq(ing.in_ready),
+        ]
+        fsm_busy = Signal()
+        m.d.comb += self.busy.eq(fsm_busy | ing.busy)
+
         # ------------------------------------------------------------ header register and parse
         hbeat = Signal(W)
+        hkey = Signal(64)
         hport = Signal(pbits)
         hecn = Signal(2)
         hlen = Signal(17)
@@ -280,6 +214,9 @@ class AggregationDatapath(Elaboratable):
         # ------------------------------------------------------------ lookup (combinational, registered in LOOKUP)
         t_hit_v = Cat(t_valid[i] & (t_job[i] == h_job) & (t_tid[i] == h_tid) for i in range(T))
         job_known = Cat(t_valid[i] & (t_job[i] == h_job) for i in range(T)).any()
+        # the codec's key check: a known job's datagram must carry the job's key (every entry of a
+        # job holds the same key: the host writes the job's key into each of its trees)
+        key_bad = Cat(t_valid[i] & (t_job[i] == h_job) & (Cat(t_keylo[i], t_keyhi[i]) != hkey) for i in range(T)).any()
         t_idx = Signal(tbits)
         for i in reversed(range(T)):
             with m.If(t_hit_v[i]):
@@ -302,6 +239,7 @@ class AggregationDatapath(Elaboratable):
                 m.d.comb += f_idx.eq(s)
 
         l_mal = Signal.like(mal)
+        l_badkey = Signal()
         l_thit = Signal()
         l_jobk = Signal()
         l_t = Signal(tbits)
@@ -327,6 +265,7 @@ class AggregationDatapath(Elaboratable):
         cont = Signal(3)  # continuation after taking an ack
         K_NONE, K_COMPLETE, K_RECHECK, K_DUPEMIT, K_ACKEMIT = range(5)
         f_new = Signal(32)
+        room_limit = Signal(sbits + 1)  # the tree's limit before the ack of a share-limited packet
         moved = Signal()  # this packet raised the tree's floor
 
         T_ = l_t
@@ -482,7 +421,7 @@ class AggregationDatapath(Elaboratable):
                 val = Mux(o_rel == lane, key_hi, Mux(o_rel + 1 == lane, key_lo, val))
             lanes_out.append(val)
         masked = Cat(*lanes_out)
-        fifo_depth = 2 * max_beats + LATENCY + 8
+        fifo_depth = 2 * mbeats + LATENCY + 8
         fifo = SyncFIFOBuffered(width=W + 1 + NP + 2, depth=fifo_depth)
         m.submodules.fifo = fifo
         m.d.comb += [
@@ -502,7 +441,7 @@ class AggregationDatapath(Elaboratable):
             Cat(st[0] & st[3] & (st[81 + NP :] >= w_s * BPS) & (st[81 + NP :] < w_s * BPS + BPS) for st in pipe).any()
         )
         room_out = Signal()
-        m.d.comb += room_out.eq(fifo.level <= fifo_depth - (max_beats + LATENCY + 4))
+        m.d.comb += room_out.eq(fifo.level <= fifo_depth - (mbeats + LATENCY + 4))
 
         # emitted header: the codec layout, replacing words 0..6 of beat 0
         def be_bytes(value, n):
@@ -601,23 +540,23 @@ class AggregationDatapath(Elaboratable):
         m.d.comb += [self.event_code.eq(ev)]
         with m.FSM(name="hdr"):
             with m.State("ACCEPT"):
-                m.d.comb += [
-                    self.ctl_ready.eq(1),
-                    self.in_ready.eq(~self.ctl_valid & room_out),
-                ]
-                with m.If(self.in_valid & self.in_ready):
+                m.d.comb += self.ctl_ready.eq(1)
+                with m.If(ing.b_valid & ing.d_valid & ~self.ctl_valid & room_out):
+                    m.d.comb += [ing.b_ready.eq(1), ing.d_ready.eq(1)]
                     m.d.sync += [
-                        hbeat.eq(self.in_data),
-                        hport.eq(self.in_port),
-                        hecn.eq(self.in_ecn),
-                        hlen.eq(self.in_length),
-                        hlast.eq(self.in_last),
+                        hbeat.eq(ing.b_data),
+                        hport.eq(ing.d_port),
+                        hecn.eq(ing.d_ecn),
+                        hlen.eq(ing.d_length),
+                        hkey.eq(ing.d_key),
+                        hlast.eq(ing.b_last),
                     ]
                     m.next = "LOOKUP"
             with m.State("LOOKUP"):
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += fsm_busy.eq(1)
                 m.d.sync += [
                     l_mal.eq(mal),
+                    l_badkey.eq(key_bad),
                     l_thit.eq(t_hit_v.any()),
                     l_jobk.eq(job_known),
                     l_t.eq(t_idx),
@@ -637,12 +576,15 @@ class AggregationDatapath(Elaboratable):
                 ]
                 m.next = "DECIDE"
             with m.State("DECIDE"):
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += fsm_busy.eq(1)
                 sl = l_s
                 drop = Signal()
                 drop_code = Signal.like(ev)
                 with m.If(l_mal != 0):
                     m.d.comb += [drop.eq(1), drop_code.eq(l_mal)]
+                with m.Elif(l_badkey):
+                    m.d.comb += [drop.eq(1), drop_code.eq(EV["codec_" + codec.BAD_KEY])]
+                    m.d.sync += self.bad_key_drops.eq(self.bad_key_drops + 1)
                 with m.Elif(~l_thit):
                     m.d.comb += drop.eq(1)
                     with m.If(h_flags & FLAG_ACK):
@@ -694,6 +636,9 @@ class AggregationDatapath(Elaboratable):
                     with m.If(h_seq < t_floor[T_]):
                         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.STALE])]
                     with m.Elif(t_used[T_] + (h_seq != h_ack) >= t_limit[T_]):
+                        # the core re-checks against the room computed before the ack,
+                        # even when the ack's floor advance shrinks the limit
+                        m.d.sync += room_limit.eq(t_limit[T_])
                         take_ack(K_RECHECK)
                     with m.Else():
                         allocate(l_free)
@@ -722,7 +667,7 @@ class AggregationDatapath(Elaboratable):
                     m.d.sync += ev.eq(drop_code)
                     m.next = "START"
             with m.State("FLOOR1"):
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += fsm_busy.eq(1)
                 mins = [t_ack[Cat(Const(c, cbits), T_)] for c in range(C)]
                 cur = mins[0]
                 for c in range(1, C):
@@ -731,7 +676,7 @@ class AggregationDatapath(Elaboratable):
                 m.d.sync += f_new.eq(cur)
                 m.next = "FLOOR2"
             with m.State("FLOOR2"):
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += fsm_busy.eq(1)
                 at = sum(
                     (Const(c, cbits + 1) < t_nch[T_]) & (t_ack[Cat(Const(c, cbits), T_)] == f_new) for c in range(C)
                 )
@@ -759,18 +704,18 @@ class AggregationDatapath(Elaboratable):
                 with m.Else():
                     m.next = "NEXT"
             with m.State("HOSTWAIT"):
-                m.d.comb += [self.busy.eq(1), self.host_req.eq(1), self.ctl_ready.eq(1)]
+                m.d.comb += [fsm_busy.eq(1), self.host_req.eq(1), self.ctl_ready.eq(1)]
                 with m.If(grow_done):
                     m.next = "NEXT"
             with m.State("NEXT"):
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += fsm_busy.eq(1)
                 m.next = "START"
                 with m.Switch(cont):
                     with m.Case(K_RECHECK):
-                        with m.If(t_used[T_] + (h_seq != h_ack) >= t_limit[T_]):
+                        with m.If(t_used[T_] + (h_seq != h_ack) >= room_limit):
                             m.d.sync += ev.eq(EV[core_acc.SHARE_EXCEEDED])
                         with m.Else():
-                            allocate(l_free)
+                            allocate(f_idx)  # now: the floor advance may have freed the only free slots
                             m.d.sync += cont.eq(K_COMPLETE)
                             m.next = "NEXT"
                     with m.Case(K_COMPLETE):
@@ -799,7 +744,7 @@ class AggregationDatapath(Elaboratable):
                                 e_ecn.eq(ECT0),
                             ]
             with m.State("START"):
-                m.d.comb += self.busy.eq(1)
+                m.d.comb += fsm_busy.eq(1)
                 reads = op != OP_PASS_B
                 with m.If(~(reads & hazard)):
                     m.d.comb += [
@@ -816,15 +761,15 @@ class AggregationDatapath(Elaboratable):
                     with m.Else():
                         m.next = "STREAM"
             with m.State("STREAM"):
-                m.d.comb += [self.busy.eq(1), self.in_ready.eq(1)]
-                with m.If(self.in_valid):
+                m.d.comb += [fsm_busy.eq(1), ing.b_ready.eq(1)]
+                with m.If(ing.b_valid):
                     m.d.comb += [
                         iss_valid.eq(1),
-                        iss_data.eq(self.in_data),
+                        iss_data.eq(ing.b_data),
                         iss_beat.eq(beat_no),
-                        iss_last.eq(self.in_last),
+                        iss_last.eq(ing.b_last),
                     ]
                     m.d.sync += beat_no.eq(beat_no + 1)
-                    with m.If(self.in_last):
+                    with m.If(ing.b_last):
                         m.next = "ACCEPT"
         return m

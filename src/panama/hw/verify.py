@@ -7,8 +7,12 @@ with a parent; workers that send contributions inside a window, duplicate them, 
 them (``FLAG_RETRANSMIT``), send header-only acks, and lose some of the results they
 should get (so retransmissions are answered from retained slots); a parent that returns
 results for the partial sums sent up (some twice, some CE-marked or ECE-flagged); jobs
-that arrive and leave mid-stream (share changes); and foreign or malformed datagrams
-(unknown job or tree, wrong port, corrupted header fields, wrong lengths). Payloads mix
+that arrive and leave mid-stream (share changes); foreign or malformed datagrams
+(unknown job or tree, wrong port, corrupted header fields, wrong lengths); and datagrams
+with a wrong key trailer (contributions, results and acks that would otherwise be taken,
+another job's key, a wrong key on a malformed header), which the core's decoder rejects
+as ``bad_key`` before the accelerator, with the keys of the installed jobs as a switch
+daemon holds them; to the sender a bad-key datagram is a lost one. Payloads mix
 normal floats with signed zeros, subnormals, huge values (overflow), infinities and NaNs.
 
 The same control calls and datagrams then go through the RTL in Amaranth's simulator
@@ -27,10 +31,11 @@ import numpy as np
 from panama.core import codec
 from panama.core.accelerator import Accelerator
 from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, Packet
-from panama.hw.datapath import KEY_BYTES, HwConfig
 from panama.hw.driver import HwAccelerator
 from panama.hw.fp32 import same_float_bits
+from panama.hw.layout import KEY_BYTES, HwConfig
 
+BAD_KEY_SHARE = 0.03  # share of contributions, acks and results sent with a wrong key
 CI_CONFIG = HwConfig(width=256, slots=16, payload_elems=8, max_trees=4, max_children=4, ports=8)
 
 
@@ -85,6 +90,7 @@ class _Scenario:
         self.expected: list[tuple[str, list]] = []  # per datagram: (verdict, [(dests, bytes, ecn)])
         self.installs = 0
         self.removals = 0
+        self.bad_keys = 0  # datagrams sent with a wrong key trailer
 
     # -- control
     def add_job(self):
@@ -128,11 +134,22 @@ class _Scenario:
         self.removals += 1
 
     # -- data
+    def wrong_key(self, data: bytes) -> bytes:
+        """``data`` with its key trailer changed (some bits flipped, never none)."""
+        flip = int(self.rng.integers(1, 2**63)) << int(self.rng.integers(0, 2))
+        key = int.from_bytes(data[len(data) - KEY_BYTES :], "big") ^ flip
+        self.bad_keys += 1
+        return data[: len(data) - KEY_BYTES] + key.to_bytes(KEY_BYTES, "big")
+
+    def maybe_wrong_key(self, data: bytes) -> bytes:
+        return self.wrong_key(data) if KEY_BYTES and self.rng.random() < BAD_KEY_SHARE else data
+
     def deliver(self, data: bytes, frm: str, ecn: int):
         drops = Counter(self.core.drops)
         unmatched = self.core.acks_unmatched
+        installed = {job: self.keys[job] for job in self.core.jobs()}  # what a daemon's decoder checks
         try:
-            packet = _decode(data, ecn, self.keys)
+            packet = _decode(data, ecn, installed)
         except codec.CodecError as exc:
             verdict, emitted = "codec_" + exc.reason, []
         else:
@@ -199,12 +216,12 @@ class _Scenario:
             CE if rng.random() < 0.1 else ECT0,
             payload if tree["count"] else None,
         )
-        self.deliver(_encode(p, self.keys[key[0]]), child, p.ecn)
+        self.deliver(self.maybe_wrong_key(_encode(p, self.keys[key[0]])), child, p.ecn)
 
     def ack_packet(self, key, tree, child):
         ack = tree["ack"][child]
         p = Packet(key[0], key[1], ack, ack // 3, 0, FLAG_ACK, 0xFFFF, ack, ECT0)
-        self.deliver(_encode(p, self.keys[key[0]]), child, ECT0)
+        self.deliver(self.maybe_wrong_key(_encode(p, self.keys[key[0]])), child, ECT0)
 
     def parent_result(self, key, tree):
         if not tree["partials"]:
@@ -224,7 +241,7 @@ class _Scenario:
             CE if rng.random() < 0.2 else ECT0,
             _payload(rng, count) if count else None,
         )
-        self.deliver(_encode(p, self.keys[key[0]]), "up", p.ecn)
+        self.deliver(self.maybe_wrong_key(_encode(p, self.keys[key[0]])), "up", p.ecn)
 
     def foreign(self):
         rng = self.rng
@@ -245,7 +262,7 @@ class _Scenario:
         )
         data = bytearray(_encode(p, self.keys[key[0]]))
         frm = tree["children"][0]
-        what = int(rng.integers(0, 8))
+        what = int(rng.integers(0, 10))
         if what == 0:
             data[0] ^= 0xFF  # bad magic
         elif what == 1:
@@ -260,8 +277,18 @@ class _Scenario:
             data[4:8] = (9999).to_bytes(4, "big")  # unknown job
         elif what == 6:
             data[8:10] = (77).to_bytes(2, "big")  # unknown tree
-        else:
+        elif what == 7:
             frm = "up" if tree["parent"] is None else "w%d" % (len(self.workers) - 1)  # not a child (maybe)
+        elif what == 8 and KEY_BYTES:
+            others = [k for j, k in self.keys.items() if j != key[0]]
+            if others:  # another job's key
+                data[len(data) - KEY_BYTES :] = int(rng.choice(others)).to_bytes(KEY_BYTES, "big")
+                self.bad_keys += 1
+            else:
+                data = bytearray(self.wrong_key(bytes(data)))
+        elif KEY_BYTES:
+            data = bytearray(self.wrong_key(bytes(data)))
+            data[0] ^= 0xFF  # bad magic and a wrong key: the codec reports the header first
         self.deliver(bytes(data), frm, ECT0)
 
     def step(self):
@@ -341,6 +368,11 @@ def run_verify(packets: int, seed: int, cfg: HwConfig = CI_CONFIG, examples: int
                     }
                 )
     stats = sc.hw.stats
+    if stats.bad_key_drops != verdicts.get("codec_bad_key", 0):  # the datapath's counter (32 bits)
+        mismatches += 1
+        shown.append(
+            {"packet": "bad_key_drops counter", "core": verdicts.get("codec_bad_key", 0), "rtl": stats.bad_key_drops}
+        )
     return {
         "packets": len(sc.expected),
         "mismatches": mismatches,
@@ -349,6 +381,8 @@ def run_verify(packets: int, seed: int, cfg: HwConfig = CI_CONFIG, examples: int
         "nan_lanes_loose": loose,
         "installs": sc.installs,
         "removals": sc.removals,
+        "bad_keys_sent": sc.bad_keys,
+        "bad_key_drops_rtl": stats.bad_key_drops,
         "host_grow_requests": stats.host_grow_requests,
         "cycles": stats.cycles,
         "seed": seed,
