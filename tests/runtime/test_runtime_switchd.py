@@ -23,12 +23,17 @@ def _recv(sock: PacketSocket, timeout_s: float = 5.0):
     return codec.decode(bytes(buf[:n]), ecn), src
 
 
-@pytest.fixture
-def daemon_factory():
+@pytest.fixture(params=[False, True], ids=["plain-loop", "batched-loop"])
+def daemon_factory(request):
+    """Daemons running the one-datagram-per-call loop, or the GSO/GRO batched loop."""
     made = []
 
     def make(**kw):
-        d = SwitchDaemon(SwitchConfig("sw", packet_memory=64, payload_elems=PE, **kw))
+        d = SwitchDaemon(SwitchConfig("sw", packet_memory=64, payload_elems=PE, offload=request.param, **kw))
+        if request.param and not d.batched:
+            d.close()
+            pytest.skip(f"no UDP offload here: {d.sock.offload.reason}")
+        assert d.batched == request.param
         made.append(d)
         return d
 

@@ -32,6 +32,11 @@ data-plane key, and datagrams of that job carrying another key are dropped
 resolved and checked routable from the data-plane socket) before anything is applied:
 400 naming the field, nothing installed.
 
+Batching: with ``offload`` (default) the data plane runs the batched loop of
+:mod:`panama.runtime.switch_batch` (UDP GRO receives, GSO sends, :mod:`.offload`) where
+the kernel has them and 2+ datagrams of ``payload_elems`` fit one GSO send; otherwise
+the loop below. ``/stats`` reports which (``offload``), ``rx_syscalls``, ``gso_sends``.
+
 Faults: malformed datagrams are counted by codec reason (``malformed``), never
 raised; ``drop_prob`` (seeded) drops received datagrams before processing to inject loss.
 No send error ends the data plane: the socket counts them per destination and reason
@@ -62,6 +67,7 @@ from aiohttp import web
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
+from panama.runtime import offload
 from panama.runtime.http import start_site
 from panama.runtime.switch_http import SwitchHttp
 from panama.runtime.udp import (
@@ -96,6 +102,7 @@ class SwitchConfig:
     payload_elems: int = RUNTIME_PAYLOAD_ELEMS
     ecn_threshold_pkts: int = 128  # mark CE when the backlog exceeds this many full datagrams; 0 disables
     batch: int = 64  # datagrams drained per batch
+    offload: bool = True  # GSO/GRO batched loop where the kernel has it and it pays (runtime.switch_batch)
     drop_prob: float = 0.0
     seed: int = 0
     status_interval_s: float = 10.0  # periodic one-line status in the log; 0 disables
@@ -126,7 +133,11 @@ class SwitchDaemon(SwitchHttp):
         self.token = token
         self.acc = Accelerator(config.packet_memory, config.payload_elems, name=config.switch_id, copy_payloads=False)
         self.lock = threading.Lock()
-        self.sock = PacketSocket(config.udp)
+        datagram_bytes = codec.datagram_size(config.payload_elems)
+        want = config.offload and offload.env_allows() and offload.segments_per_send(datagram_bytes) >= 2
+        self.sock = PacketSocket(config.udp, offload=want)
+        # The batched loop only where it pays: 2+ datagrams per GSO send and GSO or GRO here.
+        self.batched = want and (self.sock.offload.gso or self.sock.offload.gro)
         self.udp_addr = self.sock.addr
         self.control_addr: Address | None = None
         self._stop = threading.Event()
@@ -135,6 +146,7 @@ class SwitchDaemon(SwitchHttp):
         # Counters (read under ``lock``).
         self.rx_packets = 0
         self.rx_bytes = 0
+        self.rx_syscalls = 0
         self.malformed: Counter[str] = Counter()
         self.daemon_drops: Counter[str] = Counter()
         self.retransmits_received = 0
@@ -170,7 +182,12 @@ class SwitchDaemon(SwitchHttp):
         gc.disable()
         while not self._stop.is_set():
             try:
-                self._data_plane_loop()
+                if self.batched:
+                    from panama.runtime.switch_batch import batched_loop  # imports this module
+
+                    batched_loop(self)
+                else:
+                    self._data_plane_loop()
             except Exception as exc:  # noqa: BLE001 - the data plane must outlive any one packet
                 with self.lock:
                     self.dp_errors += 1
@@ -253,6 +270,7 @@ class SwitchDaemon(SwitchHttp):
             with self.lock:
                 self.batches += 1
                 self.rx_packets += count
+                self.rx_syscalls += count
                 backlog_pkts = count - 1 + queued // datagram_bytes
                 if backlog_pkts > self.max_backlog_pkts:
                     self.max_backlog_pkts = backlog_pkts
@@ -392,6 +410,10 @@ class SwitchDaemon(SwitchHttp):
                 "rx_bytes": self.rx_bytes,
                 "tx_packets": self.sock.sent_packets,
                 "tx_bytes": self.sock.sent_bytes,
+                "rx_syscalls": self.rx_syscalls,
+                "gso_sends": self.sock.gso_sends,
+                "gso_datagrams": self.sock.gso_datagrams,
+                "offload": {**self.sock.offload.as_dict(), "batched_loop": self.batched},
                 "drops": dict(drops),
                 "malformed": dict(self.malformed),
                 "send_errors": self.sock.send_errors,

@@ -15,9 +15,12 @@ import socket
 import time
 from collections.abc import Hashable
 
+import numpy as np
+
 from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.packet import ECT0, Packet
+from panama.runtime import offload as offload_mod
 
 # Socket buffers: the receive queue plays the role of the switch buffer that PFC keeps
 # from overflowing in a real fabric, so it must hold the windows of every sender
@@ -76,6 +79,22 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
         return s.getsockname()[1]
 
 
+class _Stage:
+    """Datagrams of equal size staged for one ``(destination, tos)``, back to back in ``buf``."""
+
+    __slots__ = ("to", "tos", "size", "count", "used", "buf", "view", "floats")
+
+    def __init__(self, to: Hashable, tos: int):
+        self.to = to
+        self.tos = tos
+        self.size = 0
+        self.count = 0
+        self.used = 0
+        self.buf = bytearray(offload_mod.MAX_BATCH_BYTES + 1)
+        self.view = memoryview(self.buf)
+        self.floats = np.frombuffer(self.buf, dtype="<f4", count=len(self.buf) // 4)
+
+
 class PacketSocket:
     """A UDP socket that sends and receives :class:`~panama.core.packet.Packet` objects.
 
@@ -85,7 +104,13 @@ class PacketSocket:
     and is valid until that buffer is reused.
     """
 
-    def __init__(self, bind: Address = ("127.0.0.1", 0), *, buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES):
+    def __init__(
+        self,
+        bind: Address = ("127.0.0.1", 0),
+        *,
+        buffer_bytes: int = DEFAULT_SOCKET_BUFFER_BYTES,
+        offload: bool = False,
+    ):
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             for force, opt in ((_SO_RCVBUFFORCE, socket.SO_RCVBUF), (_SO_SNDBUFFORCE, socket.SO_SNDBUF)):
@@ -117,6 +142,15 @@ class PacketSocket:
         self.send_errors_by_dest: dict[str, dict[str, int]] = {}
         self.last_send_error: str | None = None
         self._last = 0
+        # GSO/GRO (panama.runtime.offload): probed only when asked, since GRO changes what
+        # a receive returns (the reader must split coalesced buffers).
+        self.offload = offload_mod.probe(sock) if offload else offload_mod.Offload()
+        self.gso_sends = 0  # sendmsg calls that carried several datagrams
+        self.gso_datagrams = 0  # datagrams sent by them
+        self._stages: dict[tuple, _Stage] = {}
+        self._pending: list[_Stage] = []
+        self._batch_bytes = offload_mod.MAX_BATCH_BYTES
+        self._batch_max = offload_mod.MAX_SEGMENTS
 
     # ------------------------------------------------------------------ sending
     def send(self, packet: Packet, to: Hashable, ecn: int | None = None) -> int:
@@ -165,25 +199,117 @@ class PacketSocket:
             else:
                 self.sock.sendmsg(self._iov, [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))], 0, to)
         except (OSError, TypeError, ValueError, OverflowError) as exc:
-            # Any destination the kernel (or the address conversion) refuses: count it
-            # by destination and reason; the caller's retransmissions or the controller's
-            # health checks deal with the consequences, the sender goes on.
-            self.send_errors += 1
-            reason = errno.errorcode.get(getattr(exc, "errno", None) or 0) or type(exc).__name__
-            dest = format_addr(to) if isinstance(to, tuple) and len(to) == 2 else repr(to)
-            per = self.send_errors_by_dest.get(dest)
-            if per is None:
-                if len(self.send_errors_by_dest) >= 1024:  # bounded: forged destinations cannot grow it
-                    dest = "other"
-                per = self.send_errors_by_dest.setdefault(dest, {})
-            per[reason] = per.get(reason, 0) + 1
-            self.last_send_error = (
-                f"send to {dest} failed: {reason}: {os.strerror(exc.errno) if getattr(exc, 'errno', None) else exc}"
-            )
+            self._count_send_error(exc, to)
             return 0
         self.sent_packets += 1
         self.sent_bytes += n
         return n
+
+    def _count_send_error(self, exc: BaseException, to: Hashable, datagrams: int = 1) -> None:
+        """Any destination the kernel (or the address conversion) refuses: counted by
+        destination and reason; the caller's retransmissions or the controller's health
+        checks deal with the consequences, the sender goes on."""
+        self.send_errors += datagrams
+        reason = errno.errorcode.get(getattr(exc, "errno", None) or 0) or type(exc).__name__
+        dest = format_addr(to) if isinstance(to, tuple) and len(to) == 2 else repr(to)
+        per = self.send_errors_by_dest.get(dest)
+        if per is None:
+            if len(self.send_errors_by_dest) >= 1024:  # bounded: forged destinations cannot grow it
+                dest = "other"
+            per = self.send_errors_by_dest.setdefault(dest, {})
+        per[reason] = per.get(reason, 0) + datagrams
+        self.last_send_error = (
+            f"send to {dest} failed: {reason}: {os.strerror(exc.errno) if getattr(exc, 'errno', None) else exc}"
+        )
+
+    # ------------------------------------------------------------------ batched sending (GSO)
+    def stage(self, packet: Packet, to: Hashable, tos: int) -> tuple[_Stage, int, int]:
+        """Copy ``packet``'s datagram into the batch for ``(to, tos)``; sent by :meth:`flush`.
+
+        Datagrams of one batch have equal size (a different size flushes the batch
+        first), so one GSO ``sendmsg`` sends them all; the copy frees the payload's memory
+        at once (the caller may reuse it). Returns ``(stage, offset, size_bytes)``, for
+        :meth:`stage_copy` to send the same datagram elsewhere (software multicast; the
+        destinations of one packet must differ).
+        """
+        count = packet.count
+        size = codec.HEADER_BYTES + codec.FLOAT_BYTES * count + codec.KEY_BYTES
+        st = self._slot(to, tos, size)
+        off = st.used
+        codec.encode_header_into(st.buf, packet, off)
+        if count:
+            start = (off + codec.HEADER_BYTES) >> 2
+            st.floats[start : start + count] = packet.payload
+        trailer = self.trailer if self.trailers is None else self.trailers.get(packet.job_id, _NO_KEY)
+        st.view[off + size - codec.KEY_BYTES : off + size] = trailer
+        st.used = off + size
+        st.count += 1
+        return st, off, size
+
+    def stage_copy(self, src: tuple[_Stage, int, int], to: Hashable, tos: int) -> None:
+        """Stage the datagram :meth:`stage` returned again, for ``to``."""
+        sst, soff, size = src
+        st = self._slot(to, tos, size)
+        off = st.used
+        st.view[off : off + size] = sst.view[soff : soff + size]
+        st.used = off + size
+        st.count += 1
+
+    def _slot(self, to: Hashable, tos: int, size: int) -> _Stage:
+        key = (to, tos)
+        st = self._stages.get(key)
+        if st is None:
+            st = self._stages[key] = _Stage(to, tos)
+        elif st.count and (size != st.size or st.used + size > self._batch_bytes or st.count >= self._batch_max):
+            self._flush_one(st)
+        if not st.count:
+            st.size = size
+            self._pending.append(st)
+        return st
+
+    def flush(self) -> int:
+        """Send every staged datagram (one GSO ``sendmsg`` per batch); returns how many failed."""
+        failed = 0
+        for st in self._pending:
+            if st.count:
+                failed += self._flush_one(st, listed=True)
+        self._pending.clear()
+        return failed
+
+    def _flush_one(self, st: _Stage, listed: bool = False) -> int:
+        count, used, to = st.count, st.used, st.to
+        st.count = st.used = 0
+        if not listed:
+            self._pending.remove(st)
+        if count > 1 and self.offload.gso:
+            anc = [offload_mod.segment_cmsg(st.size)]
+            if st.tos != ECT0:
+                anc.append(offload_mod.tos_cmsg(st.tos))
+            try:
+                if to == self._peer:
+                    self.sock.sendmsg([st.view[:used]], anc)
+                else:
+                    self.sock.sendmsg([st.view[:used]], anc, 0, to)
+            except (OSError, TypeError, ValueError, OverflowError) as exc:
+                if not offload_mod.refused(exc):
+                    self._count_send_error(exc, to, count)
+                    return count
+                # The kernel or device cannot segment: one datagram per call from now on.
+                self.offload.gso = False
+                self.offload.reason = f"GSO send refused ({errno.errorcode.get(exc.errno or 0, exc)}): fallback"
+            else:
+                self.gso_sends += 1
+                self.gso_datagrams += count
+                self.sent_packets += count
+                self.sent_bytes += used
+                return 0
+        failed = 0
+        size = st.size
+        for off in range(0, used, size):
+            self._iov = [st.view[off : off + size]]
+            if not self._sendmsg(size, to, st.tos):
+                failed += 1
+        return failed
 
     # ------------------------------------------------------------------ receiving
     def settimeout(self, timeout_s: float | None) -> None:

@@ -1,0 +1,182 @@
+"""The switch daemon's batched data-plane loop: GRO receives and GSO sends (:mod:`.offload`).
+
+Used by :class:`~panama.runtime.switchd.SwitchDaemon` instead of its one-datagram-per-
+call loop when batching can pay: offload is asked for (``SwitchConfig.offload``, not
+forced off by ``PANAMA_UDP_OFFLOAD=0``), the kernel has GSO or GRO on the daemon's
+socket, and at least 2 datagrams of the configured size fit one GSO send (with the
+default 65,504-byte datagrams they do not, and the plain loop runs).
+
+Same contract as the plain loop (docs in :mod:`panama.runtime.switchd`), per datagram:
+
+* Receive: up to ``batch`` non-blocking ``recvmsg_into`` calls (or ``batch`` datagrams)
+  per batch, each into a 64 KiB buffer; a GRO-coalesced buffer is cut at its segment size
+  into datagrams, each decoded on its own (a malformed segment is a counted drop like a
+  malformed datagram; the others of the buffer are served). ``rx_packets`` and
+  ``rx_bytes`` count datagrams, not system calls (``rx_syscalls`` counts those). The
+  kernel only coalesces datagrams with equal IP TOS, so the buffer's TOS is every
+  segment's ECN codepoint.
+* Send: every emitted datagram is copied into a per-``(destination, codepoint)`` batch
+  (:meth:`~panama.runtime.udp.PacketSocket.stage`; multicast copies the encoded bytes),
+  and all batches leave after the received batch is processed, one GSO ``sendmsg`` each
+  (or one call per datagram when the kernel refuses GSO: counted fallback, no loss).
+  Send errors are counted per datagram, as ``drops["send_error"]``.
+* ECN backlog marking and ``drop_prob`` work per datagram as in the plain loop.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import sys
+
+import numpy as np
+
+from panama.core import codec
+from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
+from panama.runtime import offload
+from panama.runtime.switchd import (
+    _MEMINFO_BYTES,
+    _SO_MEMINFO,
+    DROP_INJECTED,
+    DROP_OVERSIZE,
+    DROP_SEND_ERROR,
+    _datagram_truesize,
+    log,
+)
+
+
+def batched_loop(daemon) -> None:
+    """Serve ``daemon``'s socket until its stop flag is set (see the module docstring)."""
+    cfg = daemon.config
+    sock = daemon.sock
+    raw = sock.sock
+    raw.setblocking(True)
+    calls = cfg.batch
+    bufs = [bytearray(offload.RECV_BUFFER_BYTES) for _ in range(calls)]
+    views = [memoryview(b) for b in bufs]
+    floats = []
+    for b in bufs:  # whole-buffer float32 views: a segment's payload is a slice of them
+        f = np.frombuffer(b, dtype="<f4", count=len(b) // 4)
+        f.flags.writeable = False
+        floats.append(f)
+    iovs = [[v] for v in views]
+    poller = select.poll()
+    poller.register(raw, select.POLLIN)
+    cmsg_space = offload.RECV_CMSG_SPACE
+    dontwait = int(socket.MSG_DONTWAIT)
+    msg_trunc = int(socket.MSG_TRUNC)
+    parse_cmsgs = offload.parse_cmsgs
+    decode = codec.decode
+    CodecError = codec.CodecError
+    header_bytes = codec.HEADER_BYTES
+    acc = daemon.acc
+    stage = sock.stage
+    stage_copy = sock.stage_copy
+    flush = sock.flush
+    drop_prob = cfg.drop_prob
+    rng = daemon._rng  # noqa: SLF001 - the daemon's seeded loss generator
+    datagram_bytes = codec.datagram_size(cfg.payload_elems)
+    keys = daemon.keys
+    threshold = cfg.ecn_threshold_pkts * datagram_bytes if cfg.ecn_threshold_pkts else 1 << 62
+    getsockopt = raw.getsockopt
+    sol_socket = int(socket.SOL_SOCKET)
+    truesize = _datagram_truesize(datagram_bytes)
+    meminfo = truesize > 0
+    max_datagrams = cfg.batch
+    recv = raw.recvmsg_into
+    stop = daemon._stop  # noqa: SLF001
+    items: list[tuple[int, int, int, int, tuple]] = []  # (buffer, offset, nbytes or -1, ecn, source)
+    while not stop.is_set():
+        items.clear()
+        k = 0
+        count = 0
+        behind = 0
+        while k < calls and count < max_datagrams:
+            try:
+                n, anc, flags, src = recv(iovs[k], cmsg_space, dontwait)
+            except BlockingIOError:
+                break
+            except OSError as exc:  # pragma: no cover - e.g. socket closed at shutdown
+                if stop.is_set():
+                    return
+                log.warning("recv failed: %s", exc)
+                break
+            ecn, seg = parse_cmsgs(anc) if anc else (0, 0)
+            if flags & msg_trunc:
+                items.append((k, 0, -1, ecn, src))
+                count += 1
+            elif seg and seg < n:
+                for off in range(0, n, seg):
+                    items.append((k, off, min(seg, n - off), ecn, src))
+                    count += 1
+                behind += n
+            else:
+                items.append((k, 0, n, ecn, src))
+                count += 1
+                behind += n
+            k += 1
+        if not k:
+            poller.poll(200)  # ms; wakes up to check the stop flag
+            continue
+        queued = 0
+        if (k == calls or count >= max_datagrams) and meminfo:
+            try:
+                rmem = int.from_bytes(getsockopt(sol_socket, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
+            except OSError:
+                meminfo = False
+            else:
+                queued = rmem * datagram_bytes // truesize
+        behind += queued
+        rx_bytes = 0
+        with daemon.lock:
+            daemon.batches += 1
+            daemon.rx_syscalls += k
+            daemon.rx_packets += count
+            backlog_pkts = count - 1 + queued // datagram_bytes
+            if backlog_pkts > daemon.max_backlog_pkts:
+                daemon.max_backlog_pkts = backlog_pkts
+            try:
+                for b, off, n, ecn, src in items:
+                    if n < 0 or n > datagram_bytes:  # larger than a slot holds (the plain loop's buffer)
+                        behind -= max(n, 0)
+                        daemon.daemon_drops[DROP_OVERSIZE] += 1
+                        continue
+                    behind -= n
+                    rx_bytes += n
+                    if drop_prob and rng.random() < drop_prob:
+                        daemon.daemon_drops[DROP_INJECTED] += 1
+                        continue
+                    try:
+                        if off:
+                            fl = floats[b][(off + header_bytes) >> 2 :] if not off & 3 else None
+                            packet = decode(views[b][off : off + n], ecn, fl, keys)
+                        else:
+                            packet = decode(views[b][:n], ecn, floats[b][header_bytes >> 2 :], keys)
+                    except CodecError as exc:
+                        daemon.malformed[exc.reason] += 1
+                        continue
+                    pflags = packet.flags
+                    if ecn == CE:
+                        daemon.ce_received += 1
+                    if pflags & FLAG_RETRANSMIT and not pflags & FLAG_RESULT:
+                        daemon.retransmits_received += 1
+                    out = acc.receive(packet, src)
+                    if not out:
+                        continue
+                    congested = behind > threshold
+                    for destinations, pkt in out:
+                        tos = pkt.ecn
+                        if congested and tos != CE:
+                            tos = CE
+                            daemon.ce_marked += len(destinations)
+                        first = None
+                        for to in destinations:
+                            if first is None:
+                                first = stage(pkt, to, tos)
+                            else:
+                                stage_copy(first, to, tos)
+            finally:
+                failed = flush()
+                if failed:
+                    daemon.daemon_drops[DROP_SEND_ERROR] += failed
+                daemon.rx_bytes += rx_bytes
