@@ -18,7 +18,21 @@ the data-plane thread's CPU time (read from ``/proc/self/task/<tid>/stat``): the
 one core sustains. ``payload_gbps_wall`` divides by wall time instead (lower when the
 daemon waited for the feeder; ``daemon_cpu_share`` says how busy it was).
 
-Baseline in the same run: ``floor_*``, the same feeder against a forwarder thread that
+Batched path (``offload``, default): the daemon runs with ``SwitchConfig.offload``
+(its GSO/GRO loop where the kernel has it and 2+ datagrams fit one 64 KB send,
+:mod:`panama.runtime.switch_batch`) and the feeder sends each worker's new sequence
+numbers of a tree with one GSO ``sendmsg`` and reads results with GRO, as batching
+workers would. ``baseline_payload_gbps``: the same daemon with ``offload=False`` (one
+datagram per system call) fed one datagram per call, in the same run;
+``ratio_to_baseline`` = payload_gbps / baseline_payload_gbps. ``datagrams_per_batch``:
+datagrams the daemon received and sent per system call in the measured interval
+(``rx_datagrams_per_syscall``, ``tx_datagrams_per_syscall`` apart); ``gso_share``: the
+share of its sent datagrams that left in multi-datagram GSO sends. ``batched_loop`` says
+whether the daemon ran the batched loop (false with 64 KB datagrams, without kernel
+support, with ``PANAMA_UDP_OFFLOAD=0`` or ``--no-offload``: the run is then a second
+baseline). ``payload_gbps`` is the batched path's (the baseline's with ``--no-offload``).
+
+Floor in the same run: ``floor_*``, the same feeder against a forwarder thread that
 receives every datagram with the same system call and sends it on, unread: the
 per-datagram cost of the kernel and the interpreter without decoding or summing.
 ``ratio_to_floor`` = payload_gbps / floor_payload_gbps.
@@ -28,6 +42,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
 import socket
 import threading
 import time
@@ -37,6 +52,7 @@ import numpy as np
 
 from panama.core import codec
 from panama.core.packet import ECT0, MAX_CWND_CAP, Packet
+from panama.runtime import offload as offload_mod
 from panama.runtime.switchd import SwitchConfig, SwitchDaemon
 from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, format_addr
 
@@ -58,6 +74,7 @@ class SwitchBenchConfig:
     warmup_s: float = 0.5
     packet_memory: int = RUNTIME_PACKET_MEMORY
     seed: int = 0
+    offload: bool = True  # measure the GSO/GRO batched path too (module docstring)
 
     def validate(self) -> None:
         for name in ("jobs", "trees", "workers", "window"):
@@ -104,56 +121,128 @@ def _feed(
     keys: list[int],
     stop_at: float,
     results_out,
+    batched: bool = False,
 ) -> None:
-    """The feeder process: closed loop of ``window`` sequence numbers per tree until ``stop_at``."""
+    """The feeder process: closed loop of ``window`` sequence numbers per tree until ``stop_at``.
+
+    ``batched``: new sequence numbers of one tree leave as one GSO send per worker and
+    results are read with GRO, where the kernel has them.
+    """
     rng = np.random.default_rng(cfg.seed)
-    payloads = [rng.standard_normal(cfg.payload_elems).astype(np.float32) for _ in range(cfg.workers)]
-    trailers = [codec.key_trailer(k) for k in keys]
-    header = bytearray(codec.HEADER_BYTES)
-    hview = memoryview(header)
+    size = codec.datagram_size(cfg.payload_elems)
+    per_send = offload_mod.segments_per_send(size) if batched else 1
+    gso = gro = False
+    if batched and per_send > 1:
+        found = [offload_mod.probe(row[0]) for row in socks]  # enables GRO on the reading workers
+        gso = all(f.gso for f in found)
+        gro = all(f.gro for f in found)
+    if not gso:
+        per_send = 1
+    # Pre-built datagrams: per job and worker, per_send copies of payload and key trailer back to back.
+    staged = []
+    for j in range(cfg.jobs):
+        row = []
+        for _ in range(cfg.workers):
+            one = bytearray(
+                codec.encode(
+                    Packet(
+                        j + 1,
+                        0,
+                        0,
+                        0,
+                        cfg.payload_elems,
+                        0,
+                        MAX_CWND_CAP,
+                        0,
+                        ECT0,
+                        rng.standard_normal(cfg.payload_elems).astype(np.float32),
+                    ),
+                    keys[j],
+                )
+            )
+            row.append(bytearray(one * per_send))
+        staged.append(row)
+    views = [[memoryview(b) for b in row] for row in staged]
+    cmsg = [offload_mod.segment_cmsg(size)]
     next_seq = [[0] * cfg.trees for _ in range(cfg.jobs)]
     done = [[0] * cfg.trees for _ in range(cfg.jobs)]  # results received (in order: one parent, one path)
-    rbuf = bytearray(codec.HEADER_BYTES)
+    rbuf = bytearray(offload_mod.RECV_BUFFER_BYTES if gro else codec.HEADER_BYTES)
     results = 0
 
-    def send_seq(j: int, t: int) -> None:
-        seq = next_seq[j][t]
-        ack = done[j][t]
-        for w, s in enumerate(socks[j]):
-            p = Packet(j + 1, t, seq, 0, cfg.payload_elems, 0, MAX_CWND_CAP, ack, ECT0, payloads[w])
-            codec.encode_header_into(header, p)
-            s.sendmsg([hview, payloads[w], trailers[j]], [], 0, target)
-        next_seq[j][t] = seq + 1
+    def send_seqs(j: int, t: int, k: int) -> None:
+        while k > 0:
+            m = min(k, per_send)
+            seq = next_seq[j][t]
+            ack = done[j][t]
+            for w, s in enumerate(socks[j]):
+                buf = staged[j][w]
+                for i in range(m):
+                    codec.HEADER.pack_into(
+                        buf,
+                        i * size,
+                        codec.MAGIC,
+                        codec.VERSION,
+                        0,
+                        j + 1,
+                        t,
+                        MAX_CWND_CAP,
+                        0,
+                        seq + i,
+                        ack,
+                        cfg.payload_elems,
+                        0,
+                    )
+                if m > 1:
+                    s.sendmsg([views[j][w][: m * size]], cmsg, 0, target)
+                else:
+                    s.sendmsg([views[j][w][:size]], [], 0, target)
+            next_seq[j][t] = seq + m
+            k -= m
 
     for j in range(cfg.jobs):
         for t in range(cfg.trees):
-            for _ in range(cfg.window):
-                send_seq(j, t)
+            send_seqs(j, t, cfg.window)
     readers = [row[0] for row in socks]
     for r in readers:
-        r.settimeout(2.0)
+        r.setblocking(False)
+    fresh = [[0] * cfg.trees for _ in range(cfg.jobs)]
     while time.monotonic() < stop_at:
-        progressed = False
+        got = 0
         for j, r in enumerate(readers):
-            try:
-                n = r.recv_into(rbuf, codec.HEADER_BYTES, socket.MSG_TRUNC)
-            except TimeoutError:
-                continue
-            if n < codec.HEADER_BYTES:
-                continue
-            tree_id = int.from_bytes(rbuf[8:10], "big")
-            if tree_id >= cfg.trees:
-                continue
-            done[j][tree_id] += 1
-            results += 1
-            progressed = True
-            send_seq(j, tree_id)
-        if not progressed:
-            break  # 2 s without a result: the daemon stalled; the parent reports it
+            while True:  # drain what is there, then answer each tree with one batch
+                try:
+                    if gro:
+                        n, anc, _, _ = r.recvmsg_into([rbuf], offload_mod.RECV_CMSG_SPACE)
+                        seg = offload_mod.parse_cmsgs(anc)[1]
+                        offsets = range(0, n, seg) if seg and seg < n else (0,)
+                    else:
+                        n = r.recv_into(rbuf, codec.HEADER_BYTES, socket.MSG_TRUNC)
+                        offsets = (0,)
+                except BlockingIOError:
+                    break
+                for off in offsets:
+                    if n - off < codec.HEADER_BYTES:
+                        continue
+                    tree_id = int.from_bytes(rbuf[off + 8 : off + 10], "big")
+                    if tree_id < cfg.trees:
+                        fresh[j][tree_id] += 1
+                        got += 1
+        if not got:
+            if not select.select(readers, [], [], 2.0)[0]:
+                break  # 2 s without a result: the daemon stalled; the parent reports it
+            continue
+        results += got
+        for j in range(cfg.jobs):
+            for t in range(cfg.trees):
+                k = fresh[j][t]
+                if k:
+                    fresh[j][t] = 0
+                    done[j][t] += k
+                    send_seqs(j, t, k)
     results_out.put(results)
 
 
-def _run(cfg: SwitchBenchConfig, *, floor: bool) -> dict:
+def _run(cfg: SwitchBenchConfig, *, floor: bool, batched: bool = False) -> dict:
     socks = _worker_sockets(cfg)
     keys = [0x5EED0000 + j for j in range(cfg.jobs)]
     if floor:
@@ -201,6 +290,7 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool) -> dict:
                 status_interval_s=0.0,
                 ecn_threshold_pkts=0,
                 seed=cfg.seed,
+                offload=batched,
             )
         )
         for j in range(cfg.jobs):
@@ -219,16 +309,23 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool) -> dict:
             with daemon.lock:
                 return daemon.rx_packets
 
+        def calls_of() -> tuple[int, int, int, int, int]:
+            with daemon.lock:
+                sk = daemon.sock
+                return daemon.rx_packets, daemon.rx_syscalls, sk.sent_packets, sk.gso_sends, sk.gso_datagrams
+
     ctx = multiprocessing.get_context("fork")
     results_q = ctx.Queue()
     stop_at = time.monotonic() + cfg.warmup_s + cfg.seconds + 0.5
-    feeder = ctx.Process(target=_feed, args=(cfg, socks, target, keys, stop_at, results_q), daemon=True)
+    feeder = ctx.Process(target=_feed, args=(cfg, socks, target, keys, stop_at, results_q, batched), daemon=True)
     feeder.start()
     try:
         time.sleep(cfg.warmup_s)
+        c0 = None if floor else calls_of()
         rx0, cpu0, t0 = rx_of(), thread_cpu_s(tid), time.perf_counter()
         time.sleep(cfg.seconds)
         rx1, cpu1, t1 = rx_of(), thread_cpu_s(tid), time.perf_counter()
+        c1 = None if floor else calls_of()
         feeder.join(timeout=cfg.seconds + 10.0)
         if feeder.is_alive():
             feeder.kill()
@@ -266,6 +363,14 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool) -> dict:
     }
     if not floor:
         out["accelerator_drops"] = stats.get("drops_total", 0)
+        rx, rx_calls, tx, gso_sends, gso_dgrams = (b - a for a, b in zip(c0, c1, strict=True))
+        tx_calls = tx - gso_dgrams + gso_sends
+        out["rx_datagrams_per_syscall"] = rx / max(rx_calls, 1)
+        out["tx_datagrams_per_syscall"] = tx / max(tx_calls, 1)
+        out["datagrams_per_batch"] = (rx + tx) / max(rx_calls + tx_calls, 1)
+        out["gso_share"] = gso_dgrams / max(tx, 1)
+        out["batched_loop"] = daemon.batched
+        out["offload"] = daemon.sock.offload.as_dict()
     return out
 
 
@@ -273,7 +378,8 @@ def run_bench_switch(cfg: SwitchBenchConfig = SwitchBenchConfig()) -> dict:
     """Daemon and socket floor in the same run (module docstring); returns the report dict."""
     cfg.validate()
     floor = _run(cfg, floor=True)
-    switch = _run(cfg, floor=False)
+    base = _run(cfg, floor=False)
+    switch = _run(cfg, floor=False, batched=True) if cfg.offload else base
     return {
         "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         "datagram_bytes": codec.datagram_size(cfg.payload_elems),
@@ -286,6 +392,15 @@ def run_bench_switch(cfg: SwitchBenchConfig = SwitchBenchConfig()) -> dict:
         "floor_payload_gbps": floor["payload_gbps"],
         "floor_us_per_datagram": floor["us_per_datagram"],
         "ratio_to_floor": switch["payload_gbps"] / floor["payload_gbps"],
+        "baseline_payload_gbps": base["payload_gbps"],
+        "baseline_us_per_datagram": base["us_per_datagram"],
+        "ratio_to_baseline": switch["payload_gbps"] / base["payload_gbps"],
+        "datagrams_per_batch": switch["datagrams_per_batch"],
+        "rx_datagrams_per_syscall": switch["rx_datagrams_per_syscall"],
+        "tx_datagrams_per_syscall": switch["tx_datagrams_per_syscall"],
+        "gso_share": switch["gso_share"],
+        "batched_loop": switch["batched_loop"],
+        "offload": switch["offload"],
     }
 
 
@@ -307,6 +422,16 @@ def format_table(report: dict) -> str:
             "per datagram: receive and forward only)",
         ),
         ("ratio to floor", f"{report['ratio_to_floor']:.2f}"),
+        (
+            "baseline",
+            f"{report['baseline_payload_gbps']:.2f} Gb/s (one datagram per system call), "
+            f"ratio {report['ratio_to_baseline']:.2f}",
+        ),
+        (
+            "batching",
+            f"{'batched loop' if report['batched_loop'] else 'plain loop'}: "
+            f"{report['datagrams_per_batch']:.1f} datagrams per system call, GSO share {report['gso_share']:.0%}",
+        ),
         ("accelerator drops", f"{report['accelerator_drops']}"),
     ]
     width = max(len(k) for k, _ in rows)

@@ -101,6 +101,12 @@ def _setup_logging(level: str) -> None:
 )
 @click.option("--batch", default=64, show_default=True, type=int, help="Datagrams drained per batch.")
 @click.option(
+    "--offload/--no-offload",
+    default=True,
+    show_default=True,
+    help="UDP GSO/GRO batched loop where the kernel has it and 2+ datagrams fit one send (PANAMA_UDP_OFFLOAD=0: off).",
+)
+@click.option(
     "--drop-prob", default=0.0, show_default=True, type=float, help="Drop received datagrams (fault injection)."
 )
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the drop generator.")
@@ -119,6 +125,7 @@ def switch(
     payload_elems,
     ecn_threshold,
     batch,
+    offload,
     drop_prob,
     seed,
     status_interval,
@@ -143,6 +150,7 @@ def switch(
         payload_elems=RUNTIME_PAYLOAD_ELEMS if payload_elems is None else payload_elems,
         ecn_threshold_pkts=ecn_threshold,
         batch=batch,
+        offload=offload,
         drop_prob=drop_prob,
         seed=seed,
         status_interval_s=status_interval,
@@ -583,9 +591,16 @@ def bench_allreduce(
 @click.option("--packet-memory", default=RUNTIME_PACKET_MEMORY, show_default=True, type=int, help="Accelerator slots.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @click.option("--seed", default=0, show_default=True, type=int)
-def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_memory, as_json, seed):
-    """One switch daemon summing pre-built datagrams from a feeder process, against a
-    receive-and-forward socket floor in the same run (payload Gb/s per core)."""
+@click.option(
+    "--offload/--no-offload",
+    default=True,
+    show_default=True,
+    help="Measure the GSO/GRO batched path (daemon and feeder) against the one-datagram-per-call baseline.",
+)
+def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_memory, as_json, seed, offload):
+    """One switch daemon summing pre-built datagrams from a feeder process, against its
+    one-datagram-per-call loop and a receive-and-forward socket floor in the same run
+    (payload Gb/s per core)."""
     from panama.benchmarks.switch import SwitchBenchConfig, format_table, run_bench_switch
     from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
 
@@ -598,6 +613,7 @@ def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_me
         seconds=seconds,
         packet_memory=packet_memory,
         seed=seed,
+        offload=offload,
     )
     try:
         cfg.validate()
