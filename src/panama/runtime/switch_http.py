@@ -43,6 +43,18 @@ class SwitchHttp:
         metric("panama_switch_tx_packets_total", "counter", "Datagrams sent.", [("", st["tx_packets"])])
         metric("panama_switch_tx_bytes_total", "counter", "UDP payload bytes sent.", [("", st["tx_bytes"])])
         metric(
+            "panama_switch_rx_syscalls_total",
+            "counter",
+            "Receive system calls (GRO: several datagrams each).",
+            [("", st["rx_syscalls"])],
+        )
+        metric(
+            "panama_switch_gso_sends_total", "counter", "GSO sends (several datagrams each).", [("", st["gso_sends"])]
+        )
+        metric(
+            "panama_switch_gso_datagrams_total", "counter", "Datagrams sent by GSO sends.", [("", st["gso_datagrams"])]
+        )
+        metric(
             "panama_switch_drops_total",
             "counter",
             "Packets dropped, by reason.",

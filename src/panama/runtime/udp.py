@@ -147,6 +147,7 @@ class PacketSocket:
         self.offload = offload_mod.probe(sock) if offload else offload_mod.Offload()
         self.gso_sends = 0  # sendmsg calls that carried several datagrams
         self.gso_datagrams = 0  # datagrams sent by them
+        self.gso_refused: set[tuple] = set()  # (destination, datagram size) the kernel would not segment
         self._stages: dict[tuple, _Stage] = {}
         self._pending: list[_Stage] = []
         self._batch_bytes = offload_mod.MAX_BATCH_BYTES
@@ -281,7 +282,7 @@ class PacketSocket:
         st.count = st.used = 0
         if not listed:
             self._pending.remove(st)
-        if count > 1 and self.offload.gso:
+        if count > 1 and self.offload.gso and (to, st.size) not in self.gso_refused:
             anc = [offload_mod.segment_cmsg(st.size)]
             if st.tos != ECT0:
                 anc.append(offload_mod.tos_cmsg(st.tos))
@@ -294,9 +295,15 @@ class PacketSocket:
                 if not offload_mod.refused(exc):
                     self._count_send_error(exc, to, count)
                     return count
-                # The kernel or device cannot segment: one datagram per call from now on.
-                self.offload.gso = False
-                self.offload.reason = f"GSO send refused ({errno.errorcode.get(exc.errno or 0, exc)}): fallback"
+                # The kernel or device cannot segment: one datagram per call from now on, to
+                # this destination and size (EINVAL: e.g. segments above its route's MTU) or
+                # to all (no GSO in the kernel or no checksum offload in the device).
+                name = errno.errorcode.get(exc.errno or 0, str(exc))
+                if exc.errno == errno.EINVAL and len(self.gso_refused) < 1024:
+                    self.gso_refused.add((to, st.size))
+                else:
+                    self.offload.gso = False
+                self.offload.reason = f"GSO send refused ({name}): one datagram per call"
             else:
                 self.gso_sends += 1
                 self.gso_datagrams += count
