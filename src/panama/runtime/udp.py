@@ -82,12 +82,13 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
 class _Stage:
     """Datagrams of equal size staged for one ``(destination, tos)``, back to back in ``buf``."""
 
-    __slots__ = ("to", "tos", "size", "count", "used", "buf", "view", "floats")
+    __slots__ = ("to", "tos", "size", "cap", "count", "used", "buf", "view", "floats")
 
     def __init__(self, to: Hashable, tos: int):
         self.to = to
         self.tos = tos
         self.size = 0
+        self.cap = 0
         self.count = 0
         self.used = 0
         self.buf = bytearray(offload_mod.MAX_BATCH_BYTES + 1)
@@ -170,6 +171,11 @@ class PacketSocket:
         self._last = n
         return self._sendmsg(n, to, packet.ecn if ecn is None else ecn)
 
+    def enable_offload(self, *, gro: bool = False) -> offload_mod.Offload:
+        """Probe (and with ``gro``, enable) UDP offload on this socket now; see :mod:`.offload`."""
+        self.offload = offload_mod.probe(self.sock, gro=gro)
+        return self.offload
+
     def set_key(self, key: int) -> None:
         """Carry ``key`` (the job's data-plane key) in every datagram this socket sends."""
         self.trailer = codec.key_trailer(key)
@@ -235,7 +241,9 @@ class PacketSocket:
         """
         count = packet.count
         size = codec.HEADER_BYTES + codec.FLOAT_BYTES * count + codec.KEY_BYTES
-        st = self._slot(to, tos, size)
+        st = self._stages.get((to, tos))
+        if st is None or not st.count or st.size != size or st.used + size > st.cap:
+            st = self._slot(to, tos, size)
         off = st.used
         codec.encode_header_into(st.buf, packet, off)
         if count:
@@ -250,7 +258,9 @@ class PacketSocket:
     def stage_copy(self, src: tuple[_Stage, int, int], to: Hashable, tos: int) -> None:
         """Stage the datagram :meth:`stage` returned again, for ``to``."""
         sst, soff, size = src
-        st = self._slot(to, tos, size)
+        st = self._stages.get((to, tos))
+        if st is None or not st.count or st.size != size or st.used + size > st.cap:
+            st = self._slot(to, tos, size)
         off = st.used
         st.view[off : off + size] = sst.view[soff : soff + size]
         st.used = off + size
@@ -261,10 +271,11 @@ class PacketSocket:
         st = self._stages.get(key)
         if st is None:
             st = self._stages[key] = _Stage(to, tos)
-        elif st.count and (size != st.size or st.used + size > self._batch_bytes or st.count >= self._batch_max):
+        elif st.count and (size != st.size or st.used + size > st.cap):
             self._flush_one(st)
         if not st.count:
             st.size = size
+            st.cap = min(self._batch_bytes, self._batch_max * size)  # bytes of a full batch
             self._pending.append(st)
         return st
 
