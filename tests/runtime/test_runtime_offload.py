@@ -277,3 +277,30 @@ def test_the_batched_daemon_counts_a_short_last_segment_and_serves_on(batched_da
     assert d.stats()["data_plane"]["errors"] == 0
     a.close()
     b.close()
+
+
+# ---------------------------------------------------------------------- a cluster end to end
+@needs_gro
+def test_a_cluster_allreduce_batches_in_daemons_and_workers_and_stays_exact(cluster):
+    from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
+
+    world = 4
+    inputs = random_arrays(np.random.default_rng(16), world, (60_001,))  # 61 datagrams of 1000 floats
+
+    def body(comm, rank):
+        out = [comm.allreduce(inputs[rank]) for _ in range(3)]
+        return out, comm._gso, comm.sock.gso_datagrams  # noqa: SLF001
+
+    before = {k: (s["gso_datagrams"], s["rx_syscalls"], s["rx_packets"]) for k, s in cluster.switch_stats().items()}
+    results, errors = run_ranks(cluster.controller, "offload", world, body, timeout_s=60)
+    assert errors == [None] * world
+    for out in results[0][0]:
+        assert out.tobytes() == results[1][0][0].tobytes()
+        assert_close_to_reference(out, inputs)
+    assert all(gso and sent > 0 for _, gso, sent in results)  # workers sent GSO batches
+    after = cluster.switch_stats()
+    assert all(s["offload"]["batched_loop"] for s in after.values())
+    gso = sum(s["gso_datagrams"] - before[k][0] for k, s in after.items())
+    rx = sum(s["rx_packets"] - before[k][2] for k, s in after.items())
+    calls = sum(s["rx_syscalls"] - before[k][1] for k, s in after.items())
+    assert gso > 0 and calls < rx  # daemons sent GSO batches and received GRO-coalesced buffers
