@@ -304,3 +304,12 @@ def test_a_cluster_allreduce_batches_in_daemons_and_workers_and_stays_exact(clus
     rx = sum(s["rx_packets"] - before[k][2] for k, s in after.items())
     calls = sum(s["rx_syscalls"] - before[k][1] for k, s in after.items())
     assert gso > 0 and calls < rx  # daemons sent GSO batches and received GRO-coalesced buffers
+
+
+def test_panama_switch_has_the_offload_switch():
+    from click.testing import CliRunner
+
+    from panama.cli import cli
+
+    res = CliRunner().invoke(cli, ["switch", "--help"])
+    assert res.exit_code == 0 and "--offload / --no-offload" in res.output

@@ -5,6 +5,14 @@ worker communicator lives here, on top of :mod:`panama.core.codec`. ECN travels 
 IP header: sockets ask for the received TOS byte (``IP_RECVTOS``) and send ECT(0) by
 default (``IP_TOS`` socket option); a packet to be sent with another codepoint (CE)
 carries it as an ``IP_TOS`` control message on that one ``sendmsg``.
+
+Batched sends (:meth:`PacketSocket.stage`, :meth:`PacketSocket.flush`): datagrams are
+copied into one batch per (destination, codepoint) at once (so their payload memory may
+be reused), and ``flush`` sends each batch of equal-size datagrams with one UDP GSO
+``sendmsg`` where the socket has GSO (:mod:`panama.runtime.offload`), else one datagram
+per call; counters (``sent_packets``, ``send_errors``...) count datagrams either way.
+A socket made with ``offload=True`` also has GRO enabled: its reader must split
+coalesced buffers (the switch daemon's batched loop does).
 """
 
 from __future__ import annotations
