@@ -289,7 +289,7 @@ def test_a_cluster_allreduce_batches_in_daemons_and_workers_and_stays_exact(clus
 
     def body(comm, rank):
         out = [comm.allreduce(inputs[rank]) for _ in range(3)]
-        return out, comm._gso, comm.sock.gso_datagrams  # noqa: SLF001
+        return out, comm._gso and comm._gro, comm.sock.gso_datagrams, comm.stats()["offload"]["gro_buffers"]  # noqa: SLF001
 
     before = {k: (s["gso_datagrams"], s["rx_syscalls"], s["rx_packets"]) for k, s in cluster.switch_stats().items()}
     results, errors = run_ranks(cluster.controller, "offload", world, body, timeout_s=60)
@@ -297,7 +297,8 @@ def test_a_cluster_allreduce_batches_in_daemons_and_workers_and_stays_exact(clus
     for out in results[0][0]:
         assert out.tobytes() == results[1][0][0].tobytes()
         assert_close_to_reference(out, inputs)
-    assert all(gso and sent > 0 for _, gso, sent in results)  # workers sent GSO batches
+    assert all(gso and sent > 0 for _, gso, sent, _ in results)  # workers sent GSO batches
+    assert sum(gro for *_, gro in results) > 0  # and received results coalesced by GRO
     after = cluster.switch_stats()
     assert all(s["offload"]["batched_loop"] for s in after.values())
     gso = sum(s["gso_datagrams"] - before[k][0] for k, s in after.items())

@@ -8,6 +8,12 @@ transport wants sent to the worker's first-hop (leaf) daemon, feeds it every res
 datagram from that daemon, and fires its timer. Protocol decisions (packetisation, tree
 round robin, windows, retransmissions) stay in the core.
 
+Batching (:mod:`panama.runtime.offload`): where 2+ datagrams of the job's size fit one
+64 KB send and the kernel has them, the packets of each poll leave in UDP GSO sends
+(copied at once into per-codepoint batches) and results arrive GRO-coalesced, cut back
+into datagrams (one codepoint per buffer: GRO merges only equal TOS); otherwise, or with
+``PANAMA_UDP_OFFLOAD=0``, one datagram per system call. ``stats()["offload"]`` says which.
+
 A background thread heart-beats to the controller; when the controller tears the job
 down (a rank stopped heart-beating, a daemon died) the next wait fails at once with the
 controller's reason. Every blocking wait is bounded by ``timeout_s`` and its error says
@@ -141,11 +147,13 @@ class Communicator:
         self.heartbeat_s = heartbeat_s
         self._rto = (initial_rto_s, min_rto_s, max_rto_s)
         self.sock = PacketSocket((bind_host, 0))
-        self._gso = False  # set by connect()
+        self._gso = self._gro = False  # set by connect()
         self.addr = self.sock.addr
-        self._recv_buf = bytearray(codec.datagram_size(codec.MAX_PAYLOAD_ELEMS) + 1)
+        self._recv_buf = bytearray(offload.RECV_BUFFER_BYTES)  # a datagram, or a GRO buffer of several
         self._recv_view = memoryview(self._recv_buf)
         self._recv_floats = codec.payload_view(self._recv_buf)  # decode slices payloads from it
+        self._recv_f32 = np.frombuffer(self._recv_buf, dtype="<f4", count=len(self._recv_buf) // 4)
+        self._recv_f32.flags.writeable = False  # segment k's payload: a slice from its offset
         self.transport: WorkerTransport | None = None
         self.plan: dict[str, Any] | None = None
         self.first_hop: Address | None = None
@@ -156,6 +164,7 @@ class Communicator:
         self.calls = 0
         self.dropped_sends = 0
         self.refused = 0  # ICMP port unreachable from the first hop (its socket is gone)
+        self.gro_buffers = 0  # receives that returned several datagrams (GRO)
         self._stage: np.ndarray | None = None
         self._failure: str | None = None
         self._broken: str | None = None
@@ -222,14 +231,11 @@ class Communicator:
         self.first_hop = parse_addr(reply["first_hop"]["udp"], field="first_hop")
         self.first_hop_name = reply["first_hop"]["switch"]
         self.sock.connect(self.first_hop)
-        # GSO sends where 2+ datagrams fit one send (receives stay one datagram per call:
-        # the kernel cuts the daemon's GSO results for a socket without GRO).
+        # GSO sends and GRO receives where 2+ datagrams fit one send and the kernel has them.
         datagram_bytes = codec.datagram_size(int(reply["payload_elems"]))
-        self._gso = (
-            offload.env_allows()
-            and offload.segments_per_send(datagram_bytes) >= 2
-            and self.sock.enable_offload(gro=False).gso
-        )
+        if offload.env_allows() and offload.segments_per_send(datagram_bytes) >= 2:
+            found = self.sock.enable_offload(gro=True)
+            self._gso, self._gro = found.gso, found.gro
         self.key = int(reply["key"], 16)
         self.sock.set_key(self.key)
         self._keys = {self.job_id: self.key}
@@ -329,7 +335,9 @@ class Communicator:
         floats = self._recv_floats
         poller = select.poll()
         poller.register(raw, select.POLLIN)
-        cmsg_space = socket.CMSG_SPACE(4)
+        gro = self._gro
+        cmsg_space = offload.RECV_CMSG_SPACE if gro else socket.CMSG_SPACE(4)
+        f32 = self._recv_f32
         dontwait = int(socket.MSG_DONTWAIT)  # plain int: enum flags are slow
         iov = [view]
         decode = codec.decode
@@ -366,7 +374,29 @@ class Communicator:
                 if src != leaf:
                     self.ignored[FOREIGN_SOURCE] = self.ignored.get(FOREIGN_SOURCE, 0) + 1
                     continue
-                ecn = anc[0][2][0] & 3 if anc and anc[0][2] else 0
+                seg = 0
+                if gro:
+                    ecn, seg = offload.parse_cmsgs(anc) if anc else (0, 0)
+                else:
+                    ecn = anc[0][2][0] & 3 if anc and anc[0][2] else 0
+                if seg and seg < n:  # GRO: several results back to back, one codepoint
+                    self.gro_buffers += 1
+                    for off in range(0, n, seg):
+                        size = min(seg, n - off)
+                        try:
+                            pkt = decode(view[off : off + size], ecn, None if off & 3 else f32[(off + 28) >> 2 :], keys)
+                        except codec.CodecError as exc:
+                            self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
+                            continue
+                        tr.receive(pkt, now_ps())
+                        if tr.done:
+                            break
+                    got += (n - 1) // seg
+                    if tr.done:
+                        break
+                    if got >= 64:
+                        break
+                    continue
                 try:
                     pkt = decode(view[:n], ecn, floats, keys)
                 except codec.CodecError as exc:
@@ -471,6 +501,7 @@ class Communicator:
             dropped_sends=self.dropped_sends,
             refused=self.refused,
             send_errors=self.sock.send_errors,
+            offload={**self.sock.offload.as_dict(), "gso_sends": self.sock.gso_sends, "gro_buffers": self.gro_buffers},
         )
         return base
 
