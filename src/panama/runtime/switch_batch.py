@@ -15,9 +15,12 @@ Same contract as the plain loop (docs in :mod:`panama.runtime.switchd`), per dat
   ``rx_bytes`` count datagrams, not system calls (``rx_syscalls`` counts those). The
   kernel only coalesces datagrams with equal IP TOS, so the buffer's TOS is every
   segment's ECN codepoint.
-* Send: every emitted datagram is copied into a per-``(destination, codepoint)`` batch
-  (:meth:`~panama.runtime.udp.PacketSocket.stage`; multicast copies the encoded bytes),
-  and all batches leave after the received batch is processed, one GSO ``sendmsg`` each
+* Send: every emitted datagram is copied into its destination's batch
+  (:meth:`~panama.runtime.udp.PacketSocket.stage`; multicast copies the encoded bytes;
+  a datagram of another size or codepoint sends the batch before it first, so each
+  destination gets its datagrams in emission order: results reordered by batching would
+  look like loss to the workers' fast retransmit), and all batches leave after the
+  received batch is processed, one GSO ``sendmsg`` each
   (or one call per datagram when the kernel refuses GSO: counted fallback, no loss).
   Send errors are counted per datagram, as ``drops["send_error"]``.
 * ECN backlog marking and ``drop_prob`` work per datagram as in the plain loop.

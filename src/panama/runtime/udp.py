@@ -7,8 +7,9 @@ default (``IP_TOS`` socket option); a packet to be sent with another codepoint (
 carries it as an ``IP_TOS`` control message on that one ``sendmsg``.
 
 Batched sends (:meth:`PacketSocket.stage`, :meth:`PacketSocket.flush`): datagrams are
-copied into one batch per (destination, codepoint) at once (so their payload memory may
-be reused), and ``flush`` sends each batch of equal-size datagrams with one UDP GSO
+copied at once into their destination's batch (so their payload memory may be reused;
+a datagram of another size or ECN codepoint sends the batch before it first, so each
+destination receives in emission order), and ``flush`` sends each batch with one UDP GSO
 ``sendmsg`` where the socket has GSO (:mod:`panama.runtime.offload`), else one datagram
 per call; counters (``sent_packets``, ``send_errors``...) count datagrams either way.
 A socket made with ``offload=True`` also has GRO enabled: its reader must split
@@ -239,18 +240,19 @@ class PacketSocket:
 
     # ------------------------------------------------------------------ batched sending (GSO)
     def stage(self, packet: Packet, to: Hashable, tos: int) -> tuple[_Stage, int, int]:
-        """Copy ``packet``'s datagram into the batch for ``(to, tos)``; sent by :meth:`flush`.
+        """Copy ``packet``'s datagram, codepoint ``tos``, into the batch for ``to``; sent by :meth:`flush`.
 
-        Datagrams of one batch have equal size (a different size flushes the batch
-        first), so one GSO ``sendmsg`` sends them all; the copy frees the payload's memory
+        Datagrams of one batch have equal size and codepoint (another size or codepoint
+        sends the batch first: order per destination is kept), so one GSO ``sendmsg``
+        sends them all; the copy frees the payload's memory
         at once (the caller may reuse it). Returns ``(stage, offset, size_bytes)``, for
         :meth:`stage_copy` to send the same datagram elsewhere (software multicast; the
         destinations of one packet must differ).
         """
         count = packet.count
         size = codec.HEADER_BYTES + codec.FLOAT_BYTES * count + codec.KEY_BYTES
-        st = self._stages.get((to, tos))
-        if st is None or not st.count or st.size != size or st.used + size > st.cap:
+        st = self._stages.get(to)
+        if st is None or not st.count or st.size != size or st.tos != tos or st.used + size > st.cap:
             st = self._slot(to, tos, size)
         off = st.used
         codec.encode_header_into(st.buf, packet, off)
@@ -266,8 +268,8 @@ class PacketSocket:
     def stage_copy(self, src: tuple[_Stage, int, int], to: Hashable, tos: int) -> None:
         """Stage the datagram :meth:`stage` returned again, for ``to``."""
         sst, soff, size = src
-        st = self._stages.get((to, tos))
-        if st is None or not st.count or st.size != size or st.used + size > st.cap:
+        st = self._stages.get(to)
+        if st is None or not st.count or st.size != size or st.tos != tos or st.used + size > st.cap:
             st = self._slot(to, tos, size)
         off = st.used
         st.view[off : off + size] = sst.view[soff : soff + size]
@@ -275,14 +277,14 @@ class PacketSocket:
         st.count += 1
 
     def _slot(self, to: Hashable, tos: int, size: int) -> _Stage:
-        key = (to, tos)
-        st = self._stages.get(key)
+        st = self._stages.get(to)
         if st is None:
-            st = self._stages[key] = _Stage(to, tos)
-        elif st.count and (size != st.size or st.used + size > st.cap):
-            self._flush_one(st)
+            st = self._stages[to] = _Stage(to, tos)
+        elif st.count and (size != st.size or tos != st.tos or st.used + size > st.cap):
+            self._flush_one(st)  # one batch per destination at a time: its datagrams stay in order
         if not st.count:
             st.size = size
+            st.tos = tos
             st.cap = min(self._batch_bytes, self._batch_max * size)  # bytes of a full batch
             self._pending.append(st)
         return st
