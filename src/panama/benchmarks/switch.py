@@ -40,6 +40,7 @@ from panama.core.errors import FieldError
 from panama.core.packet import ECT0, MAX_CWND_CAP, Packet
 from panama.runtime.switchd import SwitchConfig, SwitchDaemon
 from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, format_addr
+from panama.tables import format_pairs
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _RESULT_BUFFER_BYTES = 32 << 20  # the worker that reads results back
@@ -311,5 +312,4 @@ def format_table(report: dict) -> str:
         ("ratio to floor", f"{report['ratio_to_floor']:.2f}"),
         ("accelerator drops", f"{report['accelerator_drops']}"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return format_pairs(rows)

@@ -19,6 +19,7 @@ from panama.cli.options import model_from_options, model_options
 from panama.core.errors import FieldError
 from panama.runtime.settings import ClusterConfig, ControllerConfig, ProcessSettings, SwitchConfig
 from panama.runtime.udp import RUNTIME_PACKET_MEMORY
+from panama.tables import format_table
 
 
 def _daemon(run, settings, program: str) -> None:
@@ -222,12 +223,11 @@ def _print_status(state: dict, state_file: Path) -> None:
         f"controller  http://{state['controller']}  pid {state.get('controller_pid')}  log "
         f"{state.get('controller_log')}"
     )
-    click.echo(f"{'id':<10}{'role':<8}{'udp':<22}{'control':<22}{'pid':>8}  up")
-    for sw in state["switches"]:
-        up = sw.get("up", sw.get("alive"))
-        click.echo(
-            f"{sw['id']:<10}{sw['role']:<8}{sw['udp']:<22}{sw['control']:<22}{sw['pid']:>8}  {'yes' if up else 'NO'}"
-        )
+    rows = [
+        (sw["id"], sw["role"], sw["udp"], sw["control"], sw["pid"], "yes" if sw.get("up", sw.get("alive")) else "NO")
+        for sw in state["switches"]
+    ]
+    click.echo(format_table(rows, ("id", "role", "udp", "control", "pid", "up"), align="llllrl"))
     click.echo(f"state file: {state_file}")
 
 

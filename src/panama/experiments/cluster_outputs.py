@@ -17,6 +17,7 @@ from panama.experiments.cluster_scenario import BASELINE, SHORT_FLOW_BYTES
 from panama.experiments.sweep import (
     write_json_atomic,
 )
+from panama.tables import format_table as draw_table
 
 
 def write_outputs(out: Path, summary: dict[str, Any], runs: Sequence[Mapping[str, Any]], *, make_plots: bool) -> None:
@@ -180,24 +181,26 @@ def format_table(summary: Mapping[str, Any]) -> str:
         lines.append(
             f"{params}; seeds {', '.join(map(str, g['seeds']))}  (ratios = scheme/{BASELINE}, lower is better)"
         )
-        head = (
-            f"{'scheme':<11} {'short mean us':>13} {'short p99 us':>12} {'large-flow us':>13} "
-            f"{'large-job s':>11} {'p99 ratio':>18} {'pooled p99':>10} {'mean ratio':>18} {'train ratio':>18} "
-            f"{'bytes ratio':>11}"
-        )
-        lines += [head, "-" * len(head)]
-        for scheme, st in g["schemes"].items():
-            lines.append(
-                f"{scheme:<11} {_fmt(st.get('short_fct_mean_us'), '.1f'):>13} "
-                f"{_fmt(st.get('short_fct_p99_us'), '.1f'):>12} "
-                f"{_fmt(st.get('large_flow_fct_mean_us'), '.0f'):>13} "
-                f"{_fmt(st.get('large_job_training_time_s'), '.4f'):>11} "
-                f"{_fmt_ci(st, 'short_fct_p99_us_norm', '.2f'):>18} "
-                f"{_fmt(st.get('short_fct_p99_pooled_us_norm'), '.2f'):>10} "
-                f"{_fmt_ci(st, 'short_fct_mean_us_norm', '.2f'):>18} "
-                f"{_fmt_ci(st, 'large_job_training_time_s_norm', '.2f'):>18} "
-                f"{_fmt(st.get('bytes_total_norm'), '.2f'):>11}"
+        rows = [
+            (
+                scheme,
+                _fmt(st.get("short_fct_mean_us"), ".1f"),
+                _fmt(st.get("short_fct_p99_us"), ".1f"),
+                _fmt(st.get("large_flow_fct_mean_us"), ".0f"),
+                _fmt(st.get("large_job_training_time_s"), ".4f"),
+                _fmt_ci(st, "short_fct_p99_us_norm", ".2f"),
+                _fmt(st.get("short_fct_p99_pooled_us_norm"), ".2f"),
+                _fmt_ci(st, "short_fct_mean_us_norm", ".2f"),
+                _fmt_ci(st, "large_job_training_time_s_norm", ".2f"),
+                _fmt(st.get("bytes_total_norm"), ".2f"),
             )
+            for scheme, st in g["schemes"].items()
+        ]
+        headers = (
+            "scheme", "short mean µs", "short p99 µs", "large-flow µs", "large-job s", "p99 ratio", "pooled p99",
+            "mean ratio", "train ratio", "bytes ratio",
+        )  # fmt: skip
+        lines.append(draw_table(rows, headers))
         n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
         lines.append(
             f"(short flows < {SHORT_FLOW_BYTES // 1000} KB: {n_short} over all seeds; 'pooled p99' = p99 of "
