@@ -185,6 +185,12 @@ def _shared_cluster_options(f):
         ),
         click.option("--no-plots", "--no-plot", "no_plot", is_flag=True, help="Skip the PNG plots."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table."),
+        click.option(
+            "--floor/--no-floor",
+            default=True,
+            show_default=True,
+            help="Also run each point without its jobs ('background': the same flows, the fabric's floor).",
+        ),
     ]
     for opt in reversed(options):
         f = opt(f)
@@ -292,6 +298,7 @@ def shared_cluster_cmd(
     fresh: bool,
     no_plot: bool,
     quiet: bool,
+    floor: bool,
     out_dir: Path | None,
     more_axes: tuple[str, ...],
 ) -> None:
@@ -327,6 +334,7 @@ def shared_cluster_cmd(
             progress=not quiet,
             command=_command_line(),
             fresh=fresh,
+            floor=floor,
             **kw,
         )
     except ScenarioError as exc:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from panama.experiments.cluster_analysis import _group_key, normalise_runs
-from panama.experiments.cluster_scenario import BASELINE, SHORT_FLOW_BYTES
+from panama.experiments.cluster_scenario import BASELINE, FLOOR, SHORT_BUCKETS, SHORT_FLOW_BYTES
 from panama.experiments.sweep import (
     write_json_atomic,
 )
@@ -158,6 +158,9 @@ def plot_all(out: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, 
     return files
 
 
+_BUCKET_LABELS = (("lt2k", "< 2 KB"), ("2k_10k", "2-10 KB"), ("10k_50k", "10-50 KB"), ("50k_100k", "50-100 KB"))
+
+
 def _fmt(v: Any, spec: str) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
@@ -204,8 +207,18 @@ def format_table(summary: Mapping[str, Any]) -> str:
         n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
         lines.append(
             f"(short flows < {SHORT_FLOW_BYTES // 1000} KB: {n_short} over all seeds; 'pooled p99' = p99 of "
-            "all seeds' short flows together, as a ratio)"
+            f"all seeds' short flows together, as a ratio; '{FLOOR}' = the same flows without any job)"
         )
+        by_size = [
+            (scheme, *(_fmt_ci(st, f"short_fct_p99_us_{key}_norm", ".2f") for key, _, _ in SHORT_BUCKETS))
+            for scheme, st in g["schemes"].items()
+        ]
+        first = next(iter(g["schemes"].values()), {})
+        size_headers = (
+            "p99 ratio by size",
+            *(f"{label} (n={_fmt(first.get(f'short_flows_{key}'), '.0f')}/seed)" for key, label in _BUCKET_LABELS),
+        )
+        lines.append(draw_table(by_size, size_headers))
         lines.append("")
     c = summary.get("consistency", {})
     if not c.get("same_flows_and_placement", True):

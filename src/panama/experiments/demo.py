@@ -53,6 +53,7 @@ def run_demo(
         jobs=jobs,
         progress=progress,
         command=command,
+        floor=False,  # the demo compares two schemes; the experiment itself runs the floor
     )
     st = sim.summary["schemes"]["panama"]
     ring = sim.summary["schemes"]["ring"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from panama._ext import compiled
 from panama.core.units import PS_PER_S, PS_PER_US
+from panama.sim.diagnostics import diagnostics
 from panama.tables import format_table
 
 if TYPE_CHECKING:
@@ -232,6 +233,7 @@ def collect(sim: Simulation) -> SimResult:
             "packet_memory_slots": acc["packet_memory_slots"],
         },
         "busiest_queue": queue_stats,
+        "diagnostics": diagnostics(sim, bg_rows, PS_PER_S),
     }
     return SimResult(sc, summary, bg_rows + ring_rows, iter_rows, queue, sim)
 
