@@ -11,7 +11,7 @@ How a run works
 ---------------
 * The base :class:`~panama.sim.scenario.Scenario` holds the fabric, background traffic and
   jobs. The built-in one (:func:`experiment_scenario`) is a k=4 fat-tree at 10 Gbps with
-  web-search flows at 50 % load and five jobs: three built from the comm-ratio table
+  web-search flows at 30 % load (``PRESETS``) and five jobs: three built from the comm-ratio table
   (``models.csv``: VGG-16, AlexNet, ResNet-50 on P100 at 10 Gbps) and two small ones.
   Gradients *and* compute times are multiplied by ``scale`` (1/200 in ``full`` and
   ``quick``), which keeps each job's communication/computation ratio at its real value on
