@@ -9,12 +9,24 @@ from panama.core.errors import FieldError
 from panama.core.topology import TopologyError
 from panama.experiments.comm_ratio import ModelTableError
 from panama.experiments.report import ReportError
+from panama.runtime.cluster_file import ClusterFileError
 from panama.runtime.udp import AddressError, parse_addr
+from panama.settings import SettingsError
 from panama.sim.scenario import ScenarioError
 
 
 @pytest.mark.parametrize(
-    "cls", [ControllerError, TopologyError, ModelTableError, ReportError, AddressError, ScenarioError]
+    "cls",
+    [
+        ControllerError,
+        TopologyError,
+        ModelTableError,
+        ReportError,
+        AddressError,
+        ScenarioError,
+        SettingsError,
+        ClusterFileError,
+    ],
 )
 def test_every_field_error_carries_field_and_detail(cls):
     exc = cls("some.key", "must be >= 1, got 0: really")
@@ -36,3 +48,31 @@ def test_address_errors_name_the_field():
     with pytest.raises(AddressError) as info:
         parse_addr("localhost", field="--udp")
     assert info.value.field == "--udp" and info.value.detail.startswith("expected HOST:PORT")
+
+
+def test_no_source_names_a_field_in_a_plain_value_error():
+    """A message "field: detail" in a bare ValueError is what FieldError replaces: callers would have
+    to split strings to find the field. (Scans raise statements with ast.)"""
+    import ast
+    import pathlib
+    import re
+
+    src = pathlib.Path(__file__).resolve().parents[1] / "src" / "panama"
+    field_first = re.compile(r"^[\w.{}\[\]/'-]+: ")
+
+    def text(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.JoinedStr):
+            return "".join(v.value if isinstance(v, ast.Constant) else "{x}" for v in node.values)
+        return None
+
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            call = node.exc if isinstance(node, ast.Raise) else None
+            if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "ValueError" and call.args:
+                message = text(call.args[0])
+                if message and field_first.match(message):
+                    found.append(f"{path.relative_to(src)}:{node.lineno}: {message[:60]}")
+    assert found == []

@@ -106,3 +106,65 @@ def test_benchmark_scripts_only_use_the_library_and_its_cli():
     for path in sorted(bench.glob("*.py")):
         for name in imported_modules(path):
             assert not name.startswith("tests"), f"{path.name} imports {name}"
+
+
+def _module_level_imports(tree: ast.Module):
+    """Imports that run when the module is imported (not those inside functions or under TYPE_CHECKING)."""
+
+    def walk(node):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                for child in node.body + node.orelse:
+                    yield from walk(child)
+        elif isinstance(node, ast.Try):
+            for child in node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body]:
+                yield from walk(child)
+
+    for node in tree.body:
+        yield from walk(node)
+
+
+def import_graph(root: pathlib.Path = SRC):
+    """Module -> modules it imports at import time, within the package (networkx DiGraph)."""
+    import networkx as nx
+
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        graph.add_node(name)
+        for node in _module_level_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                    for a in node.names
+                ]
+            else:
+                targets = []
+            graph.add_edges_from((name, t) for t in targets if t in modules and t != name)
+    return graph
+
+
+def test_no_import_cycles_between_modules():
+    import networkx as nx
+
+    graph = import_graph()
+    assert graph.number_of_edges() > 100  # the graph was really built
+    assert list(nx.simple_cycles(graph)) == []
+
+
+def test_the_cycle_check_finds_a_cycle(tmp_path):
+    import networkx as nx
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.b import x\n")
+    (pkg / "b.py").write_text("import pkg.a\nx = 1\n")
+    assert list(nx.simple_cycles(import_graph(pkg))) != []

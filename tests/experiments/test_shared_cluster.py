@@ -12,6 +12,7 @@ import pytest
 from panama.experiments.comm_ratio import run_comm_ratio
 from panama.experiments.report import ORIGINAL, write_report
 from panama.experiments.shared_cluster import (
+    FLOOR,
     NORMALISED,
     SCHEME_ORDER,
     experiment_scenario,
@@ -47,9 +48,16 @@ def test_presets_scale_threshold_with_gradients():
 def test_summary_schema_and_ratios(tiny):
     out, _res = tiny
     data = json.loads((out / "summary.json").read_text())
-    assert list(data["schemes"]) == list(SCHEME_ORDER)
+    assert list(data["schemes"]) == [*SCHEME_ORDER, FLOOR]
     ring = data["schemes"]["ring"]
+    floor = data["schemes"][FLOOR]
+    assert floor["jobs_total"] == 0 and floor["bytes_total_norm"] < 1.0  # same flows, no training traffic
+    assert floor.get("large_job_training_time_s") is None
     for scheme, st in data["schemes"].items():
+        for key in ("lt2k", "2k_10k", "10k_50k", "50k_100k"):
+            assert f"short_fct_p99_us_{key}_norm" in st and f"short_flows_{key}" in st, (scheme, key)
+        if scheme == FLOOR:
+            continue
         assert st["n_seeds"] == 1
         for key in REQUIRED:
             assert key in st and key + "_norm" in st, (scheme, key)
@@ -72,9 +80,9 @@ def test_summary_schema_and_ratios(tiny):
 def test_every_scheme_ran_the_same_flows(tiny):
     out, _ = tiny
     points = [json.loads(p.read_text()) for p in (out / "points").glob("*.json")]
-    assert sorted(p["params"]["scheme"] for p in points) == sorted(SCHEME_ORDER)
-    assert len({p["result"]["flows_digest"] for p in points}) == 1
-    assert len({p["result"]["placement_digest"] for p in points}) == 1
+    assert sorted(p["params"]["scheme"] for p in points) == sorted([*SCHEME_ORDER, FLOOR])
+    assert len({p["result"]["flows_digest"] for p in points}) == 1  # the floor too
+    assert len({p["result"]["placement_digest"] for p in points if p["params"]["scheme"] != FLOOR}) == 1
     assert len({p["result"]["background_flows"] for p in points}) == 1
     assert points[0]["result"]["short_flows"] > 10
 
@@ -83,14 +91,14 @@ def test_csv_and_plots(tiny):
     out, _ = tiny
     with open(out / "runs.csv") as fh:
         runs = list(csv.DictReader(fh))
-    assert sorted(r["scheme"] for r in runs) == sorted(SCHEME_ORDER)
+    assert sorted(r["scheme"] for r in runs) == sorted([*SCHEME_ORDER, FLOOR])
     ring = next(r for r in runs if r["scheme"] == "ring")
     for r in runs:
         assert float(r["short_fct_p99_us_norm"]) == pytest.approx(
             float(r["short_fct_p99_us"]) / float(ring["short_fct_p99_us"])
         )
     with open(out / "summary.csv") as fh:
-        assert len(list(csv.DictReader(fh))) == 4
+        assert len(list(csv.DictReader(fh))) == len(SCHEME_ORDER) + 1  # and the floor
     for name in ("fct_cdf.png", "normalized.png"):
         assert (out / name).stat().st_size > 1000
     assert (out / "scenario.toml").is_file() and (out / "config.json").is_file()
@@ -99,7 +107,7 @@ def test_csv_and_plots(tiny):
 def test_rerun_resumes_everything(tiny):
     out, res = tiny
     again = run_shared_cluster(out, preset="tiny", jobs=1, progress=False, make_plots=False)
-    assert again.summary["computed_runs"] == 0 and again.summary["resumed_runs"] == 4
+    assert again.summary["computed_runs"] == 0 and again.summary["resumed_runs"] == len(SCHEME_ORDER) + 1
     assert (
         again.summary["schemes"]["panama"]["short_fct_p99_us"] == res.summary["schemes"]["panama"]["short_fct_p99_us"]
     )

@@ -69,7 +69,7 @@ def test_probe_reports_the_kernel_and_the_environment_forces_the_fallback(monkey
     sock = PacketSocket(offload=True)
     assert not sock.offload.gso
     sock.close()
-    d = SwitchDaemon(SwitchConfig("sw", payload_elems=PE, offload=True))
+    d = SwitchDaemon(SwitchConfig(switch_id="sw", payload_elems=PE, offload=True))
     assert not d.batched and d.stats()["offload"]["batched_loop"] is False
     d.close()
 
@@ -95,7 +95,7 @@ def test_only_sizes_that_fit_twice_in_one_send_are_batched():
     assert offload.segments_per_send(codec.datagram_size(2300)) == 7  # 9,236-byte datagrams
     assert offload.segments_per_send(codec.datagram_size(361)) == 44  # 1,480-byte datagrams
     assert offload.segments_per_send(100) == offload.MAX_SEGMENTS
-    d = SwitchDaemon(SwitchConfig("sw", payload_elems=codec.MAX_PAYLOAD_ELEMS, offload=True))
+    d = SwitchDaemon(SwitchConfig(switch_id="sw", payload_elems=codec.MAX_PAYLOAD_ELEMS, offload=True))
     assert not d.batched and d.sock.offload.reason == "not requested"  # 64 KB datagrams: the plain loop
     d.close()
 
@@ -217,7 +217,9 @@ def test_a_device_refusing_gso_falls_back_and_other_errors_are_counted():
 # ---------------------------------------------------------------------- the batched daemon
 @pytest.fixture
 def batched_daemon():
-    d = SwitchDaemon(SwitchConfig("sw", packet_memory=64, payload_elems=PE, ecn_threshold_pkts=0, offload=True))
+    d = SwitchDaemon(
+        SwitchConfig(switch_id="sw", packet_memory=64, payload_elems=PE, ecn_threshold_pkts=0, offload=True)
+    )
     if not d.batched:
         d.close()
         pytest.skip(f"no UDP offload here: {d.sock.offload.reason}")

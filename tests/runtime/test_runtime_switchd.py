@@ -12,6 +12,7 @@ from panama.core import codec
 from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, Packet
 from panama.runtime.switchd import SwitchConfig, SwitchDaemon
 from panama.runtime.udp import PacketSocket, format_addr
+from panama.settings import SettingsError
 
 PE = 8
 
@@ -29,7 +30,7 @@ def daemon_factory(request):
     made = []
 
     def make(**kw):
-        d = SwitchDaemon(SwitchConfig("sw", packet_memory=64, payload_elems=PE, offload=request.param, **kw))
+        d = SwitchDaemon(SwitchConfig(switch_id="sw", packet_memory=64, payload_elems=PE, offload=request.param, **kw))
         if request.param and not d.batched:
             d.close()
             pytest.skip(f"no UDP offload here: {d.sock.offload.reason}")
@@ -238,8 +239,12 @@ def test_config_validation_names_the_field():
         ({"packet_memory": 0}, "packet_memory"),
         ({"payload_elems": 10**6}, "payload_elems"),
         ({"drop_prob": 1.0}, "drop_prob"),
-        ({"ecn_threshold_pkts": -1}, "ecn_threshold"),
+        ({"ecn_threshold_pkts": -1}, "ecn_threshold_pkts"),
         ({"batch": 0}, "batch"),
+        ({"udp": "nohost"}, "udp"),
+        ({"udp": ("127.0.0.1", 70000)}, "udp"),
+        ({"bogus": 1}, "bogus"),
     ):
-        with pytest.raises(ValueError, match=f"^{field}"):
-            SwitchConfig("x", **kw).validate()
+        with pytest.raises(SettingsError, match=f"^{field}") as info:
+            SwitchConfig(switch_id="x", **kw)
+        assert info.value.field.split(".")[0] == field

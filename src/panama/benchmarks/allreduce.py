@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS
+from panama.tables import format_table as draw_table
 
 MB = 1_000_000
 
@@ -365,23 +366,30 @@ def summarize(reports: list[dict], cfg: BenchConfig) -> list[dict[str, Any]]:
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    head = (
-        f"{'size MB':>8} {'PANAMA ms':>10} {'PANAMA GB/s':>12} {'gloo ms':>9} {'gloo GB/s':>10} {'ratio':>6} "
-        f"{'range':>11} "
-        f"{'switch GB/s':>12} {'max rel err':>12} {'PANAMA CPU ms':>14} {'gloo CPU ms':>12}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        gloo_ms = f"{r['gloo_ms']:9.2f}" if "gloo_ms" in r else f"{'-':>9}"
-        gloo_bw = f"{r['gloo_algbw_gbps']:10.3f}" if "gloo_algbw_gbps" in r else f"{'-':>10}"
-        ratio = f"{r['ratio']:6.2f}" if "ratio" in r else f"{'-':>6}"
-        spread = f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio" in r else "-"
-        lines.append(
-            f"{r['size_mb']:>8g} {r['panama_ms']:10.2f} {r['panama_algbw_gbps']:12.3f} {gloo_ms} {gloo_bw} {ratio} "
-            f"{spread:>11} "
-            f"{r['switch_gbps']:12.3f} {r['panama_max_rel_err']:12.2e} {r['panama_cpu_ms']:14.1f} "
-            + (f"{r['gloo_cpu_ms']:12.1f}" if "gloo_cpu_ms" in r else f"{'-':>12}")
+    def opt(r: dict[str, Any], key: str, spec: str) -> str | None:
+        return format(r[key], spec) if key in r else None
+
+    table = [
+        (
+            f"{r['size_mb']:g}",
+            f"{r['panama_ms']:.2f}",
+            f"{r['panama_algbw_gbps']:.3f}",
+            opt(r, "gloo_ms", ".2f"),
+            opt(r, "gloo_algbw_gbps", ".3f"),
+            opt(r, "ratio", ".2f"),
+            f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio" in r else None,
+            f"{r['switch_gbps']:.3f}",
+            f"{r['panama_max_rel_err']:.2e}",
+            f"{r['panama_cpu_ms']:.1f}",
+            opt(r, "gloo_cpu_ms", ".1f"),
         )
+        for r in rows
+    ]
+    headers = (
+        "size MB", "PANAMA ms", "PANAMA GB/s", "gloo ms", "gloo GB/s", "ratio", "range", "switch GB/s",
+        "max rel err", "PANAMA CPU ms", "gloo CPU ms",
+    )  # fmt: skip
+    lines = [draw_table(table, headers, align="r" * len(headers))]
     lines.append(
         "ms = median over rounds of the time per allreduce; algbw = size / time per allreduce; ratio = PANAMA algbw / "
         "gloo algbw, median over rounds (range: smallest-largest round), phases alternating in one run"

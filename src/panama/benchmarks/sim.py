@@ -33,6 +33,7 @@ import networkx as nx
 import numpy as np
 
 from panama._ext import ENV_VAR, compiled
+from panama.core.errors import FieldError
 from panama.core.units import PS_PER_S, ms, us
 from panama.sim.dctcp import Dctcp, DctcpConfig, goodput_bps, jain
 from panama.sim.engine import Engine
@@ -335,7 +336,7 @@ def bench_sim_report(
     ``with_pure``, the pure path in a child process in turn, its rate, the speed-up and
     whether the results are identical."""
     if scenario not in ("reference", "panama"):
-        raise ValueError(f"scenario: expected reference or panama, got {scenario!r}")
+        raise FieldError("scenario", f"expected reference or panama, got {scenario!r}")
     if duration_ms is None:
         duration_ms = 100.0 if scenario == "reference" else 3.0
     if seed is None:

@@ -51,10 +51,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from panama.core import codec
+from panama.core.errors import FieldError
 from panama.core.packet import ECT0, MAX_CWND_CAP, Packet
 from panama.runtime import offload as offload_mod
 from panama.runtime.switchd import SwitchConfig, SwitchDaemon
 from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, format_addr
+from panama.tables import format_pairs
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _RESULT_BUFFER_BYTES = 32 << 20  # the worker that reads results back
@@ -79,16 +81,17 @@ class SwitchBenchConfig:
     def validate(self) -> None:
         for name in ("jobs", "trees", "workers", "window"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+                raise FieldError(name, f"must be >= 1, got {getattr(self, name)}")
         if not 1 <= self.payload_elems <= codec.MAX_PAYLOAD_ELEMS:
-            raise ValueError(f"payload_elems: must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {self.payload_elems}")
+            raise FieldError("payload_elems", f"must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {self.payload_elems}")
         if self.seconds <= 0 or self.warmup_s < 0:
-            raise ValueError(f"seconds: must be > 0, got {self.seconds}")
+            raise FieldError("seconds", f"must be > 0, got {self.seconds}")
         slots_per_tree = self.packet_memory // (self.jobs * self.trees)
         if self.window + 2 > slots_per_tree:
-            raise ValueError(
-                f"window: {self.window} in flight per tree needs more than the {slots_per_tree} slots "
-                f"a tree gets from packet_memory={self.packet_memory} over {self.jobs * self.trees} trees"
+            raise FieldError(
+                "window",
+                f"{self.window} in flight per tree needs more than the {slots_per_tree} slots "
+                f"a tree gets from packet_memory={self.packet_memory} over {self.jobs * self.trees} trees",
             )
 
 
@@ -434,5 +437,4 @@ def format_table(report: dict) -> str:
         ),
         ("accelerator drops", f"{report['accelerator_drops']}"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    return format_pairs(rows)

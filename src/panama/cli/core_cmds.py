@@ -6,6 +6,7 @@ import click
 
 from panama.cli.common import echo_json
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, MAX_PAYLOAD_ELEMS
+from panama.tables import format_table
 
 
 @click.command("core")
@@ -33,13 +34,16 @@ def bench_core(workers: int, size_mb: float, payload_elems: int, repeat: int, se
     if as_json:
         echo_json(result.as_dict())
         return
-    click.echo(f"{'':24}{'payload GB/s':>14}{'packets/s':>14}{'seconds':>10}")
-    click.echo(
-        f"{'accelerator':24}{result.accelerator_gbps:14.3f}{result.accelerator_pps:14,.0f}{result.accelerator_s:10.3f}"
-    )
-    click.echo(
-        f"{'numpy.add (same packets)':24}{result.numpy_gbps:14.3f}{result.numpy_pps:14,.0f}{result.numpy_s:10.3f}"
-    )
+    rows = [
+        (
+            "accelerator",
+            f"{result.accelerator_gbps:.3f}",
+            f"{result.accelerator_pps:,.0f}",
+            f"{result.accelerator_s:.3f}",
+        ),
+        ("numpy.add (same packets)", f"{result.numpy_gbps:.3f}", f"{result.numpy_pps:,.0f}", f"{result.numpy_s:.3f}"),
+    ]
+    click.echo(format_table(rows, ("", "payload GB/s", "packets/s", "seconds")))
     click.echo(
         f"ratio accelerator/numpy.add = {result.ratio:.3f}   ({result.contributions:,} contributions of "
         f"{payload_elems} floats; result {'exact' if result.exact else 'WRONG'})"

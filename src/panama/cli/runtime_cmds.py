@@ -7,9 +7,7 @@ starts its daemons that way, with the interpreter it runs under).
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import logging
 import sys
 import time
 from pathlib import Path
@@ -17,247 +15,95 @@ from pathlib import Path
 import click
 
 from panama.cli.common import echo_json, usage_error
-from panama.core.controller import DEFAULT_THRESHOLD_BYTES
+from panama.cli.options import model_from_options, model_options
+from panama.core.errors import FieldError
+from panama.runtime.settings import ClusterConfig, ControllerConfig, ProcessSettings, SwitchConfig
 from panama.runtime.udp import RUNTIME_PACKET_MEMORY
-
-LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
-
-
-def _addr(value: str, field: str):
-    from panama.runtime.udp import AddressError, parse_addr
-
-    try:
-        return parse_addr(value, field=field)
-    except AddressError as exc:
-        raise usage_error(field, exc.detail) from None
+from panama.tables import format_table
 
 
-_TOKEN_FILE_HELP = "File holding the API's bearer token (mode 0600) [default: $PANAMA_TOKEN]."
-
-
-def _token(token_file):
-    """The token from --token-file, else $PANAMA_TOKEN; usage error (exit 2) if neither."""
-    from panama.runtime.http import TOKEN_ENV, check_token, read_token_file
+def _daemon(run, settings, program: str) -> None:
+    """Prepare the process (token, logging, lifeline) and run the daemon; errors as one line."""
+    from panama.core.errors import FieldError
+    from panama.runtime.process import prepare
 
     try:
-        if token_file:
-            return read_token_file(token_file)
-        import os
-
-        env = os.environ.get(TOKEN_ENV, "").strip()
-        if env:
-            return check_token(env, TOKEN_ENV)
-    except ValueError as exc:
-        field, _, msg = str(exc).partition(": ")
-        raise usage_error(field, msg) from None
-    raise usage_error(
-        "token-file", f"required (or set ${TOKEN_ENV}): the control API only answers requests that carry its token"
-    )
+        token = prepare(settings)
+    except FieldError as exc:
+        raise usage_error(f"--{exc.field}" if exc.field == "token-file" else exc.field, exc.detail) from None
+    try:
+        run(settings, token)
+    except FieldError as exc:
+        raise usage_error(exc.field, exc.detail) from None
+    except OSError as exc:
+        raise click.ClickException(f"{program}: cannot bind: {exc}") from None
 
 
-def _concrete(addr, field: str):
+def _concrete(config, field: str):
     """Refuse an unspecified bind address (0.0.0.0): the address is what peers are told to send to."""
-    if addr[0] in ("0.0.0.0", ""):
+    from panama.runtime.settings import concrete_address
+
+    addr = getattr(config, field)
+    if not concrete_address(addr):
         raise usage_error(
-            field,
+            f"--{field}",
             f"{addr[0] or '(empty)'} is not an address workers can reach: bind one address of this machine (e.g. its "
             f"LAN IPv4)",
         )
-    return addr
-
-
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
 
 
 # ---------------------------------------------------------------------- panama switch
 @click.command("switch")
-@click.option("--id", "switch_id", required=True, help="Switch name (e.g. leaf0); must match the cluster file.")
-@click.option(
-    "--udp", default="127.0.0.1:0", show_default=True, help="Data-plane bind address HOST:PORT (port 0: any)."
+@model_options(
+    SwitchConfig,
+    aliases={
+        "switch_id": ["--id"],
+        "ecn_threshold_pkts": ["--ecn-threshold"],
+        "status_interval_s": ["--status-interval"],
+    },
 )
-@click.option(
-    "--control", default="127.0.0.1:0", show_default=True, help="HTTP control/metrics bind address HOST:PORT."
-)
-@click.option(
-    "--packet-memory", default=RUNTIME_PACKET_MEMORY, show_default=True, type=int, help="Accelerator slots (packets)."
-)
-@click.option(
-    "--payload-elems",
-    default=None,
-    type=int,
-    help="float32 per slot/datagram [default: 16367, the largest UDP datagram].",
-)
-@click.option(
-    "--ecn-threshold",
-    default=128,
-    show_default=True,
-    type=int,
-    help="Mark CE when the backlog exceeds this many full datagrams' bytes (0: never).",
-)
-@click.option("--batch", default=64, show_default=True, type=int, help="Datagrams drained per batch.")
-@click.option(
-    "--offload/--no-offload",
-    default=True,
-    show_default=True,
-    help="UDP GSO/GRO batched loop where the kernel has it and 2+ datagrams fit one send (PANAMA_UDP_OFFLOAD=0: off).",
-)
-@click.option(
-    "--drop-prob", default=0.0, show_default=True, type=float, help="Drop received datagrams (fault injection)."
-)
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the drop generator.")
-@click.option(
-    "--status-interval", default=10.0, show_default=True, type=float, help="Seconds between status log lines."
-)
-@click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
-@click.option("--ready-file", default=None, help="Write the bound addresses as JSON here once ready.")
-@click.option("--exit-with", type=click.IntRange(min=1), default=None, help="Stop when this process id is gone.")
-@click.option("--token-file", default=None, help=_TOKEN_FILE_HELP)
-def switch(
-    switch_id,
-    udp,
-    control,
-    packet_memory,
-    payload_elems,
-    ecn_threshold,
-    batch,
-    offload,
-    drop_prob,
-    seed,
-    status_interval,
-    log_level,
-    ready_file,
-    exit_with,
-    token_file,
-):
+@model_options(ProcessSettings)
+def switch(**options):
     """Run one PANAMA switch daemon (a UDP aggregation accelerator) in the foreground.
 
     The controller installs jobs through the HTTP control address; GET /metrics there
     gives Prometheus counters, GET /stats the same as JSON. SIGTERM/SIGINT stop it.
+    Every option is a field of the daemon's settings (``python -m panama.runtime.switchd
+    CONFIG.json`` takes the same as a JSON file).
     """
-    from panama.runtime.switchd import SwitchConfig, run_switch
-    from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
+    from panama.runtime.settings import SwitchProcess
+    from panama.runtime.switchd import run_switch_process
 
-    config = SwitchConfig(
-        switch_id=switch_id,
-        udp=_concrete(_addr(udp, "udp"), "udp"),
-        control=_concrete(_addr(control, "control"), "control"),
-        packet_memory=packet_memory,
-        payload_elems=RUNTIME_PAYLOAD_ELEMS if payload_elems is None else payload_elems,
-        ecn_threshold_pkts=ecn_threshold,
-        batch=batch,
-        offload=offload,
-        drop_prob=drop_prob,
-        seed=seed,
-        status_interval_s=status_interval,
-    )
-    try:
-        config.validate()
-    except ValueError as exc:
-        field, _, msg = str(exc).partition(": ")
-        raise usage_error(field.replace("_", "-"), msg) from None
-    token = _token(token_file)
-    _setup_logging(log_level)
-    if exit_with is not None:
-        from panama.runtime.lifeline import exit_with as tie_to
-
-        tie_to(exit_with)
-    try:
-        run_switch(config, ready_file, token=token)
-    except OSError as exc:
-        raise click.ClickException(f"switch {switch_id}: cannot bind: {exc}") from None
+    config = model_from_options(SwitchConfig, options)
+    for field in ("udp", "control"):
+        _concrete(config, field)
+    settings = model_from_options(SwitchProcess, options, switch=config)
+    _daemon(run_switch_process, settings, f"switch {config.switch_id}")
 
 
 # ---------------------------------------------------------------------- panama controller serve
 @click.command("serve")
-@click.option("--cluster", "cluster_file", required=True, help="Cluster TOML: topology and daemon addresses.")
-@click.option("--listen", default="127.0.0.1:7070", show_default=True, help="HTTP bind address HOST:PORT.")
-@click.option(
-    "--threshold-bytes",
-    default=DEFAULT_THRESHOLD_BYTES,
-    show_default=True,
-    type=int,
-    help="Smallest gradient aggregated in-network; smaller jobs are told host-based.",
+@model_options(
+    ControllerConfig,
+    aliases={
+        "cluster_file": ["--cluster"],
+        "heartbeat_timeout_s": ["--heartbeat-timeout"],
+        "startup_wait_s": ["--startup-wait"],
+    },
 )
-@click.option("--max-jobs-per-switch", default=8, show_default=True, type=int)
-@click.option("--trees", default=None, type=int, help="Trees per job unless a job asks [default: number of spines].")
-@click.option(
-    "--heartbeat-timeout",
-    default=5.0,
-    show_default=True,
-    type=float,
-    help="Seconds without a heartbeat before a job fails.",
-)
-@click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
-@click.option("--ready-file", default=None, help="Write the bound address as JSON here once ready.")
-@click.option("--exit-with", type=click.IntRange(min=1), default=None, help="Stop when this process id is gone.")
-@click.option("--token-file", default=None, help=_TOKEN_FILE_HELP)
-@click.option(
-    "--state-file",
-    default=None,
-    help="Running jobs are kept here (mode 0600); a restarted controller takes them back [default: none].",
-)
-@click.option(
-    "--startup-wait", default=20.0, show_default=True, type=float, help="Seconds to wait for the daemons at start-up."
-)
-def controller_serve(
-    cluster_file,
-    listen,
-    threshold_bytes,
-    max_jobs_per_switch,
-    trees,
-    heartbeat_timeout,
-    log_level,
-    ready_file,
-    exit_with,
-    token_file,
-    state_file,
-    startup_wait,
-):
-    """Serve the controller's HTTP/JSON API (docs/runtime.md) for workers and switch daemons."""
-    from panama.runtime.cluster_file import ClusterFileError, load_cluster
-    from panama.runtime.controller_service import ControllerService, run_controller
+@model_options(ProcessSettings)
+def controller_serve(**options):
+    """Serve the controller's HTTP/JSON API (docs/runtime.md) for workers and switch daemons.
 
-    address = _addr(listen, "listen")
-    try:
-        spec = load_cluster(cluster_file)
-    except ClusterFileError as exc:
-        field, _, msg = str(exc).partition(": ")
-        raise usage_error(f"cluster {field}", msg) from None
-    if threshold_bytes < 0:
-        raise usage_error("threshold-bytes", f"must be >= 0, got {threshold_bytes}")
-    if max_jobs_per_switch < 1:
-        raise usage_error("max-jobs-per-switch", f"must be >= 1, got {max_jobs_per_switch}")
-    if trees is not None and trees < 1:
-        raise usage_error("trees", f"must be >= 1, got {trees}")
-    if heartbeat_timeout <= 0:
-        raise usage_error("heartbeat-timeout", f"must be > 0, got {heartbeat_timeout}")
-    if startup_wait < 0:
-        raise usage_error("startup-wait", f"must be >= 0, got {startup_wait}")
-    token = _token(token_file)
-    _setup_logging(log_level)
-    if exit_with is not None:
-        from panama.runtime.lifeline import exit_with as tie_to
+    Every option is a field of the controller's settings (``python -m
+    panama.runtime.controller_service CONFIG.json`` takes the same as a JSON file).
+    """
+    from panama.runtime.controller_service import run_controller_process
+    from panama.runtime.settings import ControllerProcess
 
-        tie_to(exit_with)
-    service = ControllerService(
-        spec,
-        threshold_bytes=threshold_bytes,
-        max_jobs_per_switch=max_jobs_per_switch,
-        default_trees=trees,
-        heartbeat_timeout_s=heartbeat_timeout,
-        token=token,
-        state_file=state_file,
-        startup_wait_s=startup_wait,
-    )
-    try:
-        run_controller(service, address, ready_file)
-    except OSError as exc:
-        raise click.ClickException(f"controller: cannot listen on {listen}: {exc}") from None
+    config = model_from_options(ControllerConfig, options)
+    settings = model_from_options(ControllerProcess, options, controller=config)
+    _daemon(run_controller_process, settings, "controller")
 
 
 # ---------------------------------------------------------------------- panama cluster
@@ -281,94 +127,29 @@ def _state_file(state_path):
 
 
 @cluster.command("up")
-@click.option("--leaves", default=2, show_default=True, type=int)
-@click.option("--spines", default=2, show_default=True, type=int)
-@click.option("--hosts-per-leaf", default=4, show_default=True, type=int, help="Worker slots per leaf.")
-@click.option("--trees", default=None, type=int, help="Trees per job [default: number of spines].")
-@click.option("--packet-memory", default=RUNTIME_PACKET_MEMORY, show_default=True, type=int)
-@click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367].")
-@click.option("--threshold-bytes", default=0, show_default=True, type=int)
-@click.option("--heartbeat-timeout", default=5.0, show_default=True, type=float)
-@click.option("--drop-prob", default=0.0, show_default=True, type=float, help="Loss injected at every switch.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--log-level", default="INFO", show_default=True, type=LOG_LEVELS)
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    help="IPv4 address of this machine that the daemons and controller bind (workers on other machines connect there).",
-)
-@click.option(
-    "--port",
-    default=0,
-    show_default=True,
-    type=int,
-    help="The controller's TCP port (0: any free port; PANAMA_CONTROLLER=HOST:PORT then stays fixed).",
+@model_options(
+    ClusterConfig,
+    exclude=("switch_drop_prob", "netns", "startup_timeout_s"),
+    aliases={
+        "heartbeat_timeout_s": ["--heartbeat-timeout"],
+        "controller_port": ["--port"],
+        "ecn_threshold_pkts": ["--ecn-threshold"],
+    },
 )
 @_state_option
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
-def cluster_up(
-    leaves,
-    spines,
-    hosts_per_leaf,
-    trees,
-    packet_memory,
-    payload_elems,
-    threshold_bytes,
-    heartbeat_timeout,
-    drop_prob,
-    seed,
-    log_level,
-    host,
-    port,
-    state_path,
-    as_json,
-):
+def cluster_up(state_path, as_json, **options):
     """Start a local cluster in the background and record it in the state file."""
     from panama.runtime.cluster import ClusterError, LocalCluster
-    from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
 
-    for name, value, low in (
-        ("leaves", leaves, 1),
-        ("spines", spines, 1),
-        ("hosts-per-leaf", hosts_per_leaf, 1),
-        ("packet-memory", packet_memory, 1),
-    ):
-        if value < low:
-            raise usage_error(name, f"must be >= {low}, got {value}")
-    if not 0 <= drop_prob < 1:
-        raise usage_error("drop-prob", f"must be in [0, 1), got {drop_prob}")
-    if not 0 <= port <= 65535:
-        raise usage_error("port", f"must be in [0, 65535], got {port}")
-    try:
-        ip = ipaddress.IPv4Address(host)
-    except ValueError:
-        raise usage_error("host", f"expected an IPv4 address, got {host!r}") from None
-    if ip.is_unspecified or ip.is_multicast or str(ip) == "255.255.255.255":
-        raise usage_error("host", f"{host} is not an address workers can reach: give one address of this machine")
+    config = model_from_options(ClusterConfig, options)
     state_file = _state_file(state_path)
     if state_file.exists():
         old = json.loads(state_file.read_text())
         if _any_alive(old):
             raise usage_error("state", f"a cluster is already running ({state_file}); run 'panama cluster down' first")
     workdir = state_file.parent / "run"
-    lc = LocalCluster(
-        leaves=leaves,
-        spines=spines,
-        hosts_per_leaf=hosts_per_leaf,
-        trees=trees,
-        packet_memory=packet_memory,
-        payload_elems=RUNTIME_PAYLOAD_ELEMS if payload_elems is None else payload_elems,
-        threshold_bytes=threshold_bytes,
-        heartbeat_timeout_s=heartbeat_timeout,
-        drop_prob=drop_prob,
-        seed=seed,
-        log_level=log_level,
-        workdir=workdir,
-        detached=True,
-        host=host,
-        controller_port=port,
-    )
+    lc = LocalCluster(config, workdir=workdir, detached=True)
     try:
         lc.start()
     except ClusterError as exc:
@@ -442,12 +223,11 @@ def _print_status(state: dict, state_file: Path) -> None:
         f"controller  http://{state['controller']}  pid {state.get('controller_pid')}  log "
         f"{state.get('controller_log')}"
     )
-    click.echo(f"{'id':<10}{'role':<8}{'udp':<22}{'control':<22}{'pid':>8}  up")
-    for sw in state["switches"]:
-        up = sw.get("up", sw.get("alive"))
-        click.echo(
-            f"{sw['id']:<10}{sw['role']:<8}{sw['udp']:<22}{sw['control']:<22}{sw['pid']:>8}  {'yes' if up else 'NO'}"
-        )
+    rows = [
+        (sw["id"], sw["role"], sw["udp"], sw["control"], sw["pid"], "yes" if sw.get("up", sw.get("alive")) else "NO")
+        for sw in state["switches"]
+    ]
+    click.echo(format_table(rows, ("id", "role", "udp", "control", "pid", "up"), align="llllrl"))
     click.echo(f"state file: {state_file}")
 
 
@@ -459,7 +239,11 @@ def _is_ours(pid) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"panama.cli.runtime_cmds" in cmdline
+    return any(name in cmdline for name in _DAEMON_MODULES)
+
+
+# What a cluster's processes run (python -m ...): its daemons, or the CLI of older clusters.
+_DAEMON_MODULES = (b"panama.runtime.switchd", b"panama.runtime.controller_service", b"panama.cli.runtime_cmds")
 
 
 def _any_alive(state: dict) -> bool:
@@ -617,9 +401,8 @@ def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_me
     )
     try:
         cfg.validate()
-    except ValueError as exc:
-        field, _, detail = str(exc).partition(": ")
-        raise usage_error(field.replace("_", "-"), detail) from None
+    except FieldError as exc:
+        raise usage_error("--" + exc.field.replace("_", "-"), exc.detail) from None
     report = run_bench_switch(cfg)
     if as_json:
         echo_json(report)

@@ -25,6 +25,7 @@ from panama.core.controller import (
     JobPlan,
 )
 from panama.core.topology import Topology, TopologyError, parse_topology
+from panama.tables import format_table
 
 DEFAULT_JOB_SIZE_MB = 100.0
 BYTES_PER_MB = 1_000_000
@@ -88,11 +89,7 @@ def _gbps(rate_bps: float) -> str:
 
 
 def _table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
-    cells = [[str(c) for c in header]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return format_table(rows, header, align="l" * len(header))
 
 
 def format_topology(topo: Topology) -> str:

@@ -5,89 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from pydantic import ValidationError
 
 from panama.cli.common import usage_error
-
-ALLREDUCE_CHOICES = ("panama", "gloo", "local")
-
-
-def _config_error(exc: ValidationError) -> click.UsageError:
-    first = exc.errors()[0]
-    field = str(first["loc"][0]) if first.get("loc") else "config"
-    option = {"timeout_s": "--timeout-s"}.get(field, "--" + field.replace("_", "-"))
-    return usage_error(option, first.get("msg", "invalid value").removeprefix("Value error, "))
+from panama.cli.options import model_from_options, model_options
+from panama.runtime.train_config import TrainConfig
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--workers", "-w", type=int, default=2, show_default=True, help="Data-parallel workers W.")
-@click.option("--epochs", "-e", type=int, default=5, show_default=True, help="Passes over the training set.")
-@click.option(
-    "--batch-size", "-b", type=int, default=64, show_default=True, help="Global minibatch, split across the workers."
+@model_options(
+    TrainConfig,
+    aliases={"workers": ["-w"], "epochs": ["-e"], "batch_size": ["-b"], "timeout_s": ["--timeout"]},
 )
-@click.option("--lr", type=float, default=0.1, show_default=True, help="SGD learning rate.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of initialisation and batch order.")
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Directory with Fashion-MNIST IDX files (train-images-idx3-ubyte[.gz], ...). Default: sklearn digits.",
-)
-@click.option(
-    "--allreduce",
-    type=click.Choice(ALLREDUCE_CHOICES),
-    default="panama",
-    show_default=True,
-    help="Gradient sum: PANAMA switch daemons, gloo (host-based), or W replicas in one process.",
-)
-@click.option(
-    "--controller",
-    default=None,
-    metavar="HOST:PORT",
-    help="Running controller for --allreduce panama (its token from $PANAMA_TOKEN). Default: start a local cluster "
-    "for the run.",
-)
-@click.option("--job", default=None, help="Job name at the controller (panama). Default: unique.")
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
     help="JSON result file. Default: runs/train/<dataset>-<allreduce>-w<W>-seed<seed>.json.",
 )
-@click.option("--threads", type=int, default=1, show_default=True, help="torch threads per worker.")
-@click.option(
-    "--init",
-    type=click.Choice(("he", "reference")),
-    default="he",
-    show_default=True,
-    help="Weight init: He normal, or the reference's N(0, 0.01^2).",
-)
-@click.option(
-    "--timeout-s",
-    "--timeout",
-    "timeout_s",
-    type=float,
-    default=120.0,
-    show_default=True,
-    help="Longest silence from a worker (s).",
-)
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
-def train(
-    workers: int,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    seed: int,
-    data_dir: Path | None,
-    allreduce: str,
-    controller: str | None,
-    job: str | None,
-    out: Path | None,
-    threads: int,
-    init: str,
-    timeout_s: float,
-    quiet: bool,
-) -> None:
+def train(out: Path | None, quiet: bool, **options) -> None:
     """Train the reference LeNet data-parallel on W workers and check the replicas agree.
 
     Each global minibatch is split across the workers; each computes forward/backward on
@@ -96,26 +32,10 @@ def train(
     a JSON result, and exits with code 1 if the replicas' parameters are not bitwise equal.
     """
     from panama.runtime.data import IdxFormatError, load_dataset
-    from panama.runtime.training import TrainConfig, TrainingError, default_out_path, format_bytes
+    from panama.runtime.training import TrainingError, default_out_path, format_bytes
     from panama.runtime.training import train as run_training
 
-    try:
-        cfg = TrainConfig(
-            workers=workers,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            seed=seed,
-            data_dir=data_dir,
-            allreduce=allreduce,
-            controller=controller,
-            job=job,
-            threads=threads,
-            init=init,
-            timeout_s=timeout_s,
-        )
-    except ValidationError as exc:
-        raise _config_error(exc) from None
+    cfg = model_from_options(TrainConfig, options)
     try:
         dataset = load_dataset(cfg.data_dir)
     except IdxFormatError as exc:

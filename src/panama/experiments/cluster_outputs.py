@@ -13,10 +13,11 @@ from typing import Any
 import numpy as np
 
 from panama.experiments.cluster_analysis import _group_key, normalise_runs
-from panama.experiments.cluster_scenario import BASELINE, SHORT_FLOW_BYTES
+from panama.experiments.cluster_scenario import BASELINE, FLOOR, SHORT_BUCKETS, SHORT_FLOW_BYTES
 from panama.experiments.sweep import (
     write_json_atomic,
 )
+from panama.tables import format_table as draw_table
 
 
 def write_outputs(out: Path, summary: dict[str, Any], runs: Sequence[Mapping[str, Any]], *, make_plots: bool) -> None:
@@ -157,6 +158,9 @@ def plot_all(out: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, 
     return files
 
 
+_BUCKET_LABELS = (("lt2k", "< 2 KB"), ("2k_10k", "2-10 KB"), ("10k_50k", "10-50 KB"), ("50k_100k", "50-100 KB"))
+
+
 def _fmt(v: Any, spec: str) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
@@ -180,29 +184,41 @@ def format_table(summary: Mapping[str, Any]) -> str:
         lines.append(
             f"{params}; seeds {', '.join(map(str, g['seeds']))}  (ratios = scheme/{BASELINE}, lower is better)"
         )
-        head = (
-            f"{'scheme':<11} {'short mean us':>13} {'short p99 us':>12} {'large-flow us':>13} "
-            f"{'large-job s':>11} {'p99 ratio':>18} {'pooled p99':>10} {'mean ratio':>18} {'train ratio':>18} "
-            f"{'bytes ratio':>11}"
-        )
-        lines += [head, "-" * len(head)]
-        for scheme, st in g["schemes"].items():
-            lines.append(
-                f"{scheme:<11} {_fmt(st.get('short_fct_mean_us'), '.1f'):>13} "
-                f"{_fmt(st.get('short_fct_p99_us'), '.1f'):>12} "
-                f"{_fmt(st.get('large_flow_fct_mean_us'), '.0f'):>13} "
-                f"{_fmt(st.get('large_job_training_time_s'), '.4f'):>11} "
-                f"{_fmt_ci(st, 'short_fct_p99_us_norm', '.2f'):>18} "
-                f"{_fmt(st.get('short_fct_p99_pooled_us_norm'), '.2f'):>10} "
-                f"{_fmt_ci(st, 'short_fct_mean_us_norm', '.2f'):>18} "
-                f"{_fmt_ci(st, 'large_job_training_time_s_norm', '.2f'):>18} "
-                f"{_fmt(st.get('bytes_total_norm'), '.2f'):>11}"
+        rows = [
+            (
+                scheme,
+                _fmt(st.get("short_fct_mean_us"), ".1f"),
+                _fmt(st.get("short_fct_p99_us"), ".1f"),
+                _fmt(st.get("large_flow_fct_mean_us"), ".0f"),
+                _fmt(st.get("large_job_training_time_s"), ".4f"),
+                _fmt_ci(st, "short_fct_p99_us_norm", ".2f"),
+                _fmt(st.get("short_fct_p99_pooled_us_norm"), ".2f"),
+                _fmt_ci(st, "short_fct_mean_us_norm", ".2f"),
+                _fmt_ci(st, "large_job_training_time_s_norm", ".2f"),
+                _fmt(st.get("bytes_total_norm"), ".2f"),
             )
+            for scheme, st in g["schemes"].items()
+        ]
+        headers = (
+            "scheme", "short mean µs", "short p99 µs", "large-flow µs", "large-job s", "p99 ratio", "pooled p99",
+            "mean ratio", "train ratio", "bytes ratio",
+        )  # fmt: skip
+        lines.append(draw_table(rows, headers))
         n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
         lines.append(
             f"(short flows < {SHORT_FLOW_BYTES // 1000} KB: {n_short} over all seeds; 'pooled p99' = p99 of "
-            "all seeds' short flows together, as a ratio)"
+            f"all seeds' short flows together, as a ratio; '{FLOOR}' = the same flows without any job)"
         )
+        by_size = [
+            (scheme, *(_fmt_ci(st, f"short_fct_p99_us_{key}_norm", ".2f") for key, _, _ in SHORT_BUCKETS))
+            for scheme, st in g["schemes"].items()
+        ]
+        first = next(iter(g["schemes"].values()), {})
+        size_headers = (
+            "p99 ratio by size",
+            *(f"{label} (n={_fmt(first.get(f'short_flows_{key}'), '.0f')}/seed)" for key, label in _BUCKET_LABELS),
+        )
+        lines.append(draw_table(by_size, size_headers))
         lines.append("")
     c = summary.get("consistency", {})
     if not c.get("same_flows_and_placement", True):

@@ -13,6 +13,18 @@ from panama.experiments.comm_ratio import load_models
 
 SCHEME_ORDER = ("ring", "ina-fixed", "ina-single", "panama")
 BASELINE = "ring"
+#: The floor: the same scenario with its jobs removed (same background flows, same seed),
+#: run beside the schemes so every ratio can be read against what the fabric gives
+#: short flows without any training traffic.
+FLOOR = "background"
+#: Short-flow size buckets reported on their own (key, [low, high) bytes): queueing
+#: dominates the tiny ones, bandwidth the larger ones, and a pooled p99 hides which.
+SHORT_BUCKETS = (
+    ("lt2k", 0, 2_000),
+    ("2k_10k", 2_000, 10_000),
+    ("10k_50k", 10_000, 50_000),
+    ("50k_100k", 50_000, 100_000),
+)
 SHORT_FLOW_BYTES = 100_000
 LARGE_FLOW_BYTES = 1_000_000
 REAL_THRESHOLD_BYTES = DEFAULT_THRESHOLD_BYTES
@@ -38,6 +50,7 @@ NORMALISED = (
     "large_job_training_time_s",
     "small_job_training_time_s",
     "bytes_total",
+    *(f"short_fct_p99_us_{key}" for key, _, _ in SHORT_BUCKETS),
 )
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from panama.core.errors import FieldError
 from panama.experiments.sweep import write_json_atomic
+from panama.tables import format_table as draw_table
 
 REQUIRED_COLUMNS = ("model", "gpu", "link_gbps", "params", "batch_size", "images_per_s")
 OPTIONAL_COLUMNS = ("bytes_per_param", "throughput_batch", "source", "param_source", "note")
@@ -235,18 +236,22 @@ def summarise(table: Sequence[RatioRow]) -> dict[str, Any]:
 
 def format_table(table: Sequence[RatioRow]) -> str:
     """Terminal table."""
-    head = (
-        f"{'model':<13} {'gpu':<5} {'link':>5} {'grad MB':>8} {'compute ms':>10} {'ring ms':>8} {'INA ms':>7} "
-        f"{'ratio':>6} {'speedup':>7}"
-    )
-    lines = [head, "-" * len(head)]
-    for r in table:
-        lines.append(
-            f"{r.model:<13} {r.gpu:<5} {r.link_gbps:>5g} {r.gradient_bytes / 1e6:>8.1f} "
-            f"{r.compute_s * 1e3:>10.1f} {r.ring_comm_s * 1e3:>8.1f} {r.ina_comm_s * 1e3:>7.1f} "
-            f"{r.comm_ratio:>6.2f} {r.speedup_ina_no_overlap:>7.2f}"
+    rows = [
+        (
+            r.model,
+            r.gpu,
+            f"{r.link_gbps:g}",
+            f"{r.gradient_bytes / 1e6:.1f}",
+            f"{r.compute_s * 1e3:.1f}",
+            f"{r.ring_comm_s * 1e3:.1f}",
+            f"{r.ina_comm_s * 1e3:.1f}",
+            f"{r.comm_ratio:.2f}",
+            f"{r.speedup_ina_no_overlap:.2f}",
         )
-    return "\n".join(lines)
+        for r in table
+    ]
+    headers = ("model", "gpu", "link Gb/s", "grad MB", "compute ms", "ring ms", "INA ms", "ratio", "speedup")
+    return draw_table(rows, headers, align="llrrrrrrr")
 
 
 def plot(table: Sequence[RatioRow], path: Path) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from panama.experiments.shared_cluster import run_shared_cluster
 from panama.experiments.sweep import write_json_atomic
+from panama.tables import format_table
 
 
 def _ratio(st: dict[str, Any], key: str) -> float | None:
@@ -52,6 +53,7 @@ def run_demo(
         jobs=jobs,
         progress=progress,
         command=command,
+        floor=False,  # the demo compares two schemes; the experiment itself runs the floor
     )
     st = sim.summary["schemes"]["panama"]
     ring = sim.summary["schemes"]["ring"]
@@ -132,23 +134,36 @@ def format_demo(demo: dict[str, Any]) -> str:
     lines = [
         "PANAMA demo: panama vs ring on one simulated shared cluster (same flows, same seed)",
         "",
-        f"  {'metric':<38} {'ring':>12} {'panama':>12} {'panama/ring':>12}",
-        (
-            f"  {'short-flow FCT p99 (µs)':<38} {_fmt(s['ring']['short_fct_p99_us'], '.1f'):>12} "
-            f"{_fmt(s['panama']['short_fct_p99_us'], '.1f'):>12} {_fmt(s['short_fct_p99_ratio'], '.2f'):>12}"
+        format_table(
+            [
+                (
+                    "short-flow FCT p99 (µs)",
+                    _fmt(s["ring"]["short_fct_p99_us"], ".1f"),
+                    _fmt(s["panama"]["short_fct_p99_us"], ".1f"),
+                    _fmt(s["short_fct_p99_ratio"], ".2f"),
+                ),
+                (
+                    "short-flow FCT mean (µs)",
+                    _fmt(s["ring"]["short_fct_mean_us"], ".1f"),
+                    _fmt(s["panama"]["short_fct_mean_us"], ".1f"),
+                    _fmt(s["short_fct_mean_ratio"], ".2f"),
+                ),
+                (
+                    "large-job training time (s, simulated)",
+                    _fmt(s["ring"]["large_job_training_time_s"], ".4f"),
+                    _fmt(s["panama"]["large_job_training_time_s"], ".4f"),
+                    _fmt(s["large_job_training_time_ratio"], ".2f"),
+                ),
+                (
+                    "network bytes (MB, every link)",
+                    _mb(s["ring"].get("bytes_total")),
+                    _mb(s["panama"].get("bytes_total")),
+                    _fmt(s["bytes_ratio"], ".2f"),
+                ),
+            ],
+            ("metric", "ring", "panama", "panama/ring"),
+            indent="  ",
         ),
-        (
-            f"  {'short-flow FCT mean (µs)':<38} {_fmt(s['ring']['short_fct_mean_us'], '.1f'):>12} "
-            f"{_fmt(s['panama']['short_fct_mean_us'], '.1f'):>12} {_fmt(s['short_fct_mean_ratio'], '.2f'):>12}"
-        ),
-        (
-            f"  {'large-job training time (s, simulated)':<38} "
-            f"{_fmt(s['ring']['large_job_training_time_s'], '.4f'):>12} "
-            f"{_fmt(s['panama']['large_job_training_time_s'], '.4f'):>12} "
-            f"{_fmt(s['large_job_training_time_ratio'], '.2f'):>12}"
-        ),
-        f"  {'network bytes (MB, every link)':<38} {_mb(s['ring'].get('bytes_total')):>12} "
-        f"{_mb(s['panama'].get('bytes_total')):>12} {_fmt(s['bytes_ratio'], '.2f'):>12}",
         (
             f"  (one seed, short flows < 100 KB: {_fmt(s['ring']['short_flows'], '.0f')} per run; ratios below 1 "
             f"favour "

@@ -11,7 +11,7 @@ How a run works
 ---------------
 * The base :class:`~panama.sim.scenario.Scenario` holds the fabric, background traffic and
   jobs. The built-in one (:func:`experiment_scenario`) is a k=4 fat-tree at 10 Gbps with
-  web-search flows at 50 % load and five jobs: three built from the comm-ratio table
+  web-search flows at 30 % load (``PRESETS``) and five jobs: three built from the comm-ratio table
   (``models.csv``: VGG-16, AlexNet, ResNet-50 on P100 at 10 Gbps) and two small ones.
   Gradients *and* compute times are multiplied by ``scale`` (1/200 in ``full`` and
   ``quick``), which keeps each job's communication/computation ratio at its real value on
@@ -48,11 +48,13 @@ import numpy as np
 from panama.experiments.cluster_analysis import check_consistency, normalise_runs, summarise
 from panama.experiments.cluster_outputs import format_table, load_summary, write_outputs
 from panama.experiments.cluster_scenario import (
+    FLOOR,
     JOB_MIX,
     LARGE_FLOW_BYTES,
     NORMALISED,
     PRESETS,
     SCHEME_ORDER,
+    SHORT_BUCKETS,
     SHORT_FLOW_BYTES,
     apply_params,
     code_version,
@@ -131,6 +133,15 @@ def metrics_from_result(result, *, short_bytes: int, large_bytes: int) -> dict[s
     }
     for tier, nbytes in s["link_bytes"].items():
         m[f"bytes_{tier}"] = nbytes
+    for key, lo, hi in SHORT_BUCKETS:
+        sel = [r["fct_us"] for r in done if lo <= r["size_bytes"] < min(hi, short_bytes)]
+        m[f"short_flows_{key}"] = len(sel)
+        m[f"short_fct_p99_us_{key}"] = percentile(sel, 99) if sel else None
+    diag = s.get("diagnostics") or {}
+    for tier, q in (diag.get("queues_by_tier") or {}).items():
+        m[f"queue_p99_bytes_{tier}"] = q["p99_bytes"]
+        m[f"queue_above_k_share_{tier}"] = q["above_k_share"]
+    m["pfc_paused_s"] = s.get("pfc_paused_s")
     m["job_training_time_s"] = {
         n: (j["training_time_us"] / 1e6 if j["training_time_us"] is not None else None) for n, j in jobs.items()
     }
@@ -160,7 +171,10 @@ def run_point(
     from panama.sim.runner import run_scenario
 
     params = {k: v for k, v in point.items() if k != "scheme"}
-    sc = apply_params(base, params).with_scheme(point["scheme"])
+    if point["scheme"] == FLOOR:  # the same flows and seed, no jobs
+        sc = apply_params(base, params).model_copy(update={"jobs": []})
+    else:
+        sc = apply_params(base, params).with_scheme(point["scheme"])
     out = Path(runs_dir) / point_id(point) if runs_dir else None
     result = run_scenario(sc, out, progress=False, plots=False)
     return metrics_from_result(result, short_bytes=short_bytes, large_bytes=large_bytes)
@@ -195,6 +209,7 @@ def run_shared_cluster(
     large_bytes: int = LARGE_FLOW_BYTES,
     command: str | None = None,
     fresh: bool = False,
+    floor: bool = True,
 ) -> SharedClusterResult:
     """Run every scheme on every sweep point (resuming from ``out_dir``) and write outputs.
 
@@ -202,7 +217,8 @@ def run_shared_cluster(
     axes (``{"load": [0.3, 0.5], "seed": [1, 2]}``; default: the base scenario's seed
     only). ``fresh`` discards finished runs found in ``out_dir`` (they are reused by
     default, even if the simulator code changed since: ``config.json`` records the code
-    version of the latest invocation). Raises :class:`~panama.experiments.sweep.SweepError` if runs fail and
+    version of the latest invocation). ``floor`` adds the background-only run
+    (:data:`FLOOR`) of every sweep point. Raises :class:`~panama.experiments.sweep.SweepError` if runs fail and
     ``ScenarioError`` (naming the key) for bad parameters.
     """
     from panama.sim.scenario import SCHEMES
@@ -211,7 +227,7 @@ def run_shared_cluster(
     out.mkdir(parents=True, exist_ok=True)
     if base is None:
         base = experiment_scenario(preset)
-    schemes = list(dict.fromkeys(schemes))
+    schemes = [s for s in dict.fromkeys(schemes) if s != FLOOR]
     for s in schemes:
         if s not in SCHEMES:
             raise ValueError(f"unknown scheme {s!r} (choose from {', '.join(SCHEMES)})")
@@ -225,6 +241,8 @@ def run_shared_cluster(
     params_list = grid(axes)
     for params in params_list:
         apply_params(base_json, params)
+    if floor:
+        schemes.append(FLOOR)
     points = [dict(p, scheme=s) for p in params_list for s in schemes]
     config = {
         "experiment": "shared-cluster",

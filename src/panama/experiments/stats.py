@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as _st
 
+from panama.core.errors import FieldError
+
 # scipy >= 1.15 names the generator ``rng``; older releases ``random_state``
 _RNG_ARG = "rng" if "rng" in inspect.signature(_st.bootstrap).parameters else "random_state"
 
@@ -114,7 +116,7 @@ def ratio_ci(
             q = float(statistic[1:])
             fn = lambda x, axis=-1: np.percentile(x, q, axis=axis)  # noqa: E731
         else:
-            raise ValueError(f"statistic: expected mean, pNN or a function, got {statistic!r}")
+            raise FieldError("statistic", f"expected mean, pNN or a function, got {statistic!r}")
     else:
         fn = statistic
     nan = float("nan")

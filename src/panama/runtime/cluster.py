@@ -24,14 +24,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from panama.core.topology import leaf_spine
 from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
 from panama.runtime.lifeline import pid_alive
-from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, Address, format_addr, free_port, parse_addr
+from panama.runtime.settings import (
+    ClusterConfig,
+    ControllerConfig,
+    ControllerProcess,
+    ProcessSettings,
+    SwitchConfig,
+    SwitchProcess,
+)
+from panama.runtime.udp import Address, format_addr, free_port, parse_addr
 
 
 class ClusterError(RuntimeError):
@@ -62,7 +70,7 @@ class Proc:
     ready_file: Path
     udp: Address | None = None
     control: Address | None = None
-    args: list[str] = field(default_factory=list)
+    config_file: Path | None = None  # the settings file it was started with
 
     def alive(self) -> bool:
         if self.popen is not None:
@@ -70,49 +78,54 @@ class Proc:
         return pid_alive(self.pid)
 
 
-@dataclass
 class LocalCluster:
     """Controller + leaf/spine switch daemons on 127.0.0.1 (see module docstring).
 
-    ``drop_prob`` applies to every switch, or give ``switch_drop_prob={"spine0": 0.02}``.
-    ``threshold_bytes`` defaults to 0 so every multi-host job aggregates in-network.
+    Settings: a :class:`~panama.runtime.settings.ClusterConfig`, or its fields as keyword
+    arguments (``LocalCluster(leaves=1, drop_prob=0.01)``); they read back as attributes
+    (``cluster.leaves``). ``drop_prob`` applies to every switch, or give
+    ``switch_drop_prob={"spine0": 0.02}``. ``threshold_bytes`` defaults to 0 so every
+    multi-host job aggregates in-network.
+
+    Besides: ``workdir`` (logs, settings files, ready files; default a temporary
+    directory), ``python`` (the interpreter the processes run), ``detached`` (False: the
+    processes stop themselves when the process that started them dies, ``exit_with``;
+    ``panama cluster up`` starts detached ones that outlive it) and ``token`` (the bearer
+    token of every control API of this cluster: given, else $PANAMA_TOKEN when set, else a
+    fresh random one; written to ``token`` in the work directory, mode 0600, for the
+    processes, and into ``panama cluster up``'s state file).
     """
 
-    leaves: int = 2
-    spines: int = 2
-    hosts_per_leaf: int = 4
-    packet_memory: int = RUNTIME_PACKET_MEMORY
-    payload_elems: int = RUNTIME_PAYLOAD_ELEMS
-    ecn_threshold_pkts: int = 128
-    threshold_bytes: int = 0
-    max_jobs_per_switch: int = 8
-    trees: int | None = None
-    heartbeat_timeout_s: float = 5.0
-    drop_prob: float = 0.0
-    switch_drop_prob: dict[str, float] = field(default_factory=dict)
-    seed: int = 0
-    log_level: str = "INFO"
-    workdir: str | Path | None = None
-    startup_timeout_s: float = 30.0
-    python: str = sys.executable
-    # False: the processes stop themselves when the process that started them dies
-    # (``--exit-with``); ``panama cluster up`` starts detached ones that outlive it.
-    detached: bool = False
-    # Address every daemon and the controller bind (an address of this host, or of
-    # ``netns``), and an optional network namespace to run them in (``ip netns exec``,
-    # root only): workers elsewhere (other namespaces or machines) then reach them there.
-    host: str = "127.0.0.1"
-    netns: str | None = None
-    # The controller's TCP port on ``host`` (0: any free port, reported by status()).
-    controller_port: int = 0
-    # The bearer token of every control API of this cluster: given, else $PANAMA_TOKEN
-    # when set, else a fresh random one; written to ``token`` in the work directory
-    # (mode 0600) for the processes, and into ``panama cluster up``'s state file.
-    token: str | None = None
-    procs: dict[str, Proc] = field(default_factory=dict, init=False)
-    controller_addr: Address | None = field(default=None, init=False)
-    _tmp: tempfile.TemporaryDirectory | None = field(default=None, init=False, repr=False)
-    _owner_pid: int = field(default=0, init=False, repr=False)
+    def __init__(
+        self,
+        config: ClusterConfig | None = None,
+        *,
+        workdir: str | Path | None = None,
+        python: str = sys.executable,
+        detached: bool = False,
+        token: str | None = None,
+        **settings: Any,
+    ):
+        if config is None:
+            config = ClusterConfig(**settings)
+        elif settings:
+            config = config.replace(**settings)
+        self.config = config
+        self.workdir = workdir
+        self.python = python
+        self.detached = detached
+        self.token = token
+        self.procs: dict[str, Proc] = {}
+        self.controller_addr: Address | None = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._owner_pid = 0
+
+    def __getattr__(self, name: str) -> Any:
+        # The cluster's settings read as attributes (cluster.leaves, cluster.drop_prob, ...).
+        config = self.__dict__.get("config")
+        if config is not None and name in type(config).model_fields:
+            return getattr(config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, attempts: int = 3) -> LocalCluster:
@@ -157,40 +170,33 @@ class LocalCluster:
         topo = leaf_spine(self.leaves, self.spines, self.hosts_per_leaf)
         for i, name in enumerate(topo.switches):
             role = "leaf" if topo.tier(name) == "tor" else topo.tier(name)
-            drop = self.switch_drop_prob.get(name, self.drop_prob)
-            udp = (self.host, self._free_port(socket.SOCK_DGRAM))
-            control = (self.host, self._free_port(socket.SOCK_STREAM))
-            args = [
-                "switch",
-                "--id", name,
-                "--udp", format_addr(udp),
-                "--control", format_addr(control),
-                "--packet-memory", str(self.packet_memory),
-                "--payload-elems", str(self.payload_elems),
-                "--ecn-threshold", str(self.ecn_threshold_pkts),
-                "--drop-prob", repr(drop),
-                "--seed", str(self.seed + i),
-                "--log-level", self.log_level,
-                "--token-file", str(work / "token"),
-            ]  # fmt: skip
-            proc = self._spawn(name, role, args, work)
-            proc.udp, proc.control = udp, control
+            switch = SwitchConfig(
+                switch_id=name,
+                udp=(self.host, self._free_port(socket.SOCK_DGRAM)),
+                control=(self.host, self._free_port(socket.SOCK_STREAM)),
+                packet_memory=self.packet_memory,
+                payload_elems=self.payload_elems,
+                ecn_threshold_pkts=self.ecn_threshold_pkts,
+                drop_prob=self.switch_drop_prob.get(name, self.drop_prob),
+                seed=self.seed + i,
+            )
+            proc = self._spawn(name, role, "panama.runtime.switchd", SwitchProcess, {"switch": switch}, work)
+            proc.udp, proc.control = switch.udp, switch.control
         cluster_file = work / "cluster.toml"
         cluster_file.write_text(self.cluster_toml())
-        args = [
-            "controller", "serve",
-            "--cluster", str(cluster_file),
-            "--listen", f"{self.host}:{self.controller_port}",
-            "--threshold-bytes", str(self.threshold_bytes),
-            "--max-jobs-per-switch", str(self.max_jobs_per_switch),
-            "--heartbeat-timeout", repr(self.heartbeat_timeout_s),
-            "--log-level", self.log_level,
-            "--token-file", str(work / "token"),
-            "--state-file", str(work / "controller-state.json"),
-        ]  # fmt: skip
-        if self.trees is not None:
-            args += ["--trees", str(self.trees)]
-        ctl = self._spawn("controller", "controller", args, work)
+        controller = ControllerConfig(
+            cluster_file=cluster_file,
+            listen=(self.host, self.controller_port),
+            threshold_bytes=self.threshold_bytes,
+            max_jobs_per_switch=self.max_jobs_per_switch,
+            trees=self.trees,
+            heartbeat_timeout_s=self.heartbeat_timeout_s,
+            state_file=work / "controller-state.json",
+        )
+        ctl = self._spawn(
+            "controller", "controller", "panama.runtime.controller_service", ControllerProcess,
+            {"controller": controller}, work,
+        )  # fmt: skip
         for proc in self.procs.values():
             info = self._wait_ready(proc)
             if proc is ctl:
@@ -208,20 +214,29 @@ class LocalCluster:
         stop_processes(list(self.procs.values()))
         self.procs.clear()
 
-    def _spawn(self, name: str, role: str, args: list[str], work: Path) -> Proc:
+    def _spawn(
+        self, name: str, role: str, module: str, settings_type: type[ProcessSettings], settings: dict, work: Path
+    ) -> Proc:
+        """Write the process's settings file (``NAME.json``) and start ``python -m module`` on it."""
         log = work / f"{name}.log"
         ready = work / f"{name}.ready.json"
         ready.unlink(missing_ok=True)
-        cmd = [self.python, "-m", "panama.cli.runtime_cmds", *args, "--ready-file", str(ready)]
-        if not self.detached:
-            cmd += ["--exit-with", str(os.getpid())]
+        process = settings_type(
+            **settings,
+            log_level=self.log_level,
+            ready_file=ready,
+            exit_with=None if self.detached else os.getpid(),
+            token_file=work / "token",
+        )
+        config_file = process.save(work / f"{name}.json")
+        cmd = [self.python, "-m", module, str(config_file)]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd]  # exec: same PID, signals reach the daemon
         with open(log, "ab") as out:
             popen = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-        proc = Proc(name, role, popen, popen.pid, log, ready, args=list(args))
+        proc = Proc(name, role, popen, popen.pid, log, ready, config_file=config_file)
         self.procs[name] = proc
         return proc
 
@@ -365,12 +380,14 @@ class LocalCluster:
         proc = self.procs["controller"]
         self.kill("controller", sig)
         work = Path(self.workdir)
-        args = list(proc.args)
-        i = args.index("--listen")
-        args[i + 1] = format_addr(self.controller_addr)
+        old = ControllerProcess.load(proc.config_file).controller
+        controller = old.replace(listen=self.controller_addr)
         del self.procs["controller"]
         for attempt in range(50):  # the old socket may linger a moment
-            new = self._spawn("controller", "controller", args, work)
+            new = self._spawn(
+                "controller", "controller", "panama.runtime.controller_service", ControllerProcess,
+                {"controller": controller}, work,
+            )  # fmt: skip
             try:
                 info = self._wait_ready(new)
             except (ClusterError, _PortTaken):

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from panama.core.errors import FieldError
 from panama.core.topology import Topology, TopologyError, leaf_spine, parse_topology
 from panama.runtime.udp import Address, AddressError, format_addr, parse_addr
 
 
-class ClusterFileError(ValueError):
-    """The cluster file is invalid; the message starts with the offending field."""
+class ClusterFileError(FieldError):
+    """The cluster file is invalid; ``field`` names the offending key."""
 
 
 @dataclass
@@ -65,50 +66,50 @@ def load_cluster(source: str | Path | dict) -> ClusterSpec:
     else:
         text = Path(source).read_text() if Path(str(source)).is_file() else None
         if text is None:
-            raise ClusterFileError(f"cluster: no such file: {source}")
+            raise ClusterFileError("cluster", f"no such file: {source}")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise ClusterFileError(f"cluster: not valid TOML: {exc}") from None
+            raise ClusterFileError("cluster", f"not valid TOML: {exc}") from None
     allowed = {"topology", "leaves", "spines", "hosts_per_leaf", "switches"}
     for key in data:
         if key not in allowed:
-            raise ClusterFileError(f"{key}: unknown key (allowed: {', '.join(sorted(allowed))})")
+            raise ClusterFileError(key, f"unknown key (allowed: {', '.join(sorted(allowed))})")
     try:
         if "topology" in data:
             if not isinstance(data["topology"], str):
-                raise ClusterFileError("topology: expected a spec string or a file path")
+                raise ClusterFileError("topology", "expected a spec string or a file path")
             topo = parse_topology(data["topology"])
         else:
             for key in ("leaves", "spines", "hosts_per_leaf"):
                 if key not in data:
-                    raise ClusterFileError(f"{key}: missing (or give 'topology')")
+                    raise ClusterFileError(key, "missing (or give 'topology')")
             topo = leaf_spine(data["leaves"], data["spines"], data["hosts_per_leaf"])
     except TopologyError as exc:
-        raise ClusterFileError(f"topology.{exc}") from None
+        raise ClusterFileError(f"topology.{exc.field}", exc.detail) from None
     raw = data.get("switches")
     if not isinstance(raw, dict):
-        raise ClusterFileError("switches: expected a table [switches.NAME] with udp and control addresses")
+        raise ClusterFileError("switches", "expected a table [switches.NAME] with udp and control addresses")
     switches: dict[str, SwitchInfo] = {}
     for name in topo.switches:
         entry = raw.get(name)
         if not isinstance(entry, dict):
-            raise ClusterFileError(f"switches.{name}: missing (every switch of the topology needs a daemon)")
+            raise ClusterFileError(f"switches.{name}", "missing (every switch of the topology needs a daemon)")
         try:
             udp = parse_addr(entry.get("udp"), field=f"switches.{name}.udp")
             control = parse_addr(entry.get("control"), field=f"switches.{name}.control")
         except AddressError as exc:
-            raise ClusterFileError(str(exc)) from None
+            raise ClusterFileError(exc.field, exc.detail) from None
         for key, addr in (("udp", udp), ("control", control)):
             if addr[0] == "0.0.0.0" or addr[1] == 0:
                 raise ClusterFileError(
-                    f"switches.{name}.{key}: {format_addr(addr)} is not an address others can reach (give the "
-                    f"daemon's own address and port)"
+                    f"switches.{name}.{key}",
+                    f"{format_addr(addr)} is not an address others can reach (give the daemon's own address and port)",
                 )
         switches[name] = SwitchInfo(name, topo.tier(name), udp, control)
     for name in raw:
         if name not in switches:
-            raise ClusterFileError(f"switches.{name}: not a switch of topology {topo.name}")
+            raise ClusterFileError(f"switches.{name}", f"not a switch of topology {topo.name}")
     return ClusterSpec(topo, switches)
 
 

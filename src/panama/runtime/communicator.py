@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from panama.core import codec
+from panama.core.errors import FieldError
 from panama.core.transport import TransportError, WorkerTransport
 from panama.core.units import s as seconds_to_ps
 from panama.runtime import offload
@@ -110,23 +111,23 @@ class Communicator:
         token: str | None = None,
     ):
         if not isinstance(job, str) or not JOB_NAME_RE.match(job):
-            raise ValueError(f"job: {job!r} is not a valid job name ({JOB_NAME_RULE})")
+            raise FieldError("job", f"{job!r} is not a valid job name ({JOB_NAME_RULE})")
         if bind_host in ("0.0.0.0", ""):
-            raise ValueError("bind_host: give the address daemons can send results to, not the unspecified address")
+            raise FieldError("bind_host", "give the address daemons can send results to, not the unspecified address")
         if not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size: must be a positive integer, got {world_size!r}")
+            raise FieldError("world_size", f"must be a positive integer, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
-            raise ValueError(f"rank: must be an integer in [0, {world_size}), got {rank!r}")
+            raise FieldError("rank", f"must be an integer in [0, {world_size}), got {rank!r}")
         if timeout_s <= 0:
-            raise ValueError(f"timeout_s: must be > 0, got {timeout_s}")
+            raise FieldError("timeout_s", f"must be > 0, got {timeout_s}")
         if trees is not None and trees < 1:
-            raise ValueError(f"trees: must be >= 1, got {trees}")
+            raise FieldError("trees", f"must be >= 1, got {trees}")
         if payload_elems is not None and not 1 <= payload_elems <= codec.MAX_PAYLOAD_ELEMS:
-            raise ValueError(f"payload_elems: must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {payload_elems}")
+            raise FieldError("payload_elems", f"must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {payload_elems}")
         if not 0.0 <= drop_prob < 1.0:
-            raise ValueError(f"drop_prob: must be in [0, 1), got {drop_prob}")
+            raise FieldError("drop_prob", f"must be in [0, 1), got {drop_prob}")
         if size_bytes is not None and size_bytes < 0:
-            raise ValueError(f"size_bytes: must be >= 0, got {size_bytes}")
+            raise FieldError("size_bytes", f"must be >= 0, got {size_bytes}")
         self.controller: Address = parse_addr(controller, field="controller")
         self.token = resolve_token(token)
         self.incarnation = secrets.token_hex(

@@ -63,6 +63,7 @@ from panama.runtime.http import (
     start_site,
     write_secret_file,
 )
+from panama.runtime.settings import ControllerConfig, ControllerProcess
 from panama.runtime.udp import Address, format_addr, parse_addr
 
 log = logging.getLogger("panama.controller")
@@ -611,3 +612,33 @@ def run_controller(service: ControllerService, listen: Address, ready_file: str 
         await task
 
     asyncio.run(main())
+
+
+def service_from_config(config: ControllerConfig, token: str) -> ControllerService:
+    """The service a :class:`ControllerConfig` describes (its cluster file read and checked)."""
+    return ControllerService(
+        load_cluster(config.cluster_file),
+        threshold_bytes=config.threshold_bytes,
+        max_jobs_per_switch=config.max_jobs_per_switch,
+        default_trees=config.trees,
+        heartbeat_timeout_s=config.heartbeat_timeout_s,
+        token=token,
+        state_file=config.state_file,
+        startup_wait_s=config.startup_wait_s,
+    )
+
+
+def run_controller_process(settings: ControllerProcess, token: str) -> None:
+    """Run the controller a :class:`ControllerProcess` file describes (``panama controller serve`` and ``-m``)."""
+    service = service_from_config(settings.controller, token)
+    run_controller(service, settings.controller.listen, str(settings.ready_file) if settings.ready_file else None)
+
+
+if __name__ == "__main__":  # python -m panama.runtime.controller_service CONFIG.json (LocalCluster uses it)
+    import sys
+
+    from panama.runtime.process import main_from_file
+
+    sys.exit(
+        main_from_file(sys.argv[1:], ControllerProcess, run_controller_process, "panama.runtime.controller_service")
+    )

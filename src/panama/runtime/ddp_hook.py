@@ -39,6 +39,8 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 
+from panama.core.errors import FieldError
+
 
 class SumAllreducer(Protocol):
     """Anything with ``allreduce(x) -> sum of x over ranks`` (e.g. :class:`panama.Communicator`)."""
@@ -63,10 +65,10 @@ class PanamaHookState:
         except (TypeError, ValueError):
             self.in_place = False
         if not isinstance(self.world_size, int) or self.world_size < 1:
-            raise ValueError(f"world_size: must be a positive integer, got {self.world_size!r}")
+            raise FieldError("world_size", f"must be a positive integer, got {self.world_size!r}")
         comm_world = getattr(self.communicator, "world_size", None)
         if comm_world is not None and comm_world != self.world_size:
-            raise ValueError(f"world_size: {self.world_size} differs from the communicator's world_size {comm_world}")
+            raise FieldError("world_size", f"{self.world_size} differs from the communicator's world_size {comm_world}")
 
     @property
     def payload_bytes(self) -> int:

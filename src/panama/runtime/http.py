@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from panama.core.errors import FieldError
 from panama.runtime.udp import Address
 
 log = logging.getLogger("panama.http")
@@ -62,7 +63,7 @@ def new_token() -> str:
 
 def check_token(token: str, field: str = "token") -> str:
     if not isinstance(token, str) or not _TOKEN_RE.match(token):
-        raise ValueError(f"{field}: expected 16-512 characters of [A-Za-z0-9._~+/=-]")
+        raise FieldError(field, "expected 16-512 characters of [A-Za-z0-9._~+/=-]")
     return token
 
 
@@ -81,9 +82,9 @@ def read_token_file(path: str | Path) -> str:
         mode = p.stat().st_mode
         text = p.read_text().strip()
     except OSError as exc:
-        raise ValueError(f"token-file: cannot read {path}: {exc.strerror or exc}") from None
+        raise FieldError("token-file", f"cannot read {path}: {exc.strerror or exc}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ValueError(f"token-file: {path} is readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
+        raise FieldError("token-file", f"{path} is readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
     return check_token(text, "token-file")
 
 

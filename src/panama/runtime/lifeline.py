@@ -13,6 +13,8 @@ import os
 import signal
 import threading
 
+from panama.core.errors import FieldError
+
 log = logging.getLogger("panama.lifeline")
 
 
@@ -34,7 +36,7 @@ def pid_alive(pid: int) -> bool:
 def exit_with(pid: int, poll_s: float = 0.5) -> threading.Thread:
     """Send SIGTERM to this process (its normal shutdown path) once process ``pid`` is gone."""
     if pid <= 0:
-        raise ValueError(f"exit-with: not a process id: {pid}")
+        raise FieldError("exit-with", f"not a process id: {pid}")
 
     def watch() -> None:
         stop = threading.Event()

@@ -27,6 +27,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from panama.core.errors import FieldError
+
 INPUT_SIZE = 28
 NUM_CLASSES = 10
 INIT_SCALE = 0.01
@@ -59,7 +61,7 @@ def init_lenet_(model: nn.Module, rng: np.random.Generator, scheme: str = "he") 
     same generator state gives the same model everywhere.
     """
     if scheme not in INIT_SCHEMES:
-        raise ValueError(f"init: unknown scheme {scheme!r}, expected one of {', '.join(INIT_SCHEMES)}")
+        raise FieldError("init", f"unknown scheme {scheme!r}, expected one of {', '.join(INIT_SCHEMES)}")
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("bias"):

@@ -59,20 +59,20 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
 
 import numpy as np
 from aiohttp import web
 
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
+from panama.core.errors import FieldError
 from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
 from panama.runtime import offload
 from panama.runtime.http import start_site
+from panama.runtime.process import main_from_file
+from panama.runtime.settings import SwitchConfig, SwitchProcess
 from panama.runtime.switch_http import SwitchHttp
 from panama.runtime.udp import (
-    RUNTIME_PACKET_MEMORY,
-    RUNTIME_PAYLOAD_ELEMS,
     Address,
     AddressError,
     PacketSocket,
@@ -91,44 +91,12 @@ _SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)  # Linux; Python does not export
 _MEMINFO_BYTES = 9 * 4  # struct of u32, rmem_alloc first
 
 
-@dataclass
-class SwitchConfig:
-    """Settings of one switch daemon (``panama switch --help`` lists the same, with units)."""
-
-    switch_id: str
-    udp: Address = ("127.0.0.1", 0)
-    control: Address = ("127.0.0.1", 0)
-    packet_memory: int = RUNTIME_PACKET_MEMORY  # slots of payload_elems float32 each
-    payload_elems: int = RUNTIME_PAYLOAD_ELEMS
-    ecn_threshold_pkts: int = 128  # mark CE when the backlog exceeds this many full datagrams; 0 disables
-    batch: int = 64  # datagrams drained per batch
-    offload: bool = True  # GSO/GRO batched loop where the kernel has it and it pays (runtime.switch_batch)
-    drop_prob: float = 0.0
-    seed: int = 0
-    status_interval_s: float = 10.0  # periodic one-line status in the log; 0 disables
-
-    def validate(self) -> None:
-        if not self.switch_id:
-            raise ValueError("id: must not be empty")
-        if self.packet_memory < 1:
-            raise ValueError(f"packet_memory: must be >= 1 slot, got {self.packet_memory}")
-        if not 1 <= self.payload_elems <= codec.MAX_PAYLOAD_ELEMS:
-            raise ValueError(f"payload_elems: must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {self.payload_elems}")
-        if self.ecn_threshold_pkts < 0:
-            raise ValueError(f"ecn_threshold: must be >= 0, got {self.ecn_threshold_pkts}")
-        if not 1 <= self.batch <= 1024:
-            raise ValueError(f"batch: must be in [1, 1024], got {self.batch}")
-        if not 0.0 <= self.drop_prob < 1.0:
-            raise ValueError(f"drop_prob: must be in [0, 1), got {self.drop_prob}")
-
-
 class SwitchDaemon(SwitchHttp):
     """One accelerator behind a UDP socket, with an HTTP control and metrics endpoint."""
 
     def __init__(self, config: SwitchConfig, token: str | None = None):
         """``token``: the bearer token control requests must carry (None: no authentication,
         for in-process use without HTTP; ``panama switch`` always has one)."""
-        config.validate()
         self.config = config
         self.token = token
         self.acc = Accelerator(config.packet_memory, config.payload_elems, name=config.switch_id, copy_payloads=False)
@@ -322,33 +290,33 @@ class SwitchDaemon(SwitchHttp):
         naming the field); AcceleratorError when the accelerator refuses (nothing stays).
         """
         if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key <= codec.MAX_KEY:
-            raise ValueError(f"key: expected an integer in [0, 2^64), got {key!r}")
+            raise FieldError("key", f"expected an integer in [0, 2^64), got {key!r}")
         if not trees:
-            raise ValueError("trees: expected at least one tree")
+            raise FieldError("trees", "expected at least one tree")
         parsed = []
         for i, tree in enumerate(trees):
             where = f"trees[{i}]"
             if not isinstance(tree, dict):
-                raise ValueError(f"{where}: expected an object")
+                raise FieldError(where, "expected an object")
             tree_id = tree.get("tree_id")
             if not isinstance(tree_id, int) or isinstance(tree_id, bool) or not 0 <= tree_id <= 0xFFFF:
-                raise ValueError(f"{where}.tree_id: expected an integer in [0, 65535], got {tree_id!r}")
+                raise FieldError(f"{where}.tree_id", f"expected an integer in [0, 65535], got {tree_id!r}")
             children = tree.get("children")
             if not isinstance(children, list) or not children:
-                raise ValueError(f"{where}.children: expected a non-empty list of HOST:PORT")
+                raise FieldError(f"{where}.children", "expected a non-empty list of HOST:PORT")
             kids = tuple(self._destination(c, f"{where}.children") for c in children)
             if len(set(kids)) != len(kids):
-                raise ValueError(f"{where}.children: duplicate address")
+                raise FieldError(f"{where}.children", "duplicate address")
             parent = tree.get("parent")
             par = None if parent is None else self._destination(parent, f"{where}.parent")
             if par is not None and par in kids:
-                raise ValueError(f"{where}.parent: {parent} is also a child")
+                raise FieldError(f"{where}.parent", f"{parent} is also a child")
             unknown = set(tree) - {"tree_id", "children", "parent"}
             if unknown:
-                raise ValueError(f"{where}.{sorted(unknown)[0]}: unknown key")
+                raise FieldError(f"{where}.{sorted(unknown)[0]}", "unknown key")
             parsed.append((tree_id, kids, par))
         if len({t for t, _, _ in parsed}) != len(parsed):
-            raise ValueError("trees: duplicate tree_id")
+            raise FieldError("trees", "duplicate tree_id")
         with self.lock:
             if job_id in self.acc.jobs():
                 raise AcceleratorError(f"{self.config.switch_id}: job {job_id} is already installed")
@@ -576,7 +544,13 @@ def _resolve(text: object, field: str) -> Address:
 
 
 def config_dict(config: SwitchConfig) -> dict:
-    d = asdict(config)
-    d["udp"] = format_addr(config.udp)
-    d["control"] = format_addr(config.control)
-    return d
+    return config.dump()
+
+
+def run_switch_process(settings: SwitchProcess, token: str) -> None:
+    """Run the daemon a :class:`SwitchProcess` file describes (``panama switch`` and ``-m``)."""
+    run_switch(settings.switch, str(settings.ready_file) if settings.ready_file else None, token=token)
+
+
+if __name__ == "__main__":  # python -m panama.runtime.switchd CONFIG.json (LocalCluster starts daemons so)
+    sys.exit(main_from_file(sys.argv[1:], SwitchProcess, run_switch_process, "panama.runtime.switchd"))

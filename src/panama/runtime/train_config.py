@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from panama.settings import Settings
 
 ALLREDUCE_MODES = ("panama", "gloo", "local")
 STATUS_INTERVAL_S = 5.0
@@ -27,23 +29,36 @@ class TrainingError(RuntimeError):
     """Training could not complete (a worker failed or went silent); the message names the rank."""
 
 
-class TrainConfig(BaseModel):
-    """What ``panama train`` runs. Field errors name the field (CLI option ``--field-name``)."""
+class TrainConfig(Settings):
+    """What ``panama train`` runs; its options are these fields (``--field-name``), and a bad
+    value is a :class:`~panama.settings.SettingsError` naming the field."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    workers: int = Field(2, ge=1, le=64, description="data-parallel workers W (processes, or replicas for local)")
-    epochs: int = Field(5, ge=1, le=100_000, description="passes over the training set")
-    batch_size: int = Field(64, ge=1, description="global minibatch size B, split across the workers")
-    lr: float = Field(0.1, gt=0.0, allow_inf_nan=False, description="SGD learning rate")
-    seed: int = Field(0, ge=0, lt=2**63, description="seed of model initialisation and batch order")
-    data_dir: Path | None = Field(None, description="directory of Fashion-MNIST IDX files; default: sklearn digits")
-    allreduce: Literal["panama", "gloo", "local"] = Field("panama", description="how gradients are summed")
-    controller: str | None = Field(None, description="HOST:PORT of a running controller (panama only)")
-    job: str | None = Field(None, description="job name at the controller (panama only); default: unique")
-    threads: int = Field(1, ge=1, le=256, description="torch intra-op threads per worker")
-    init: Literal["he", "reference"] = Field("he", description="weight initialisation scheme")
-    timeout_s: float = Field(120.0, gt=0.0, allow_inf_nan=False, description="longest silence tolerated from a worker")
+    workers: int = Field(2, ge=1, le=64, description="Data-parallel workers W (processes, or replicas for local).")
+    epochs: int = Field(5, ge=1, le=100_000, description="Passes over the training set.")
+    batch_size: int = Field(64, ge=1, description="Global minibatch B, split across the workers.")
+    lr: float = Field(0.1, gt=0.0, allow_inf_nan=False, description="SGD learning rate.")
+    seed: int = Field(0, ge=0, lt=2**63, description="Seed of initialisation and batch order.")
+    data_dir: Path | None = Field(
+        None,
+        description="Directory with Fashion-MNIST IDX files (train-images-idx3-ubyte[.gz], ...) "
+        "[default: sklearn digits].",
+    )
+    allreduce: Literal["panama", "gloo", "local"] = Field(
+        "panama", description="Gradient sum: PANAMA switch daemons, gloo (host-based), or W replicas in one process."
+    )
+    controller: str | None = Field(
+        None,
+        description="HOST:PORT of a running controller for --allreduce panama (its token from $PANAMA_TOKEN) "
+        "[default: a local cluster for the run].",
+    )
+    job: str | None = Field(None, description="Job name at the controller (panama) [default: unique].")
+    threads: int = Field(1, ge=1, le=256, description="torch intra-op threads per worker.")
+    init: Literal["he", "reference"] = Field(
+        "he", description="Weight init: He normal, or the reference's N(0, 0.01^2)."
+    )
+    timeout_s: float = Field(
+        120.0, gt=0.0, allow_inf_nan=False, description="Longest silence tolerated from a worker (s)."
+    )
 
     @field_validator("batch_size")
     @classmethod

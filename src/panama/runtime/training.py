@@ -50,6 +50,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from panama.core.errors import FieldError
 from panama.runtime.data import Dataset, load_dataset
 from panama.runtime.models import flat_parameters, make_lenet, num_parameters, parameter_digest
 from panama.runtime.train_config import (
@@ -388,8 +389,8 @@ def train(
     """
     data = dataset if dataset is not None else load_dataset(config.data_dir)
     if data.num_train < config.workers:
-        raise ValueError(
-            f"workers: {config.workers} workers need as many training examples, dataset has {data.num_train}"
+        raise FieldError(
+            "workers", f"{config.workers} workers need as many training examples, dataset has {data.num_train}"
         )
     if config.allreduce == "local":
         return _train_local(config, data, on_epoch, on_status)

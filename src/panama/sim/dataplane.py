@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from panama.core.errors import FieldError
 from panama.core.packet import CE
 from panama.sim.engine import Event
 from panama.sim.packet import (
@@ -820,9 +821,9 @@ class Switch(Node):
         """Hand packets of ``kind`` arriving here to ``hook(pkt, from_node)``; forward the
         returned ``(neighbour, packet)`` pairs after ``latency_ps`` (FIFO)."""
         if not 0 <= kind < NUM_KINDS:
-            raise ValueError(f"kind: must be in [0, {NUM_KINDS}), got {kind!r}")
+            raise FieldError("kind", f"must be in [0, {NUM_KINDS}), got {kind!r}")
         if latency_ps < 0:
-            raise ValueError(f"latency_ps: must be >= 0, got {latency_ps!r}")
+            raise FieldError("latency_ps", f"must be >= 0, got {latency_ps!r}")
         self.hooks[kind] = hook
         self.hook_latency_ps = int(latency_ps)
         self.hooked = self.hooks if any(h is not None for h in self.hooks) else None

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from panama.core.errors import FieldError
 from panama.core.packet import CE, ECT0, NOT_ECT
 from panama.core.units import PS_PER_S, ms
 from panama.sim.engine import Timer
@@ -78,7 +79,7 @@ class DctcpConfig:
     def __post_init__(self) -> None:
         def check(name: str, ok: bool, what: str) -> None:
             if not ok:
-                raise ValueError(f"{name}: {what}, got {getattr(self, name)!r}")
+                raise FieldError(name, f"{what}, got {getattr(self, name)!r}")
 
         check("mss_bytes", self.mss_bytes >= 1, "must be >= 1")
         check("header_bytes", self.header_bytes >= 0, "must be >= 0")
@@ -602,13 +603,13 @@ class Dctcp:
         s = net.host(src).index
         d = net.host(dst).index
         if s == d:
-            raise ValueError(f"src/dst: a flow needs two different hosts, got {net.host_names[s]} twice")
+            raise FieldError("src/dst", f"a flow needs two different hosts, got {net.host_names[s]} twice")
         if size_bytes is not None and size_bytes < 0:
-            raise ValueError(f"size_bytes: must be >= 0, got {size_bytes!r}")
+            raise FieldError("size_bytes", f"must be >= 0, got {size_bytes!r}")
         now = self.engine.now
         start = now if start_ps is None else int(start_ps)
         if start < now:
-            raise ValueError(f"start_ps: {start} is before now ({now})")
+            raise FieldError("start_ps", f"{start} is before now ({now})")
         flow = Flow(self, len(self.flows), s, d, size_bytes, start, on_complete, tag)
         self.flows.append(flow)
         self.active += 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from panama.core.errors import FieldError
 from panama.core.units import PS_PER_S
 
 __all__ = ["NetworkConfig"]
@@ -47,7 +48,7 @@ class NetworkConfig:
     def __post_init__(self) -> None:
         def check(name: str, ok: bool, what: str) -> None:
             if not ok:
-                raise ValueError(f"{name}: {what}, got {getattr(self, name)!r}")
+                raise FieldError(name, f"{what}, got {getattr(self, name)!r}")
 
         check(
             "mtu_bytes",

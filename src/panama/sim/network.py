@@ -48,6 +48,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from panama.core.errors import FieldError
 from panama.core.units import tx_time_ps
 from panama.sim.dataplane import Host, HostPort, LosslessPort, Node, PacketHook, Port, Switch
 from panama.sim.engine import Engine
@@ -217,16 +218,18 @@ class Network:
                 headroom = sum(cfg.headroom_for(p.rate_bps, p.delay_ps) for p in sw.ports)
                 sw.pool_bytes = sw.buffer_bytes - headroom
                 if sw.pool_bytes < cfg.mtu_bytes * n:
-                    raise ValueError(
-                        f"switch_buffer_bytes: {sw.buffer_bytes} B at {sw.name} leaves "
-                        f"{sw.pool_bytes} B after {headroom} B of PFC headroom; need at least one MTU per port"
+                    raise FieldError(
+                        "switch_buffer_bytes",
+                        f"{sw.buffer_bytes} B at {sw.name} leaves "
+                        f"{sw.pool_bytes} B after {headroom} B of PFC headroom; need at least one MTU per port",
                     )
                 static = cfg.pfc_static_threshold_bytes
                 if static is not None and static * n + headroom > sw.buffer_bytes:
-                    raise ValueError(
-                        f"pfc_static_threshold_bytes: {static} B x {n} ports + {headroom} B of headroom "
+                    raise FieldError(
+                        "pfc_static_threshold_bytes",
+                        f"{static} B x {n} ports + {headroom} B of headroom "
                         f"exceeds the {sw.buffer_bytes} B buffer of {sw.name}; lossless operation needs "
-                        f"at most {max(0, (sw.buffer_bytes - headroom) // n)} B"
+                        f"at most {max(0, (sw.buffer_bytes - headroom) // n)} B",
                     )
                 sw.ingress_bytes = [0] * (n + 1)
                 sw.pause_sent = [False] * n

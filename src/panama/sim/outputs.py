@@ -23,6 +23,8 @@ import numpy as np
 
 from panama._ext import compiled
 from panama.core.units import PS_PER_S, PS_PER_US
+from panama.sim.diagnostics import diagnostics
+from panama.tables import format_table
 
 if TYPE_CHECKING:
     from panama.sim.runner import Simulation
@@ -231,6 +233,7 @@ def collect(sim: Simulation) -> SimResult:
             "packet_memory_slots": acc["packet_memory_slots"],
         },
         "busiest_queue": queue_stats,
+        "diagnostics": diagnostics(sim, bg_rows, PS_PER_S),
     }
     return SimResult(sc, summary, bg_rows + ring_rows, iter_rows, queue, sim)
 
@@ -283,22 +286,26 @@ def terminal_table(result: SimResult) -> str:
         f"drops {s['drops']} (network {s['network_drops']}, accelerators {s['accelerator_drops']})"
         f"  PFC pauses {s['pfc_pauses']}  ECN marks {s['ecn_marks']}",
         f"background flows {s['background_completed']}/{s['background_flows']} done;"
-        f" short (<100KB) n={s['short_flows']}: FCT mean {_fmt(s['short_fct_mean_us'])} us,"
-        f" p50 {_fmt(s['short_fct_p50_us'])} us, p99 {_fmt(s['short_fct_p99_us'])} us;"
+        f" short (<100KB) n={s['short_flows']}: FCT mean {_fmt(s['short_fct_mean_us'])} µs,"
+        f" p50 {_fmt(s['short_fct_p50_us'])} µs, p99 {_fmt(s['short_fct_p99_us'])} µs;"
         f" slowdown mean {_fmt(s['short_slowdown_mean'], '.2f')}, p99 {_fmt(s['short_slowdown_p99'], '.2f')}",
     ]
     if s["jobs"]:
-        head = (
-            f"{'job':<10} {'scheme':<10} {'used':<10} {'trees':>5} {'workers':>7} {'iters':>7} "
-            f"{'mean iter us':>13} {'total us':>12}"
-        )
-        lines += ["", head, "-" * len(head)]
-        for name, j in s["jobs"].items():
-            lines.append(
-                f"{name:<10} {j['scheme']:<10} {str(j['scheme_used']):<10} {j['trees']:>5} {j['workers']:>7}"
-                f" {j['iterations_done']:>3}/{j['iterations']:<3} {_fmt(j['mean_iteration_us']):>13}"
-                f" {_fmt(j['training_time_us']):>12}"
+        rows = [
+            (
+                name,
+                j["scheme"],
+                str(j["scheme_used"]),
+                j["trees"],
+                j["workers"],
+                f"{j['iterations_done']}/{j['iterations']}",
+                _fmt(j["mean_iteration_us"]),
+                _fmt(j["training_time_us"]),
             )
+            for name, j in s["jobs"].items()
+        ]
+        headers = ("job", "scheme", "used", "trees", "workers", "iters", "mean iter µs", "total µs")
+        lines += ["", format_table(rows, headers, align="lllrrrrr")]
     if s["link_bytes"]:
         lines.append("")
         lines.append("bytes by link tier: " + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in s["link_bytes"].items()))

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 
+from panama.core.errors import FieldError
 from panama.sim.dctcp import Dctcp, Flow
 
 __all__ = ["RingAllreduce", "ring_steps", "ring_chunk_bytes"]
@@ -52,7 +53,7 @@ class RingAllreduce:
         name: str = "ring",
     ):
         if len(hosts) < 2:
-            raise ValueError("hosts: a ring needs at least two workers")
+            raise FieldError("hosts", "a ring needs at least two workers")
         self.stack = stack
         self.hosts = list(hosts)
         self.n = len(self.hosts)

@@ -30,6 +30,7 @@ import networkx as nx
 import numpy as np
 
 from panama.core.controller import Controller, ControllerError
+from panama.core.errors import FieldError
 from panama.core.topology import HOST, Topology, TopologyError, parse_topology
 from panama.core.units import PS_PER_MS, PS_PER_US
 from panama.progress import StatusLine
@@ -87,11 +88,9 @@ _NETWORK_KEYS = {
 
 
 def _network_error(exc: ValueError) -> ScenarioError:
-    field, sep, detail = str(exc).partition(":")
-    if not sep or " " in field.strip():
+    if not isinstance(exc, FieldError):
         return ScenarioError("network", str(exc))
-    field = field.strip()
-    return ScenarioError(_NETWORK_KEYS.get(field, f"network.{field}"), detail.strip())
+    return ScenarioError(_NETWORK_KEYS.get(exc.field, f"network.{exc.field}"), exc.detail)
 
 
 def network_config(sc: Scenario) -> NetworkConfig:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from panama.core.errors import FieldError
 from panama.sim.engine import Engine
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ class QueueSampler:
 
     def __init__(self, engine: Engine, ports: list[Port], interval_ps: int, *, start_ps: int | None = None):
         if interval_ps <= 0:
-            raise ValueError(f"interval_ps: must be > 0, got {interval_ps!r}")
+            raise FieldError("interval_ps", f"must be > 0, got {interval_ps!r}")
         self.engine = engine
         self.ports = ports
         self.interval_ps = int(interval_ps)

@@ -137,9 +137,9 @@ class JobConfig(_Model):
     def _hosts_distinct(self) -> JobConfig:
         if self.hosts is not None:
             if len(self.hosts) < 2:
-                raise ValueError("hosts: a job needs at least two worker hosts")
+                raise FieldError("hosts", "a job needs at least two worker hosts")
             if len(set(self.hosts)) != len(self.hosts):
-                raise ValueError("hosts: worker hosts must be distinct")
+                raise FieldError("hosts", "worker hosts must be distinct")
         return self
 
 
@@ -164,12 +164,12 @@ class Scenario(_Model):
     def _check(self) -> Scenario:
         p = self.panama
         if not p.min_rto_us <= p.max_rto_us:
-            raise ValueError("panama.min_rto_us: must be <= panama.max_rto_us")
+            raise FieldError("panama.min_rto_us", "must be <= panama.max_rto_us")
         if not self.network.dctcp_min_rto_us <= self.network.dctcp_max_rto_us:
-            raise ValueError("network.dctcp_min_rto_us: must be <= network.dctcp_max_rto_us")
+            raise FieldError("network.dctcp_min_rto_us", "must be <= network.dctcp_max_rto_us")
         names = [j.name for j in self.jobs if j.name is not None]
         if len(set(names)) != len(names):
-            raise ValueError("jobs: job names must be distinct")
+            raise FieldError("jobs", "job names must be distinct")
         return self
 
     # ------------------------------------------------------------------ helpers
@@ -223,13 +223,12 @@ def scenario_from_dict(data: Mapping[str, Any]) -> Scenario:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err.get("loc", ()))
-        msg = str(err.get("msg", "invalid value"))
-        if msg.startswith("Value error, "):
-            msg = msg[len("Value error, ") :]
-            head, sep, rest = msg.partition(": ")
-            if sep and " " not in head:
-                loc = f"{loc}.{head}" if loc and not head.startswith(loc) else head
-                msg = rest
+        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        inner = (err.get("ctx") or {}).get("error")
+        if isinstance(inner, FieldError):  # a validator named the key: use it, never parse the message
+            head = inner.field
+            loc = f"{loc}.{head}" if loc and not head.startswith(loc) else head
+            msg = inner.detail
         if err.get("type") == "extra_forbidden":
             msg = "unknown key"
         value = err.get("input")

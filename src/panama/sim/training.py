@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from panama.core.controller import Controller, JobPlan, install, uninstall
+from panama.core.errors import FieldError
 from panama.core.transport import TransportError, WorkerTransport
 from panama.sim.dctcp import Dctcp
 from panama.sim.engine import Engine
@@ -121,9 +122,9 @@ class TrainingJob:
 
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
-            raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
+            raise FieldError("scheme", f"must be one of {', '.join(SCHEMES)}, got {self.scheme!r}")
         if len(set(self.hosts)) != len(self.hosts) or len(self.hosts) < 2:
-            raise ValueError(f"hosts: job {self.name} needs at least two distinct hosts, got {list(self.hosts)}")
+            raise FieldError("hosts", f"job {self.name} needs at least two distinct hosts, got {list(self.hosts)}")
         self.hosts = list(self.hosts)
         self.n = len(self.hosts)
         self.num_elems = -(-self.gradient_bytes // FLOAT_BYTES)

@@ -1,0 +1,81 @@
+"""Start-up of a daemon process, shared by the switch daemon and the controller service.
+
+:func:`prepare` applies a :class:`~panama.runtime.settings.ProcessSettings` (logging to
+stderr at its level, the ``exit_with`` lifeline) and returns the control API's bearer
+token (from ``token_file``, else ``$PANAMA_TOKEN``; a daemon never serves without one).
+:func:`main_from_file` is the ``python -m ... CONFIG.json`` entry point of both daemons:
+it loads the settings file and runs the daemon; a bad file, a bad value or a missing token
+is one line on stderr naming the field, exit code 2, and a bind failure exit code 1 — never
+a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from panama.core.errors import FieldError
+from panama.runtime.http import TOKEN_ENV, check_token, read_token_file
+from panama.runtime.lifeline import exit_with as tie_to
+from panama.runtime.settings import ProcessSettings
+
+P = TypeVar("P", bound=ProcessSettings)
+
+
+def process_token(settings: ProcessSettings) -> str:
+    """The token in ``token_file``, else ``$PANAMA_TOKEN``; :class:`FieldError` if neither."""
+    if settings.token_file is not None:
+        return read_token_file(settings.token_file)
+    env = os.environ.get(TOKEN_ENV, "").strip()
+    if env:
+        return check_token(env, TOKEN_ENV)
+    raise FieldError(
+        "token-file", f"required (or set ${TOKEN_ENV}): the control API only answers requests that carry its token"
+    )
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def prepare(settings: ProcessSettings) -> str:
+    """Token first (so a refused start changes nothing), then logging and the lifeline."""
+    token = process_token(settings)
+    setup_logging(settings.log_level)
+    if settings.exit_with is not None:
+        tie_to(settings.exit_with)
+    return token
+
+
+def main_from_file(argv: Sequence[str], settings_type: type[P], run: Callable[[P, str], None], program: str) -> int:
+    """``program CONFIG.json``: load ``settings_type`` from the file, :func:`prepare`, ``run``.
+
+    Returns the exit code (0 after a clean stop, 1 when the daemon cannot bind, 2 for bad
+    input), printing one line on stderr for each failure.
+    """
+    if len(argv) != 1:
+        usage = f"usage: {program} CONFIG.json (a {settings_type.__name__} as JSON, see docs/runtime.md)"
+        print(usage, file=sys.stderr)
+        return 2
+    try:
+        settings = settings_type.load(argv[0])
+        token = prepare(settings)
+    except FieldError as exc:
+        print(f"{program}: {exc.field}: {exc.detail}", file=sys.stderr)
+        return 2
+    try:
+        run(settings, token)
+    except FieldError as exc:  # e.g. the cluster file a controller reads
+        print(f"{program}: {exc.field}: {exc.detail}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"{program}: cannot bind: {exc}", file=sys.stderr)
+        return 1
+    return 0
