@@ -1,9 +1,10 @@
 # Types of panama/sim/nodes.py for the compiled fast path (setup.py); the .py is the source.
+# Ports are plain objects here: ports.pxd cimports this file, and a cimport back would make
+# the compiled modules import each other.
 cimport cython
 
 from panama.sim.engine cimport Engine
 from panama.sim.packet cimport SimPacket
-from panama.sim.ports cimport Port
 
 cdef class Node:
     cdef public object net
@@ -21,7 +22,7 @@ cdef class Node:
 cdef class Host(Node):
     cdef public long long index
     cdef public object handler
-    cdef public Port uplink
+    cdef public object uplink
 
     cpdef receive_unbound(self, SimPacket pkt)
 
@@ -48,7 +49,7 @@ cdef class Switch(Node):
     cpdef _emit(self, object out, long long in_idx)
 
     @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong)
-    cpdef bint _admit(self, SimPacket pkt, long long in_idx, Port port) except -1
+    cpdef bint _admit(self, SimPacket pkt, long long in_idx, object port) except -1
 
     cpdef _check_resume(self)
     cpdef _send_pfc(self, long long in_idx, bint pause)
