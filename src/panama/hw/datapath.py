@@ -75,6 +75,10 @@ __all__ = ["AggregationDatapath"]
 
 
 class AggregationDatapath(Elaboratable):
+    """The aggregation datapath of configuration ``cfg``: its ports are the signal attributes
+    set in ``__init__`` (see the module docstring); ``elaborate`` builds the tables, header
+    parse and lookup here, then the beat pipeline, the control interface and the header FSM."""
+
     def __init__(self, cfg: HwConfig = HwConfig()):
         self.cfg = cfg
         W, P = cfg.width, cfg.ports
