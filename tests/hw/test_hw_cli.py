@@ -77,6 +77,57 @@ def test_shipped_resources_are_those_of_this_design():
     assert res["yosys"].startswith("YoWASP yosys") and "synth_xilinx -family xcup" in res["script"]
 
 
+def test_the_design_key_ignores_where_code_lives_but_not_what_it_does():
+    """design_digest hashes the top-level definitions of the design sources, sorted by name:
+    moving a definition to another module, reformatting, comments, docstrings and imports keep
+    the key (and the stored synthesis); changing one constant does not."""
+    from panama.hw.report import source_definitions
+
+    def defs(*texts):
+        return sorted(d for t in texts for d in source_definitions(t))
+
+    a = '''"""Module A."""
+from amaranth import Signal
+
+__all__ = ["f", "K"]
+K = 3
+
+
+def f(m):
+    """Add f."""
+    return Signal(K)
+'''
+    b = '''"""Module B."""
+import math
+
+__all__ = ["g"]
+
+
+def g(x):
+    return math.floor(x)  # a comment
+'''
+    # f moved from A to B (other imports, docstrings, comments, layout)
+    a2 = """from amaranth import Signal
+
+K = 3
+"""
+    b2 = '''"""Module B, now with f."""
+from typing import TYPE_CHECKING
+import math
+
+if TYPE_CHECKING:
+    from amaranth import Module
+
+def g(x):
+    return math.floor(x)
+def f(m):
+    return Signal( K )
+'''
+    assert defs(a, b) == defs(a2, b2)
+    assert defs(a, b) != defs(a.replace("K = 3", "K = 4"), b)
+    assert defs(a, b) != defs(a.replace("Signal(K)", "Signal(K + 1)"), b)
+
+
 def test_a_design_without_a_synthesis_says_so(tmp_path):
     from panama.hw.layout import HwConfig
     from panama.hw.report import design_digest, synthesize

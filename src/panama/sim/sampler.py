@@ -10,7 +10,7 @@ from panama.core.errors import FieldError
 from panama.sim.engine import Engine
 
 if TYPE_CHECKING:
-    from panama.sim.dataplane import Port
+    from panama.sim.ports import Port
 
 __all__ = ["QueueSampler"]
 

@@ -1,0 +1,167 @@
+"""The beat pipeline of the aggregation datapath: slot memory, binary32 lanes, key
+trailer and output FIFO.
+
+Contract: :func:`build_beat_pipeline` adds to the datapath's module ``m`` the part that
+moves payload beats once the header FSM (:mod:`panama.hw.header_fsm`) has decided a
+packet. Per cycle the FSM may issue one beat (``st.iss_valid``, ``st.iss_data``,
+``st.iss_beat``, ``st.iss_last``); the beat reads row ``w_s * beats_per_slot + beat`` of
+the slot memory (BRAM, one ``width``-bit row per beat), goes through ``lanes``
+:class:`~panama.hw.fp32.Fp32Adder` (add, copy incoming, or re-emit stored, per ``st.op``;
+beat 0's header words always copy the emitted header ``st.beat0``), is written back when
+``st.wr``, and enters the output FIFO when ``st.emit``, with the words past the count
+zeroed and the job's key trailer appended. It provides ``st.hazard`` (a beat of the
+packet's slot is still between read and write port: a packet that reads its slot
+waits), ``st.room_out`` (the FIFO can take a whole datagram more) and ``st.beat0``.
+``dp`` is the :class:`~panama.hw.datapath.AggregationDatapath` (its configuration and
+egress ports), ``st`` the namespace of internal signals it shares with its parts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+
+from panama.core.codec import HEADER_BYTES
+from panama.hw.fp32 import LATENCY, OP_PASS_B, Fp32Adder
+from panama.hw.ingress import max_beats
+from panama.hw.layout import HEADER_WORDS, KEY_WORDS, MAGIC, VERSION
+
+if TYPE_CHECKING:
+    from types import SimpleNamespace
+
+    from panama.hw.datapath import AggregationDatapath
+
+__all__ = ["build_beat_pipeline"]
+
+
+def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
+    """Add the beat pipeline to ``m``; sets ``st.iss_*``, ``st.beat_no``, ``st.hazard``,
+    ``st.room_out`` and ``st.beat0``."""
+    cfg = dp.cfg
+    W, LN, S, NP = cfg.width, cfg.lanes, cfg.slots, cfg.ports
+    BPS = cfg.beats_per_slot
+    mbeats = max_beats(cfg)
+    # ------------------------------------------------------------ beat pipeline
+    mem = Memory(shape=W, depth=S * BPS, init=[])
+    m.submodules.mem = mem
+    rd = mem.read_port()
+    wp = mem.write_port()
+    st.iss_valid = Signal()
+    st.iss_data = Signal(W)
+    st.iss_beat = Signal(range(max(2, 1 << 11)))
+    st.beat_no = Signal(range(max(2, 1 << 11)))  # beats issued for the current packet
+    m.d.comb += rd.addr.eq(st.w_s * BPS + st.iss_beat)
+    side_w = (
+        1 + 2 + 1 + 1 + 1 + 1 + NP + 2 + 8 + 64 + len(wp.addr)
+    )  # valid op wr emit last beat0 dests ecn words key addr
+    side0 = Signal(side_w)
+    words_left = Signal(signed(20))
+    m.d.comb += words_left.eq(HEADER_WORDS + st.e_count)
+    rel = Signal(signed(20))
+    m.d.comb += rel.eq(words_left - st.iss_beat * LN)
+    # lanes below nwords carry data; lanes nwords, nwords+1 the key trailer (clipped to [-2, lanes])
+    nwords = Signal(signed(8))
+    m.d.comb += nwords.eq(Mux(rel > LN, LN, Mux(rel < -2, -2, rel)))
+    st.iss_last = Signal()
+    # the last beat of a datagram may hold only the key trailer, past the slot's rows: never written
+    m.d.comb += side0.eq(
+        Cat(
+            st.iss_valid,
+            st.op,
+            st.wr & (st.iss_beat < BPS),
+            st.emit,
+            st.iss_last,
+            st.iss_beat == 0,
+            st.e_dests,
+            st.e_ecn,
+            nwords,
+            st.t_keylo[st.l_t],
+            st.t_keyhi[st.l_t],
+            (st.w_s * BPS + st.iss_beat)[: len(wp.addr)],
+        )
+    )
+    p1_side = Signal(side_w)
+    p1_data = Signal(W)
+    m.d.sync += [p1_side.eq(side0), p1_data.eq(st.iss_data)]
+    pipe = [p1_side]
+    for i in range(LATENCY):
+        nxt = Signal(side_w, name=f"pside{i}")
+        m.d.sync += nxt.eq(pipe[-1])
+        pipe.append(nxt)
+    adders = []
+    p1_op = p1_side[1:3]
+    p1_beat0 = p1_side[6]
+    for lane in range(LN):
+        add = Fp32Adder()
+        m.submodules[f"add{lane}"] = add
+        adders.append(add)
+        lane_op = Mux(p1_beat0 & (lane < HEADER_WORDS), OP_PASS_B, p1_op) if lane < HEADER_WORDS else p1_op
+        m.d.comb += [
+            add.a.eq(rd.data[32 * lane : 32 * lane + 32]),
+            add.b.eq(p1_data[32 * lane : 32 * lane + 32]),
+            add.op.eq(lane_op),
+            add.valid.eq(p1_side[0]),
+        ]
+    o_side = pipe[-1]
+    o_valid, o_wr, o_emit, o_last = o_side[0], o_side[3], o_side[4], o_side[5]
+    o_dests = o_side[7 : 7 + NP]
+    o_ecn = o_side[7 + NP : 9 + NP]
+    o_words = o_side[9 + NP : 17 + NP]
+    o_key = o_side[17 + NP : 81 + NP]
+    o_addr = o_side[81 + NP :]
+    result = Cat(a.result for a in adders)
+    m.d.comb += [wp.addr.eq(o_addr), wp.data.eq(result), wp.en.eq(Mux(o_valid & o_wr, (1 << len(wp.en)) - 1, 0))]
+    key_hi = Cat(o_key[56:64], o_key[48:56], o_key[40:48], o_key[32:40])  # big-endian on the wire
+    key_lo = Cat(o_key[24:32], o_key[16:24], o_key[8:16], o_key[0:8])
+    o_rel = o_words.as_signed()
+    lanes_out = []
+    for lane in range(LN):
+        word = result[32 * lane : 32 * lane + 32]
+        val = Mux(lane < o_rel, word, 0)
+        if KEY_WORDS:
+            val = Mux(o_rel == lane, key_hi, Mux(o_rel + 1 == lane, key_lo, val))
+        lanes_out.append(val)
+    masked = Cat(*lanes_out)
+    fifo_depth = 2 * mbeats + LATENCY + 8
+    fifo = SyncFIFOBuffered(width=W + 1 + NP + 2, depth=fifo_depth)
+    m.submodules.fifo = fifo
+    m.d.comb += [
+        fifo.w_data.eq(Cat(masked, o_last, o_dests, o_ecn)),
+        fifo.w_en.eq(o_valid & o_emit),
+        dp.out_data.eq(fifo.r_data[:W]),
+        dp.out_last.eq(fifo.r_data[W]),
+        dp.out_dests.eq(fifo.r_data[W + 1 : W + 1 + NP]),
+        dp.out_ecn.eq(fifo.r_data[W + 1 + NP :]),
+        dp.out_valid.eq(fifo.r_rdy),
+        fifo.r_en.eq(dp.out_ready),
+    ]
+    # Read-after-write hazard: a packet that reads its slot waits while beats of that
+    # slot are still between the read port and the write port.
+    st.hazard = Signal()
+    m.d.comb += st.hazard.eq(
+        Cat(sg[0] & sg[3] & (sg[81 + NP :] >= st.w_s * BPS) & (sg[81 + NP :] < st.w_s * BPS + BPS) for sg in pipe).any()
+    )
+    st.room_out = Signal()
+    m.d.comb += st.room_out.eq(fifo.level <= fifo_depth - (mbeats + LATENCY + 4))
+
+    # emitted header: the codec layout, replacing words 0..6 of beat 0
+    def be_bytes(value, n):
+        return [value[8 * (n - 1 - k) : 8 * (n - k)] for k in range(n)]
+
+    e_hdr = Cat(
+        *be_bytes(Const(MAGIC, 16), 2),
+        Const(VERSION, 8),
+        st.e_flags,
+        *be_bytes(st.t_job[st.T_], 4),
+        *be_bytes(st.t_tid[st.T_], 2),
+        *be_bytes(st.e_cap, 2),
+        *be_bytes(st.h_gen, 4),
+        *be_bytes(st.e_seq, 4),
+        *be_bytes(st.e_ack, 4),
+        *be_bytes(st.e_count, 2),
+        Const(0, 16),
+    )
+    st.beat0 = Cat(e_hdr, st.hbeat[HEADER_BYTES * 8 :])
