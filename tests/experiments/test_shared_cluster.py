@@ -52,6 +52,9 @@ def test_summary_schema_and_ratios(tiny):
     ring = data["schemes"]["ring"]
     floor = data["schemes"][FLOOR]
     assert floor["jobs_total"] == 0 and floor["bytes_total_norm"] < 1.0  # same flows, no training traffic
+    group = data["groups"][0]
+    assert group["aggregation_share"] == pytest.approx(1 - floor["bytes_total"] / ring["bytes_total"])
+    assert floor["aggregation_share"] is None and 0 < data["schemes"]["panama"]["aggregation_share"] < 1
     assert floor.get("large_job_training_time_s") is None
     for scheme, st in data["schemes"].items():
         for key in ("lt2k", "2k_10k", "10k_50k", "50k_100k"):
@@ -300,6 +303,10 @@ def test_cli_reproduce_tiny(tmp_path):
     sweep = json.loads((out / "shared-cluster-sweep" / "summary.json").read_text())
     assert [g["params"]["load"] for g in sweep["groups"]] == [0.2, 0.4]
     assert (out / "shared-cluster-sweep" / "sweep.png").is_file()
+    # the floor gives every group its aggregation share; lower background load, larger share
+    shares = [g["aggregation_share"] for g in sweep["groups"]]
+    assert all(0 < x < 1 for x in shares) and shares[0] > shares[1]
+    assert (out / "shared-cluster-sweep" / "gain_vs_share.png").is_file()
 
 
 def test_cli_shared_cluster_on_dask_scheduler(tmp_path):

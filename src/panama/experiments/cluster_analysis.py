@@ -103,6 +103,7 @@ def summarise(
                 if stat == "mean":
                     st[f"{name}_norm"] = ci.ratio if ci is not None and math.isfinite(ci.ratio) else None
             g["schemes"][scheme] = st
+        _aggregation_shares(g)
         del g["_rows"]
         out_groups.append(g)
     headline = out_groups[0] if out_groups else {"schemes": {}}
@@ -117,6 +118,18 @@ def summarise(
         "groups": out_groups,
         "consistency": consistency,
     }
+
+
+def _aggregation_shares(group: dict[str, Any]) -> None:
+    """With the floor in the group: the share of each scheme's link bytes that the jobs added,
+    ``aggregation_share = 1 - floor bytes / scheme bytes`` (means over seeds), and the group's
+    ``aggregation_share``: the baseline's (what the jobs put on the fabric under ring)."""
+    floor = group["schemes"].get(FLOOR, {}).get("bytes_total")
+    for scheme, st in group["schemes"].items():
+        mine = st.get("bytes_total")
+        ok = scheme != FLOOR and isinstance(floor, (int, float)) and isinstance(mine, (int, float)) and mine > 0
+        st["aggregation_share"] = 1.0 - floor / mine if ok else None
+    group["aggregation_share"] = group["schemes"].get(BASELINE, {}).get("aggregation_share")
 
 
 def _scheme_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

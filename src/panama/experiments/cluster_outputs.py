@@ -155,7 +155,55 @@ def plot_all(out: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, 
         fig.savefig(out / "sweep.png", dpi=120)
         plt.close(fig)
         files["sweep"] = "sweep.png"
+    if len(summary["groups"]) > 1 and all(g.get("aggregation_share") is not None for g in summary["groups"]):
+        plot_gain_vs_share(out / "gain_vs_share.png", summary, schemes)
+        files["gain_vs_share"] = "gain_vs_share.png"
     return files
+
+
+def plot_gain_vs_share(path: Path, summary: Mapping[str, Any], schemes: Sequence[str]) -> None:
+    """Short-flow p99 (pooled, bootstrap interval) and mean (t interval over seeds) gain vs ring
+    against the share of ring's link bytes that aggregation traffic adds, one line per scheme;
+    the background-only floor is the bound of every scheme. One seed: no error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted(summary["groups"], key=lambda g: g["aggregation_share"])
+    fig, axs = plt.subplots(1, 2, figsize=(11, 4))
+    specs = (
+        (axs[0], "short_fct_p99_pooled_us_gain", "short-flow p99 gain vs ring (pooled over seeds)"),
+        (axs[1], "short_fct_mean_us_gain", "short-flow mean gain vs ring (mean over seeds)"),
+    )
+    for ax, key, label in specs:
+        for scheme in [s for s in schemes if s != BASELINE]:
+            xs, ys, lo, hi = [], [], [], []
+            for g in groups:
+                st = g["schemes"].get(scheme, {})
+                y = st.get(key)
+                if y is None:
+                    continue
+                if key.endswith("pooled_us_gain"):
+                    ci = (st.get("short_fct_p99_pooled_us_gain_ci_low"), st.get("short_fct_p99_pooled_us_gain_ci_high"))
+                else:
+                    ci = tuple(st.get(key + "_ci") or (None, None))
+                many = len(g["seeds"]) > 1 and all(c is not None and math.isfinite(c) for c in ci)
+                xs.append(g["aggregation_share"])
+                ys.append(y)
+                lo.append(y - ci[0] if many else 0.0)
+                hi.append(ci[1] - y if many else 0.0)
+            if xs:
+                style = "k--" if scheme == FLOOR else "o-"
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt=style, capsize=3, label=scheme)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xlabel(f"aggregation share of {BASELINE}'s link bytes (1 - floor / {BASELINE})")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 _BUCKET_LABELS = (("lt2k", "< 2 KB"), ("2k_10k", "2-10 KB"), ("10k_50k", "10-50 KB"), ("50k_100k", "50-100 KB"))
@@ -181,8 +229,11 @@ def format_table(summary: Mapping[str, Any]) -> str:
     lines = []
     for g in summary["groups"]:
         params = ", ".join(f"{k}={v}" for k, v in g["params"].items()) or "default"
+        share = g.get("aggregation_share")
+        share_text = f"; aggregation share of {BASELINE}'s bytes {share:.2f}" if share is not None else ""
         lines.append(
-            f"{params}; seeds {', '.join(map(str, g['seeds']))}  (ratios = scheme/{BASELINE}, lower is better)"
+            f"{params}; seeds {', '.join(map(str, g['seeds']))}{share_text}  (ratios = scheme/{BASELINE}, lower is "
+            "better)"
         )
         rows = [
             (
