@@ -362,3 +362,21 @@ def test_cli_shared_cluster_on_dask_scheduler(tmp_path):
     for scheme in ("ring", "panama"):
         for key in ("short_fct_p99_us", "large_job_training_time_s", "bytes_total"):
             assert a[scheme][key] == b[scheme][key]
+
+
+def test_ratios_over_seeds_are_geometric_and_their_intervals_never_negative():
+    """Per-seed ratios that spread widely (0.1 to 3) would give a t interval below zero on the
+    raw scale; on the log scale it stays positive, and a gain is exactly 1 / its ratio."""
+    import math
+
+    from panama.experiments.cluster_analysis import _scheme_stats
+
+    norms = [0.1, 3.0, 0.2, 2.5]
+    rows = [{"seed": i, "short_fct_p99_us_norm": r, "short_fct_p99_us_gain": 1 / r} for i, r in enumerate(norms)]
+    st = _scheme_stats(rows)
+    geo = math.exp(sum(math.log(r) for r in norms) / len(norms))
+    assert st["short_fct_p99_us_norm"] == pytest.approx(geo)
+    low, high = st["short_fct_p99_us_norm_ci"]
+    assert 0 < low < geo < high
+    assert st["short_fct_p99_us_gain"] == pytest.approx(1 / geo)
+    assert st["short_fct_p99_us_gain_ci"] == pytest.approx([1 / high, 1 / low])

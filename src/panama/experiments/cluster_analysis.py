@@ -132,6 +132,9 @@ def _aggregation_shares(group: dict[str, Any]) -> None:
     group["aggregation_share"] = group["schemes"].get(BASELINE, {}).get("aggregation_share")
 
 
+RATIO_SUFFIXES = ("_norm", "_gain")
+
+
 def _scheme_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     stats: dict[str, Any] = {"n_seeds": len(rows)}
     if not rows:
@@ -146,6 +149,14 @@ def _scheme_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for k in names:
         vals = [r.get(k) for r in rows]
         vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if k.endswith(RATIO_SUFFIXES):
+            # Ratios average on the log scale (the geometric mean, as for speed-up ratios):
+            # the interval is a t interval of log ratios mapped back, so it is never negative,
+            # and a gain is exactly the inverse of its ratio, interval included.
+            logs = mean_ci([math.log(v) for v in vals if v > 0])
+            stats[k] = math.exp(logs.mean) if logs.n else None
+            stats[f"{k}_ci"] = [math.exp(logs.low), math.exp(logs.high)] if logs.n else None
+            continue
         ci = mean_ci(vals)
         stats[k] = ci.mean if ci.n else None
         stats[f"{k}_ci"] = [ci.low, ci.high] if ci.n else None
