@@ -385,7 +385,12 @@ class Communicator:
                     for off in range(0, n, seg):
                         size = min(seg, n - off)
                         try:
-                            pkt = decode(view[off : off + size], ecn, None if off & 3 else f32[(off + 28) >> 2 :], keys)
+                            pkt = decode(
+                                view[off : off + size],
+                                ecn,
+                                None if off & 3 else f32[(off + codec.HEADER_BYTES) >> 2 :],
+                                keys,
+                            )
                         except codec.CodecError as exc:
                             self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
                             continue
