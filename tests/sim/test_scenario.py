@@ -108,3 +108,40 @@ def test_example_scenarios_validate():
     for path in examples:
         sc = load_scenario(path)
         assert sc.jobs, path.name
+
+
+def _placed(placement: str, workers: list[int], seed: int = 3) -> list[list[str]]:
+    from panama.sim.runner import Simulation
+    from panama.sim.scenario import JobConfig, Scenario, TopologyConfig
+
+    sc = Scenario(
+        seed=seed,
+        topology=TopologyConfig(spec="fat-tree:k=4"),
+        placement=placement,
+        jobs=[JobConfig(workers=w, gradient_bytes=4000, compute_us=10.0, iterations=1) for w in workers],
+    )
+    return [list(job.hosts) for job in Simulation(sc).jobs]
+
+
+def test_disjoint_and_packed_placement_give_every_worker_its_own_host():
+    from panama.core.topology import fat_tree
+
+    topo = fat_tree(4)
+    for placement in ("disjoint", "packed"):
+        jobs = _placed(placement, [6, 4, 4, 2])
+        every = [h for job in jobs for h in job]
+        assert len(every) == len(set(every)) == 16, placement
+        assert _placed(placement, [6, 4, 4, 2]) == jobs  # seeded
+    # packed: a 4-worker job fills consecutive racks (2 hosts each on k=4): 2 racks, not 4
+    for job in _placed("packed", [4, 4, 4, 4]):
+        assert len({topo.tor_of(h) for h in job}) == 2
+    # random (the default, as before): jobs drawn independently may share hosts
+    shared = any(len({h for job in _placed("random", [8, 8], seed=s) for h in job}) < 16 for s in range(5))
+    assert shared
+
+
+def test_disjoint_placement_refuses_more_workers_than_hosts():
+    from panama.sim.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"jobs\.2\.workers.*only 4 of 16 hosts"):
+        _placed("disjoint", [6, 6, 6])

@@ -230,12 +230,24 @@ class Simulation:
         hosts = self.topology.hosts
         index = {h: i for i, h in enumerate(hosts)}
         jobs = []
+        free = self._placement_order(rng)  # disjoint and packed: hosts not yet given to a job
         for i, jc in enumerate(sc.jobs):
             if jc.hosts is not None:
                 for h in jc.hosts:
                     if h not in index:
                         raise ScenarioError(f"jobs.{i}.hosts", f"{h!r} is not a host of {self.topology.name}")
                 chosen = list(jc.hosts)
+                if free is not None:
+                    free = [h for h in free if h not in chosen]
+            elif free is not None:
+                if jc.workers > len(free):
+                    raise ScenarioError(
+                        f"jobs.{i}.workers",
+                        f"{jc.workers} workers but only {len(free)} of {len(hosts)} hosts are left with "
+                        f"placement = {sc.placement!r} (every worker on its own host)",
+                    )
+                chosen = sorted(free[: jc.workers], key=index.__getitem__)
+                free = free[jc.workers :]
             else:
                 if jc.workers > len(hosts):
                     raise ScenarioError(
@@ -255,6 +267,23 @@ class Simulation:
                 )
             )
         return jobs
+
+    def _placement_order(self, rng) -> list[str] | None:
+        """The order in which jobs take hosts under ``placement`` (None for ``random``): a random
+        permutation (``disjoint``), or racks in topology order starting at a random rack, each
+        rack's hosts in order (``packed``)."""
+        placement = self.scenario.placement
+        hosts = self.topology.hosts
+        if placement == "random":
+            return None
+        if placement == "disjoint":
+            return [hosts[k] for k in rng.permutation(len(hosts)).tolist()]
+        racks: dict[str, list[str]] = {}
+        for h in hosts:
+            racks.setdefault(self.topology.tor_of(h), []).append(h)
+        order = list(racks.values())
+        first = int(rng.integers(len(order)))
+        return [h for rack in order[first:] + order[:first] for h in rack]
 
     # ------------------------------------------------------------------ running
     def _arrive(self) -> None:

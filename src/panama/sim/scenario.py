@@ -158,6 +158,12 @@ class Scenario(_Model):
     panama: PanamaConfig = Field(default_factory=PanamaConfig, description="[panama] table")
     background: BackgroundConfig = Field(default_factory=BackgroundConfig, description="[background] table")
     jobs: list[JobConfig] = Field(default_factory=list, description="training jobs ([[jobs]] tables)")
+    placement: Literal["random", "disjoint", "packed"] = Field(
+        "random",
+        description="where jobs without explicit hosts run: random (each job's workers drawn independently; jobs "
+        "may share hosts), disjoint (every worker on its own host, drawn at random), packed (jobs fill racks in "
+        "order from a random first rack, every worker on its own host)",
+    )
     sample_interval_us: float = Field(10.0, gt=0, description="queue-occupancy sampling period")
 
     @model_validator(mode="after")
