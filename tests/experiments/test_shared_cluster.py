@@ -37,12 +37,22 @@ def tiny(tmp_path_factory):
 
 
 def test_presets_scale_threshold_with_gradients():
-    for preset in ("tiny", "quick", "full"):
+    for preset in ("tiny", "quick", "full", "paper"):
         sc = experiment_scenario(preset)
         big = [j for j in sc.jobs if j.gradient_bytes >= sc.panama.threshold_bytes]
         small = [j for j in sc.jobs if j.gradient_bytes < sc.panama.threshold_bytes]
         assert big and small, preset
         assert sc.panama.threshold_bytes < 40_000_000
+
+
+def test_paper_preset_gives_every_worker_its_own_host():
+    from panama.core.topology import parse_topology
+
+    sc = experiment_scenario("paper")
+    hosts = parse_topology(sc.topology.spec).hosts
+    assert len(hosts) == 128 and sc.placement == "disjoint"
+    assert sum(j.workers for j in sc.jobs) <= len(hosts)
+    assert sum(j.gradient_bytes >= sc.panama.threshold_bytes for j in sc.jobs) == 4
 
 
 def test_summary_schema_and_ratios(tiny):

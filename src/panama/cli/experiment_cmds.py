@@ -126,7 +126,7 @@ def _shared_cluster_options(f):
         ),
         click.option(
             "--preset",
-            type=click.Choice(["full", "quick", "tiny"]),
+            type=click.Choice(["full", "quick", "tiny", "paper"]),
             default=None,
             help="Built-in scenario preset (default full: fat-tree k=4, 40 ms of traffic at load 0.3, 33 s on "
             "the 2-core machine for one seed (measured, compiled, loaded); tiny: smoke tests only).",

@@ -75,6 +75,19 @@ JOB_MIX = (
     JobTemplate("kmeans", 4, params=5_000_000, compute_ms=120.0, start_ms=150.0),
 )
 
+#: The paper-scale mix (128 hosts): four 16-worker jobs above the 40 MB threshold and four
+#: 8-worker ones below it; 96 workers, each on its own host (``placement = "disjoint"``).
+PAPER_JOB_MIX = (
+    JobTemplate("vgg16", 16, model="VGG-16"),
+    JobTemplate("alexnet", 16, model="AlexNet", start_ms=100.0),
+    JobTemplate("resnet152", 16, model="ResNet-152", start_ms=200.0),
+    JobTemplate("resnet50", 16, model="ResNet-50", start_ms=300.0),
+    JobTemplate("rl-policy", 8, params=2_000_000, compute_ms=60.0, start_ms=50.0),
+    JobTemplate("kmeans", 8, params=5_000_000, compute_ms=120.0, start_ms=150.0),
+    JobTemplate("ctr", 8, params=8_000_000, compute_ms=80.0, start_ms=250.0),
+    JobTemplate("lstm", 8, params=3_000_000, compute_ms=40.0, start_ms=350.0),
+)
+
 PRESETS: dict[str, dict[str, Any]] = {
     # simulated ms of background traffic, iterations of the large jobs, load, scale
     "full": {"duration_ms": 40.0, "iterations": 4, "load": 0.3, "scale": 0.005, "topology": "fat-tree:k=4"},
@@ -84,6 +97,18 @@ PRESETS: dict[str, dict[str, Any]] = {
         "load": 0.3,
         "scale": 0.005,
         "topology": "leaf-spine:leaves=4,spines=2,hosts_per_leaf=4",
+    },
+    # paper scale: k=8 fat-tree (128 hosts) at 10 Gbps, every worker on its own host, gradients
+    # and compute times at 1/40 (an iteration of VGG-16 takes about 30 ms instead of 1.2 s, so
+    # several fit the window; the bytes per second each job offers stay those of the real job)
+    "paper": {
+        "duration_ms": 150.0,
+        "iterations": 3,
+        "load": 0.3,
+        "scale": 0.025,
+        "topology": "fat-tree:k=8",
+        "placement": "disjoint",
+        "jobs": PAPER_JOB_MIX,
     },
     # smoke tests only: a light-tailed workload so that a 2 ms window still has flows
     "tiny": {
@@ -119,7 +144,7 @@ def experiment_scenario(preset: str = "full", *, models_path: str | Path | None 
     rows, _ = load_models(models_path)
     by_model = {r.model: r for r in rows if r.gpu == "P100"}
     jobs = []
-    for t in JOB_MIX:
+    for t in p.get("jobs", JOB_MIX):
         if t.model is not None:
             row = by_model[t.model]
             grad = row.params * row.bytes_per_param
@@ -143,6 +168,7 @@ def experiment_scenario(preset: str = "full", *, models_path: str | Path | None 
         duration_ms=p["duration_ms"],
         max_time_ms=p["duration_ms"] * 20 + 50,
         topology=TopologyConfig(spec=p["topology"]),
+        placement=p.get("placement", "random"),
         background=BackgroundConfig(workload=p.get("workload", "web-search"), load=p["load"]),
         panama=PanamaConfig(threshold_bytes=round(REAL_THRESHOLD_BYTES * scale)),
         jobs=jobs,
