@@ -168,6 +168,10 @@ def test_report_reads_outputs(tiny, tmp_path):
     assert f"{gain:.2f}" in text
     cr = json.loads((tmp_path / "cr" / "summary.json").read_text())
     assert f"{cr['ranges']['overall']['comm_ratio_max']:.2f}" in text
+    # the floor bounds every scheme, and the page says so with its numbers; the cluster is described
+    floor = res.summary["schemes"][FLOOR]
+    assert "The floor bounds every scheme" in text and f"{floor['short_fct_mean_us_gain']:.2f}x at the mean" in text
+    assert "Our cluster: 8 hosts (leaf-spine:leaves=2,spines=2,hosts_per_leaf=4), 5 jobs" in text
 
 
 def test_cli_shared_cluster_and_errors(tmp_path):
