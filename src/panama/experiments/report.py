@@ -160,8 +160,9 @@ def _shared_section(sc: Mapping[str, Any], sdir: Path, title: str) -> list[str]:
         ),
         "",
         (
-            'Gains are ring / scheme (higher is better; the original\'s "x better"), per seed, then mean '
-            "[95 % t confidence interval over seeds]."
+            'Gains are ring / scheme (higher is better; the original\'s "x better"), per seed, then the geometric '
+            "mean [95 % t confidence interval of the log gains over seeds]; pooled p99 gains have a bootstrap "
+            "interval in the summary. `background` is the floor: the same flows without any job."
         ),
         "",
     ]
@@ -384,24 +385,32 @@ def _cap(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _job_bound(cr) -> str:
-    """The single-job bound of the simulated jobs' models on P100 / 10 Gbps, from comm-ratio."""
+def _span(lo: float, hi: float, spec: str) -> str:
+    """``lo–hi``, or one value when they are equal."""
+    return format(lo, spec) if format(lo, spec) == format(hi, spec) else f"{lo:{spec}}–{hi:{spec}}"
+
+
+def _job_bound(cr, preset: str | None = None) -> str:
+    """The single-job bound of the simulated jobs' models on P100 / 10 Gbps, from comm-ratio
+    (the job mix of the main run's preset)."""
     if not cr:
         return ""
-    from panama.experiments.shared_cluster import JOB_MIX
+    from panama.experiments.cluster_scenario import JOB_MIX, PRESETS
 
-    models = {t.model for t in JOB_MIX if t.model}
+    mix = PRESETS.get(preset or "", {}).get("jobs", JOB_MIX)
+    models = {t.model for t in mix if t.model}
     rows = [r for r in cr["rows"] if r["gpu"] == "P100" and r["model"] in models]
     if not rows:
         return ""
     lo = min(r["speedup_ina_no_overlap"] for r in rows)
     hi = max(r["speedup_ina_no_overlap"] for r in rows)
-    workers = sorted({t.workers for t in JOB_MIX if t.model})
+    workers = sorted({t.workers for t in mix if t.model})
     return (
         f": {lo:.2f}–{hi:.2f}x for the simulated jobs' models ({', '.join(sorted(models))}) on P100 at 10 Gbps, "
         "whose communication/computation ratios the scaled jobs keep (with the large-N ring factor 2; with "
-        f"{'–'.join(map(str, (workers[0], workers[-1])))} workers a ring moves only 2(N-1)/N = "
-        f"{2 * (workers[0] - 1) / workers[0]:.2f}–{2 * (workers[-1] - 1) / workers[-1]:.2f}x the in-network traffic, "
+        f"{_span(workers[0], workers[-1], 'd')} workers a ring moves only 2(N-1)/N = "
+        f"{_span(2 * (workers[0] - 1) / workers[0], 2 * (workers[-1] - 1) / workers[-1], '.2f')}x the in-network "
+        "traffic, "
         "so the bound is lower)"
     )
 
@@ -415,11 +424,19 @@ def _trend(shared) -> list[str]:
             parts = []
             for g in sorted(s["groups"], key=lambda g: g["params"].get(axis)):
                 st = g["schemes"].get("panama", {})
+                fl = g["schemes"].get(FLOOR)
+                floor = (
+                    f" (aggregation share {_f(g.get('aggregation_share'))}; the floor's mean gain "
+                    f"{_f(fl.get('short_fct_mean_us_gain'))}x, pooled p99 "
+                    f"{_f(fl.get('short_fct_p99_pooled_us_gain'))}x)"
+                    if fl
+                    else ""
+                )
                 parts.append(
                     f"{axis}={g['params'].get(axis)}: p99 {_f(st.get('short_fct_p99_us_gain'))}x "
                     f"(pooled {_f(st.get('short_fct_p99_pooled_us_gain'))}x), mean "
                     f"{_f(st.get('short_fct_mean_us_gain'))}x, "
-                    f"training {_f(st.get('large_job_training_time_s_gain'))}x"
+                    f"training {_f(st.get('large_job_training_time_s_gain'))}x{floor}"
                 )
             out.append(f"Along `{axis}` (`{d}`), panama's gains over ring are: " + "; ".join(parts) + ".")
     return out
@@ -549,7 +566,7 @@ def _discussion(cr, main, groups, facts, shared=(), cluster: str = "") -> list[s
             + _cap(cmp("large_job_training_time_s_gain", ORIGINAL["large_job_gain"], "training-time"))
             + ". "
             "Alone on an idle network, a job's gain is bounded by its communication share (claim 1)"
-            + _job_bound(cr)
+            + _job_bound(cr, (main.get("config") or {}).get("preset"))
             + "; a measured gain above that bound means ring allreduce suffers more from sharing the network with "
             "background flows and other jobs than in-network aggregation does (its traffic is larger and crosses "
             "more queues), a gain below it that in-network aggregation lost time to congestion control or start-up. "
