@@ -35,7 +35,9 @@ __all__ = [
 COMPILED_MODULES: tuple[str, ...] = (
     "panama.sim.engine",
     "panama.sim.packet",
-    "panama.sim.dataplane",
+    "panama.sim.nodes",
+    "panama.sim.ports",
+    "panama.sim.lossless",
     "panama.sim.dctcp",
     "panama.sim.pswitch",
     "panama.sim.panama_host",

@@ -3,7 +3,7 @@ cimport cython
 
 from panama.sim.engine cimport Engine, Timer
 from panama.sim.packet cimport SimPacket
-from panama.sim.dataplane cimport Port
+from panama.sim.ports cimport Port
 
 cdef long long _KIND_DATA, _KIND_ACK, _CE, _ECT0, _NOT_ECT, _FLAG_ECE
 

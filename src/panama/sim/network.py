@@ -49,9 +49,10 @@ import networkx as nx
 import numpy as np
 
 from panama.core.units import tx_time_ps
-from panama.sim.dataplane import Host, HostPort, LosslessPort, Node, PacketHook, Port, Switch
 from panama.sim.engine import Engine
+from panama.sim.lossless import LosslessPort
 from panama.sim.netconfig import NetworkConfig
+from panama.sim.nodes import Host, Node, PacketHook, Switch
 from panama.sim.packet import (
     DROP_LOSSLESS_OVERFLOW,
     DROP_NO_HANDLER,
@@ -67,6 +68,7 @@ from panama.sim.packet import (
     SimPacket,
     panama_sim_packet,
 )
+from panama.sim.ports import HostPort, Port
 from panama.sim.routing import group_next_hops
 from panama.sim.sampler import QueueSampler
 

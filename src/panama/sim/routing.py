@@ -41,7 +41,8 @@ def flow_hash(flow_id: int, salt: int) -> int:
 def ecmp_index(h: int, switch_salt: int, n: int) -> int:
     """Index in ``range(n)`` chosen for flow hash ``h`` at a switch with ``switch_salt``.
 
-    The one ECMP choice of the simulator (:mod:`panama.sim.dataplane` calls it)."""
+    The one ECMP choice of the simulator (:mod:`panama.sim.ports`,
+    :mod:`panama.sim.lossless` and :mod:`panama.sim.nodes` call it)."""
     return ((((h ^ switch_salt) * _GOLDEN) & MASK64) >> 32) % n
 
 

@@ -9,7 +9,7 @@ import numpy as np
 from panama.sim.engine import Engine
 
 if TYPE_CHECKING:
-    from panama.sim.dataplane import Port
+    from panama.sim.ports import Port
 
 __all__ = ["QueueSampler"]
 

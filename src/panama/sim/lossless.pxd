@@ -1,0 +1,26 @@
+# Types of panama/sim/lossless.py for the compiled fast path (setup.py); the .py is the source.
+cimport cython
+
+from panama.sim.nodes cimport Host, Switch
+from panama.sim.packet cimport SimPacket
+from panama.sim.ports cimport Port
+
+cdef long long _CE
+
+cdef class LosslessPort(Port):
+    @cython.locals(pkt=SimPacket, host=Host)
+    cpdef _deliver_host_checked(self)
+
+    @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, idx=cython.longlong,
+                   dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, used=cython.longlong,
+                   ib=cython.longlong, free=cython.longlong, fib1=list, ingress=list)
+    cpdef _deliver_switch_lossless(self)
+
+    @cython.locals(now=cython.longlong, bu=cython.longlong, end=cython.longlong, arrive=cython.longlong)
+    cpdef _commit(self, SimPacket pkt, long long in_idx, long long tx)
+
+    @cython.locals(now=cython.longlong, backlog=cython.longlong)
+    cpdef bint _send_paused(self, SimPacket pkt, long long in_idx, long long tx) except -1
+
+    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, ingress=list)
+    cpdef _release(self)

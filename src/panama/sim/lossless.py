@@ -1,0 +1,264 @@
+"""The ports of a lossless (PFC) network: PAUSE and RESUME from the peer, shared-buffer
+release on switches, and the arrival handlers of lossless networks.
+
+Contract: a :class:`LosslessPort` never drops on its own (the switch admits a packet to
+its shared buffer first, :meth:`panama.sim.nodes.Switch._admit`); while paused by its peer
+it holds every packet whose transmission has not started and sends them back to back at
+RESUME. On a switch it frees the buffer space of a packet (per ingress) when the packet's
+transmission ends, which may let the switch resume its upstreams. Its arrival handlers
+check the pipe's head time, since a pause can take packets back from a pipe under a
+pending event. Same model as :mod:`panama.sim.ports` (docs/simulator-network.md).
+
+Part of the simulator's hot path: compiled with ``lossless.pxd`` when the fast path is
+built, interpreted otherwise (same source, same results).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from panama.core.packet import CE
+from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, SimPacket
+from panama.sim.ports import Port
+from panama.sim.routing import ecmp_index
+
+__all__ = ["LosslessPort"]
+
+_CE = CE  # a C constant when compiled
+
+
+class LosslessPort(Port):
+    """A port of a lossless (PFC) network: can be paused by its peer, and on switches
+    frees shared-buffer space (per ingress) when a packet's transmission ends."""
+
+    __slots__ = ()
+
+    def send(self, pkt: SimPacket, in_idx: int = -1) -> bool:
+        now = self._eng.now
+        size = pkt.size_bytes
+        tx = size * self.ps_per_byte
+        if self.paused:
+            return self._send_paused(pkt, in_idx, tx)
+        bu = self.busy_until
+        if bu < now:
+            bu = now
+        backlog = bu - now
+        if backlog > self.k_ps and 0 < pkt.ecn < _CE:
+            pkt.ecn = _CE
+            self.ecn_marks += 1
+        self.tx_packets += 1
+        self.tx_bytes += size
+        # --- _commit, inlined ---
+        end = bu + tx
+        self.busy_until = end
+        arrive = end + self.delay_ps
+        pkt.arrive_ps = arrive
+        self.pipe.append(pkt)
+        rel = self.release
+        if rel is not None:
+            rel.append((end, size, in_idx))
+            if not self.rel_armed:
+                self.rel_armed = True
+                self._eng.schedule(end, self._release_ev)
+        if not self.armed:
+            self.armed = True
+            self._eng.schedule(arrive, self)
+        if self._trace is not None:
+            self._trace(
+                (
+                    now,
+                    "tx",
+                    self.owner.name,
+                    self.peer.name,
+                    pkt.kind,
+                    pkt.src,
+                    pkt.dst,
+                    pkt.seq,
+                    size,
+                    backlog // self.ps_per_byte,
+                )
+            )
+        return True
+
+    def _deliver_host_checked(self) -> None:
+        """Arrival at a host in a lossless network (a pause may have emptied the pipe
+        under the pending event, so the head's time is checked)."""
+        pipe = self.pipe
+        now = self._eng.now
+        while pipe:
+            pkt = pipe[0]
+            if pkt.arrive_ps > now:
+                self._eng.schedule(pkt.arrive_ps, self)
+                return
+            pipe.popleft()
+            d = pkt.deliver
+            if d is not None:
+                d(pkt)
+            else:
+                self.peer.receive_unbound(pkt)
+        self.armed = False
+
+    def _deliver_switch_lossless(self) -> None:
+        """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
+        sw = self.peer
+        hooks = sw.hooked
+        pipe = self.pipe
+        now = self._eng.now
+        idx = self.peer_index
+        fib1 = sw.fib1
+        ingress = sw.ingress_bytes
+        while pipe:
+            pkt = pipe[0]
+            if pkt.arrive_ps > now:
+                self._eng.schedule(pkt.arrive_ps, self)
+                return
+            pipe.popleft()
+            if hooks is not None and hooks[pkt.kind] is not None:
+                sw._run_hook(pkt, idx, hooks[pkt.kind])
+                continue
+            dst = pkt.dst
+            out = fib1[dst]
+            if out is None:
+                ports = sw.fib[dst]
+                n = len(ports)
+                if not n:
+                    self.net._drop(None, pkt, DROP_NO_ROUTE, node=sw)
+                    continue
+                out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
+            # --- Switch._admit, inlined ---
+            size = pkt.size_bytes
+            used = sw.used_bytes + size
+            if used > sw.buffer_bytes:
+                self.net._drop(out, pkt, DROP_LOSSLESS_OVERFLOW)
+                continue
+            sw.used_bytes = used
+            if used > sw.peak_used_bytes:
+                sw.peak_used_bytes = used
+            ib = ingress[idx] + size
+            ingress[idx] = ib
+            if not sw.pause_sent[idx]:
+                thr = sw.pfc_static
+                if thr is None:
+                    free = sw.pool_bytes - used
+                    thr = int(sw.pfc_alpha * free) if free > 0 else 0
+                if ib > thr:
+                    sw._send_pfc(idx, True)
+            out.send(pkt, idx)
+        self.armed = False
+
+    def _commit(self, pkt: SimPacket, in_idx: int, tx: int) -> None:
+        """Fix the transmission slot of a packet (now, or when a pause ends)."""
+        now = self._eng.now
+        bu = self.busy_until
+        if bu < now:
+            bu = now
+        end = bu + tx
+        self.busy_until = end
+        arrive = end + self.delay_ps
+        pkt.arrive_ps = arrive
+        self.pipe.append(pkt)
+        rel = self.release
+        if rel is not None:
+            rel.append((end, pkt.size_bytes, in_idx))
+            if not self.rel_armed:
+                self.rel_armed = True
+                self._eng.schedule(end, self._release_ev)
+        if not self.armed:
+            self.armed = True
+            self._eng.schedule(arrive, self)
+
+    def _send_paused(self, pkt: SimPacket, in_idx: int, tx: int) -> bool:
+        now = self._eng.now
+        backlog = self.backlog_ps()
+        if backlog > self.k_ps and 0 < pkt.ecn < _CE:
+            pkt.ecn = _CE
+            self.ecn_marks += 1
+        self.tx_packets += 1
+        self.tx_bytes += pkt.size_bytes
+        self.waiting.append((pkt, in_idx))
+        self.waiting_ps += tx
+        if self._trace is not None:
+            self._trace(
+                (
+                    now,
+                    "hold",
+                    self.owner.name,
+                    self.peer.name,
+                    pkt.kind,
+                    pkt.src,
+                    pkt.dst,
+                    pkt.seq,
+                    pkt.size_bytes,
+                    backlog // self.ps_per_byte,
+                )
+            )
+        return True
+
+    def pause(self) -> None:
+        """A PAUSE frame arrived from the peer: finish the packet being serialised, hold
+        every packet whose transmission has not started."""
+        now = self._eng.now
+        self.pauses += 1
+        if self.paused:
+            return
+        self.paused = True
+        self.paused_since = now
+        pipe = self.pipe
+        rel = self.release
+        delay = self.delay_ps
+        ppb = self.ps_per_byte
+        held: list[tuple[SimPacket, int]] = []
+        while pipe:
+            pkt = pipe[-1]
+            arrive = pkt.arrive_ps
+            tx = pkt.size_bytes * ppb
+            if arrive - delay - tx < now:
+                break
+            pipe.pop()
+            in_idx = rel.pop()[2] if rel is not None else -1
+            held.append((pkt, in_idx))
+            self.waiting_ps += tx
+        if held:
+            held.reverse()
+            held.extend(self.waiting)
+            self.waiting = deque(held)
+        self.busy_until = pipe[-1].arrive_ps - delay if pipe else min(self.busy_until, now)
+        if self._trace is not None:
+            self._trace((now, "pause", self.owner.name, self.peer.name, -1, -1, -1, -1, 0, self.queue_bytes()))
+
+    def resume(self) -> None:
+        """A RESUME frame arrived: transmit the held packets back to back."""
+        if not self.paused:
+            return
+        now = self._eng.now
+        self.paused = False
+        self.paused_ps += now - self.paused_since
+        waiting = self.waiting
+        self.waiting = deque()
+        self.waiting_ps = 0
+        ppb = self.ps_per_byte
+        for pkt, in_idx in waiting:
+            self._commit(pkt, in_idx, pkt.size_bytes * ppb)
+        if self._trace is not None:
+            self._trace((now, "resume", self.owner.name, self.peer.name, -1, -1, -1, -1, 0, self.queue_bytes()))
+
+    def _release(self) -> None:
+        """Lossless switches: free buffer of packets whose transmission ended."""
+        rel = self.release
+        now = self._eng.now
+        sw = self.owner
+        ingress = sw.ingress_bytes
+        freed = 0
+        while rel:
+            head = rel[0]
+            if head[0] > now:
+                self._eng.schedule(head[0], self._release_ev)
+                break
+            rel.popleft()
+            ingress[head[2]] -= head[1]
+            freed += head[1]
+        else:
+            self.rel_armed = False
+        if freed:
+            sw.used_bytes -= freed
+            sw._check_resume()

@@ -1,0 +1,54 @@
+# Types of panama/sim/nodes.py for the compiled fast path (setup.py); the .py is the source.
+cimport cython
+
+from panama.sim.engine cimport Engine
+from panama.sim.packet cimport SimPacket
+from panama.sim.ports cimport Port
+
+cdef class Node:
+    cdef public object net
+    cdef public Engine _eng
+    cdef public str name
+    cdef public str kind
+    cdef public list ports
+    cdef public dict port_by_name
+    cdef public list fib
+    cdef public list fib1
+    cdef public object salt
+
+    cpdef receive(self, SimPacket pkt, long long in_idx)
+
+cdef class Host(Node):
+    cdef public long long index
+    cdef public object handler
+    cdef public Port uplink
+
+    cpdef receive_unbound(self, SimPacket pkt)
+
+cdef class Switch(Node):
+    cdef public list hooks
+    cdef public object hooked
+    cdef public long long hook_latency_ps
+    cdef public bint lossless
+    cdef public long long buffer_bytes
+    cdef public long long pool_bytes
+    cdef public list ingress_bytes
+    cdef public long long used_bytes
+    cdef public list pause_sent
+    cdef public double pfc_alpha
+    cdef public object pfc_static
+    cdef public long long resume_offset
+    cdef public long long pauses_sent
+    cdef public object _delayline
+    cdef public bint _dl_armed
+    cdef public object _dl_cb
+    cdef public long long peak_used_bytes
+
+    cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
+    cpdef _emit(self, object out, long long in_idx)
+
+    @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong)
+    cpdef bint _admit(self, SimPacket pkt, long long in_idx, Port port) except -1
+
+    cpdef _check_resume(self)
+    cpdef _send_pfc(self, long long in_idx, bint pause)

@@ -1,0 +1,308 @@
+"""Hosts and switches of the simulated network: forwarding tables and ECMP, packet hooks,
+and a lossless switch's shared buffer and PAUSE generation.
+
+Contract: a :class:`Host` puts packets on its NIC (:meth:`Host.send`) and hands arrivals
+to ``pkt.deliver`` or its ``handler``; a :class:`Switch` forwards unicast packets by
+ECMP over its forwarding table, hands the kinds with a hook to the hook and forwards
+what it returns (after ``hook_latency_ps``, in order), and in a lossless network admits
+packets to its shared buffer, dropping on overflow and sending PAUSE / RESUME to an
+ingress's upstream around the PFC threshold. Ports are in :mod:`panama.sim.ports` and
+:mod:`panama.sim.lossless`; :class:`panama.sim.network.Network` builds the nodes and
+fills their tables (docs/simulator-network.md).
+
+Part of the simulator's hot path: compiled with ``nodes.pxd`` when the fast path is
+built, interpreted otherwise (same source, same results).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_HANDLER, DROP_NO_ROUTE, NUM_KINDS, SimPacket
+from panama.sim.routing import ecmp_index
+
+if TYPE_CHECKING:
+    from panama.sim.network import Network
+    from panama.sim.ports import Port
+
+__all__ = ["Node", "Host", "Switch", "PacketHook"]
+
+
+class Node:
+    """Common part of hosts and switches: name, ports, forwarding table."""
+
+    __slots__ = ("net", "_eng", "name", "kind", "ports", "port_by_name", "fib", "fib1", "salt")
+
+    def __init__(self, net: Network, name: str, kind: str):
+        self.net = net
+        self._eng = net.engine
+        self.name = name
+        self.kind = kind
+        self.ports: list[Port] = []
+        self.port_by_name: dict[str, Port] = {}
+        self.fib: list[tuple[Port, ...]] = []
+        self.fib1: list[Port | None] = []  # the port where fib[dst] has exactly one
+        self.salt = 0
+
+    def receive(self, pkt: SimPacket, in_idx: int) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def port_to(self, neighbour: str) -> Port:
+        """The output port towards a neighbour (KeyError naming both if not adjacent)."""
+        try:
+            return self.port_by_name[neighbour]
+        except KeyError:
+            raise KeyError(f"{self.name} has no link to {neighbour!r}") from None
+
+    def route(self, pkt: SimPacket) -> Port | None:
+        """The ECMP choice of output port for a routed packet (None: no route)."""
+        dst = pkt.dst
+        if dst < 0 or dst >= len(self.fib) - 1:
+            return None
+        ports = self.fib[dst]
+        n = len(ports)
+        if n == 1:
+            return ports[0]
+        if n == 0:
+            return None
+        return ports[ecmp_index(pkt.flow_hash, self.salt, n)]
+
+
+class Host(Node):
+    """An end host. ``send(pkt)`` puts a packet on its NIC; received packets go to
+    ``pkt.deliver`` or to the attached ``handler(pkt)``."""
+
+    __slots__ = ("index", "handler", "uplink")
+
+    def __init__(self, net: Network, name: str, index: int):
+        super().__init__(net, name, "host")
+        self.index = index
+        self.handler: Callable[[SimPacket], Any] | None = None
+        self.uplink: Port | None = None
+
+    def send(self, pkt: SimPacket) -> bool:
+        """Transmit a routed packet (``pkt.dst`` >= 0) or, for single-homed hosts, any
+        packet to the access switch."""
+        up = self.uplink
+        if up is not None:
+            return up.send(pkt, -1)
+        port = self.route(pkt)
+        if port is None:
+            self.net._drop(None, pkt, DROP_NO_ROUTE)
+            return False
+        return port.send(pkt, -1)
+
+    def send_to(self, neighbour: str, pkt: SimPacket) -> bool:
+        """Transmit towards a named neighbour (the ToR), whatever ``pkt.dst`` says."""
+        return self.port_to(neighbour).send(pkt, -1)
+
+    def receive(self, pkt: SimPacket, in_idx: int) -> None:
+        d = pkt.deliver
+        if d is not None:
+            d(pkt)
+            return
+        self.receive_unbound(pkt)
+
+    def receive_unbound(self, pkt: SimPacket) -> None:
+        """Deliver a packet without a ``deliver`` callback to the attached handler."""
+        h = self.handler
+        if h is None:
+            self.net._drop(None, pkt, DROP_NO_HANDLER, node=self)
+            return
+        h(pkt)
+
+
+PacketHook = Callable[[SimPacket, str], "Iterable[tuple[str, SimPacket]] | None"]
+
+
+class Switch(Node):
+    """A switch: routes unicast packets by ECMP, hands hooked kinds to their hook.
+
+    Lossless state: ``ingress_bytes[i]`` bytes held that arrived on port ``i`` (the last
+    entry is local/hook-originated traffic, never paused), ``used_bytes`` in total,
+    ``pause_sent[i]`` whether the upstream of port ``i`` is paused by us.
+    """
+
+    __slots__ = (
+        "hooks",
+        "hook_latency_ps",
+        "lossless",
+        "buffer_bytes",
+        "pool_bytes",
+        "ingress_bytes",
+        "used_bytes",
+        "pause_sent",
+        "pfc_alpha",
+        "pfc_static",
+        "resume_offset",
+        "pauses_sent",
+        "_delayline",
+        "_dl_armed",
+        "_dl_cb",
+        "hooked",
+        "peak_used_bytes",
+    )
+
+    def __init__(self, net: Network, name: str, kind: str):
+        super().__init__(net, name, kind)
+        self.hooks: list[PacketHook | None] = [None] * NUM_KINDS
+        self.hooked: list[PacketHook | None] | None = None  # ``hooks`` if any is set
+        self.hook_latency_ps = 0
+        self.lossless = False
+        self.buffer_bytes = 0
+        self.pool_bytes = 0
+        self.ingress_bytes: list[int] = []
+        self.used_bytes = 0
+        self.pause_sent: list[bool] = []
+        self.pfc_alpha = 0.125
+        self.pfc_static: int | None = None
+        self.resume_offset = 0
+        self.pauses_sent = 0
+        self.peak_used_bytes = 0
+        self._delayline: deque[tuple[int, Any, int]] = deque()
+        self._dl_armed = False
+        self._dl_cb = self._drain_delayline
+
+    def receive(self, pkt: SimPacket, in_idx: int) -> None:
+        hook = self.hooks[pkt.kind]
+        if hook is not None:
+            self._run_hook(pkt, in_idx, hook)
+            return
+        dst = pkt.dst
+        fib = self.fib
+        if dst < -1 or dst >= len(fib) - 1:
+            raise IndexError(f"{self.name}: packet destination {dst} is not a host index (or -1)")
+        ports = fib[dst]
+        n = len(ports)
+        if n == 1:
+            port = ports[0]
+        elif n:
+            port = ports[ecmp_index(pkt.flow_hash, self.salt, n)]
+        else:
+            self.net._drop(None, pkt, DROP_NO_ROUTE, node=self)
+            return
+        if self.lossless and not self._admit(pkt, in_idx, port):
+            return
+        port.send(pkt, in_idx)
+
+    # ------------------------------------------------------------------ hooks
+    def _run_hook(self, pkt: SimPacket, in_idx: int, hook: PacketHook) -> None:
+        out = hook(pkt, self.ports[in_idx].peer.name if in_idx >= 0 else self.name)
+        if out:
+            if self.hook_latency_ps:
+                self._delay(out, in_idx)
+            else:
+                self._emit(out, in_idx)
+
+    def set_hook(self, kind: int, hook: PacketHook | None, latency_ps: int = 0) -> None:
+        """Hand packets of ``kind`` arriving here to ``hook(pkt, from_node)``; forward the
+        returned ``(neighbour, packet)`` pairs after ``latency_ps`` (FIFO)."""
+        if not 0 <= kind < NUM_KINDS:
+            raise ValueError(f"kind: must be in [0, {NUM_KINDS}), got {kind!r}")
+        if latency_ps < 0:
+            raise ValueError(f"latency_ps: must be >= 0, got {latency_ps!r}")
+        self.hooks[kind] = hook
+        self.hook_latency_ps = int(latency_ps)
+        self.hooked = self.hooks if any(h is not None for h in self.hooks) else None
+
+    def emit(self, neighbour: str, pkt: SimPacket) -> bool:
+        """Send a switch-originated packet (e.g. from an accelerator timer) to a neighbour."""
+        port = self.port_to(neighbour)
+        local = len(self.ports)
+        if self.lossless and not self._admit(pkt, local, port):
+            return False
+        return port.send(pkt, local)
+
+    def _emit(self, out: Iterable[tuple[str, SimPacket]], in_idx: int) -> None:
+        pbn = self.port_by_name
+        if in_idx < 0:
+            in_idx = len(self.ports)
+        for nb, p in out:
+            port = pbn.get(nb)
+            if port is None:
+                raise KeyError(f"hook at {self.name} forwarded to {nb!r}, which is not a neighbour")
+            if self.lossless and not self._admit(p, in_idx, port):
+                continue
+            port.send(p, in_idx)
+
+    def _delay(self, out: Any, in_idx: int) -> None:
+        t = self._eng.now + self.hook_latency_ps
+        self._delayline.append((t, list(out), in_idx))
+        if not self._dl_armed:
+            self._dl_armed = True
+            self._eng.push(t, self._dl_cb)
+
+    def _drain_delayline(self) -> None:
+        dl = self._delayline
+        now = self._eng.now
+        while dl:
+            t, out, in_idx = dl[0]
+            if t > now:
+                self._eng.push(t, self._dl_cb)
+                return
+            dl.popleft()
+            self._emit(out, in_idx)
+        self._dl_armed = False
+
+    # ------------------------------------------------------------------ PFC
+    def pfc_threshold(self) -> int:
+        """Current per-ingress PAUSE threshold in bytes."""
+        if self.pfc_static is not None:
+            return self.pfc_static
+        free = self.pool_bytes - self.used_bytes
+        return int(self.pfc_alpha * free) if free > 0 else 0
+
+    def _admit(self, pkt: SimPacket, in_idx: int, port: Port) -> bool:
+        size = pkt.size_bytes
+        used = self.used_bytes + size
+        if used > self.buffer_bytes:
+            self.net._drop(port, pkt, DROP_LOSSLESS_OVERFLOW)
+            return False
+        self.used_bytes = used
+        if used > self.peak_used_bytes:
+            self.peak_used_bytes = used
+        ib = self.ingress_bytes[in_idx] + size
+        self.ingress_bytes[in_idx] = ib
+        if in_idx < len(self.ports) and not self.pause_sent[in_idx] and ib > self.pfc_threshold():
+            self._send_pfc(in_idx, True)
+        return True
+
+    def _check_resume(self) -> None:
+        ps = self.pause_sent
+        if not any(ps):
+            return
+        thr = self.pfc_threshold()
+        off = self.resume_offset
+        ib = self.ingress_bytes
+        for i, p in enumerate(ps):
+            if p and (ib[i] + off <= thr or ib[i] == 0):
+                self._send_pfc(i, False)
+
+    def _send_pfc(self, in_idx: int, pause: bool) -> None:
+        self.pause_sent[in_idx] = pause
+        link = self.ports[in_idx]
+        up = link.reverse
+        eng = self._eng
+        if pause:
+            self.pauses_sent += 1
+            eng.push(eng.now + link.delay_ps, up.pause)
+        else:
+            eng.push(eng.now + link.delay_ps, up.resume)
+        trace = eng.trace
+        if trace is not None:
+            trace(
+                (
+                    eng.now,
+                    "pfc_pause" if pause else "pfc_resume",
+                    self.name,
+                    up.owner.name,
+                    -1,
+                    -1,
+                    -1,
+                    -1,
+                    0,
+                    self.ingress_bytes[in_idx],
+                )
+            )

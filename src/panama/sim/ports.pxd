@@ -1,0 +1,75 @@
+# Types of panama/sim/ports.py for the compiled fast path (setup.py); the .py is the source.
+cimport cython
+
+from panama.sim.engine cimport Engine, Event
+from panama.sim.nodes cimport Host, Node, Switch
+from panama.sim.packet cimport SimPacket
+
+cdef long long _CE
+cdef long long _GENERIC, _HOST, _SWITCH, _HOST_CHECKED, _SWITCH_LOSSLESS
+
+cdef class _Release
+
+cdef class Port(Event):
+    cdef public Node owner
+    cdef public Node peer
+    cdef public long long index
+    cdef public long long peer_index
+    cdef public Port reverse
+    cdef public str name
+    cdef public str tier
+    cdef public double rate_bps
+    cdef public long long ps_per_byte
+    cdef public long long delay_ps
+    cdef public long long busy_until
+    cdef public object pipe
+    cdef public bint armed
+    cdef public bint paused
+    cdef public long long paused_since
+    cdef public object waiting
+    cdef public long long waiting_ps
+    cdef public long long limit_ps
+    cdef public long long k_ps
+    cdef public object release
+    cdef public bint rel_armed
+    cdef public Engine _eng
+    cdef public object _trace
+    cdef public long long _mode
+    cdef public _Release _release_ev
+    cdef public object net
+    cdef public long long tx_packets
+    cdef public long long tx_bytes
+    cdef public long long ecn_marks
+    cdef public long long drops
+    cdef public long long pauses
+    cdef public long long paused_ps
+
+    @cython.locals(mode=cython.longlong)
+    cpdef object fire(self)
+    cpdef long long backlog_ps(self)
+    cpdef long long queue_bytes(self)
+
+    @cython.locals(now=cython.longlong, size=cython.longlong, tx=cython.longlong, bu=cython.longlong,
+                   backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong)
+    cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
+
+    @cython.locals(now=cython.longlong, idx=cython.longlong, head=SimPacket, peer=object)
+    cpdef _deliver(self)
+
+    @cython.locals(pkt=SimPacket, t=cython.longlong, host=Host)
+    cpdef _deliver_host(self)
+
+    @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, t=cython.longlong,
+                   dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, tx=cython.longlong,
+                   bu=cython.longlong, backlog=cython.longlong, end=cython.longlong, fib1=list)
+    cpdef _deliver_switch(self)
+
+    cpdef pause(self)
+    cpdef resume(self)
+    cpdef _release(self)
+
+cdef class _Release(Event):
+    cdef public Port port
+
+cdef class HostPort(Port):
+    pass

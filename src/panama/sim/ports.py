@@ -1,0 +1,416 @@
+"""Ports of the simulated network: output queue, serialiser and wire of one direction of
+a link, with ECN marking, drop-tail and the arrival handlers of lossy networks.
+
+Contract: a :class:`Port` accepts a packet with :meth:`Port.send` (False: dropped,
+counted by the network), fixes its transmission slot in FIFO order and, when its arrival
+time at the peer comes, hands it over with the arrival handler chosen for the peer by
+:meth:`Port._select_delivery` (a host's ``deliver`` callback or handler, a switch's ECMP
+forwarding inlined with the next port's ``send``). :class:`HostPort` is the NIC of a
+host in a lossy network. The ports of lossless (PFC) networks are in
+:mod:`panama.sim.lossless`; hosts and switches in :mod:`panama.sim.nodes`;
+:class:`panama.sim.network.Network` builds them all from a topology (the model:
+docs/simulator-network.md).
+
+The simulator's hot path: compiled with ``ports.pxd`` when the fast path is built,
+interpreted otherwise (same source, same results).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from panama.core.packet import CE
+from panama.sim.engine import Event
+from panama.sim.nodes import Host, Switch
+from panama.sim.packet import DROP_NO_ROUTE, DROP_QUEUE_FULL, SimPacket
+from panama.sim.routing import ecmp_index
+
+if TYPE_CHECKING:
+    from panama.sim.network import Network
+    from panama.sim.nodes import Node
+
+__all__ = ["Port", "HostPort"]
+
+_BITS_PS = 8_000_000_000_000  # bits * ps per second (8 * PS_PER_S)
+_NEVER = 1 << 62
+_CE = CE  # a C constant when compiled
+
+# Arrival handlers of a port (Port._mode), chosen by the kind of its peer.
+_GENERIC = 0
+_HOST = 1
+_SWITCH = 2
+_HOST_CHECKED = 3
+_SWITCH_LOSSLESS = 4
+
+
+class Port(Event):
+    """Output queue + serialiser + wire from ``owner`` to ``peer`` (one direction).
+
+    The pipe holds the packets accepted and not yet arrived, each with its arrival time
+    at the peer in ``arrive_ps``. The port is itself the engine event of its pipe's head
+    arrival (:meth:`fire` runs the arrival handler chosen for the peer); ``_release_ev`` is the event of its
+    buffer releases (lossless switches).
+
+    Serialisation takes ``size_bytes x ps_per_byte`` with ``ps_per_byte =
+    ceil(8e12 / rate_bps)``: exact for every rate dividing 8 Tbit/s (1, 2.5, 10, 25, 40,
+    50, 100, 200, 400 Gbps); other rates are rounded down by less than one part in
+    ``ps_per_byte``.
+
+    Counters: ``tx_packets``/``tx_bytes`` (accepted for transmission: one packet hop
+    each), ``ecn_marks``, ``drops``, ``pauses`` (PAUSE frames received),
+    ``paused_ps`` (time spent paused, updated at resume).
+    """
+
+    __slots__ = (
+        "owner",
+        "peer",
+        "index",
+        "peer_index",
+        "reverse",
+        "name",
+        "tier",
+        "rate_bps",
+        "ps_per_byte",
+        "delay_ps",
+        "busy_until",
+        "pipe",
+        "armed",
+        "paused",
+        "paused_since",
+        "waiting",
+        "waiting_ps",
+        "limit_ps",
+        "k_ps",
+        "release",
+        "rel_armed",
+        "_eng",
+        "_trace",
+        "_mode",
+        "_release_ev",
+        "net",
+        "tx_packets",
+        "tx_bytes",
+        "ecn_marks",
+        "drops",
+        "pauses",
+        "paused_ps",
+    )
+
+    def __init__(self, net: Network, owner: Node, peer: Node, rate_bps: float, delay_ps: int, tier: str):
+        self.t = 0
+        self.seq = 0
+        self.net = net
+        eng = net.engine
+        self._eng = eng
+        self._trace = eng.trace
+        self.owner = owner
+        self.peer = peer
+        self.index = -1
+        self.peer_index = -1
+        self.reverse: Port | None = None
+        self.name = f"{owner.name}->{peer.name}"
+        self.tier = tier
+        self.rate_bps = float(rate_bps)
+        if not self.rate_bps >= 1:
+            raise ValueError(f"link {owner.name}-{peer.name}: rate_bps must be >= 1, got {rate_bps!r}")
+        self.ps_per_byte = -(-_BITS_PS // int(rate_bps))
+        self.delay_ps = int(delay_ps)
+        self.busy_until = 0
+        self.pipe: deque[SimPacket] = deque()  # in flight, in arrival order (``arrive_ps``)
+        self.armed = False
+        self.paused = False
+        self.paused_since = 0
+        self.waiting: deque[tuple[SimPacket, int]] = deque()
+        self.waiting_ps = 0
+        self.limit_ps = _NEVER
+        self.k_ps = _NEVER
+        self.release: deque[tuple[int, int, int]] | None = None
+        self.rel_armed = False
+        self._mode = _GENERIC
+        self._fire_cb = self._deliver
+        self._release_ev = _Release(self)
+        self.tx_packets = 0
+        self.tx_bytes = 0
+        self.ecn_marks = 0
+        self.drops = 0
+        self.pauses = 0
+        self.paused_ps = 0
+
+    def __repr__(self) -> str:
+        return f"Port({self.name}, {self.rate_bps / 1e9:g} Gbps, {self.delay_ps} ps)"
+
+    def _select_delivery(self) -> None:
+        """Pick the arrival handler specialised for the peer (called once the network is built)."""
+        peer = self.peer
+        if self.net.config.lossless:
+            # Pauses can take packets back from a pipe under a pending event.
+            if isinstance(peer, Host):
+                self._mode = _HOST_CHECKED
+                self._fire_cb = self._deliver_host_checked
+            elif isinstance(peer, Switch):
+                self._mode = _SWITCH_LOSSLESS
+                self._fire_cb = self._deliver_switch_lossless
+        elif isinstance(peer, Host):
+            self._mode = _HOST
+            self._fire_cb = self._deliver_host
+        elif isinstance(peer, Switch):
+            self._mode = _SWITCH
+            self._fire_cb = self._deliver_switch
+
+    def fire(self) -> None:
+        """The pipe's head is due at the peer: run the arrival handler of :meth:`_select_delivery`."""
+        mode = self._mode
+        if mode == _SWITCH:
+            self._deliver_switch()
+        elif mode == _HOST:
+            self._deliver_host()
+        elif mode == _SWITCH_LOSSLESS:
+            self._deliver_switch_lossless()
+        elif mode == _HOST_CHECKED:
+            self._deliver_host_checked()
+        else:
+            self._deliver()
+
+    # ------------------------------------------------------------------ queries
+    def tx_time(self, size_bytes: int) -> int:
+        """Serialisation time of ``size_bytes`` on this port (ps)."""
+        return size_bytes * self.ps_per_byte
+
+    def backlog_ps(self) -> int:
+        """Transmission time of everything queued (incl. the rest of the packet on the wire)."""
+        b = self.busy_until - self._eng.now
+        return (b if b > 0 else 0) + self.waiting_ps
+
+    def queue_bytes(self) -> int:
+        """Bytes not yet serialised (instantaneous queue occupancy)."""
+        return self.backlog_ps() // self.ps_per_byte
+
+    # ------------------------------------------------------------------ data path
+    def send(self, pkt: SimPacket, in_idx: int = -1) -> bool:
+        """Enqueue ``pkt`` (arrived on ingress ``in_idx`` of the owner; -1: local).
+        Returns False if it was dropped."""
+        now = self._eng.now
+        size = pkt.size_bytes
+        tx = size * self.ps_per_byte
+        bu = self.busy_until
+        if bu < now:
+            bu = now
+        backlog = bu - now
+        if backlog + tx > self.limit_ps:
+            self.net._drop(self, pkt, DROP_QUEUE_FULL)
+            return False
+        if backlog > self.k_ps and 0 < pkt.ecn < _CE:
+            pkt.ecn = _CE
+            self.ecn_marks += 1
+        end = bu + tx
+        self.busy_until = end
+        self.tx_packets += 1
+        self.tx_bytes += size
+        arrive = end + self.delay_ps
+        pkt.arrive_ps = arrive
+        self.pipe.append(pkt)
+        if not self.armed:
+            self.armed = True
+            self._eng.schedule(arrive, self)
+        if self._trace is not None:
+            self._trace(
+                (
+                    now,
+                    "tx",
+                    self.owner.name,
+                    self.peer.name,
+                    pkt.kind,
+                    pkt.src,
+                    pkt.dst,
+                    pkt.seq,
+                    size,
+                    backlog // self.ps_per_byte,
+                )
+            )
+        return True
+
+    def _deliver(self) -> None:
+        """Generic arrival: hand due packets to ``peer.receive``."""
+        pipe = self.pipe
+        now = self._eng.now
+        peer = self.peer  # untyped (ports.pxd): ``receive`` is looked up as a Python attribute
+        recv = peer.receive
+        idx = self.peer_index
+        while pipe:
+            head = pipe[0]
+            if head.arrive_ps > now:
+                self._eng.schedule(head.arrive_ps, self)
+                return
+            pipe.popleft()
+            recv(head, idx)
+        self.armed = False
+
+    def _deliver_host(self) -> None:
+        """Arrival at a host: ``pkt.deliver(pkt)`` or the host's handler.
+
+        Only used in lossy networks, where the pipe's head is always due when the event
+        fires (nothing but arrivals ever removes packets from a pipe)."""
+        pipe = self.pipe
+        popleft = pipe.popleft
+        while True:
+            pkt = popleft()
+            d = pkt.deliver
+            if d is not None:
+                d(pkt)
+            else:
+                self.peer.receive_unbound(pkt)
+            if not pipe:
+                self.armed = False
+                return
+            t = pipe[0].arrive_ps
+            if t > self._eng.now:
+                self._eng.schedule(t, self)
+                return
+
+    def _deliver_switch(self) -> None:
+        """Arrival at a lossy switch: ECMP forwarding and the next port's :meth:`send`
+        inlined (the hot path of the simulator); hooked kinds go to their hook."""
+        sw = self.peer
+        hooks = sw.hooked
+        pipe = self.pipe
+        popleft = pipe.popleft
+        now = self._eng.now
+        fib1 = sw.fib1
+        while True:
+            # The head is due: nothing but arrivals removes packets from a lossy pipe.
+            pkt = popleft()
+            if hooks is not None and hooks[pkt.kind] is not None:
+                sw._run_hook(pkt, self.peer_index, hooks[pkt.kind])
+                if not pipe:
+                    self.armed = False
+                    return
+                t = pipe[0].arrive_ps
+                if t > now:
+                    self._eng.schedule(t, self)
+                    return
+                continue
+            dst = pkt.dst
+            out = fib1[dst]  # dst == -1 hits the trailing "no route" entries
+            if out is None:
+                ports = sw.fib[dst]
+                n = len(ports)
+                if n:
+                    out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
+                else:
+                    self.net._drop(None, pkt, DROP_NO_ROUTE, node=sw)
+            if out is not None:
+                # --- Port.send(out, pkt), inlined ---
+                size = pkt.size_bytes
+                tx = size * out.ps_per_byte
+                bu = out.busy_until
+                if bu < now:
+                    bu = now
+                backlog = bu - now
+                if backlog + tx > out.limit_ps:
+                    self.net._drop(out, pkt, DROP_QUEUE_FULL)
+                else:
+                    if backlog > out.k_ps and 0 < pkt.ecn < _CE:
+                        pkt.ecn = _CE
+                        out.ecn_marks += 1
+                    end = bu + tx
+                    out.busy_until = end
+                    out.tx_packets += 1
+                    out.tx_bytes += size
+                    end += out.delay_ps
+                    pkt.arrive_ps = end
+                    out.pipe.append(pkt)
+                    if not out.armed:
+                        out.armed = True
+                        self._eng.schedule(end, out)
+                    if out._trace is not None:
+                        out._trace(
+                            (
+                                now,
+                                "tx",
+                                sw.name,
+                                out.peer.name,
+                                pkt.kind,
+                                pkt.src,
+                                pkt.dst,
+                                pkt.seq,
+                                size,
+                                backlog // out.ps_per_byte,
+                            )
+                        )
+            if not pipe:
+                self.armed = False
+                return
+            t = pipe[0].arrive_ps
+            if t > now:
+                self._eng.schedule(t, self)
+                return
+
+    # ------------------------------------------------------------------ PFC (LosslessPort)
+    def pause(self) -> None:  # pragma: no cover - only LosslessPort is ever paused
+        raise RuntimeError(f"{self.name}: PAUSE on a port of a lossy network")
+
+    def resume(self) -> None:  # pragma: no cover
+        raise RuntimeError(f"{self.name}: RESUME on a port of a lossy network")
+
+    def _release(self) -> None:  # pragma: no cover
+        raise RuntimeError(f"{self.name}: buffer release on a port of a lossy network")
+
+
+class HostPort(Port):
+    """A host NIC in a lossy network: never drops (the transports' windows bound the
+    queue), so :meth:`send` skips the limit check. It marks ECN-capable packets above
+    ``k_ps`` like a switch port (a CE-marking host qdisc, ``NetworkConfig.host_ecn``)."""
+
+    __slots__ = ()
+
+    def send(self, pkt: SimPacket, in_idx: int = -1) -> bool:
+        now = self._eng.now
+        bu = self.busy_until
+        if bu < now:
+            bu = now
+        elif bu - now > self.k_ps and 0 < pkt.ecn < _CE:
+            pkt.ecn = _CE
+            self.ecn_marks += 1
+        size = pkt.size_bytes
+        end = bu + size * self.ps_per_byte
+        self.busy_until = end
+        self.tx_packets += 1
+        self.tx_bytes += size
+        end += self.delay_ps
+        pkt.arrive_ps = end
+        self.pipe.append(pkt)
+        if not self.armed:
+            self.armed = True
+            self._eng.schedule(end, self)
+        if self._trace is not None:
+            self._trace(
+                (
+                    now,
+                    "tx",
+                    self.owner.name,
+                    self.peer.name,
+                    pkt.kind,
+                    pkt.src,
+                    pkt.dst,
+                    pkt.seq,
+                    size,
+                    (bu - now) // self.ps_per_byte,
+                )
+            )
+        return True
+
+
+class _Release(Event):
+    """The buffer-release event of a lossless switch port (one pending at a time)."""
+
+    __slots__ = ("port",)
+
+    def __init__(self, port: Port):
+        self.t = 0
+        self.seq = 0
+        self.port = port
+        self._fire_cb = port._release
+
+    def fire(self) -> None:
+        self.port._release()
