@@ -1,5 +1,25 @@
 # Types of panama/sim/engine.py for the compiled fast path (setup.py); the .py is the source.
 cimport cython
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+
+# The heap's keys, a C array beside its list of events (engine.py, _heap_push).
+ctypedef struct _Key:
+    long long t
+    long long seq
+
+ctypedef _Key* _KeyPtr
+
+
+cdef inline _Key* _realloc_keys(_Key* keys, Py_ssize_t n) except NULL:
+    cdef _Key* p = <_Key*>PyMem_Realloc(keys, n * sizeof(_Key))
+    if p == NULL:
+        raise MemoryError()
+    return p
+
+
+cdef inline void _free_keys(_Key* keys) noexcept:
+    PyMem_Free(keys)
+
 
 cdef bint _COMPILED
 
@@ -13,12 +33,16 @@ cdef class Event:
 cdef class _Call(Event):
     cdef public object fn
 
-@cython.locals(pos=cython.Py_ssize_t, up=cython.Py_ssize_t, parent=Event, t=cython.longlong, seq=cython.longlong)
-cdef _heap_push(list heap, Event ev)
+cdef class Engine
 
-@cython.locals(last=Event, top=Event, c=Event, r=Event, n=cython.Py_ssize_t, pos=cython.Py_ssize_t,
-               child=cython.Py_ssize_t, t=cython.longlong, seq=cython.longlong)
-cdef Event _heap_pop(list heap)
+@cython.locals(heap=list, keys=_KeyPtr, pos=cython.Py_ssize_t, up=cython.Py_ssize_t,
+               t=cython.longlong, seq=cython.longlong, pt=cython.longlong)
+cdef _heap_push(Engine eng, Event ev)
+
+@cython.locals(heap=list, keys=_KeyPtr, top=Event, last=object, n=cython.Py_ssize_t,
+               pos=cython.Py_ssize_t, child=cython.Py_ssize_t, t=cython.longlong, seq=cython.longlong,
+               ct=cython.longlong, cs=cython.longlong, rt=cython.longlong)
+cdef Event _heap_pop(Engine eng)
 
 cdef class Engine:
     cdef public long long now
@@ -26,6 +50,10 @@ cdef class Engine:
     cdef public long long seq
     cdef public object trace
     cdef public long long events
+    cdef _Key* _keys
+    cdef Py_ssize_t _kcap
+
+    cdef _grow_keys(self)
 
     cpdef push(self, long long time_ps, object callback)
     cpdef schedule(self, long long time_ps, Event ev)

@@ -77,47 +77,65 @@ class _Call(Event):
         return self.fn()
 
 
-def _heap_push(heap: list, ev: Event) -> None:
-    """Push ``ev`` on a heap of :class:`Event` ordered by ``(t, seq)`` (compiled heap)."""
-    heap.append(ev)
-    pos = len(heap) - 1
+def _heap_push(eng: Engine, ev: Event) -> None:
+    """Push ``ev`` (key ``(ev.t, ev.seq)``) on the compiled heap of ``eng``.
+
+    The compiled heap is ``eng.heap``, a list of :class:`Event`, plus ``eng._keys``, a C
+    array of their ``(t, seq)`` keys at the same positions: sifting compares keys in
+    contiguous memory and moves list items without touching the events."""
+    heap = eng.heap
+    pos = len(heap)
+    if pos >= eng._kcap:
+        eng._grow_keys()
+    keys = eng._keys
     t = ev.t
     seq = ev.seq
+    heap.append(ev)
     while pos > 0:
         up = (pos - 1) >> 1
-        parent = heap[up]
-        if parent.t < t or (parent.t == t and parent.seq < seq):
+        pt = keys[up].t
+        if pt < t or (pt == t and keys[up].seq < seq):
             break
-        heap[pos] = parent
+        heap[pos] = heap[up]
+        keys[pos] = keys[up]
         pos = up
     heap[pos] = ev
+    keys[pos].t = t
+    keys[pos].seq = seq
 
 
-def _heap_pop(heap: list) -> Event:
-    """Pop the smallest :class:`Event` of a non-empty heap (compiled heap)."""
-    last = heap.pop()
-    if not heap:
-        return last
+def _heap_pop(eng: Engine) -> Event:
+    """Pop the smallest :class:`Event` of the non-empty compiled heap of ``eng``."""
+    heap = eng.heap
+    keys = eng._keys
     top = heap[0]
+    last = heap.pop()
     n = len(heap)
-    t = last.t
-    seq = last.seq
+    if not n:
+        return top
+    t = keys[n].t
+    seq = keys[n].seq
     pos = 0
     while True:
         child = 2 * pos + 1
         if child >= n:
             break
-        c = heap[child]
+        ct = keys[child].t
+        cs = keys[child].seq
         if child + 1 < n:
-            r = heap[child + 1]
-            if r.t < c.t or (r.t == c.t and r.seq < c.seq):
+            rt = keys[child + 1].t
+            if rt < ct or (rt == ct and keys[child + 1].seq < cs):
                 child += 1
-                c = r
-        if t < c.t or (t == c.t and seq < c.seq):
+                ct = rt
+                cs = keys[child].seq
+        if t < ct or (t == ct and seq < cs):
             break
-        heap[pos] = c
+        heap[pos] = heap[child]
+        keys[pos] = keys[child]
         pos = child
     heap[pos] = last
+    keys[pos].t = t
+    keys[pos].seq = seq
     return top
 
 
@@ -130,7 +148,7 @@ class Engine:
     :meth:`panama.sim.runner.Simulation.run` does).
     """
 
-    __slots__ = ("now", "heap", "seq", "trace", "events")
+    __slots__ = ("now", "heap", "seq", "trace", "events", "_kcap")
 
     def __init__(self, *, trace: Callable[[tuple], None] | None = None):
         self.now: int = 0
@@ -139,6 +157,16 @@ class Engine:
         self.seq = 0
         self.trace = trace
         self.events: int = 0  # events processed so far (all runs)
+        self._kcap = 0  # compiled: capacity of ``_keys``, the C array of the heap's keys
+
+    def _grow_keys(self) -> None:
+        """Compiled heap only: double the key array (``PyMem_Realloc``, from engine.pxd)."""
+        cap = self._kcap * 2 if self._kcap else 1024
+        self._keys = _realloc_keys(self._keys, cap)  # noqa: F821 - defined in engine.pxd
+        self._kcap = cap
+
+    def __dealloc__(self) -> None:  # compiled only (a no-op method when interpreted)
+        _free_keys(self._keys)  # noqa: F821 - defined in engine.pxd
 
     # ------------------------------------------------------------------ scheduling
     def at(self, time_ps: int, callback: Callable[[], Any]) -> None:
@@ -160,7 +188,7 @@ class Engine:
             ev = _Call(callback)
             ev.t = time_ps
             ev.seq = seq
-            _heap_push(self.heap, ev)
+            _heap_push(self, ev)
         else:
             heappush(self.heap, (time_ps, seq, callback))
 
@@ -171,7 +199,7 @@ class Engine:
         if _COMPILED:
             ev.t = time_ps
             ev.seq = seq
-            _heap_push(self.heap, ev)
+            _heap_push(self, ev)
         else:
             heappush(self.heap, (time_ps, seq, ev._fire_cb))
 
@@ -209,11 +237,10 @@ class Engine:
         try:
             if _COMPILED:
                 while heap:
-                    ev = heap[0]
-                    t = ev.t
+                    t = self._keys[0].t
                     if t > limit:
                         break
-                    _heap_pop(heap)
+                    ev = _heap_pop(self)
                     self.now = t
                     n += 1
                     if ev.fire() is _STALE:
