@@ -41,6 +41,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "panama.sim.dctcp",
     "panama.sim.pswitch",
     "panama.sim.panama_host",
+    "panama.core.packet",
     "panama.core.accelerator",
     "panama.core.transport",
     "panama.core.cc",
