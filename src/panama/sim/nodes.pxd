@@ -44,6 +44,7 @@ cdef class Switch(Node):
     cdef public object _dl_cb
     cdef public long long peak_used_bytes
 
+    @cython.locals(port=Port)
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
     cpdef _emit(self, object out, long long in_idx)
 

@@ -189,7 +189,12 @@ class Switch(Node):
 
     # ------------------------------------------------------------------ hooks
     def _run_hook(self, pkt: SimPacket, in_idx: int, hook: PacketHook) -> None:
-        out = hook(pkt, self.ports[in_idx].peer.name if in_idx >= 0 else self.name)
+        if in_idx >= 0:
+            port = self.ports[in_idx]
+            frm = port.peer.name
+        else:
+            frm = self.name
+        out = hook(pkt, frm)
         if out:
             if self.hook_latency_ps:
                 self._delay(out, in_idx)
