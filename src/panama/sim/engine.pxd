@@ -6,6 +6,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Realloc
 ctypedef struct _Key:
     long long t
     long long seq
+    Py_ssize_t slot
 
 ctypedef _Key* _KeyPtr
 
@@ -17,8 +18,16 @@ cdef inline _Key* _realloc_keys(_Key* keys, Py_ssize_t n) except NULL:
     return p
 
 
-cdef inline void _free_keys(_Key* keys) noexcept:
+cdef inline Py_ssize_t* _realloc_slots(Py_ssize_t* slots, Py_ssize_t n) except NULL:
+    cdef Py_ssize_t* p = <Py_ssize_t*>PyMem_Realloc(slots, n * sizeof(Py_ssize_t))
+    if p == NULL:
+        raise MemoryError()
+    return p
+
+
+cdef inline void _free_keys(_Key* keys, Py_ssize_t* slots) noexcept:
     PyMem_Free(keys)
+    PyMem_Free(slots)
 
 
 cdef bint _COMPILED
@@ -35,11 +44,11 @@ cdef class _Call(Event):
 
 cdef class Engine
 
-@cython.locals(heap=list, keys=_KeyPtr, pos=cython.Py_ssize_t, up=cython.Py_ssize_t,
-               t=cython.longlong, seq=cython.longlong, pt=cython.longlong)
+@cython.locals(heap=list, keys=_KeyPtr, n=cython.Py_ssize_t, slot=cython.Py_ssize_t, pos=cython.Py_ssize_t,
+               up=cython.Py_ssize_t, t=cython.longlong, seq=cython.longlong, pt=cython.longlong)
 cdef _heap_push(Engine eng, Event ev)
 
-@cython.locals(heap=list, keys=_KeyPtr, top=Event, last=object, n=cython.Py_ssize_t,
+@cython.locals(heap=list, keys=_KeyPtr, top=Event, last=_Key, n=cython.Py_ssize_t, slot=cython.Py_ssize_t,
                pos=cython.Py_ssize_t, child=cython.Py_ssize_t, t=cython.longlong, seq=cython.longlong,
                ct=cython.longlong, cs=cython.longlong, rt=cython.longlong)
 cdef Event _heap_pop(Engine eng)
@@ -51,7 +60,10 @@ cdef class Engine:
     cdef public object trace
     cdef public long long events
     cdef _Key* _keys
+    cdef Py_ssize_t* _free
     cdef Py_ssize_t _kcap
+    cdef Py_ssize_t _n
+    cdef Py_ssize_t _nfree
 
     cdef _grow_keys(self)
 

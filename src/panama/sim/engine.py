@@ -15,9 +15,11 @@ Contract
   stays about as large as the number of busy components.
 * Randomness is never drawn here; components receive a seeded
   ``numpy.random.Generator`` from their owner.
-* Compiled (the fast path, ``engine.pxd``), the heap holds :class:`Event` objects whose
-  ``(t, seq)`` fields order them and the engine calls their ``fire()`` as a C method;
-  interpreted, it holds ``(time_ps, seq, callback)`` tuples for ``heapq``. Both pop
+* Compiled (the fast path, ``engine.pxd``), the heap is a C array of ``(t, seq)`` keys
+  of pending :class:`Event` objects (held in ``Engine.heap``, see :func:`_heap_push`)
+  and the engine calls their ``fire()`` as a C method; interpreted, ``Engine.heap`` is a
+  heap of ``(time_ps, seq, callback)`` tuples for ``heapq``. Use :meth:`Engine.pending`
+  and :meth:`Engine.next_time` rather than ``Engine.heap`` itself. Both pop
   events in the same ``(time, seq)`` order, so a run gives the same results either way.
   Components that schedule often subclass :class:`Event` and use :meth:`Engine.schedule`;
   :meth:`Engine.push` takes any callable.
@@ -80,41 +82,55 @@ class _Call(Event):
 def _heap_push(eng: Engine, ev: Event) -> None:
     """Push ``ev`` (key ``(ev.t, ev.seq)``) on the compiled heap of ``eng``.
 
-    The compiled heap is ``eng.heap``, a list of :class:`Event`, plus ``eng._keys``, a C
-    array of their ``(t, seq)`` keys at the same positions: sifting compares keys in
-    contiguous memory and moves list items without touching the events."""
-    heap = eng.heap
-    pos = len(heap)
-    if pos >= eng._kcap:
+    The compiled heap is a C array of ``(t, seq, slot)`` keys (``eng._keys``, ``eng._n``
+    of them); ``slot`` is the event's position in ``eng.heap``, a list that only owns
+    the pending events (visible to the garbage collector) and whose free positions are
+    reused (``eng._free``). Sifting moves keys in contiguous memory and never touches
+    the events themselves."""
+    n = eng._n
+    if n >= eng._kcap:
         eng._grow_keys()
+    heap = eng.heap
+    if eng._nfree:
+        eng._nfree -= 1
+        slot = eng._free[eng._nfree]
+        heap[slot] = ev
+    else:
+        slot = len(heap)
+        heap.append(ev)
     keys = eng._keys
     t = ev.t
     seq = ev.seq
-    heap.append(ev)
+    pos = n
     while pos > 0:
         up = (pos - 1) >> 1
         pt = keys[up].t
         if pt < t or (pt == t and keys[up].seq < seq):
             break
-        heap[pos] = heap[up]
         keys[pos] = keys[up]
         pos = up
-    heap[pos] = ev
     keys[pos].t = t
     keys[pos].seq = seq
+    keys[pos].slot = slot
+    eng._n = n + 1
 
 
 def _heap_pop(eng: Engine) -> Event:
     """Pop the smallest :class:`Event` of the non-empty compiled heap of ``eng``."""
-    heap = eng.heap
     keys = eng._keys
-    top = heap[0]
-    last = heap.pop()
-    n = len(heap)
+    heap = eng.heap
+    slot = keys[0].slot
+    top = heap[slot]
+    heap[slot] = None
+    eng._free[eng._nfree] = slot
+    eng._nfree += 1
+    n = eng._n - 1
+    eng._n = n
     if not n:
         return top
-    t = keys[n].t
-    seq = keys[n].seq
+    last = keys[n]
+    t = last.t
+    seq = last.seq
     pos = 0
     while True:
         child = 2 * pos + 1
@@ -130,12 +146,9 @@ def _heap_pop(eng: Engine) -> Event:
                 cs = keys[child].seq
         if t < ct or (t == ct and seq < cs):
             break
-        heap[pos] = heap[child]
         keys[pos] = keys[child]
         pos = child
-    heap[pos] = last
-    keys[pos].t = t
-    keys[pos].seq = seq
+    keys[pos] = last
     return top
 
 
@@ -148,7 +161,7 @@ class Engine:
     :meth:`panama.sim.runner.Simulation.run` does).
     """
 
-    __slots__ = ("now", "heap", "seq", "trace", "events", "_kcap")
+    __slots__ = ("now", "heap", "seq", "trace", "events", "_kcap", "_n", "_nfree")
 
     def __init__(self, *, trace: Callable[[tuple], None] | None = None):
         self.now: int = 0
@@ -157,16 +170,21 @@ class Engine:
         self.seq = 0
         self.trace = trace
         self.events: int = 0  # events processed so far (all runs)
-        self._kcap = 0  # compiled: capacity of ``_keys``, the C array of the heap's keys
+        # Compiled heap (see _heap_push): capacity of the C arrays ``_keys`` (the heap's
+        # keys, ``_n`` of them) and ``_free`` (``_nfree`` free positions of ``heap``).
+        self._kcap = 0
+        self._n = 0
+        self._nfree = 0
 
     def _grow_keys(self) -> None:
         """Compiled heap only: double the key array (``PyMem_Realloc``, from engine.pxd)."""
         cap = self._kcap * 2 if self._kcap else 1024
         self._keys = _realloc_keys(self._keys, cap)  # noqa: F821 - defined in engine.pxd
+        self._free = _realloc_slots(self._free, cap)  # noqa: F821 - defined in engine.pxd
         self._kcap = cap
 
     def __dealloc__(self) -> None:  # compiled only (a no-op method when interpreted)
-        _free_keys(self._keys)  # noqa: F821 - defined in engine.pxd
+        _free_keys(self._keys, self._free)  # noqa: F821 - defined in engine.pxd
 
     # ------------------------------------------------------------------ scheduling
     def at(self, time_ps: int, callback: Callable[[], Any]) -> None:
@@ -217,13 +235,13 @@ class Engine:
 
     def pending(self) -> int:
         """Heap entries (including stale timer entries)."""
-        return len(self.heap)
+        return self._n if _COMPILED else len(self.heap)
 
     def next_time(self) -> int | None:
         """Time of the earliest pending heap entry, or None."""
-        if not self.heap:
-            return None
-        return self.heap[0].t if _COMPILED else self.heap[0][0]
+        if _COMPILED:
+            return self._keys[0].t if self._n else None
+        return self.heap[0][0] if self.heap else None
 
     # ------------------------------------------------------------------ running
     def run(self, until_ps: int | None = None) -> int:
@@ -236,7 +254,7 @@ class Engine:
         last = self.now  # time of the last event that did something (stale timer entries do not)
         try:
             if _COMPILED:
-                while heap:
+                while self._n:
                     t = self._keys[0].t
                     if t > limit:
                         break

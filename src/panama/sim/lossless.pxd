@@ -8,6 +8,10 @@ from panama.sim.ports cimport Port
 cdef long long _CE
 
 cdef class LosslessPort(Port):
+    @cython.locals(now=cython.longlong, size=cython.longlong, tx=cython.longlong, bu=cython.longlong,
+                   backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong)
+    cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
+
     @cython.locals(pkt=SimPacket, host=Host)
     cpdef _deliver_host_checked(self)
 

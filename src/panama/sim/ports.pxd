@@ -72,4 +72,5 @@ cdef class _Release(Event):
     cdef public Port port
 
 cdef class HostPort(Port):
-    pass
+    @cython.locals(now=cython.longlong, bu=cython.longlong, size=cython.longlong, end=cython.longlong)
+    cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1

@@ -334,9 +334,9 @@ class Simulation:
         stop = self.scenario.stop_ps
         end = stop if until_ps is None else min(stop, until_ps)
         with frozen_gc():
-            while not self._finished and eng.heap and eng.now < end:
+            while not self._finished and eng.pending() and eng.now < end:
                 eng.run(until_ps=min(end, eng.now + self._slice_ps))
-        return self._finished or not eng.heap or eng.now >= stop
+        return self._finished or not eng.pending() or eng.now >= stop
 
     def run(self, progress: bool = True) -> None:
         """Simulate until every job and flow is done or ``max_time_ms`` (see module docstring)."""
@@ -346,7 +346,7 @@ class Simulation:
         wall0 = time.perf_counter()
         status = _Status(self) if progress else None
         with frozen_gc():
-            while not self._finished and eng.heap and eng.now < stop:
+            while not self._finished and eng.pending() and eng.now < stop:
                 eng.run(until_ps=min(stop, eng.now + self._slice_ps))
                 if status is not None:
                     status.tick()
