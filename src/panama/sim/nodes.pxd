@@ -5,6 +5,9 @@ from panama.sim.engine cimport Engine
 from panama.sim.packet cimport SimPacket
 from panama.sim.ports cimport Port
 
+cdef class HookObject:
+    cpdef object run(self, SimPacket pkt, object from_node)
+
 cdef class Node:
     cdef public object net
     cdef public Engine _eng
@@ -44,7 +47,7 @@ cdef class Switch(Node):
     cdef public object _dl_cb
     cdef public long long peak_used_bytes
 
-    @cython.locals(port=Port)
+    @cython.locals(port=Port, obj=HookObject)
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
     cpdef _emit(self, object out, long long in_idx)
 

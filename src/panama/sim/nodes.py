@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from panama.sim.network import Network
     from panama.sim.ports import Port
 
-__all__ = ["Node", "Host", "Switch", "PacketHook"]
+__all__ = ["Node", "Host", "Switch", "PacketHook", "HookObject"]
 
 
 class Node:
@@ -117,6 +117,20 @@ class Host(Node):
 PacketHook = Callable[[SimPacket, str], "Iterable[tuple[str, SimPacket]] | None"]
 
 
+class HookObject:
+    """Base of packet hooks written as objects: calling one calls :meth:`run`, which a
+    switch calls directly (a C method call when compiled, ``nodes.pxd``)."""
+
+    __slots__ = ()
+
+    def __call__(self, pkt: SimPacket, from_node: str):
+        return self.run(pkt, from_node)
+
+    def run(self, pkt: SimPacket, from_node: str):  # pragma: no cover - abstract
+        """The hook: ``(neighbour, packet)`` pairs to forward, or None."""
+        raise NotImplementedError
+
+
 class Switch(Node):
     """A switch: routes unicast packets by ECMP, hands hooked kinds to their hook.
 
@@ -194,7 +208,11 @@ class Switch(Node):
             frm = port.peer.name
         else:
             frm = self.name
-        out = hook(pkt, frm)
+        if isinstance(hook, HookObject):
+            obj = hook
+            out = obj.run(pkt, frm)
+        else:
+            out = hook(pkt, frm)
         if out:
             if self.hook_latency_ps:
                 self._delay(out, in_idx)

@@ -56,14 +56,16 @@ cdef class Port(Event):
     @cython.locals(now=cython.longlong, idx=cython.longlong, head=SimPacket, peer=object)
     cpdef _deliver(self)
 
-    @cython.locals(pkt=SimPacket, t=cython.longlong, host=Host)
+    @cython.locals(pkt=SimPacket, head=SimPacket, t=cython.longlong, host=Host)
     cpdef _deliver_host(self)
 
-    @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, t=cython.longlong,
+    @cython.locals(sw=Switch, pkt=SimPacket, head=SimPacket, out=Port, now=cython.longlong, t=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, tx=cython.longlong,
                    bu=cython.longlong, backlog=cython.longlong, end=cython.longlong, fib1=list)
     cpdef _deliver_switch(self)
 
+    cpdef _deliver_host_checked(self)
+    cpdef _deliver_switch_lossless(self)
     cpdef pause(self)
     cpdef resume(self)
     cpdef _release(self)

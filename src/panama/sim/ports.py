@@ -263,7 +263,8 @@ class Port(Event):
             if not pipe:
                 self.armed = False
                 return
-            t = pipe[0].arrive_ps
+            head = pipe[0]
+            t = head.arrive_ps
             if t > self._eng.now:
                 self._eng.schedule(t, self)
                 return
@@ -285,7 +286,8 @@ class Port(Event):
                 if not pipe:
                     self.armed = False
                     return
-                t = pipe[0].arrive_ps
+                head = pipe[0]
+                t = head.arrive_ps
                 if t > now:
                     self._eng.schedule(t, self)
                     return
@@ -341,12 +343,21 @@ class Port(Event):
             if not pipe:
                 self.armed = False
                 return
-            t = pipe[0].arrive_ps
+            head = pipe[0]
+            t = head.arrive_ps
             if t > now:
                 self._eng.schedule(t, self)
                 return
 
     # ------------------------------------------------------------------ PFC (LosslessPort)
+    # The lossless arrival handlers are declared here (so that :meth:`fire` reaches them
+    # through the C method table when compiled) and implemented by LosslessPort.
+    def _deliver_host_checked(self) -> None:  # pragma: no cover
+        raise RuntimeError(f"{self.name}: lossless arrival on a port of a lossy network")
+
+    def _deliver_switch_lossless(self) -> None:  # pragma: no cover
+        raise RuntimeError(f"{self.name}: lossless arrival on a port of a lossy network")
+
     def pause(self) -> None:  # pragma: no cover - only LosslessPort is ever paused
         raise RuntimeError(f"{self.name}: PAUSE on a port of a lossy network")
 

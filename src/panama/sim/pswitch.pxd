@@ -3,9 +3,10 @@ cimport cython
 
 from panama.core.accelerator cimport Accelerator
 from panama.core.packet cimport Packet
+from panama.sim.nodes cimport HookObject
 from panama.sim.packet cimport SimPacket
 
-cdef class PanamaHook:
+cdef class PanamaHook(HookObject):
     cdef public Accelerator acc
 
     @cython.locals(pkt=Packet, p=Packet, res=list, size=cython.longlong, ecn=cython.longlong, first=cython.bint)

@@ -31,6 +31,7 @@ from panama.core.accelerator import DROP_REASONS, Accelerator
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, IP_UDP_OVERHEAD_BYTES, wire_size
 from panama.core.packet import Packet
 from panama.sim.network import Network
+from panama.sim.nodes import HookObject
 from panama.sim.packet import KIND_PANAMA, PANAMA_OVERHEAD_BYTES, SimPacket, panama_sim_packet
 
 __all__ = ["PSwitchFabric", "PanamaHook", "panama_wire_bytes", "wrap"]
@@ -46,7 +47,7 @@ def wrap(packet: Packet, src: int = -1) -> SimPacket:
     return panama_sim_packet(packet, src)
 
 
-class PanamaHook:
+class PanamaHook(HookObject):
     """The ``KIND_PANAMA`` packet hook of one switch around its accelerator (see the
     module docstring): ``hook(spkt, from_node)``."""
 
@@ -54,9 +55,6 @@ class PanamaHook:
 
     def __init__(self, acc: Accelerator):
         self.acc = acc
-
-    def __call__(self, spkt: SimPacket, from_node: str):
-        return self.run(spkt, from_node)
 
     def run(self, spkt: SimPacket, from_node: str):
         """The hook's work (a C method when compiled, ``pswitch.pxd``)."""
