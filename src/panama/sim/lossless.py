@@ -95,7 +95,8 @@ class LosslessPort(Port):
             if d is not None:
                 d(pkt)
             else:
-                self.peer.receive_unbound(pkt)
+                host = self.peer
+                host.receive_unbound(pkt)
         self.armed = False
 
     def _deliver_switch_lossless(self) -> None:

@@ -1,9 +1,12 @@
 # Types of panama/sim/nodes.py for the compiled fast path (setup.py); the .py is the source.
 cimport cython
 
-from panama.sim.engine cimport Engine
+from panama.sim.engine cimport Engine, Event
 from panama.sim.packet cimport SimPacket
 from panama.sim.ports cimport Port
+
+cdef class Switch
+cdef class _DelayLine
 
 cdef class HookObject:
     cpdef object run(self, SimPacket pkt, object from_node)
@@ -44,15 +47,26 @@ cdef class Switch(Node):
     cdef public long long pauses_sent
     cdef public object _delayline
     cdef public bint _dl_armed
-    cdef public object _dl_cb
+    cdef public _DelayLine _dl_ev
+    cdef public long long _npaused
     cdef public long long peak_used_bytes
 
     @cython.locals(port=Port, obj=HookObject)
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
+    @cython.locals(port=Port, pbn=dict)
     cpdef _emit(self, object out, long long in_idx)
+
+    @cython.locals(t=cython.longlong)
+    cpdef _delay(self, object out, long long in_idx)
+
+    @cython.locals(now=cython.longlong, t=cython.longlong, dl=object)
+    cpdef _drain_delayline(self)
 
     @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong)
     cpdef bint _admit(self, SimPacket pkt, long long in_idx, Port port) except -1
 
     cpdef _check_resume(self)
     cpdef _send_pfc(self, long long in_idx, bint pause)
+
+cdef class _DelayLine(Event):
+    cdef public Switch switch

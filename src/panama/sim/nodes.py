@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from panama.sim.engine import Event
 from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_HANDLER, DROP_NO_ROUTE, NUM_KINDS, SimPacket
 from panama.sim.routing import ecmp_index
 
@@ -154,7 +155,8 @@ class Switch(Node):
         "pauses_sent",
         "_delayline",
         "_dl_armed",
-        "_dl_cb",
+        "_dl_ev",
+        "_npaused",
         "hooked",
         "peak_used_bytes",
     )
@@ -177,7 +179,8 @@ class Switch(Node):
         self.peak_used_bytes = 0
         self._delayline: deque[tuple[int, Any, int]] = deque()
         self._dl_armed = False
-        self._dl_cb = self._drain_delayline
+        self._dl_ev = _DelayLine(self)
+        self._npaused = 0  # entries of pause_sent that are True
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:
         hook = self.hooks[pkt.kind]
@@ -255,7 +258,7 @@ class Switch(Node):
         self._delayline.append((t, list(out), in_idx))
         if not self._dl_armed:
             self._dl_armed = True
-            self._eng.push(t, self._dl_cb)
+            self._eng.schedule(t, self._dl_ev)
 
     def _drain_delayline(self) -> None:
         dl = self._delayline
@@ -263,7 +266,7 @@ class Switch(Node):
         while dl:
             t, out, in_idx = dl[0]
             if t > now:
-                self._eng.push(t, self._dl_cb)
+                self._eng.schedule(t, self._dl_ev)
                 return
             dl.popleft()
             self._emit(out, in_idx)
@@ -293,9 +296,9 @@ class Switch(Node):
         return True
 
     def _check_resume(self) -> None:
-        ps = self.pause_sent
-        if not any(ps):
+        if not self._npaused:
             return
+        ps = self.pause_sent
         thr = self.pfc_threshold()
         off = self.resume_offset
         ib = self.ingress_bytes
@@ -305,6 +308,7 @@ class Switch(Node):
 
     def _send_pfc(self, in_idx: int, pause: bool) -> None:
         self.pause_sent[in_idx] = pause
+        self._npaused += 1 if pause else -1
         link = self.ports[in_idx]
         up = link.reverse
         eng = self._eng
@@ -329,3 +333,18 @@ class Switch(Node):
                     self.ingress_bytes[in_idx],
                 )
             )
+
+
+class _DelayLine(Event):
+    """The event of a switch's hook delay line (one pending at a time)."""
+
+    __slots__ = ("switch",)
+
+    def __init__(self, switch: Switch):
+        self.t = 0
+        self.seq = 0
+        self.switch = switch
+        self._fire_cb = switch._drain_delayline
+
+    def fire(self) -> None:
+        self.switch._drain_delayline()

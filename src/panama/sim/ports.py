@@ -259,7 +259,8 @@ class Port(Event):
             if d is not None:
                 d(pkt)
             else:
-                self.peer.receive_unbound(pkt)
+                host = self.peer
+                host.receive_unbound(pkt)
             if not pipe:
                 self.armed = False
                 return
