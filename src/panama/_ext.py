@@ -39,6 +39,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "panama.sim.ports",
     "panama.sim.lossless",
     "panama.sim.dctcp",
+    "panama.sim.sampler",
     "panama.sim.pswitch",
     "panama.sim.panama_host",
     "panama.core.packet",

@@ -65,6 +65,7 @@ cdef class Switch(Node):
     @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong)
     cpdef bint _admit(self, SimPacket pkt, long long in_idx, Port port) except -1
 
+    cpdef long long pfc_threshold(self) except? -1
     cpdef _check_resume(self)
     cpdef _send_pfc(self, long long in_idx, bint pause)
 

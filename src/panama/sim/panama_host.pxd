@@ -5,7 +5,7 @@ from panama.core.packet cimport Packet
 from panama.core.transport cimport WorkerTransport
 from panama.sim.engine cimport Engine, Timer
 from panama.sim.nodes cimport Host
-from panama.sim.packet cimport SimPacket
+from panama.sim.packet cimport SimPacket, panama_sim_packet
 from panama.sim.ports cimport Port
 
 cdef long long _KIND_PANAMA

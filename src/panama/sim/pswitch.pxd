@@ -4,7 +4,7 @@ cimport cython
 from panama.core.accelerator cimport Accelerator
 from panama.core.packet cimport Packet
 from panama.sim.nodes cimport HookObject
-from panama.sim.packet cimport SimPacket
+from panama.sim.packet cimport SimPacket, panama_sim_packet
 
 cdef class PanamaHook(HookObject):
     cdef public Accelerator acc
