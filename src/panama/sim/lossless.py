@@ -53,7 +53,7 @@ class LosslessPort(Port):
         self.busy_until = end
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
-        self.pipe.append(pkt)
+        self._push(pkt)
         rel = self.release
         if rel is not None:
             rel.append((end, size, in_idx))
@@ -90,7 +90,7 @@ class LosslessPort(Port):
             if pkt.arrive_ps > now:
                 self._eng.schedule(pkt.arrive_ps, self)
                 return
-            pipe.popleft()
+            self._pop()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
@@ -113,7 +113,7 @@ class LosslessPort(Port):
             if pkt.arrive_ps > now:
                 self._eng.schedule(pkt.arrive_ps, self)
                 return
-            pipe.popleft()
+            self._pop()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, idx, hooks[pkt.kind])
                 continue
@@ -157,7 +157,7 @@ class LosslessPort(Port):
         self.busy_until = end
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
-        self.pipe.append(pkt)
+        self._push(pkt)
         rel = self.release
         if rel is not None:
             rel.append((end, pkt.size_bytes, in_idx))

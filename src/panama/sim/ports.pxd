@@ -23,6 +23,8 @@ cdef class Port(Event):
     cdef public long long delay_ps
     cdef public long long busy_until
     cdef public object pipe
+    cdef public object _push
+    cdef public object _pop
     cdef public bint armed
     cdef public bint paused
     cdef public long long paused_since

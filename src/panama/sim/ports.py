@@ -75,6 +75,8 @@ class Port(Event):
         "delay_ps",
         "busy_until",
         "pipe",
+        "_push",
+        "_pop",
         "armed",
         "paused",
         "paused_since",
@@ -118,6 +120,9 @@ class Port(Event):
         self.delay_ps = int(delay_ps)
         self.busy_until = 0
         self.pipe: deque[SimPacket] = deque()  # in flight, in arrival order (``arrive_ps``)
+        # The pipe's append and popleft, bound once (the pipe object is never replaced).
+        self._push = self.pipe.append
+        self._pop = self.pipe.popleft
         self.armed = False
         self.paused = False
         self.paused_since = 0
@@ -209,7 +214,7 @@ class Port(Event):
         self.tx_bytes += size
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
-        self.pipe.append(pkt)
+        self._push(pkt)
         if not self.armed:
             self.armed = True
             self._eng.schedule(arrive, self)
@@ -242,7 +247,7 @@ class Port(Event):
             if head.arrive_ps > now:
                 self._eng.schedule(head.arrive_ps, self)
                 return
-            pipe.popleft()
+            self._pop()
             recv(head, idx)
         self.armed = False
 
@@ -252,7 +257,7 @@ class Port(Event):
         Only used in lossy networks, where the pipe's head is always due when the event
         fires (nothing but arrivals ever removes packets from a pipe)."""
         pipe = self.pipe
-        popleft = pipe.popleft
+        popleft = self._pop
         while True:
             pkt = popleft()
             d = pkt.deliver
@@ -276,7 +281,7 @@ class Port(Event):
         sw = self.peer
         hooks = sw.hooked
         pipe = self.pipe
-        popleft = pipe.popleft
+        popleft = self._pop
         now = self._eng.now
         fib1 = sw.fib1
         while True:
@@ -322,7 +327,7 @@ class Port(Event):
                     out.tx_bytes += size
                     end += out.delay_ps
                     pkt.arrive_ps = end
-                    out.pipe.append(pkt)
+                    out._push(pkt)
                     if not out.armed:
                         out.armed = True
                         self._eng.schedule(end, out)
@@ -391,7 +396,7 @@ class HostPort(Port):
         self.tx_bytes += size
         end += self.delay_ps
         pkt.arrive_ps = end
-        self.pipe.append(pkt)
+        self._push(pkt)
         if not self.armed:
             self.armed = True
             self._eng.schedule(end, self)
