@@ -26,5 +26,5 @@ cdef class LosslessPort(Port):
     @cython.locals(now=cython.longlong, backlog=cython.longlong)
     cpdef bint _send_paused(self, SimPacket pkt, long long in_idx, long long tx) except -1
 
-    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, ingress=list)
+    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, ingress=list, head=tuple)
     cpdef _release(self)

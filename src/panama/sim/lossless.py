@@ -56,7 +56,7 @@ class LosslessPort(Port):
         self._push(pkt)
         rel = self.release
         if rel is not None:
-            rel.append((end, size, in_idx))
+            self._rel_push((end, size, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
                 self._eng.schedule(end, self._release_ev)
@@ -160,7 +160,7 @@ class LosslessPort(Port):
         self._push(pkt)
         rel = self.release
         if rel is not None:
-            rel.append((end, pkt.size_bytes, in_idx))
+            self._rel_push((end, pkt.size_bytes, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
                 self._eng.schedule(end, self._release_ev)
@@ -255,7 +255,7 @@ class LosslessPort(Port):
             if head[0] > now:
                 self._eng.schedule(head[0], self._release_ev)
                 break
-            rel.popleft()
+            self._rel_pop()
             ingress[head[2]] -= head[1]
             freed += head[1]
         else:

@@ -41,7 +41,7 @@ Model (details and rationale in docs/simulator-network.md)
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -238,7 +238,7 @@ class Network:
                     cfg.pfc_resume_offset_bytes if cfg.pfc_resume_offset_bytes is not None else 2 * cfg.mtu_bytes
                 )
                 for p in sw.ports:
-                    p.release = deque()
+                    p.enable_release()
         for p in self.ports:
             p._select_delivery()
 

@@ -33,6 +33,8 @@ cdef class Port(Event):
     cdef public long long limit_ps
     cdef public long long k_ps
     cdef public object release
+    cdef public object _rel_push
+    cdef public object _rel_pop
     cdef public bint rel_armed
     cdef public Engine _eng
     cdef public object _trace

@@ -85,6 +85,8 @@ class Port(Event):
         "limit_ps",
         "k_ps",
         "release",
+        "_rel_push",
+        "_rel_pop",
         "rel_armed",
         "_eng",
         "_trace",
@@ -130,7 +132,9 @@ class Port(Event):
         self.waiting_ps = 0
         self.limit_ps = _NEVER
         self.k_ps = _NEVER
-        self.release: deque[tuple[int, int, int]] | None = None
+        self.release: deque[tuple[int, int, int]] | None = None  # see enable_release
+        self._rel_push = None
+        self._rel_pop = None
         self.rel_armed = False
         self._mode = _GENERIC
         self._fire_cb = self._deliver
@@ -144,6 +148,14 @@ class Port(Event):
 
     def __repr__(self) -> str:
         return f"Port({self.name}, {self.rate_bps / 1e9:g} Gbps, {self.delay_ps} ps)"
+
+    def enable_release(self) -> None:
+        """Keep ``release``, the ``(end_ps, size, in_idx)`` of every packet whose
+        transmission has not ended, to free the owner's shared buffer then (lossless
+        switch ports; :class:`panama.sim.lossless.LosslessPort`)."""
+        self.release = deque()
+        self._rel_push = self.release.append
+        self._rel_pop = self.release.popleft
 
     def _select_delivery(self) -> None:
         """Pick the arrival handler specialised for the peer (called once the network is built)."""
