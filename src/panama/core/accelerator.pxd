@@ -6,6 +6,9 @@ cimport cython
 from panama.core.packet cimport Packet
 
 cdef long long _FREE, _AGGREGATING, _PARTIAL_SENT, _RESULT
+# Imported from panama.core.packet: C constants here.
+cdef long long CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP
+cdef tuple _NOTHING
 
 cdef class _Slot:
     cdef public long long index

@@ -60,7 +60,7 @@ cdef class Engine:
     cdef public object trace
     cdef public long long events
     cdef _Key* _keys
-    cdef Py_ssize_t* _free
+    cdef Py_ssize_t* _vacant
     cdef Py_ssize_t _kcap
     cdef Py_ssize_t _n
     cdef Py_ssize_t _nfree

@@ -85,7 +85,7 @@ def _heap_push(eng: Engine, ev: Event) -> None:
     The compiled heap is a C array of ``(t, seq, slot)`` keys (``eng._keys``, ``eng._n``
     of them); ``slot`` is the event's position in ``eng.heap``, a list that only owns
     the pending events (visible to the garbage collector) and whose free positions are
-    reused (``eng._free``). Sifting moves keys in contiguous memory and never touches
+    reused (``eng._vacant``). Sifting moves keys in contiguous memory and never touches
     the events themselves."""
     n = eng._n
     if n >= eng._kcap:
@@ -93,7 +93,7 @@ def _heap_push(eng: Engine, ev: Event) -> None:
     heap = eng.heap
     if eng._nfree:
         eng._nfree -= 1
-        slot = eng._free[eng._nfree]
+        slot = eng._vacant[eng._nfree]
         heap[slot] = ev
     else:
         slot = len(heap)
@@ -122,7 +122,7 @@ def _heap_pop(eng: Engine) -> Event:
     slot = keys[0].slot
     top = heap[slot]
     heap[slot] = None
-    eng._free[eng._nfree] = slot
+    eng._vacant[eng._nfree] = slot
     eng._nfree += 1
     n = eng._n - 1
     eng._n = n
@@ -171,7 +171,7 @@ class Engine:
         self.trace = trace
         self.events: int = 0  # events processed so far (all runs)
         # Compiled heap (see _heap_push): capacity of the C arrays ``_keys`` (the heap's
-        # keys, ``_n`` of them) and ``_free`` (``_nfree`` free positions of ``heap``).
+        # keys, ``_n`` of them) and ``_vacant`` (``_nfree`` free positions of ``heap``).
         self._kcap = 0
         self._n = 0
         self._nfree = 0
@@ -180,11 +180,11 @@ class Engine:
         """Compiled heap only: double the key array (``PyMem_Realloc``, from engine.pxd)."""
         cap = self._kcap * 2 if self._kcap else 1024
         self._keys = _realloc_keys(self._keys, cap)  # noqa: F821 - defined in engine.pxd
-        self._free = _realloc_slots(self._free, cap)  # noqa: F821 - defined in engine.pxd
+        self._vacant = _realloc_slots(self._vacant, cap)  # noqa: F821 - defined in engine.pxd
         self._kcap = cap
 
     def __dealloc__(self) -> None:  # compiled only (a no-op method when interpreted)
-        _free_keys(self._keys, self._free)  # noqa: F821 - defined in engine.pxd
+        _free_keys(self._keys, self._vacant)  # noqa: F821 - defined in engine.pxd
 
     # ------------------------------------------------------------------ scheduling
     def at(self, time_ps: int, callback: Callable[[], Any]) -> None:

@@ -138,10 +138,11 @@ class LosslessPort(Port):
             ib = ingress[idx] + size
             ingress[idx] = ib
             if not sw.pause_sent[idx]:
-                thr = sw.pfc_static
-                if thr is None:
+                if sw.pfc_static is None:
                     free = sw.pool_bytes - used
                     thr = int(sw.pfc_alpha * free) if free > 0 else 0
+                else:
+                    thr = sw.pfc_static
                 if ib > thr:
                     sw._send_pfc(idx, True)
             out.send(pkt, idx)

@@ -6,6 +6,8 @@ from panama.core.packet cimport Packet
 from panama.sim.nodes cimport HookObject
 from panama.sim.packet cimport SimPacket, panama_sim_packet
 
+cdef long long PANAMA_OVERHEAD_BYTES  # imported from panama.sim.packet: a C constant here
+
 cdef class PanamaHook(HookObject):
     cdef public Accelerator acc
 
