@@ -2,11 +2,20 @@
 cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 
-# The heap's keys, a C array beside its list of events (engine.py, _heap_push).
+cdef extern from *:
+    ctypedef unsigned long long _u128 "unsigned __int128"
+
+# The heap's keys (engine.py, _heap_push): (t, seq) as one unsigned 128-bit integer
+# (t biased by 2**63 in the high half, seq in the low half: the same order), t alone,
+# and the event's position in Engine.heap.
 ctypedef struct _Key:
+    _u128 k
     long long t
-    long long seq
     Py_ssize_t slot
+
+
+cdef inline _u128 _key(long long t, long long seq) noexcept:
+    return ((<_u128>(<unsigned long long>t ^ 0x8000000000000000ULL)) << 64) | <unsigned long long>seq
 
 ctypedef _Key* _KeyPtr
 
@@ -45,12 +54,11 @@ cdef class _Call(Event):
 cdef class Engine
 
 @cython.locals(heap=list, keys=_KeyPtr, n=cython.Py_ssize_t, slot=cython.Py_ssize_t, pos=cython.Py_ssize_t,
-               up=cython.Py_ssize_t, t=cython.longlong, seq=cython.longlong, pt=cython.longlong)
+               up=cython.Py_ssize_t, t=cython.longlong, k=_u128)
 cdef _heap_push(Engine eng, Event ev)
 
 @cython.locals(heap=list, keys=_KeyPtr, top=Event, last=_Key, n=cython.Py_ssize_t, slot=cython.Py_ssize_t,
-               pos=cython.Py_ssize_t, child=cython.Py_ssize_t, t=cython.longlong, seq=cython.longlong,
-               ct=cython.longlong, cs=cython.longlong, rt=cython.longlong)
+               pos=cython.Py_ssize_t, child=cython.Py_ssize_t, k=_u128, ck=_u128)
 cdef Event _heap_pop(Engine eng)
 
 cdef class Engine:

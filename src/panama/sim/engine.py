@@ -100,17 +100,16 @@ def _heap_push(eng: Engine, ev: Event) -> None:
         heap.append(ev)
     keys = eng._keys
     t = ev.t
-    seq = ev.seq
+    k = _key(t, ev.seq)  # noqa: F821 - engine.pxd: (t, seq) as one 128-bit integer
     pos = n
     while pos > 0:
         up = (pos - 1) >> 1
-        pt = keys[up].t
-        if pt < t or (pt == t and keys[up].seq < seq):
+        if keys[up].k < k:
             break
         keys[pos] = keys[up]
         pos = up
+    keys[pos].k = k
     keys[pos].t = t
-    keys[pos].seq = seq
     keys[pos].slot = slot
     eng._n = n + 1
 
@@ -129,22 +128,17 @@ def _heap_pop(eng: Engine) -> Event:
     if not n:
         return top
     last = keys[n]
-    t = last.t
-    seq = last.seq
+    k = last.k
     pos = 0
     while True:
         child = 2 * pos + 1
         if child >= n:
             break
-        ct = keys[child].t
-        cs = keys[child].seq
-        if child + 1 < n:
-            rt = keys[child + 1].t
-            if rt < ct or (rt == ct and keys[child + 1].seq < cs):
-                child += 1
-                ct = rt
-                cs = keys[child].seq
-        if t < ct or (t == ct and seq < cs):
+        ck = keys[child].k
+        if child + 1 < n and keys[child + 1].k < ck:
+            child += 1
+            ck = keys[child].k
+        if k < ck:
             break
         keys[pos] = keys[child]
         pos = child
