@@ -40,6 +40,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "panama.sim.lossless",
     "panama.sim.dctcp",
     "panama.sim.sampler",
+    "panama.sim.routing",
     "panama.sim.pswitch",
     "panama.sim.panama_host",
     "panama.core.packet",

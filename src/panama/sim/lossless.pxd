@@ -3,6 +3,7 @@ cimport cython
 
 from panama.sim.nodes cimport Host, Switch
 from panama.sim.packet cimport SimPacket
+from panama.sim.routing cimport ecmp_index
 from panama.sim.ports cimport Port
 
 cdef long long _CE

@@ -3,6 +3,7 @@ cimport cython
 
 from panama.sim.engine cimport Engine, Event
 from panama.sim.packet cimport SimPacket
+from panama.sim.routing cimport ecmp_index
 from panama.sim.ports cimport Port
 
 cdef class Switch

@@ -4,6 +4,7 @@ cimport cython
 from panama.sim.engine cimport Engine, Event
 from panama.sim.nodes cimport Host, Node, Switch
 from panama.sim.packet cimport SimPacket
+from panama.sim.routing cimport ecmp_index
 
 cdef long long _CE
 cdef long long _GENERIC, _HOST, _SWITCH, _HOST_CHECKED, _SWITCH_LOSSLESS
