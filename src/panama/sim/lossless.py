@@ -107,7 +107,7 @@ class LosslessPort(Port):
         now = self._eng.now
         idx = self.peer_index
         fib1 = sw.fib1
-        ingress = sw.ingress_bytes
+        ingress = sw._ing
         while pipe:
             pkt = pipe[0]
             if pkt.arrive_ps > now:
@@ -249,7 +249,7 @@ class LosslessPort(Port):
         rel = self.release
         now = self._eng.now
         sw = self.owner
-        ingress = sw.ingress_bytes
+        ingress = sw._ing
         freed = 0
         while rel:
             head = rel[0]

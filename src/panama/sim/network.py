@@ -213,8 +213,8 @@ class Network:
         # Lossless: shared buffer, headroom, release queues.
         if cfg.lossless:
             for sw in self.switches:
-                sw.lossless = True
                 n = len(sw.ports)
+                sw.set_lossless(n)
                 sw.buffer_bytes = cfg.switch_buffer_bytes or cfg.queue_limit_bytes * max(n, 1)
                 headroom = sum(cfg.headroom_for(p.rate_bps, p.delay_ps) for p in sw.ports)
                 sw.pool_bytes = sw.buffer_bytes - headroom
@@ -230,8 +230,6 @@ class Network:
                         f"exceeds the {sw.buffer_bytes} B buffer of {sw.name}; lossless operation needs "
                         f"at most {max(0, (sw.buffer_bytes - headroom) // n)} B"
                     )
-                sw.ingress_bytes = [0] * (n + 1)
-                sw.pause_sent = [False] * n
                 sw.pfc_alpha = cfg.pfc_alpha
                 sw.pfc_static = cfg.pfc_static_threshold_bytes
                 sw.resume_offset = (

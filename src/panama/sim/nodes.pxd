@@ -39,7 +39,8 @@ cdef class Switch(Node):
     cdef public bint lossless
     cdef public long long buffer_bytes
     cdef public long long pool_bytes
-    cdef public list ingress_bytes
+    cdef public object ingress_bytes
+    cdef public long long[::1] _ing
     cdef public long long used_bytes
     cdef public list pause_sent
     cdef public double pfc_alpha

@@ -16,6 +16,7 @@ built, interpreted otherwise (same source, same results).
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -147,6 +148,7 @@ class Switch(Node):
         "buffer_bytes",
         "pool_bytes",
         "ingress_bytes",
+        "_ing",
         "used_bytes",
         "pause_sent",
         "pfc_alpha",
@@ -169,7 +171,8 @@ class Switch(Node):
         self.lossless = False
         self.buffer_bytes = 0
         self.pool_bytes = 0
-        self.ingress_bytes: list[int] = []
+        self.ingress_bytes: array[int] = array("q")  # see set_lossless
+        self._ing = self.ingress_bytes  # the same buffer (a typed memoryview when compiled)
         self.used_bytes = 0
         self.pause_sent: list[bool] = []
         self.pfc_alpha = 0.125
@@ -273,6 +276,15 @@ class Switch(Node):
         self._dl_armed = False
 
     # ------------------------------------------------------------------ PFC
+    def set_lossless(self, nports: int) -> None:
+        """Lossless accounting for ``nports`` ingress ports (plus one entry for local and
+        hook-originated traffic); the thresholds are set by the network."""
+        self.lossless = True
+        self.ingress_bytes = array("q", bytes(8 * (nports + 1)))
+        self._ing = self.ingress_bytes
+        self.pause_sent = [False] * nports
+        self._npaused = 0
+
     def pfc_threshold(self) -> int:
         """Current per-ingress PAUSE threshold in bytes."""
         if self.pfc_static is not None:
@@ -289,8 +301,8 @@ class Switch(Node):
         self.used_bytes = used
         if used > self.peak_used_bytes:
             self.peak_used_bytes = used
-        ib = self.ingress_bytes[in_idx] + size
-        self.ingress_bytes[in_idx] = ib
+        ib = self._ing[in_idx] + size
+        self._ing[in_idx] = ib
         if in_idx < len(self.ports) and not self.pause_sent[in_idx] and ib > self.pfc_threshold():
             self._send_pfc(in_idx, True)
         return True
