@@ -72,3 +72,4 @@ cdef class WorkerTransport:
     cpdef _fast_retransmit(self, long long t, long long base, long long old_base, long long seq)
 
     cpdef _ignore(self, str reason)
+    cpdef _rtt_sample(self, object rtt)
