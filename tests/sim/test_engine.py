@@ -158,3 +158,36 @@ def test_engine_prints_nothing(capsys):
     eng.at(0, tick)
     assert eng.run(until_ps=10**12) == 50_000
     assert capsys.readouterr().err == ""
+
+
+def test_many_pending_events_keep_time_then_scheduling_order():
+    # More pending events than the compiled heap's first key array holds (1,024), with
+    # ties, events scheduled from events, and a run stopped and resumed in between.
+    import random
+
+    rng = random.Random(5)
+    eng = Engine()
+    seen = []
+    expected = []
+
+    def event(key):
+        def fire():
+            seen.append(key)
+            if key[1] < 3_000 and rng.random() < 0.5:
+                t = eng.now + rng.randrange(0, 40)
+                seq = 10_000 + len(expected)
+                expected.append((t, seq))
+                eng.at(t, event((t, seq)))
+
+        return fire
+
+    for i in range(3_000):
+        t = rng.randrange(0, 2_000)
+        expected.append((t, i))
+        eng.at(t, event((t, i)))
+    assert eng.pending() == 3_000 and eng.next_time() == min(expected)[0]
+    eng.run(until_ps=1_000)
+    assert eng.now == 1_000 and eng.next_time() > 1_000
+    eng.run()
+    assert eng.pending() == 0 and eng.next_time() is None
+    assert seen == sorted(expected)

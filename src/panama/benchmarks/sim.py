@@ -38,6 +38,7 @@ from panama.core.units import PS_PER_S, ms, us
 from panama.sim.dctcp import Dctcp, DctcpConfig, goodput_bps, jain
 from panama.sim.engine import Engine
 from panama.sim.network import Network, NetworkConfig
+from panama.sim.runner import frozen_gc
 
 __all__ = [
     "reference_graph",
@@ -240,7 +241,8 @@ class _SlicedRun:
         until = self.duration_ps * k // self.slices
         t0 = time.perf_counter()
         if self.scenario == "reference":
-            self.events += self.engine.run(until)
+            with frozen_gc():
+                self.events += self.engine.run(until)
         else:
             self.sim.advance(until)
         w = time.perf_counter() - t0

@@ -1,7 +1,14 @@
 # Types of panama/core/accelerator.py for the simulator's compiled fast path (setup.py);
 # the .py is the source. Counters and sequence numbers are 64-bit integers; slot states
-# stay SlotState members; children bitmaps stay Python integers (any fan-out).
+# are SlotState values as C integers; children bitmaps stay Python integers (any fan-out).
 cimport cython
+
+from panama.core.packet cimport Packet
+
+cdef long long _FREE, _AGGREGATING, _PARTIAL_SENT, _RESULT
+# Imported from panama.core.packet: C constants here.
+cdef long long CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP
+cdef tuple _NOTHING
 
 cdef class _Slot:
     cdef public long long index
@@ -14,7 +21,7 @@ cdef class _Slot:
     cdef public bint ce
     cdef public bint retx
     cdef public long long cap
-    cdef public object state
+    cdef public long long state
 
 cdef class _Tree:
     cdef public object job_id
@@ -67,22 +74,22 @@ cdef class Accelerator:
     @cython.locals(tree=_Tree, slot=_Slot, flags=cython.longlong, count=cython.longlong, seq=cython.longlong,
                    room=cython.longlong, cap=cython.longlong, ack=cython.longlong, old_ack=cython.longlong,
                    acks=dict)
-    cpdef object receive(self, object packet, object from_node)
+    cpdef object receive(self, Packet packet, object from_node)
 
     cpdef object _complete(self, _Tree tree, _Slot slot)
     cpdef object _payload_out(self, _Slot slot)
-    cpdef object _partial(self, _Tree tree, _Slot slot, object payload, long long flags)
+    cpdef Packet _partial(self, _Tree tree, _Slot slot, object payload, long long flags)
 
-    @cython.locals(flags=cython.longlong, cap=cython.longlong)
+    @cython.locals(flags=cython.longlong, cap=cython.longlong, packet=Packet)
     cpdef object _results_to(self, _Tree tree, _Slot slot, object payload, tuple children, long long ecn)
 
-    cpdef object _duplicate(self, _Tree tree, _Slot slot, object packet, object from_node)
+    cpdef object _duplicate(self, _Tree tree, _Slot slot, Packet packet, object from_node)
 
     @cython.locals(slot=_Slot)
-    cpdef object _receive_result(self, _Tree tree, object packet, object from_node)
+    cpdef object _receive_result(self, _Tree tree, Packet packet, object from_node)
 
     @cython.locals(ack=cython.longlong, floor=cython.longlong)
-    cpdef object _receive_ack(self, _Tree tree, object packet, object from_node)
+    cpdef object _receive_ack(self, _Tree tree, Packet packet, object from_node)
 
     @cython.locals(old=cython.longlong)
     cpdef _take_ack(self, _Tree tree, object child, long long ack)

@@ -126,10 +126,7 @@ DROP_REASONS = (
     DUPLICATE_RESULT,
     UNEXPECTED_RESULT,
 )
-
 _NOTHING: tuple = ()
-
-
 Emitted = Sequence[tuple[tuple, Packet]]  # (destinations, packet) pairs, see Accelerator.receive
 
 
@@ -162,6 +159,10 @@ class SlotState(IntEnum):
     RESULT = 3  # holds the result; retained until every child acknowledged it
 
 
+# ``_Slot.state``: the SlotState values as plain integers (C integers when compiled).
+_FREE, _AGGREGATING, _PARTIAL_SENT, _RESULT = 0, 1, 2, 3
+
+
 class _Slot:
     __slots__ = ("index", "row", "seq", "generation", "count", "seen", "nseen", "ce", "retx", "cap", "state")
 
@@ -176,7 +177,7 @@ class _Slot:
         self.ce = False
         self.retx = False  # a contribution (or the parent's result) came as a retransmission
         self.cap = MAX_CWND_CAP
-        self.state = SlotState.FREE
+        self.state = _FREE
 
 
 class _Tree:
@@ -390,7 +391,7 @@ class Accelerator:
         tree.limit = 0
 
     def _free_slot(self, slot: _Slot) -> None:
-        slot.state = SlotState.FREE
+        slot.state = _FREE
         slot.seq = -1
         self._free.append(slot)
         self.used_slots -= 1
@@ -450,7 +451,7 @@ class Accelerator:
             slot.retx = bool(flags & FLAG_RETRANSMIT)
             cap = packet.cwnd_cap
             slot.cap = cap if cap < tree.cap else tree.cap
-            slot.state = SlotState.AGGREGATING
+            slot.state = _AGGREGATING
             tree.slots[seq] = slot
             tree.used += 1
             if tree.used > tree.peak_used:
@@ -508,10 +509,10 @@ class Accelerator:
     def _complete(self, tree: _Tree, slot: _Slot) -> Emitted:
         payload = self._payload_out(slot)
         if tree.parent is None:
-            slot.state = SlotState.RESULT
+            slot.state = _RESULT
             self.results_out += 1
             return self._results_to(tree, slot, payload, tree.children, ECT0)
-        slot.state = SlotState.PARTIAL_SENT
+        slot.state = _PARTIAL_SENT
         self.partials_out += 1
         return (((tree.parent,), self._partial(tree, slot, payload, FLAG_RETRANSMIT if slot.retx else 0)),)
 
@@ -551,11 +552,11 @@ class Accelerator:
         return ((children, packet),)
 
     def _duplicate(self, tree: _Tree, slot: _Slot, packet: Packet, from_node: Hashable):
-        if not packet.flags & FLAG_RETRANSMIT or slot.state == SlotState.AGGREGATING:
+        if not packet.flags & FLAG_RETRANSMIT or slot.state == _AGGREGATING:
             self.drops[DUPLICATE] += 1
             return _NOTHING
         self._take_ack(tree, from_node, packet.ack)
-        if slot.state == SlotState.RESULT:
+        if slot.state == _RESULT:
             self.retransmits_answered += 1
             return self._results_to(tree, slot, self._payload_out(slot), (from_node,), ECT0)
         self.partials_resent += 1
@@ -575,14 +576,14 @@ class Accelerator:
         if slot.count != packet.count:
             self.drops[COUNT_MISMATCH] += 1
             return _NOTHING
-        if slot.state == SlotState.RESULT:
+        if slot.state == _RESULT:
             self.drops[DUPLICATE_RESULT] += 1
             return _NOTHING
-        if slot.state != SlotState.PARTIAL_SENT:
+        if slot.state != _PARTIAL_SENT:
             self.drops[UNEXPECTED_RESULT] += 1
             return _NOTHING
         self.results_in += 1
-        slot.state = SlotState.RESULT
+        slot.state = _RESULT
         slot.ce = bool(packet.flags & FLAG_ECE)
         slot.retx = bool(packet.flags & FLAG_RETRANSMIT)
         slot.cap = packet.cwnd_cap
@@ -633,7 +634,7 @@ class Accelerator:
             return
         free = self._free
         for slot in stale:
-            slot.state = SlotState.FREE
+            slot.state = _FREE
             slot.seq = -1
             free.append(slot)
         freed = len(stale)

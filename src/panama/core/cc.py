@@ -12,13 +12,14 @@ switch-ASIC systems without congestion control), ``none`` (always the full cwnd_
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 from panama.core.packet import MAX_CWND_CAP
 
 
-class CongestionControl(ABC):
-    """Window of one tree, in packets (a float; the transport uses ``int(window)``)."""
+class CongestionControl:
+    """Window of one tree, in packets (a float; the transport uses ``int(window)``).
+
+    Abstract (subclasses implement ``on_result``); not an ``abc.ABC``, so that the
+    compiled fast path can make the controllers extension types (``cc.pxd``)."""
 
     name = "abstract"
 
@@ -30,7 +31,14 @@ class CongestionControl(ABC):
 
     @property
     def window(self) -> int:
-        return max(1, min(int(self.cwnd), self.cwnd_cap))
+        return self.win()
+
+    def win(self) -> int:
+        """The window (``window``, as a method: a C call when compiled)."""
+        w = int(self.cwnd)
+        if w > self.cwnd_cap:
+            w = self.cwnd_cap
+        return w if w > 1 else 1
 
     def limit_to_cap(self, cap: int) -> None:
         """Take a ``cwnd_cap`` learned outside a result (the controller's plan, before the first result)."""
@@ -41,9 +49,9 @@ class CongestionControl(ABC):
         if self.cwnd > self.cwnd_cap:
             self.cwnd = float(self.cwnd_cap)
 
-    @abstractmethod
     def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:
         """One result arrived: ``seq`` it acknowledges, tree-wide ECN echo, cap, next seq to send."""
+        raise NotImplementedError
 
     def on_timeout(self) -> None:
         """A retransmission timer of this tree fired."""
@@ -127,8 +135,7 @@ class NoControl(CongestionControl):
     def __init__(self, initial_window: float = 10.0):
         super().__init__(initial_window)
 
-    @property
-    def window(self) -> int:
+    def win(self) -> int:
         return self.cwnd_cap if self.cwnd_cap < MAX_CWND_CAP else max(1, int(self.cwnd))
 
     def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:

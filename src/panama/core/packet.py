@@ -30,7 +30,7 @@ MAX_U32 = 0xFFFFFFFF
 MAX_U16 = 0xFFFF
 
 
-@dataclass(slots=True)
+@dataclass
 class Packet:
     """One PANAMA packet.
 
@@ -38,6 +38,11 @@ class Packet:
     (the simulator) moves sizes without data. Receivers treat payloads as read-only.
     ``ack``: every result of this tree with a sequence number below ``ack`` has reached
     the sender (for a switch: every worker below it).
+
+    Compiled with the simulator's fast path (``packet.pxd``: an extension type with the
+    same fields, 64-bit integer header fields); interpreted, a plain dataclass (no
+    ``slots=True``: Cython's dataclasses do not take it, and an extension type has fixed
+    fields anyway).
     """
 
     job_id: int

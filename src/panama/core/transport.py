@@ -70,6 +70,15 @@ from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, HEADER_BYTES, MAX_PAYLOAD_E
 from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, MAX_U32, Packet
 from panama.core.units import ms, s
 
+# C constants when compiled (transport.pxd).
+_CE = CE
+_ECT0 = ECT0
+_FLAG_ACK = FLAG_ACK
+_FLAG_ECE = FLAG_ECE
+_FLAG_RESULT = FLAG_RESULT
+_FLAG_RETRANSMIT = FLAG_RETRANSMIT
+_MAX_CWND_CAP = MAX_CWND_CAP
+
 # Reasons a received packet is ignored (counted in ``ignored``).
 IGNORED_NOT_RESULT = "not_result"
 IGNORED_WRONG_JOB = "wrong_job"
@@ -168,7 +177,7 @@ class WorkerTransport:
         self._recover = [-1] * self.num_trees  # fast recovery lasts until the ack passes this seq
         self._high = [-1] * self.num_trees  # highest seq of the tree with a result
         self._closing_acks: list[Packet] = []
-        self._got: np.ndarray = np.zeros(0, dtype=bool)
+        self._got = bytearray()  # per packet of the generation: 1 once its result arrived
         self._remaining = 0
         self._npkts = 0
         self._num_elems = 0
@@ -234,7 +243,7 @@ class WorkerTransport:
         self._npkts = npkts
         self._num_elems = num_elems
         self._remaining = npkts
-        self._got = np.zeros(npkts, dtype=bool)
+        self._got = bytearray(npkts)
         self._inflight.clear()
         self._resent_due.clear()
         self._resent_heap.clear()
@@ -259,7 +268,8 @@ class WorkerTransport:
     def missing(self) -> list[tuple[int, int]]:
         """``(tree_id, seq)`` of every packet still without a result (for error messages)."""
         T = self.num_trees
-        return [(self.tree_ids[i % T], self._gen_start[i % T] + i // T) for i in np.flatnonzero(~self._got).tolist()]
+        missing = np.flatnonzero(np.frombuffer(self._got, np.uint8) == 0).tolist()
+        return [(self.tree_ids[i % T], self._gen_start[i % T] + i // T) for i in missing]
 
     # ------------------------------------------------------------------ outputs
     def poll(self, now: int) -> list[Packet]:
@@ -281,7 +291,7 @@ class WorkerTransport:
                     deadline = now + min(self.max_rto_ps, self.rto_ps << min(self._retries.get(i, 1), 32))
                     due[i] = deadline
                     heapq.heappush(self._resent_heap, (deadline, i))
-                    out.append(self._packet(i, FLAG_RETRANSMIT))
+                    out.append(self._packet(i, _FLAG_RETRANSMIT))
             self.stats["retransmissions"] += len(out)
             self._retx_queue.clear()
         T = self.num_trees
@@ -291,14 +301,18 @@ class WorkerTransport:
             progress = False
             for t in range(T):
                 k = next_k[t]
-                if k < gen_len[t] and gen_start[t] + k < base[t] + ccs[t].window:
+                ctl = ccs[t]
+                if k < gen_len[t] and gen_start[t] + k < base[t] + ctl.win():
                     i = t + T * k
                     next_k[t] = k + 1
                     inflight[i] = now
                     out.append(self._packet(i, 0))
                     progress = True
+        nbytes = 0
+        for p in out:
+            nbytes += HEADER_BYTES + 4 * p.count
         self.stats["packets_sent"] += len(out)
-        self.stats["bytes_sent"] += sum(HEADER_BYTES + 4 * p.count for p in out)
+        self.stats["bytes_sent"] += nbytes
         return out
 
     def _packet(self, i: int, flags: int) -> Packet:
@@ -308,9 +322,9 @@ class WorkerTransport:
         lo = i * pe
         count = min(pe, self._num_elems - lo)
         payload = self._data[lo : lo + count] if self._data is not None else None
-        ecn = ECT0
+        ecn = _ECT0
         if self._echo[t]:
-            ecn = CE
+            ecn = _CE
             self._echo[t] = False
         return Packet(
             self.job_id,
@@ -319,7 +333,7 @@ class WorkerTransport:
             self.generation,
             count,
             flags,
-            MAX_CWND_CAP,
+            _MAX_CWND_CAP,
             self._base[t],
             ecn,
             payload,
@@ -340,13 +354,15 @@ class WorkerTransport:
     # ------------------------------------------------------------------ network input
     def receive(self, packet: Packet, now: int) -> None:
         """Take one result packet (anything else is counted in ``stats['ignored']``)."""
-        if not packet.flags & FLAG_RESULT:
+        flags = packet.flags
+        if not flags & _FLAG_RESULT:
             return self._ignore(IGNORED_NOT_RESULT)
         if packet.job_id != self.job_id:
             return self._ignore(IGNORED_WRONG_JOB)
-        t = self._tree_index.get(packet.tree_id)
-        if t is None:
+        ti = self._tree_index.get(packet.tree_id)
+        if ti is None:
             return self._ignore(IGNORED_UNKNOWN_TREE)
+        t = ti
         if not self.active:
             return self._ignore(IGNORED_IDLE)
         if packet.generation != self.generation:
@@ -356,7 +372,8 @@ class WorkerTransport:
             return self._ignore(IGNORED_OUT_OF_RANGE)
         T = self.num_trees
         i = t + T * k
-        if self._got[i]:
+        got = self._got
+        if got[i]:
             return self._ignore(IGNORED_DUPLICATE)
         pe = self.payload_elems
         lo = i * pe
@@ -367,20 +384,19 @@ class WorkerTransport:
             if packet.payload is None:
                 return self._ignore(IGNORED_BAD_COUNT)
             self._out[lo : lo + count] = packet.payload
-        self._got[i] = True
+        got[i] = 1
         self._remaining -= 1
         stats = self.stats
         stats["results"] += 1
         sent_at = self._inflight.pop(i, None)
         self._resent_due.pop(i, None)
-        if sent_at is not None and i not in self._retries and not packet.flags & FLAG_RETRANSMIT:
+        if sent_at is not None and i not in self._retries and not flags & _FLAG_RETRANSMIT:
             # Karn (RFC 6298 section 3), across the tree: neither a packet this worker resent
             # nor a result that waited for anyone's retransmission is an RTT sample.
             self._rtt_sample(now - sent_at)
         # Advance the cumulative acknowledgement of this tree.
         base = self._base[t]
         end = self._gen_start[t] + self._gen_len[t]
-        got = self._got
         start = self._gen_start[t]
         old_base = base
         if packet.seq > self._high[t]:
@@ -390,17 +406,17 @@ class WorkerTransport:
         self._base[t] = base
         if base < end:
             self._fast_retransmit(t, base, old_base, packet.seq)
-        ece = bool(packet.flags & FLAG_ECE)
+        ece = bool(flags & _FLAG_ECE)
         if ece:
             stats["ece_results"] += 1
-        if packet.ecn == CE:
+        if packet.ecn == _CE:
             stats["ce_results"] += 1
             self._echo[t] = True
-        cc = self.cc[t]
-        before = cc.window
-        cc.on_result(packet.seq, ece, packet.cwnd_cap, self._gen_start[t] + self._next_k[t])
-        if self.trace_windows and cc.window != before:
-            self.window_trace.append((now, t, cc.window))
+        ctl = self.cc[t]
+        before = ctl.win() if self.trace_windows else 0
+        ctl.on_result(packet.seq, ece, packet.cwnd_cap, self._gen_start[t] + self._next_k[t])
+        if self.trace_windows and ctl.win() != before:
+            self.window_trace.append((now, t, ctl.win()))
         if self._remaining == 0:
             self.active = False
             self._inflight.clear()

@@ -1,5 +1,43 @@
 # Types of panama/sim/engine.py for the compiled fast path (setup.py); the .py is the source.
 cimport cython
+from cpython.mem cimport PyMem_Free, PyMem_Realloc
+
+cdef extern from *:
+    ctypedef unsigned long long _u128 "unsigned __int128"
+
+# The heap's keys (engine.py, _heap_push): (t, seq) as one unsigned 128-bit integer
+# (t biased by 2**63 in the high half, seq in the low half: the same order), t alone,
+# and the event's position in Engine.heap.
+ctypedef struct _Key:
+    _u128 k
+    long long t
+    Py_ssize_t slot
+
+
+cdef inline _u128 _key(long long t, long long seq) noexcept:
+    return ((<_u128>(<unsigned long long>t ^ 0x8000000000000000ULL)) << 64) | <unsigned long long>seq
+
+ctypedef _Key* _KeyPtr
+
+
+cdef inline _Key* _realloc_keys(_Key* keys, Py_ssize_t n) except NULL:
+    cdef _Key* p = <_Key*>PyMem_Realloc(keys, n * sizeof(_Key))
+    if p == NULL:
+        raise MemoryError()
+    return p
+
+
+cdef inline Py_ssize_t* _realloc_slots(Py_ssize_t* slots, Py_ssize_t n) except NULL:
+    cdef Py_ssize_t* p = <Py_ssize_t*>PyMem_Realloc(slots, n * sizeof(Py_ssize_t))
+    if p == NULL:
+        raise MemoryError()
+    return p
+
+
+cdef inline void _free_keys(_Key* keys, Py_ssize_t* slots) noexcept:
+    PyMem_Free(keys)
+    PyMem_Free(slots)
+
 
 cdef bint _COMPILED
 
@@ -13,12 +51,15 @@ cdef class Event:
 cdef class _Call(Event):
     cdef public object fn
 
-@cython.locals(pos=cython.Py_ssize_t, up=cython.Py_ssize_t, parent=Event, t=cython.longlong, seq=cython.longlong)
-cdef _heap_push(list heap, Event ev)
+cdef class Engine
 
-@cython.locals(last=Event, top=Event, c=Event, r=Event, n=cython.Py_ssize_t, pos=cython.Py_ssize_t,
-               child=cython.Py_ssize_t, t=cython.longlong, seq=cython.longlong)
-cdef Event _heap_pop(list heap)
+@cython.locals(heap=list, keys=_KeyPtr, n=cython.Py_ssize_t, slot=cython.Py_ssize_t, pos=cython.Py_ssize_t,
+               up=cython.Py_ssize_t, t=cython.longlong, k=_u128)
+cdef _heap_push(Engine eng, Event ev)
+
+@cython.locals(heap=list, keys=_KeyPtr, top=Event, last=_Key, n=cython.Py_ssize_t, slot=cython.Py_ssize_t,
+               pos=cython.Py_ssize_t, child=cython.Py_ssize_t, k=_u128, ck=_u128)
+cdef Event _heap_pop(Engine eng)
 
 cdef class Engine:
     cdef public long long now
@@ -26,6 +67,13 @@ cdef class Engine:
     cdef public long long seq
     cdef public object trace
     cdef public long long events
+    cdef _Key* _keys
+    cdef Py_ssize_t* _vacant
+    cdef Py_ssize_t _kcap
+    cdef Py_ssize_t _n
+    cdef Py_ssize_t _nfree
+
+    cdef _grow_keys(self)
 
     cpdef push(self, long long time_ps, object callback)
     cpdef schedule(self, long long time_ps, Event ev)

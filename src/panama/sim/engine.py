@@ -15,9 +15,11 @@ Contract
   stays about as large as the number of busy components.
 * Randomness is never drawn here; components receive a seeded
   ``numpy.random.Generator`` from their owner.
-* Compiled (the fast path, ``engine.pxd``), the heap holds :class:`Event` objects whose
-  ``(t, seq)`` fields order them and the engine calls their ``fire()`` as a C method;
-  interpreted, it holds ``(time_ps, seq, callback)`` tuples for ``heapq``. Both pop
+* Compiled (the fast path, ``engine.pxd``), the heap is a C array of ``(t, seq)`` keys
+  of pending :class:`Event` objects (held in ``Engine.heap``, see :func:`_heap_push`)
+  and the engine calls their ``fire()`` as a C method; interpreted, ``Engine.heap`` is a
+  heap of ``(time_ps, seq, callback)`` tuples for ``heapq``. Use :meth:`Engine.pending`
+  and :meth:`Engine.next_time` rather than ``Engine.heap`` itself. Both pop
   events in the same ``(time, seq)`` order, so a run gives the same results either way.
   Components that schedule often subclass :class:`Event` and use :meth:`Engine.schedule`;
   :meth:`Engine.push` takes any callable.
@@ -77,47 +79,70 @@ class _Call(Event):
         return self.fn()
 
 
-def _heap_push(heap: list, ev: Event) -> None:
-    """Push ``ev`` on a heap of :class:`Event` ordered by ``(t, seq)`` (compiled heap)."""
-    heap.append(ev)
-    pos = len(heap) - 1
+def _heap_push(eng: Engine, ev: Event) -> None:
+    """Push ``ev`` (key ``(ev.t, ev.seq)``) on the compiled heap of ``eng``.
+
+    The compiled heap is a C array of ``(t, seq, slot)`` keys (``eng._keys``, ``eng._n``
+    of them); ``slot`` is the event's position in ``eng.heap``, a list that only owns
+    the pending events (visible to the garbage collector) and whose free positions are
+    reused (``eng._vacant``). Sifting moves keys in contiguous memory and never touches
+    the events themselves."""
+    n = eng._n
+    if n >= eng._kcap:
+        eng._grow_keys()
+    heap = eng.heap
+    if eng._nfree:
+        eng._nfree -= 1
+        slot = eng._vacant[eng._nfree]
+        heap[slot] = ev
+    else:
+        slot = len(heap)
+        heap.append(ev)
+    keys = eng._keys
     t = ev.t
-    seq = ev.seq
+    k = _key(t, ev.seq)  # noqa: F821 - engine.pxd: (t, seq) as one 128-bit integer
+    pos = n
     while pos > 0:
         up = (pos - 1) >> 1
-        parent = heap[up]
-        if parent.t < t or (parent.t == t and parent.seq < seq):
+        if keys[up].k < k:
             break
-        heap[pos] = parent
+        keys[pos] = keys[up]
         pos = up
-    heap[pos] = ev
+    keys[pos].k = k
+    keys[pos].t = t
+    keys[pos].slot = slot
+    eng._n = n + 1
 
 
-def _heap_pop(heap: list) -> Event:
-    """Pop the smallest :class:`Event` of a non-empty heap (compiled heap)."""
-    last = heap.pop()
-    if not heap:
-        return last
-    top = heap[0]
-    n = len(heap)
-    t = last.t
-    seq = last.seq
+def _heap_pop(eng: Engine) -> Event:
+    """Pop the smallest :class:`Event` of the non-empty compiled heap of ``eng``."""
+    keys = eng._keys
+    heap = eng.heap
+    slot = keys[0].slot
+    top = heap[slot]
+    heap[slot] = None
+    eng._vacant[eng._nfree] = slot
+    eng._nfree += 1
+    n = eng._n - 1
+    eng._n = n
+    if not n:
+        return top
+    last = keys[n]
+    k = last.k
     pos = 0
     while True:
         child = 2 * pos + 1
         if child >= n:
             break
-        c = heap[child]
-        if child + 1 < n:
-            r = heap[child + 1]
-            if r.t < c.t or (r.t == c.t and r.seq < c.seq):
-                child += 1
-                c = r
-        if t < c.t or (t == c.t and seq < c.seq):
+        ck = keys[child].k
+        if child + 1 < n and keys[child + 1].k < ck:
+            child += 1
+            ck = keys[child].k
+        if k < ck:
             break
-        heap[pos] = c
+        keys[pos] = keys[child]
         pos = child
-    heap[pos] = last
+    keys[pos] = last
     return top
 
 
@@ -130,7 +155,7 @@ class Engine:
     :meth:`panama.sim.runner.Simulation.run` does).
     """
 
-    __slots__ = ("now", "heap", "seq", "trace", "events")
+    __slots__ = ("now", "heap", "seq", "trace", "events", "_kcap", "_n", "_nfree")
 
     def __init__(self, *, trace: Callable[[tuple], None] | None = None):
         self.now: int = 0
@@ -139,6 +164,21 @@ class Engine:
         self.seq = 0
         self.trace = trace
         self.events: int = 0  # events processed so far (all runs)
+        # Compiled heap (see _heap_push): capacity of the C arrays ``_keys`` (the heap's
+        # keys, ``_n`` of them) and ``_vacant`` (``_nfree`` free positions of ``heap``).
+        self._kcap = 0
+        self._n = 0
+        self._nfree = 0
+
+    def _grow_keys(self) -> None:
+        """Compiled heap only: double the key array (``PyMem_Realloc``, from engine.pxd)."""
+        cap = self._kcap * 2 if self._kcap else 1024
+        self._keys = _realloc_keys(self._keys, cap)  # noqa: F821 - defined in engine.pxd
+        self._vacant = _realloc_slots(self._vacant, cap)  # noqa: F821 - defined in engine.pxd
+        self._kcap = cap
+
+    def __dealloc__(self) -> None:  # compiled only (a no-op method when interpreted)
+        _free_keys(self._keys, self._vacant)  # noqa: F821 - defined in engine.pxd
 
     # ------------------------------------------------------------------ scheduling
     def at(self, time_ps: int, callback: Callable[[], Any]) -> None:
@@ -160,7 +200,7 @@ class Engine:
             ev = _Call(callback)
             ev.t = time_ps
             ev.seq = seq
-            _heap_push(self.heap, ev)
+            _heap_push(self, ev)
         else:
             heappush(self.heap, (time_ps, seq, callback))
 
@@ -171,7 +211,7 @@ class Engine:
         if _COMPILED:
             ev.t = time_ps
             ev.seq = seq
-            _heap_push(self.heap, ev)
+            _heap_push(self, ev)
         else:
             heappush(self.heap, (time_ps, seq, ev._fire_cb))
 
@@ -189,13 +229,13 @@ class Engine:
 
     def pending(self) -> int:
         """Heap entries (including stale timer entries)."""
-        return len(self.heap)
+        return self._n if _COMPILED else len(self.heap)
 
     def next_time(self) -> int | None:
         """Time of the earliest pending heap entry, or None."""
-        if not self.heap:
-            return None
-        return self.heap[0].t if _COMPILED else self.heap[0][0]
+        if _COMPILED:
+            return self._keys[0].t if self._n else None
+        return self.heap[0][0] if self.heap else None
 
     # ------------------------------------------------------------------ running
     def run(self, until_ps: int | None = None) -> int:
@@ -208,12 +248,11 @@ class Engine:
         last = self.now  # time of the last event that did something (stale timer entries do not)
         try:
             if _COMPILED:
-                while heap:
-                    ev = heap[0]
-                    t = ev.t
+                while self._n:
+                    t = self._keys[0].t
                     if t > limit:
                         break
-                    _heap_pop(heap)
+                    ev = _heap_pop(self)
                     self.now = t
                     n += 1
                     if ev.fire() is _STALE:

@@ -3,17 +3,23 @@ cimport cython
 
 from panama.sim.nodes cimport Host, Switch
 from panama.sim.packet cimport SimPacket
+from panama.sim.routing cimport ecmp_index
 from panama.sim.ports cimport Port
 
 cdef long long _CE
 
 cdef class LosslessPort(Port):
+    @cython.locals(now=cython.longlong, size=cython.longlong, tx=cython.longlong, bu=cython.longlong,
+                   backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong)
+    cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
+
     @cython.locals(pkt=SimPacket, host=Host)
     cpdef _deliver_host_checked(self)
 
     @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, idx=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, used=cython.longlong,
-                   ib=cython.longlong, free=cython.longlong, fib1=list, ingress=list)
+                   ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list,
+                   ingress=cython.longlong[::1])
     cpdef _deliver_switch_lossless(self)
 
     @cython.locals(now=cython.longlong, bu=cython.longlong, end=cython.longlong, arrive=cython.longlong)
@@ -22,5 +28,5 @@ cdef class LosslessPort(Port):
     @cython.locals(now=cython.longlong, backlog=cython.longlong)
     cpdef bint _send_paused(self, SimPacket pkt, long long in_idx, long long tx) except -1
 
-    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, ingress=list)
+    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, ingress=cython.longlong[::1], head=tuple)
     cpdef _release(self)

@@ -53,10 +53,10 @@ class LosslessPort(Port):
         self.busy_until = end
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
-        self.pipe.append(pkt)
+        self._push(pkt)
         rel = self.release
         if rel is not None:
-            rel.append((end, size, in_idx))
+            self._rel_push((end, size, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
                 self._eng.schedule(end, self._release_ev)
@@ -90,12 +90,13 @@ class LosslessPort(Port):
             if pkt.arrive_ps > now:
                 self._eng.schedule(pkt.arrive_ps, self)
                 return
-            pipe.popleft()
+            self._pop()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
             else:
-                self.peer.receive_unbound(pkt)
+                host = self.peer
+                host.receive_unbound(pkt)
         self.armed = False
 
     def _deliver_switch_lossless(self) -> None:
@@ -106,13 +107,13 @@ class LosslessPort(Port):
         now = self._eng.now
         idx = self.peer_index
         fib1 = sw.fib1
-        ingress = sw.ingress_bytes
+        ingress = sw._ing
         while pipe:
             pkt = pipe[0]
             if pkt.arrive_ps > now:
                 self._eng.schedule(pkt.arrive_ps, self)
                 return
-            pipe.popleft()
+            self._pop()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, idx, hooks[pkt.kind])
                 continue
@@ -137,10 +138,11 @@ class LosslessPort(Port):
             ib = ingress[idx] + size
             ingress[idx] = ib
             if not sw.pause_sent[idx]:
-                thr = sw.pfc_static
-                if thr is None:
+                if sw.pfc_static is None:
                     free = sw.pool_bytes - used
                     thr = int(sw.pfc_alpha * free) if free > 0 else 0
+                else:
+                    thr = sw.pfc_static
                 if ib > thr:
                     sw._send_pfc(idx, True)
             out.send(pkt, idx)
@@ -156,10 +158,10 @@ class LosslessPort(Port):
         self.busy_until = end
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
-        self.pipe.append(pkt)
+        self._push(pkt)
         rel = self.release
         if rel is not None:
-            rel.append((end, pkt.size_bytes, in_idx))
+            self._rel_push((end, pkt.size_bytes, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
                 self._eng.schedule(end, self._release_ev)
@@ -247,14 +249,14 @@ class LosslessPort(Port):
         rel = self.release
         now = self._eng.now
         sw = self.owner
-        ingress = sw.ingress_bytes
+        ingress = sw._ing
         freed = 0
         while rel:
             head = rel[0]
             if head[0] > now:
                 self._eng.schedule(head[0], self._release_ev)
                 break
-            rel.popleft()
+            self._rel_pop()
             ingress[head[2]] -= head[1]
             freed += head[1]
         else:

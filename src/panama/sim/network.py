@@ -41,7 +41,7 @@ Model (details and rationale in docs/simulator-network.md)
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -214,8 +214,8 @@ class Network:
         # Lossless: shared buffer, headroom, release queues.
         if cfg.lossless:
             for sw in self.switches:
-                sw.lossless = True
                 n = len(sw.ports)
+                sw.set_lossless(n)
                 sw.buffer_bytes = cfg.switch_buffer_bytes or cfg.queue_limit_bytes * max(n, 1)
                 headroom = sum(cfg.headroom_for(p.rate_bps, p.delay_ps) for p in sw.ports)
                 sw.pool_bytes = sw.buffer_bytes - headroom
@@ -233,15 +233,13 @@ class Network:
                         f"exceeds the {sw.buffer_bytes} B buffer of {sw.name}; lossless operation needs "
                         f"at most {max(0, (sw.buffer_bytes - headroom) // n)} B",
                     )
-                sw.ingress_bytes = [0] * (n + 1)
-                sw.pause_sent = [False] * n
                 sw.pfc_alpha = cfg.pfc_alpha
                 sw.pfc_static = cfg.pfc_static_threshold_bytes
                 sw.resume_offset = (
                     cfg.pfc_resume_offset_bytes if cfg.pfc_resume_offset_bytes is not None else 2 * cfg.mtu_bytes
                 )
                 for p in sw.ports:
-                    p.release = deque()
+                    p.enable_release()
         for p in self.ports:
             p._select_delivery()
 

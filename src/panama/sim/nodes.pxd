@@ -1,10 +1,16 @@
 # Types of panama/sim/nodes.py for the compiled fast path (setup.py); the .py is the source.
-# Ports are plain objects here: ports.pxd cimports this file, and a cimport back would make
-# the compiled modules import each other.
 cimport cython
 
-from panama.sim.engine cimport Engine
+from panama.sim.engine cimport Engine, Event
 from panama.sim.packet cimport SimPacket
+from panama.sim.routing cimport ecmp_index
+from panama.sim.ports cimport Port
+
+cdef class Switch
+cdef class _DelayLine
+
+cdef class HookObject:
+    cpdef object run(self, SimPacket pkt, object from_node)
 
 cdef class Node:
     cdef public object net
@@ -22,7 +28,7 @@ cdef class Node:
 cdef class Host(Node):
     cdef public long long index
     cdef public object handler
-    cdef public object uplink
+    cdef public Port uplink
 
     cpdef receive_unbound(self, SimPacket pkt)
 
@@ -33,7 +39,8 @@ cdef class Switch(Node):
     cdef public bint lossless
     cdef public long long buffer_bytes
     cdef public long long pool_bytes
-    cdef public list ingress_bytes
+    cdef public object ingress_bytes
+    cdef public long long[::1] _ing
     cdef public long long used_bytes
     cdef public list pause_sent
     cdef public double pfc_alpha
@@ -42,14 +49,27 @@ cdef class Switch(Node):
     cdef public long long pauses_sent
     cdef public object _delayline
     cdef public bint _dl_armed
-    cdef public object _dl_cb
+    cdef public _DelayLine _dl_ev
+    cdef public long long _npaused
     cdef public long long peak_used_bytes
 
+    @cython.locals(port=Port, obj=HookObject)
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
+    @cython.locals(port=Port, pbn=dict)
     cpdef _emit(self, object out, long long in_idx)
 
-    @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong)
-    cpdef bint _admit(self, SimPacket pkt, long long in_idx, object port) except -1
+    @cython.locals(t=cython.longlong)
+    cpdef _delay(self, object out, long long in_idx)
 
+    @cython.locals(now=cython.longlong, t=cython.longlong, dl=object)
+    cpdef _drain_delayline(self)
+
+    @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong)
+    cpdef bint _admit(self, SimPacket pkt, long long in_idx, Port port) except -1
+
+    cpdef long long pfc_threshold(self) except? -1
     cpdef _check_resume(self)
     cpdef _send_pfc(self, long long in_idx, bint pause)
+
+cdef class _DelayLine(Event):
+    cdef public Switch switch

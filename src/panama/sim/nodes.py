@@ -16,11 +16,13 @@ built, interpreted otherwise (same source, same results).
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from panama.core.errors import FieldError
+from panama.sim.engine import Event
 from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_HANDLER, DROP_NO_ROUTE, NUM_KINDS, SimPacket
 from panama.sim.routing import ecmp_index
 
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from panama.sim.network import Network
     from panama.sim.ports import Port
 
-__all__ = ["Node", "Host", "Switch", "PacketHook"]
+__all__ = ["Node", "Host", "Switch", "PacketHook", "HookObject"]
 
 
 class Node:
@@ -118,6 +120,20 @@ class Host(Node):
 PacketHook = Callable[[SimPacket, str], "Iterable[tuple[str, SimPacket]] | None"]
 
 
+class HookObject:
+    """Base of packet hooks written as objects: calling one calls :meth:`run`, which a
+    switch calls directly (a C method call when compiled, ``nodes.pxd``)."""
+
+    __slots__ = ()
+
+    def __call__(self, pkt: SimPacket, from_node: str):
+        return self.run(pkt, from_node)
+
+    def run(self, pkt: SimPacket, from_node: str):  # pragma: no cover - abstract
+        """The hook: ``(neighbour, packet)`` pairs to forward, or None."""
+        raise NotImplementedError
+
+
 class Switch(Node):
     """A switch: routes unicast packets by ECMP, hands hooked kinds to their hook.
 
@@ -133,6 +149,7 @@ class Switch(Node):
         "buffer_bytes",
         "pool_bytes",
         "ingress_bytes",
+        "_ing",
         "used_bytes",
         "pause_sent",
         "pfc_alpha",
@@ -141,7 +158,8 @@ class Switch(Node):
         "pauses_sent",
         "_delayline",
         "_dl_armed",
-        "_dl_cb",
+        "_dl_ev",
+        "_npaused",
         "hooked",
         "peak_used_bytes",
     )
@@ -154,7 +172,8 @@ class Switch(Node):
         self.lossless = False
         self.buffer_bytes = 0
         self.pool_bytes = 0
-        self.ingress_bytes: list[int] = []
+        self.ingress_bytes: array[int] = array("q")  # see set_lossless
+        self._ing = self.ingress_bytes  # the same buffer (a typed memoryview when compiled)
         self.used_bytes = 0
         self.pause_sent: list[bool] = []
         self.pfc_alpha = 0.125
@@ -164,7 +183,8 @@ class Switch(Node):
         self.peak_used_bytes = 0
         self._delayline: deque[tuple[int, Any, int]] = deque()
         self._dl_armed = False
-        self._dl_cb = self._drain_delayline
+        self._dl_ev = _DelayLine(self)
+        self._npaused = 0  # entries of pause_sent that are True
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:
         hook = self.hooks[pkt.kind]
@@ -190,7 +210,16 @@ class Switch(Node):
 
     # ------------------------------------------------------------------ hooks
     def _run_hook(self, pkt: SimPacket, in_idx: int, hook: PacketHook) -> None:
-        out = hook(pkt, self.ports[in_idx].peer.name if in_idx >= 0 else self.name)
+        if in_idx >= 0:
+            port = self.ports[in_idx]
+            frm = port.peer.name
+        else:
+            frm = self.name
+        if isinstance(hook, HookObject):
+            obj = hook
+            out = obj.run(pkt, frm)
+        else:
+            out = hook(pkt, frm)
         if out:
             if self.hook_latency_ps:
                 self._delay(out, in_idx)
@@ -233,7 +262,7 @@ class Switch(Node):
         self._delayline.append((t, list(out), in_idx))
         if not self._dl_armed:
             self._dl_armed = True
-            self._eng.push(t, self._dl_cb)
+            self._eng.schedule(t, self._dl_ev)
 
     def _drain_delayline(self) -> None:
         dl = self._delayline
@@ -241,13 +270,22 @@ class Switch(Node):
         while dl:
             t, out, in_idx = dl[0]
             if t > now:
-                self._eng.push(t, self._dl_cb)
+                self._eng.schedule(t, self._dl_ev)
                 return
             dl.popleft()
             self._emit(out, in_idx)
         self._dl_armed = False
 
     # ------------------------------------------------------------------ PFC
+    def set_lossless(self, nports: int) -> None:
+        """Lossless accounting for ``nports`` ingress ports (plus one entry for local and
+        hook-originated traffic); the thresholds are set by the network."""
+        self.lossless = True
+        self.ingress_bytes = array("q", bytes(8 * (nports + 1)))
+        self._ing = self.ingress_bytes
+        self.pause_sent = [False] * nports
+        self._npaused = 0
+
     def pfc_threshold(self) -> int:
         """Current per-ingress PAUSE threshold in bytes."""
         if self.pfc_static is not None:
@@ -264,16 +302,16 @@ class Switch(Node):
         self.used_bytes = used
         if used > self.peak_used_bytes:
             self.peak_used_bytes = used
-        ib = self.ingress_bytes[in_idx] + size
-        self.ingress_bytes[in_idx] = ib
+        ib = self._ing[in_idx] + size
+        self._ing[in_idx] = ib
         if in_idx < len(self.ports) and not self.pause_sent[in_idx] and ib > self.pfc_threshold():
             self._send_pfc(in_idx, True)
         return True
 
     def _check_resume(self) -> None:
-        ps = self.pause_sent
-        if not any(ps):
+        if not self._npaused:
             return
+        ps = self.pause_sent
         thr = self.pfc_threshold()
         off = self.resume_offset
         ib = self.ingress_bytes
@@ -283,6 +321,7 @@ class Switch(Node):
 
     def _send_pfc(self, in_idx: int, pause: bool) -> None:
         self.pause_sent[in_idx] = pause
+        self._npaused += 1 if pause else -1
         link = self.ports[in_idx]
         up = link.reverse
         eng = self._eng
@@ -307,3 +346,18 @@ class Switch(Node):
                     self.ingress_bytes[in_idx],
                 )
             )
+
+
+class _DelayLine(Event):
+    """The event of a switch's hook delay line (one pending at a time)."""
+
+    __slots__ = ("switch",)
+
+    def __init__(self, switch: Switch):
+        self.t = 0
+        self.seq = 0
+        self.switch = switch
+        self._fire_cb = switch._drain_delayline
+
+    def fire(self) -> None:
+        self.switch._drain_delayline()

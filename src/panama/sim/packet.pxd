@@ -14,3 +14,5 @@ cdef class SimPacket:
     cdef public long long flags
     cdef public object inner
     cdef public long long arrive_ps
+
+cpdef SimPacket panama_sim_packet(object inner, long long src=*)

@@ -26,8 +26,11 @@ from collections.abc import Callable
 
 from panama.core.transport import TransportError, WorkerTransport
 from panama.sim.engine import Engine
-from panama.sim.network import KIND_PANAMA, Host, Network, SimPacket
-from panama.sim.packet import panama_sim_packet
+from panama.sim.network import Network
+from panama.sim.nodes import Host
+from panama.sim.packet import KIND_PANAMA, SimPacket, panama_sim_packet
+
+_KIND_PANAMA = KIND_PANAMA  # a C constant when compiled
 
 __all__ = ["PanamaHost", "PanamaWorker"]
 
@@ -51,8 +54,9 @@ class PanamaHost:
         net.attach(host, self.receive)
 
     def receive(self, spkt: SimPacket) -> None:
-        if spkt.kind == KIND_PANAMA:
-            w = self.workers.get(spkt.inner.job_id)
+        if spkt.kind == _KIND_PANAMA:
+            pkt = spkt.inner
+            w = self.workers.get(pkt.job_id)
             if w is not None:
                 w.receive(spkt)
             else:
@@ -74,7 +78,7 @@ class PanamaWorker:
         "on_done",
         "on_error",
         "timer",
-        "_send",
+        "_up",
         "_src",
         "failed",
         "packets_out",
@@ -99,7 +103,7 @@ class PanamaWorker:
         self.on_done = on_done
         self.on_error = on_error
         self.timer = engine.timer(self._on_timer)
-        self._send = self.host.port_to(tor).send
+        self._up = self.host.port_to(tor)
         self._src = self.host.index
         self.failed: TransportError | None = None
         self.packets_out = 0
@@ -155,13 +159,13 @@ class PanamaWorker:
         now = self.engine.now
         pkts = tr.poll(now)
         if pkts:
-            send = self._send
+            up = self._up
             src = self._src
             nbytes = 0
             for p in pkts:
                 sp = panama_sim_packet(p, src)
                 nbytes += sp.size_bytes
-                send(sp, -1)
+                up.send(sp, -1)
             self.packets_out += len(pkts)
             self.bytes_out += nbytes
         t = tr.timer()

@@ -4,6 +4,7 @@ cimport cython
 from panama.sim.engine cimport Engine, Event
 from panama.sim.nodes cimport Host, Node, Switch
 from panama.sim.packet cimport SimPacket
+from panama.sim.routing cimport ecmp_index
 
 cdef long long _CE
 cdef long long _GENERIC, _HOST, _SWITCH, _HOST_CHECKED, _SWITCH_LOSSLESS
@@ -23,6 +24,8 @@ cdef class Port(Event):
     cdef public long long delay_ps
     cdef public long long busy_until
     cdef public object pipe
+    cdef public object _push
+    cdef public object _pop
     cdef public bint armed
     cdef public bint paused
     cdef public long long paused_since
@@ -31,6 +34,8 @@ cdef class Port(Event):
     cdef public long long limit_ps
     cdef public long long k_ps
     cdef public object release
+    cdef public object _rel_push
+    cdef public object _rel_pop
     cdef public bint rel_armed
     cdef public Engine _eng
     cdef public object _trace
@@ -56,14 +61,16 @@ cdef class Port(Event):
     @cython.locals(now=cython.longlong, idx=cython.longlong, head=SimPacket, peer=object)
     cpdef _deliver(self)
 
-    @cython.locals(pkt=SimPacket, t=cython.longlong, host=Host)
+    @cython.locals(pkt=SimPacket, head=SimPacket, t=cython.longlong, host=Host)
     cpdef _deliver_host(self)
 
-    @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, t=cython.longlong,
+    @cython.locals(sw=Switch, pkt=SimPacket, head=SimPacket, out=Port, now=cython.longlong, t=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, tx=cython.longlong,
                    bu=cython.longlong, backlog=cython.longlong, end=cython.longlong, fib1=list)
     cpdef _deliver_switch(self)
 
+    cpdef _deliver_host_checked(self)
+    cpdef _deliver_switch_lossless(self)
     cpdef pause(self)
     cpdef resume(self)
     cpdef _release(self)
@@ -72,4 +79,5 @@ cdef class _Release(Event):
     cdef public Port port
 
 cdef class HostPort(Port):
-    pass
+    @cython.locals(now=cython.longlong, bu=cython.longlong, size=cython.longlong, end=cython.longlong)
+    cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1

@@ -75,6 +75,8 @@ class Port(Event):
         "delay_ps",
         "busy_until",
         "pipe",
+        "_push",
+        "_pop",
         "armed",
         "paused",
         "paused_since",
@@ -83,6 +85,8 @@ class Port(Event):
         "limit_ps",
         "k_ps",
         "release",
+        "_rel_push",
+        "_rel_pop",
         "rel_armed",
         "_eng",
         "_trace",
@@ -118,6 +122,9 @@ class Port(Event):
         self.delay_ps = int(delay_ps)
         self.busy_until = 0
         self.pipe: deque[SimPacket] = deque()  # in flight, in arrival order (``arrive_ps``)
+        # The pipe's append and popleft, bound once (the pipe object is never replaced).
+        self._push = self.pipe.append
+        self._pop = self.pipe.popleft
         self.armed = False
         self.paused = False
         self.paused_since = 0
@@ -125,7 +132,9 @@ class Port(Event):
         self.waiting_ps = 0
         self.limit_ps = _NEVER
         self.k_ps = _NEVER
-        self.release: deque[tuple[int, int, int]] | None = None
+        self.release: deque[tuple[int, int, int]] | None = None  # see enable_release
+        self._rel_push = None
+        self._rel_pop = None
         self.rel_armed = False
         self._mode = _GENERIC
         self._fire_cb = self._deliver
@@ -139,6 +148,14 @@ class Port(Event):
 
     def __repr__(self) -> str:
         return f"Port({self.name}, {self.rate_bps / 1e9:g} Gbps, {self.delay_ps} ps)"
+
+    def enable_release(self) -> None:
+        """Keep ``release``, the ``(end_ps, size, in_idx)`` of every packet whose
+        transmission has not ended, to free the owner's shared buffer then (lossless
+        switch ports; :class:`panama.sim.lossless.LosslessPort`)."""
+        self.release = deque()
+        self._rel_push = self.release.append
+        self._rel_pop = self.release.popleft
 
     def _select_delivery(self) -> None:
         """Pick the arrival handler specialised for the peer (called once the network is built)."""
@@ -209,7 +226,7 @@ class Port(Event):
         self.tx_bytes += size
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
-        self.pipe.append(pkt)
+        self._push(pkt)
         if not self.armed:
             self.armed = True
             self._eng.schedule(arrive, self)
@@ -242,7 +259,7 @@ class Port(Event):
             if head.arrive_ps > now:
                 self._eng.schedule(head.arrive_ps, self)
                 return
-            pipe.popleft()
+            self._pop()
             recv(head, idx)
         self.armed = False
 
@@ -252,18 +269,20 @@ class Port(Event):
         Only used in lossy networks, where the pipe's head is always due when the event
         fires (nothing but arrivals ever removes packets from a pipe)."""
         pipe = self.pipe
-        popleft = pipe.popleft
+        popleft = self._pop
         while True:
             pkt = popleft()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
             else:
-                self.peer.receive_unbound(pkt)
+                host = self.peer
+                host.receive_unbound(pkt)
             if not pipe:
                 self.armed = False
                 return
-            t = pipe[0].arrive_ps
+            head = pipe[0]
+            t = head.arrive_ps
             if t > self._eng.now:
                 self._eng.schedule(t, self)
                 return
@@ -274,7 +293,7 @@ class Port(Event):
         sw = self.peer
         hooks = sw.hooked
         pipe = self.pipe
-        popleft = pipe.popleft
+        popleft = self._pop
         now = self._eng.now
         fib1 = sw.fib1
         while True:
@@ -285,7 +304,8 @@ class Port(Event):
                 if not pipe:
                     self.armed = False
                     return
-                t = pipe[0].arrive_ps
+                head = pipe[0]
+                t = head.arrive_ps
                 if t > now:
                     self._eng.schedule(t, self)
                     return
@@ -319,7 +339,7 @@ class Port(Event):
                     out.tx_bytes += size
                     end += out.delay_ps
                     pkt.arrive_ps = end
-                    out.pipe.append(pkt)
+                    out._push(pkt)
                     if not out.armed:
                         out.armed = True
                         self._eng.schedule(end, out)
@@ -341,12 +361,21 @@ class Port(Event):
             if not pipe:
                 self.armed = False
                 return
-            t = pipe[0].arrive_ps
+            head = pipe[0]
+            t = head.arrive_ps
             if t > now:
                 self._eng.schedule(t, self)
                 return
 
     # ------------------------------------------------------------------ PFC (LosslessPort)
+    # The lossless arrival handlers are declared here (so that :meth:`fire` reaches them
+    # through the C method table when compiled) and implemented by LosslessPort.
+    def _deliver_host_checked(self) -> None:  # pragma: no cover
+        raise RuntimeError(f"{self.name}: lossless arrival on a port of a lossy network")
+
+    def _deliver_switch_lossless(self) -> None:  # pragma: no cover
+        raise RuntimeError(f"{self.name}: lossless arrival on a port of a lossy network")
+
     def pause(self) -> None:  # pragma: no cover - only LosslessPort is ever paused
         raise RuntimeError(f"{self.name}: PAUSE on a port of a lossy network")
 
@@ -379,7 +408,7 @@ class HostPort(Port):
         self.tx_bytes += size
         end += self.delay_ps
         pkt.arrive_ps = end
-        self.pipe.append(pkt)
+        self._push(pkt)
         if not self.armed:
             self.armed = True
             self._eng.schedule(end, self)

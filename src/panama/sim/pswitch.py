@@ -30,10 +30,11 @@ from collections.abc import Iterable
 from panama.core.accelerator import DROP_REASONS, Accelerator
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, IP_UDP_OVERHEAD_BYTES, wire_size
 from panama.core.packet import Packet
-from panama.sim.network import KIND_PANAMA, Network, SimPacket
-from panama.sim.packet import PANAMA_OVERHEAD_BYTES, panama_sim_packet
+from panama.sim.network import Network
+from panama.sim.nodes import HookObject
+from panama.sim.packet import KIND_PANAMA, PANAMA_OVERHEAD_BYTES, SimPacket, panama_sim_packet
 
-__all__ = ["PSwitchFabric", "panama_wire_bytes", "wrap"]
+__all__ = ["PSwitchFabric", "PanamaHook", "panama_wire_bytes", "wrap"]
 
 
 def panama_wire_bytes(count: int) -> int:
@@ -44,6 +45,43 @@ def panama_wire_bytes(count: int) -> int:
 def wrap(packet: Packet, src: int = -1) -> SimPacket:
     """A wire packet carrying ``packet`` (hop-by-hop, ``dst`` -1, ECN from the core packet)."""
     return panama_sim_packet(packet, src)
+
+
+class PanamaHook(HookObject):
+    """The ``KIND_PANAMA`` packet hook of one switch around its accelerator (see the
+    module docstring): ``hook(spkt, from_node)``."""
+
+    __slots__ = ("acc",)
+
+    def __init__(self, acc: Accelerator):
+        self.acc = acc
+
+    def run(self, spkt: SimPacket, from_node: str):
+        """The hook's work (a C method when compiled, ``pswitch.pxd``)."""
+        pkt = spkt.inner
+        ecn = spkt.ecn
+        if ecn != pkt.ecn:
+            pkt.ecn = ecn
+        out = self.acc.receive(pkt, from_node)
+        if not out:
+            return None
+        res = []
+        first = True
+        for destinations, p in out:
+            size = PANAMA_OVERHEAD_BYTES + 4 * p.count
+            for to in destinations:
+                if first:
+                    # The network hands the input packet over to the hook: reuse it for
+                    # the first copy (one allocation less per hop).
+                    first = False
+                    spkt.src = -1
+                    spkt.size_bytes = size
+                    spkt.ecn = p.ecn
+                    spkt.inner = p
+                    res.append((to, spkt))
+                else:
+                    res.append((to, panama_sim_packet(p, -1)))
+        return res
 
 
 class PSwitchFabric:
@@ -83,35 +121,8 @@ class PSwitchFabric:
         self.packets_in = 0
 
     @staticmethod
-    def _make_hook(acc: Accelerator):
-        receive = acc.receive
-
-        def hook(spkt: SimPacket, from_node: str):
-            pkt = spkt.inner
-            ecn = spkt.ecn
-            if ecn != pkt.ecn:
-                pkt.ecn = ecn
-            out = receive(pkt, from_node)
-            if not out:
-                return None
-            res = []
-            for destinations, p in out:
-                size = PANAMA_OVERHEAD_BYTES + 4 * p.count
-                for to in destinations:
-                    if spkt is not None:
-                        # The network hands the input packet over to the hook: reuse it
-                        # for the first copy (one allocation less per hop).
-                        spkt.src = -1
-                        spkt.size_bytes = size
-                        spkt.ecn = p.ecn
-                        spkt.inner = p
-                        res.append((to, spkt))
-                        spkt = None
-                    else:
-                        res.append((to, panama_sim_packet(p)))
-            return res
-
-        return hook
+    def _make_hook(acc: Accelerator) -> PanamaHook:
+        return PanamaHook(acc)
 
     # ------------------------------------------------------------------ reporting
     def check_invariants(self) -> None:

@@ -23,6 +23,8 @@ __all__ = ["next_hops", "group_next_hops", "flow_hash", "ecmp_index", "splitmix6
 
 MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
+_M64 = MASK64  # unsigned 64-bit C constants when compiled (routing.pxd)
+_G64 = _GOLDEN
 
 
 def splitmix64(x: int) -> int:
@@ -42,8 +44,10 @@ def ecmp_index(h: int, switch_salt: int, n: int) -> int:
     """Index in ``range(n)`` chosen for flow hash ``h`` at a switch with ``switch_salt``.
 
     The one ECMP choice of the simulator (:mod:`panama.sim.ports`,
-    :mod:`panama.sim.lossless` and :mod:`panama.sim.nodes` call it)."""
-    return ((((h ^ switch_salt) * _GOLDEN) & MASK64) >> 32) % n
+    :mod:`panama.sim.lossless` and :mod:`panama.sim.nodes` call it). Compiled, the
+    product is taken in unsigned 64-bit arithmetic, which wraps as ``& MASK64`` does."""
+    x = (h ^ switch_salt) & MASK64
+    return (((x * _G64) & _M64) >> 32) % n
 
 
 def group_next_hops(

@@ -46,7 +46,7 @@ class QueueSampler:
         for p, col in zip(self.ports, self.samples):
             b = p.busy_until - now
             col.append(((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte)
-        if eng.heap:
+        if eng.pending():
             eng.push(now + self.interval_ps, self._cb)
 
     def busiest(self) -> tuple[Port | None, list[int]]:

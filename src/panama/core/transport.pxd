@@ -1,0 +1,75 @@
+# Types of panama/core/transport.py for the simulator's compiled fast path (setup.py);
+# the .py is the source. Sequence numbers, counts and indices are 64-bit integers; the
+# RTO and the times stored in dicts stay Python integers (the back-off shifts them).
+cimport cython
+
+from panama.core.cc cimport CongestionControl
+from panama.core.packet cimport Packet
+
+cdef long long _CE, _ECT0, _FLAG_ACK, _FLAG_ECE, _FLAG_RESULT, _FLAG_RETRANSMIT, _MAX_CWND_CAP
+
+cdef class WorkerTransport:
+    cdef public list tree_ids
+    cdef public object job_id
+    cdef public object rank
+    cdef public long long payload_elems
+    cdef public long long num_trees
+    cdef public dict _tree_index
+    cdef public list cc
+    cdef public object cc_name
+    cdef public object min_rto_ps
+    cdef public object max_rto_ps
+    cdef public long long max_retries
+    cdef public long long dupthresh
+    cdef public object rto_ps
+    cdef public object _srtt
+    cdef public double _rttvar
+    cdef public long long generation
+    cdef public list _base
+    cdef public list _gen_start
+    cdef public list _gen_len
+    cdef public list _next_k
+    cdef public list _echo
+    cdef public dict _inflight
+    cdef public dict _resent_due
+    cdef public list _resent_heap
+    cdef public dict _retries
+    cdef public list _retx_queue
+    cdef public list _dups
+    cdef public list _recover
+    cdef public list _high
+    cdef public list _closing_acks
+    cdef public bytearray _got
+    cdef public long long _remaining
+    cdef public long long _npkts
+    cdef public long long _num_elems
+    cdef public object _data
+    cdef public object _out
+    cdef public bint active
+    cdef public bint trace_windows
+    cdef public list window_trace
+    cdef public dict stats
+
+    @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
+                   i=cython.longlong, progress=cython.bint, base=list, gen_start=list, gen_len=list, next_k=list,
+                   ccs=list, ctl=CongestionControl, nbytes=cython.longlong, p=Packet)
+    cpdef list poll(self, object now)
+
+    @cython.locals(T=cython.longlong, t=cython.longlong, pe=cython.longlong, lo=cython.longlong,
+                   count=cython.longlong, ecn=cython.longlong)
+    cpdef Packet _packet(self, long long i, long long flags)
+
+    cpdef object timer(self)
+
+    @cython.locals(T=cython.longlong, t=cython.longlong, k=cython.longlong, i=cython.longlong,
+                   pe=cython.longlong, lo=cython.longlong, count=cython.longlong, base=cython.longlong,
+                   end=cython.longlong, start=cython.longlong, old_base=cython.longlong, seq=cython.longlong,
+                   ece=cython.bint, ctl=CongestionControl, before=cython.longlong, stats=dict, flags=cython.longlong,
+                   got=bytearray)
+    cpdef receive(self, Packet packet, object now)
+
+    @cython.locals(T=cython.longlong, i=cython.longlong)
+    cpdef _fast_retransmit(self, long long t, long long base, long long old_base, long long seq)
+
+    cpdef _ignore(self, str reason)
+    cpdef _rtt_sample(self, object rtt)

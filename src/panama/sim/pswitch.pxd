@@ -1,0 +1,15 @@
+# Types of panama/sim/pswitch.py for the compiled fast path (setup.py); the .py is the source.
+cimport cython
+
+from panama.core.accelerator cimport Accelerator
+from panama.core.packet cimport Packet
+from panama.sim.nodes cimport HookObject
+from panama.sim.packet cimport SimPacket, panama_sim_packet
+
+cdef long long PANAMA_OVERHEAD_BYTES  # imported from panama.sim.packet: a C constant here
+
+cdef class PanamaHook(HookObject):
+    cdef public Accelerator acc
+
+    @cython.locals(pkt=Packet, p=Packet, res=list, size=cython.longlong, ecn=cython.longlong, first=cython.bint)
+    cpdef object run(self, SimPacket spkt, object from_node)
