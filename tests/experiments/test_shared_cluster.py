@@ -394,3 +394,23 @@ def test_ratios_over_seeds_are_geometric_and_their_intervals_never_negative():
     assert 0 < low < geo < high
     assert st["short_fct_p99_us_gain"] == pytest.approx(1 / geo)
     assert st["short_fct_p99_us_gain_ci"] == pytest.approx([1 / high, 1 / low])
+
+
+def test_the_default_experiment_is_the_paper_preset_over_its_five_seeds(tmp_path):
+    import click
+
+    from panama.cli.experiment_cmds import _resolve_shared_cluster
+
+    def resolve(quick=False, preset=None, scenario=None, seed=None, seeds=None):
+        return _resolve_shared_cluster(quick, preset, scenario, (), "ring,panama", None, None, seed, seeds, (), None)
+
+    kw = resolve()
+    assert kw["preset"] == "paper" and kw["axes"]["seed"] == [1, 2, 3, 4, 5]
+    assert kw["base"].placement == "disjoint" and kw["base"].topology.spec == "fat-tree:k=8"
+    assert resolve(seed=7)["axes"]["seed"] == [7]
+    assert resolve(quick=True)["axes"] == {}  # quick: the scenario's own seed (run_shared_cluster adds it)
+    path = tmp_path / "s.toml"
+    path.write_text(experiment_scenario("tiny").to_toml())
+    with pytest.raises(click.UsageError, match="either a scenario file or a preset"):
+        resolve(preset="full", scenario=path)
+    assert resolve(scenario=path)["preset"] == "file"

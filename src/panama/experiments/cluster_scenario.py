@@ -88,6 +88,9 @@ PAPER_JOB_MIX = (
     JobTemplate("lstm", 8, params=3_000_000, compute_ms=40.0, start_ms=350.0),
 )
 
+#: The preset of ``panama experiment shared-cluster`` without --preset/--quick/--scenario.
+DEFAULT_PRESET = "paper"
+
 PRESETS: dict[str, dict[str, Any]] = {
     # simulated ms of background traffic, iterations of the large jobs, load, scale
     "full": {"duration_ms": 40.0, "iterations": 4, "load": 0.3, "scale": 0.005, "topology": "fat-tree:k=4"},
@@ -109,6 +112,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "topology": "fat-tree:k=8",
         "placement": "disjoint",
         "jobs": PAPER_JOB_MIX,
+        "seeds": (1, 2, 3, 4, 5),  # the default seeds of a run of this preset (at least 2,000 short flows each)
     },
     # smoke tests only: a light-tailed workload so that a 2 ms window still has flows
     "tiny": {
@@ -122,8 +126,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def experiment_scenario(preset: str = "full", *, models_path: str | Path | None = None):
-    """The built-in shared-cluster scenario for ``preset`` (``full``, ``quick`` or ``tiny``).
+def experiment_scenario(preset: str = DEFAULT_PRESET, *, models_path: str | Path | None = None):
+    """The built-in shared-cluster scenario for ``preset`` (``paper``, ``full``, ``quick`` or ``tiny``).
 
     Jobs come from :data:`JOB_MIX`; model rows are read from the comm-ratio table (P100
     at 10 Gbps), and gradient bytes, compute times and start times are multiplied by the

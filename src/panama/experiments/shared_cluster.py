@@ -48,6 +48,7 @@ import numpy as np
 from panama.experiments.cluster_analysis import check_consistency, normalise_runs, summarise
 from panama.experiments.cluster_outputs import format_table, load_summary, write_outputs
 from panama.experiments.cluster_scenario import (
+    DEFAULT_PRESET,
     FLOOR,
     JOB_MIX,
     LARGE_FLOW_BYTES,
@@ -197,7 +198,7 @@ def run_shared_cluster(
     out_dir: str | Path,
     *,
     base=None,
-    preset: str = "full",
+    preset: str = DEFAULT_PRESET,
     schemes: Sequence[str] = SCHEME_ORDER,
     axes: Mapping[str, Sequence[Any]] | None = None,
     jobs: int | None = None,
@@ -225,6 +226,7 @@ def run_shared_cluster(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    from_preset = base is None
     if base is None:
         base = experiment_scenario(preset)
     schemes = [s for s in dict.fromkeys(schemes) if s != FLOOR]
@@ -234,8 +236,8 @@ def run_shared_cluster(
     axes = dict(axes or {})
     if "scheme" in axes:
         raise ValueError("'scheme' is not a sweep axis: use --schemes")
-    if "seed" not in axes:
-        axes["seed"] = [base.seed]
+    if "seed" not in axes:  # a preset's own seeds when the scenario is the preset's, else its seed
+        axes["seed"] = list(PRESETS[preset].get("seeds", [base.seed])) if from_preset else [base.seed]
     base_json = base.model_dump(mode="json")
     # validate every parameter combination before launching anything
     params_list = grid(axes)
