@@ -24,16 +24,11 @@ from panama.tables import format_table
 
 def _daemon(run, settings, program: str) -> None:
     """Prepare the process (token, logging, lifeline) and run the daemon; errors as one line."""
-    from panama.core.errors import FieldError
     from panama.runtime.process import prepare
 
     try:
-        token = prepare(settings)
-    except FieldError as exc:
-        raise usage_error(f"--{exc.field}" if exc.field == "token-file" else exc.field, exc.detail) from None
-    try:
-        run(settings, token)
-    except FieldError as exc:
+        run(settings, prepare(settings))  # prepare first: a refused start changes nothing
+    except FieldError as exc:  # the token, or a file the daemon reads (a controller's cluster file)
         raise usage_error(exc.field, exc.detail) from None
     except OSError as exc:
         raise click.ClickException(f"{program}: cannot bind: {exc}") from None
@@ -239,11 +234,10 @@ def _is_ours(pid) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return any(name in cmdline for name in _DAEMON_MODULES)
+    from panama.runtime.cluster import DAEMON_MODULES
 
-
-# What a cluster's processes run (python -m ...): its daemons, or the CLI of older clusters.
-_DAEMON_MODULES = (b"panama.runtime.switchd", b"panama.runtime.controller_service", b"panama.cli.runtime_cmds")
+    # its daemons (python -m ...), or the CLI that started the daemons of older clusters
+    return any(name.encode() in cmdline for name in (*DAEMON_MODULES.values(), "panama.cli.runtime_cmds"))
 
 
 def _any_alive(state: dict) -> bool:

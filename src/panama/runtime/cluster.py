@@ -41,6 +41,12 @@ from panama.runtime.settings import (
 )
 from panama.runtime.udp import Address, format_addr, free_port, parse_addr
 
+# The module each kind of daemon runs as (``python -m MODULE SETTINGS.json``).
+DAEMON_MODULES: dict[type[ProcessSettings], str] = {
+    SwitchProcess: "panama.runtime.switchd",
+    ControllerProcess: "panama.runtime.controller_service",
+}
+
 
 class ClusterError(RuntimeError):
     """A local cluster could not be started, reached or stopped; the message says which process."""
@@ -180,7 +186,7 @@ class LocalCluster:
                 drop_prob=self.switch_drop_prob.get(name, self.drop_prob),
                 seed=self.seed + i,
             )
-            proc = self._spawn(name, role, "panama.runtime.switchd", SwitchProcess, {"switch": switch}, work)
+            proc = self._spawn(name, role, SwitchProcess(switch=switch, **self._process_settings(name, work)), work)
             proc.udp, proc.control = switch.udp, switch.control
         cluster_file = work / "cluster.toml"
         cluster_file.write_text(self.cluster_toml())
@@ -193,10 +199,7 @@ class LocalCluster:
             heartbeat_timeout_s=self.heartbeat_timeout_s,
             state_file=work / "controller-state.json",
         )
-        ctl = self._spawn(
-            "controller", "controller", "panama.runtime.controller_service", ControllerProcess,
-            {"controller": controller}, work,
-        )  # fmt: skip
+        ctl = self._spawn_controller(controller, work)
         for proc in self.procs.values():
             info = self._wait_ready(proc)
             if proc is ctl:
@@ -214,22 +217,26 @@ class LocalCluster:
         stop_processes(list(self.procs.values()))
         self.procs.clear()
 
-    def _spawn(
-        self, name: str, role: str, module: str, settings_type: type[ProcessSettings], settings: dict, work: Path
-    ) -> Proc:
-        """Write the process's settings file (``NAME.json``) and start ``python -m module`` on it."""
+    def _process_settings(self, name: str, work: Path) -> dict[str, Any]:
+        """The :class:`ProcessSettings` fields of process ``name`` of this cluster."""
+        return {
+            "log_level": self.log_level,
+            "ready_file": work / f"{name}.ready.json",
+            "exit_with": None if self.detached else os.getpid(),
+            "token_file": work / "token",
+        }
+
+    def _spawn_controller(self, controller: ControllerConfig, work: Path) -> Proc:
+        settings = ControllerProcess(controller=controller, **self._process_settings("controller", work))
+        return self._spawn("controller", "controller", settings, work)
+
+    def _spawn(self, name: str, role: str, settings: ProcessSettings, work: Path) -> Proc:
+        """Write the process's settings file (``NAME.json``) and start its daemon module on it."""
         log = work / f"{name}.log"
-        ready = work / f"{name}.ready.json"
+        ready = settings.ready_file
         ready.unlink(missing_ok=True)
-        process = settings_type(
-            **settings,
-            log_level=self.log_level,
-            ready_file=ready,
-            exit_with=None if self.detached else os.getpid(),
-            token_file=work / "token",
-        )
-        config_file = process.save(work / f"{name}.json")
-        cmd = [self.python, "-m", module, str(config_file)]
+        config_file = settings.save(work / f"{name}.json")
+        cmd = [self.python, "-m", DAEMON_MODULES[type(settings)], str(config_file)]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd]  # exec: same PID, signals reach the daemon
         with open(log, "ab") as out:
@@ -384,10 +391,7 @@ class LocalCluster:
         controller = old.replace(listen=self.controller_addr)
         del self.procs["controller"]
         for attempt in range(50):  # the old socket may linger a moment
-            new = self._spawn(
-                "controller", "controller", "panama.runtime.controller_service", ControllerProcess,
-                {"controller": controller}, work,
-            )  # fmt: skip
+            new = self._spawn_controller(controller, work)
             try:
                 info = self._wait_ready(new)
             except (ClusterError, _PortTaken):

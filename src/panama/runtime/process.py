@@ -66,13 +66,8 @@ def main_from_file(argv: Sequence[str], settings_type: type[P], run: Callable[[P
         return 2
     try:
         settings = settings_type.load(argv[0])
-        token = prepare(settings)
-    except FieldError as exc:
-        print(f"{program}: {exc.field}: {exc.detail}", file=sys.stderr)
-        return 2
-    try:
-        run(settings, token)
-    except FieldError as exc:  # e.g. the cluster file a controller reads
+        run(settings, prepare(settings))
+    except FieldError as exc:  # the file, the token, or a file the daemon reads (a controller's cluster file)
         print(f"{program}: {exc.field}: {exc.detail}", file=sys.stderr)
         return 2
     except OSError as exc:
