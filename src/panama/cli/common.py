@@ -13,12 +13,5 @@ def usage_error(field: str, message: str) -> click.UsageError:
     return click.UsageError(f"{field}: {message}")
 
 
-def pydantic_error(exc: Any, prefix: str = "") -> click.UsageError:
-    """Convert a ``pydantic.ValidationError`` into a one-line usage error naming the field."""
-    first = exc.errors()[0]
-    loc = ".".join(str(p) for p in first.get("loc", ())) or "config"
-    return usage_error(prefix + loc, first.get("msg", "invalid value"))
-
-
 def echo_json(obj: Any) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=False))

@@ -33,19 +33,17 @@ def option_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def _unwrap(annotation: Any) -> tuple[Any, bool]:
-    """The annotation without ``None`` and ``Annotated``; and whether None was allowed."""
-    optional = False
+def _unwrap(annotation: Any) -> Any:
+    """The annotation without ``None`` and ``Annotated`` (``int | None`` -> ``int``)."""
     while True:
         origin = typing.get_origin(annotation)
         if origin is typing.Annotated:
             annotation = typing.get_args(annotation)[0]
         elif origin in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(annotation) if a is not type(None)]
-            optional = optional or len(args) < len(typing.get_args(annotation))
             annotation = args[0] if len(args) == 1 else str
         else:
-            return annotation, optional
+            return annotation
 
 
 def _click_type(annotation: Any) -> Any:
@@ -68,56 +66,35 @@ def model_options(
     model: type[Settings],
     *,
     exclude: Iterable[str] = (),
-    only: Iterable[str] | None = None,
     aliases: Mapping[str, Iterable[str]] | None = None,
-    defaults: Mapping[str, Any] | None = None,
-    required: Iterable[str] = (),
 ) -> Callable[[Callable], Callable]:
-    """Decorate a click command with one option per field of ``model`` (see the module docstring).
-
-    ``defaults`` replaces a field's default for this command only (``panama cluster up``
-    has other defaults than the daemons it starts); ``required`` fields must be given.
-    """
-    skip = set(exclude)
-    keep = None if only is None else list(only)
+    """Decorate a click command with one option per field of ``model`` but ``exclude``
+    (see the module docstring); ``aliases`` gives fields older option names."""
     aliases = dict(aliases or {})
-    defaults = dict(defaults or {})
-    required = set(required)
-    fields = [(n, f) for n, f in model.model_fields.items() if n not in skip and (keep is None or n in keep)]
-    if keep is not None:
-        fields.sort(key=lambda item: keep.index(item[0]))
+    fields = [(n, f) for n, f in model.model_fields.items() if n not in set(exclude)]
 
     def decorate(command: Callable) -> Callable:
         for name, info in reversed(fields):
-            annotation, optional = _unwrap(info.annotation)
+            annotation = _unwrap(info.annotation)
             names = [option_name(name), *aliases.get(name, ()), name]
             kwargs: dict[str, Any] = {"help": info.description or ""}
-            if name in defaults:
-                default = defaults[name]
-            elif info.is_required():
-                default = None
-            else:
-                default = info.get_default(call_default_factory=True)
-            must = name in required or (info.is_required() and name not in defaults)
+            default = None if info.is_required() else info.get_default(call_default_factory=True)
             if annotation is bool:
                 names[0] = f"{option_name(name)}/--no-{name.replace('_', '-')}"
                 kwargs.update(default=bool(default), show_default=True)
             elif isinstance(default, (dict, list)):
                 continue  # structured settings come from files, not options
             else:
-                kwargs["type"] = _click_type(annotation)
-                kwargs["required"] = must
-                if default is not None:
-                    kwargs.update(default=_shown_default(default), show_default=True)
-                elif optional and not must:
-                    kwargs["default"] = None
+                kwargs.update(type=_click_type(annotation), required=info.is_required())
+                if not info.is_required():  # None: not given (click's own "unset" is not None)
+                    kwargs.update(default=_shown_default(default), show_default=default is not None)
             command = click.option(*names, **kwargs)(command)
         return command
 
     return decorate
 
 
-def model_from_options(model: type[S], values: Mapping[str, Any], prefix: str = "", **extra: Any) -> S:
+def model_from_options(model: type[S], values: Mapping[str, Any], **extra: Any) -> S:
     """``model`` from the options' ``values`` (fields only; others ignored) and ``extra``;
     a bad value is a usage error naming its option."""
     data = {name: values[name] for name in model.model_fields if name in values}
@@ -125,10 +102,10 @@ def model_from_options(model: type[S], values: Mapping[str, Any], prefix: str = 
     try:
         return model(**data)
     except SettingsError as exc:
-        raise option_error(exc, prefix) from None
+        raise option_error(exc) from None
 
 
-def option_error(exc: SettingsError, prefix: str = "") -> click.UsageError:
-    """A settings error as a usage error naming the option (``switch.batch`` -> ``--batch``)."""
-    field = exc.field.removeprefix(prefix).split(".")[0]
+def option_error(exc: SettingsError) -> click.UsageError:
+    """A settings error as a usage error naming the option (``batch`` -> ``--batch``)."""
+    field = exc.field.split(".")[0]
     return usage_error(option_name(field) if field.isidentifier() else exc.field, exc.detail)

@@ -543,10 +543,6 @@ def _resolve(text: object, field: str) -> Address:
     return host, port
 
 
-def config_dict(config: SwitchConfig) -> dict:
-    return config.dump()
-
-
 def run_switch_process(settings: SwitchProcess, token: str) -> None:
     """Run the daemon a :class:`SwitchProcess` file describes (``panama switch`` and ``-m``)."""
     run_switch(settings.switch, str(settings.ready_file) if settings.ready_file else None, token=token)
