@@ -206,9 +206,6 @@ def plot_gain_vs_share(path: Path, summary: Mapping[str, Any], schemes: Sequence
     plt.close(fig)
 
 
-_BUCKET_LABELS = (("lt2k", "< 2 KB"), ("2k_10k", "2-10 KB"), ("10k_50k", "10-50 KB"), ("50k_100k", "50-100 KB"))
-
-
 def _fmt(v: Any, spec: str) -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "-"
@@ -261,13 +258,13 @@ def format_table(summary: Mapping[str, Any]) -> str:
             f"all seeds' short flows together, as a ratio; '{FLOOR}' = the same flows without any job)"
         )
         by_size = [
-            (scheme, *(_fmt_ci(st, f"short_fct_p99_us_{key}_norm", ".2f") for key, _, _ in SHORT_BUCKETS))
+            (scheme, *(_fmt_ci(st, f"short_fct_p99_us_{key}_norm", ".2f") for key, _, _, _ in SHORT_BUCKETS))
             for scheme, st in g["schemes"].items()
         ]
         first = next(iter(g["schemes"].values()), {})
         size_headers = (
             "p99 ratio by size",
-            *(f"{label} (n={_fmt(first.get(f'short_flows_{key}'), '.0f')}/seed)" for key, label in _BUCKET_LABELS),
+            *(f"{label} (n={_fmt(first.get(f'short_flows_{key}'), '.0f')}/seed)" for key, label, _, _ in SHORT_BUCKETS),
         )
         lines.append(draw_table(by_size, size_headers))
         lines.append("")

@@ -10,6 +10,7 @@ from typing import Any
 
 from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.experiments.comm_ratio import load_models
+from panama.sim.diagnostics import SHORT_BUCKETS as DIAGNOSTIC_BUCKETS
 
 SCHEME_ORDER = ("ring", "ina-fixed", "ina-single", "panama")
 BASELINE = "ring"
@@ -17,14 +18,10 @@ BASELINE = "ring"
 #: run beside the schemes so every ratio can be read against what the fabric gives
 #: short flows without any training traffic.
 FLOOR = "background"
-#: Short-flow size buckets reported on their own (key, [low, high) bytes): queueing
-#: dominates the tiny ones, bandwidth the larger ones, and a pooled p99 hides which.
-SHORT_BUCKETS = (
-    ("lt2k", 0, 2_000),
-    ("2k_10k", 2_000, 10_000),
-    ("10k_50k", 10_000, 50_000),
-    ("50k_100k", 50_000, 100_000),
-)
+#: Short-flow size buckets reported on their own (the simulator's, key, label, [low, high)
+#: bytes): queueing dominates the tiny ones, bandwidth the larger ones, and a pooled p99
+#: hides which.
+SHORT_BUCKETS = DIAGNOSTIC_BUCKETS
 SHORT_FLOW_BYTES = 100_000
 LARGE_FLOW_BYTES = 1_000_000
 REAL_THRESHOLD_BYTES = DEFAULT_THRESHOLD_BYTES
@@ -50,7 +47,7 @@ NORMALISED = (
     "large_job_training_time_s",
     "small_job_training_time_s",
     "bytes_total",
-    *(f"short_fct_p99_us_{key}" for key, _, _ in SHORT_BUCKETS),
+    *(f"short_fct_p99_us_{key}" for key, _, _, _ in SHORT_BUCKETS),
 )
 
 

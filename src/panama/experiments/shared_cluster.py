@@ -134,7 +134,7 @@ def metrics_from_result(result, *, short_bytes: int, large_bytes: int) -> dict[s
     }
     for tier, nbytes in s["link_bytes"].items():
         m[f"bytes_{tier}"] = nbytes
-    for key, lo, hi in SHORT_BUCKETS:
+    for key, _, lo, hi in SHORT_BUCKETS:
         sel = [r["fct_us"] for r in done if lo <= r["size_bytes"] < min(hi, short_bytes)]
         m[f"short_flows_{key}"] = len(sel)
         m[f"short_fct_p99_us_{key}"] = percentile(sel, 99) if sel else None

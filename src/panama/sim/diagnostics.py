@@ -29,12 +29,14 @@ import numpy as np
 
 __all__ = ["SHORT_BUCKETS", "diagnostics", "pfc_by_tier", "queues_by_tier", "short_flow_delay"]
 
-# Short-flow size buckets of ``short_flow_delay``: [low, high) bytes.
-SHORT_BUCKETS: tuple[tuple[str, int, int], ...] = (
-    ("<2KB", 0, 2_000),
-    ("2-10KB", 2_000, 10_000),
-    ("10-50KB", 10_000, 50_000),
-    ("50-100KB", 50_000, 100_000),
+# Short-flow size buckets: (key, label, [low, high) bytes). The label names the bucket in
+# ``short_flow_delay`` and in tables; the key names per-bucket metrics of the experiments
+# (``short_fct_p99_us_<key>``).
+SHORT_BUCKETS: tuple[tuple[str, str, int, int], ...] = (
+    ("lt2k", "<2KB", 0, 2_000),
+    ("2k_10k", "2-10KB", 2_000, 10_000),
+    ("10k_50k", "10-50KB", 10_000, 50_000),
+    ("50k_100k", "50-100KB", 50_000, 100_000),
 )
 
 
@@ -101,7 +103,7 @@ def short_flow_delay(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per :data:`SHORT_BUCKETS` bucket of completed background flows: FCT and extra delay (µs)."""
     done = [r for r in rows if r["kind"] == "background" and r["fct_us"] is not None]
     out = []
-    for label, lo, hi in SHORT_BUCKETS:
+    for _, label, lo, hi in SHORT_BUCKETS:
         sel = [r for r in done if lo <= r["size_bytes"] < hi]
         fct = np.asarray([r["fct_us"] for r in sel], dtype=np.float64)
         extra = np.asarray(
