@@ -121,7 +121,7 @@ def _shared_cluster_options(f):
         click.option(
             "--quick",
             is_flag=True,
-            help="Small preset (leaf-spine 4x2x4, 20 ms of traffic): 11 s on the 2-core machine (measured, "
+            help="Small preset (leaf-spine 4x2x4, 20 ms of traffic): 2 s on the idle 2-core machine (measured, "
             "compiled, 5 runs with the floor).",
         ),
         click.option(
@@ -130,7 +130,7 @@ def _shared_cluster_options(f):
             default=None,
             help="Built-in scenario preset. Default paper: fat-tree k=8, 128 hosts, every worker on its own host, "
             "150 ms of traffic at load 0.3, seeds 1-5 (over 2,000 short flows each): 318 s on the 2-core machine "
-            "(measured, compiled, 25 runs with the floor). full: fat-tree k=4, 40 ms, 33 s per seed. tiny: smoke "
+            "(measured, compiled, 25 runs with the floor). full: fat-tree k=4, 40 ms, 3 s per seed. tiny: smoke "
             "tests only.",
         ),
         click.option(
@@ -556,7 +556,7 @@ def reproduce_cmd(
 def demo(out_dir: Path, skip_train: bool, epochs: int, workers: int, jobs: int | None, quiet: bool) -> None:
     """A half-minute tour: ring vs panama on a simulated shared cluster, then real training through switch daemons.
 
-    Measured 22-24 s wall on the idle 2-core machine (`/usr/bin/time panama demo`).
+    Measured 6.5 s wall on the idle 2-core machine (`/usr/bin/time panama demo`).
 
     \b
     1. simulates the quick shared-cluster preset under ring and panama (same flows, same seed);
