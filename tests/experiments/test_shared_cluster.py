@@ -198,6 +198,14 @@ def test_cli_shared_cluster_and_errors(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "panama" in proc.stdout and "p99 ratio" in proc.stdout
     assert (out / "summary.json").is_file()
+    assert list(json.loads((out / "summary.json").read_text())["schemes"]) == ["ring", "panama", FLOOR]
+    nofloor = tmp_path / "nofloor"
+    args = ["--preset", "tiny", "--schemes", "ring,panama", "--jobs", "1", "--no-plots", "--no-floor"]
+    proc = subprocess.run(
+        [*PANAMA, "experiment", "shared-cluster", *args, "--out", str(nofloor)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert list(json.loads((nofloor / "summary.json").read_text())["schemes"]) == ["ring", "panama"]
     for args, field in (
         (["--schemes", "ring,bogus"], "--schemes"),
         (["--sweep", "load=abc"], "background.load"),
