@@ -20,6 +20,7 @@ cdef class Flow:
     cdef public object on_complete
     cdef public object hash
     cdef public object tag
+    cdef public long long data_flags
     # sender
     cdef public long long snd_una
     cdef public long long snd_nxt

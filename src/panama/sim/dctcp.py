@@ -110,6 +110,7 @@ class Flow:
         "on_complete",
         "hash",
         "tag",
+        "data_flags",
         # sender
         "snd_una",
         "snd_nxt",
@@ -180,6 +181,7 @@ class Flow:
         self.finish_ps: int | None = None
         self.on_complete = on_complete
         self.tag = tag
+        self.data_flags = 0  # SimPacket.flags of its data packets (FLAG_TRACKED: queueing attributed)
         self.hash = flow_hash(flow_id, stack.salt)
         self.snd_una = 0
         self.snd_nxt = 0
@@ -284,7 +286,8 @@ class Flow:
         now = stack.engine.now
         ecn = _ECT0 if cfg.ecn else _NOT_ECT
         if spare is None:
-            p = SimPacket(_KIND_DATA, self.src, self.dst, size, self.hash, ecn, self._on_data_cb, seq, 0, now, 0, None)
+            fl = self.data_flags
+            p = SimPacket(_KIND_DATA, self.src, self.dst, size, self.hash, ecn, self._on_data_cb, seq, 0, now, fl, None)
         else:
             p = spare
             p.kind = _KIND_DATA
@@ -295,7 +298,7 @@ class Flow:
             p.deliver = self._on_data_cb
             p.seq = seq
             p.ts_ps = now
-            p.flags = 0
+            p.flags = self.data_flags
         if seq < self.max_sent:
             self.retransmits += 1
         else:
@@ -333,7 +336,7 @@ class Flow:
                 p.deliver = self._on_data_cb
                 p.seq = nxt
                 p.ts_ps = self._eng.now
-                p.flags = 0
+                p.flags = self.data_flags
                 max_sent = nxt + 1
                 self.max_sent = max_sent
                 if up is not None:
@@ -366,7 +369,7 @@ class Flow:
                 cwnd += acked / cwnd
             if cwnd > self._max_cwnd:
                 cwnd = self._max_cwnd
-            if pkt.flags:  # ECE
+            if pkt.flags & _FLAG_ECE:
                 self.ece_acks += 1
                 self.win_marked += acked
                 if ack > self.cwr_end:
@@ -547,9 +550,9 @@ class Flow:
         # The data packet becomes its own ACK (the network no longer references it).
         if pkt.ecn == _CE:
             self.rcv_ce += 1
-            pkt.flags = _FLAG_ECE
+            pkt.flags = self.data_flags | _FLAG_ECE
         else:
-            pkt.flags = 0
+            pkt.flags = self.data_flags
         pkt.kind = _KIND_ACK
         pkt.src, pkt.dst = pkt.dst, pkt.src
         pkt.size_bytes = self._ack_bytes

@@ -2,7 +2,8 @@
 
 Computed after the run from state the simulator keeps anyway (the queue sampler's
 samples of every switch output port, the ports' pause counters, the flows' completion
-times), so they cost nothing on the hot path. ``summary.json`` carries them under
+times), so they cost nothing on the hot path (except ``short_flow_queueing``, below).
+``summary.json`` carries them under
 ``diagnostics`` (documented in docs/simulator.md):
 
 * ``queues_by_tier``: per *direction* of a tier (``tor->host`` is the last hop to a
@@ -17,6 +18,14 @@ times), so they cost nothing on the hot path. ``summary.json`` carries them unde
   ``SHORT_FLOW_BYTES``; finer than ``fct_by_size`` because queueing dominates tiny flows
   and bandwidth the larger short ones), FCT p50/p99 and the *extra delay* over the
   flow's ideal (unloaded) FCT, mean and p99: the time the network added.
+* ``short_flow_queueing``: per bucket, where that time was spent: queueing delay per port
+  direction and per kind of traffic ahead (``own``, ``short``, ``bulk``, ``ring``,
+  ``panama``, ``other``), mean µs per flow and share, for all the bucket's flows
+  (``all``) and for its tail (``tail``: flows at or above the bucket's FCT p99). Measured
+  at enqueue by :mod:`panama.sim.qahead` (the one diagnostic that touches the hot path: a
+  bit test per packet hop).
+* ``panama_bursts``: aggregation packets per µs per switch output port, gradients and
+  results apart (:mod:`panama.sim.bursts`, measured at the switches' PANAMA hook).
 """
 
 from __future__ import annotations
@@ -26,6 +35,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
+
+from panama.core.units import PS_PER_US
+from panama.sim.qahead import short_flow_queueing
 
 __all__ = ["SHORT_BUCKETS", "diagnostics", "pfc_by_tier", "queues_by_tier", "short_flow_delay"]
 
@@ -125,8 +137,12 @@ def short_flow_delay(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def diagnostics(sim: Any, flow_rows: Iterable[dict[str, Any]], ps_per_s: int) -> dict[str, Any]:
     """The ``diagnostics`` block of summary.json for a finished :class:`~panama.sim.runner.Simulation`."""
     sampler = sim.sampler
+    qa = getattr(sim, "queue_ahead", None)
+    flow_rows = list(flow_rows)
     return {
         "queues_by_tier": queues_by_tier(sampler.ports, sampler.samples) if sampler is not None else {},
         "pfc_by_tier": pfc_by_tier(sim.net.ports, ps_per_s),
         "short_flow_delay": short_flow_delay(flow_rows),
+        "panama_bursts": sim.bursts.summary() if getattr(sim, "bursts", None) is not None else {},
+        "short_flow_queueing": short_flow_queueing(qa, flow_rows, SHORT_BUCKETS, PS_PER_US) if qa is not None else [],
     }

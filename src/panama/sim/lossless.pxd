@@ -6,7 +6,7 @@ from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
 from panama.sim.ports cimport Port
 
-cdef long long _CE
+cdef long long _CE, _TRACKED
 
 cdef class LosslessPort(Port):
     @cython.locals(now=cython.longlong, size=cython.longlong, tx=cython.longlong, bu=cython.longlong,

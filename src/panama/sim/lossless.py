@@ -18,13 +18,14 @@ from __future__ import annotations
 from collections import deque
 
 from panama.core.packet import CE
-from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, SimPacket
+from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, FLAG_TRACKED, SimPacket
 from panama.sim.ports import Port
 from panama.sim.routing import ecmp_index
 
 __all__ = ["LosslessPort"]
 
 _CE = CE  # a C constant when compiled
+_TRACKED = FLAG_TRACKED  # see panama.sim.ports
 
 
 class LosslessPort(Port):
@@ -54,6 +55,8 @@ class LosslessPort(Port):
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
         self._push(pkt)
+        if pkt.flags & _TRACKED:
+            self.net._ahead(self, pkt, now)
         rel = self.release
         if rel is not None:
             self._rel_push((end, size, in_idx))
@@ -179,6 +182,8 @@ class LosslessPort(Port):
         self.tx_bytes += pkt.size_bytes
         self.waiting.append((pkt, in_idx))
         self.waiting_ps += tx
+        if pkt.flags & _TRACKED:
+            self.net._ahead(self, pkt, now)
         if self._trace is not None:
             self._trace(
                 (

@@ -152,6 +152,8 @@ class Network:
             self.nodes[n] = sw
         self.ports: list[Port] = []
         self.drops: Counter[str] = Counter()
+        # Attribution of tracked packets' queueing (panama.sim.qahead.QueueAhead), set by the runner.
+        self.queue_ahead = None
         for a, b, d in sorted(graph.edges(data=True), key=lambda e: (str(e[0]), str(e[1]))):
             if "rate_bps" not in d or "delay_ps" not in d:
                 raise ValueError(f"link {a}-{b}: needs rate_bps and delay_ps attributes")
@@ -305,6 +307,12 @@ class Network:
         return out
 
     # ------------------------------------------------------------------ counters
+    def _ahead(self, port: Port, pkt: SimPacket, now: int) -> None:
+        """A packet with ``FLAG_TRACKED`` was queued at ``port``: charge the traffic ahead of it."""
+        qa = self.queue_ahead
+        if qa is not None:
+            qa.add(port, pkt, now)
+
     def _drop(self, port: Port | None, pkt: SimPacket, reason: str, node: Node | None = None) -> None:
         self.drops[reason] += 1
         if port is not None:

@@ -22,6 +22,7 @@ __all__ = [
     "KIND_PANAMA",
     "KIND_OTHER",
     "NUM_KINDS",
+    "FLAG_TRACKED",
     "DROP_QUEUE_FULL",
     "DROP_LOSSLESS_OVERFLOW",
     "DROP_NO_ROUTE",
@@ -35,6 +36,11 @@ KIND_ACK = 1  # DCTCP acknowledgement
 KIND_PANAMA = 2  # carries a panama.core.packet.Packet in ``inner``
 KIND_OTHER = 3
 NUM_KINDS = 8  # kinds 4..7 are free for drivers
+
+# ``SimPacket.flags`` bit of the data packets of tracked flows (short background flows):
+# ports charge the traffic ahead of them to the flow (panama.sim.qahead). Transports keep
+# their own flags below it (panama.core.packet's FLAG_* are 8-bit).
+FLAG_TRACKED = 0x1000
 
 # Drop reasons (named constants so counters and plots group by them).
 DROP_QUEUE_FULL = "queue_full"  # lossy drop-tail at an output queue

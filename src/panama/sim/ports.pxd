@@ -6,7 +6,7 @@ from panama.sim.nodes cimport Host, Node, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
 
-cdef long long _CE
+cdef long long _CE, _TRACKED
 cdef long long _GENERIC, _HOST, _SWITCH, _HOST_CHECKED, _SWITCH_LOSSLESS
 
 cdef class _Release

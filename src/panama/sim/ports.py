@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from panama.core.packet import CE
 from panama.sim.engine import Event
 from panama.sim.nodes import Host, Switch
-from panama.sim.packet import DROP_NO_ROUTE, DROP_QUEUE_FULL, SimPacket
+from panama.sim.packet import DROP_NO_ROUTE, DROP_QUEUE_FULL, FLAG_TRACKED, SimPacket
 from panama.sim.routing import ecmp_index
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ __all__ = ["Port", "HostPort"]
 _BITS_PS = 8_000_000_000_000  # bits * ps per second (8 * PS_PER_S)
 _NEVER = 1 << 62
 _CE = CE  # a C constant when compiled
+_TRACKED = FLAG_TRACKED  # a packet whose queueing is attributed (panama.sim.qahead)
 
 # Arrival handlers of a port (Port._mode), chosen by the kind of its peer.
 _GENERIC = 0
@@ -227,6 +228,8 @@ class Port(Event):
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
         self._push(pkt)
+        if pkt.flags & _TRACKED:
+            self.net._ahead(self, pkt, now)
         if not self.armed:
             self.armed = True
             self._eng.schedule(arrive, self)
@@ -340,6 +343,8 @@ class Port(Event):
                     end += out.delay_ps
                     pkt.arrive_ps = end
                     out._push(pkt)
+                    if pkt.flags & _TRACKED:
+                        self.net._ahead(out, pkt, now)
                     if not out.armed:
                         out.armed = True
                         self._eng.schedule(end, out)
@@ -409,6 +414,8 @@ class HostPort(Port):
         end += self.delay_ps
         pkt.arrive_ps = end
         self._push(pkt)
+        if pkt.flags & _TRACKED:
+            self.net._ahead(self, pkt, now)
         if not self.armed:
             self.armed = True
             self._eng.schedule(end, self)

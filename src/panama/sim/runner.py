@@ -38,12 +38,15 @@ from panama.core.topology import HOST, Topology, TopologyError, parse_topology
 from panama.core.units import PS_PER_MS, PS_PER_US
 from panama.progress import StatusLine
 from panama.sim import outputs
+from panama.sim.bursts import BurstMeter
 from panama.sim.dctcp import Dctcp, DctcpConfig, Flow
 from panama.sim.engine import Engine
 from panama.sim.network import Network, NetworkConfig, QueueSampler
 from panama.sim.outputs import SimResult
+from panama.sim.packet import FLAG_TRACKED
 from panama.sim.panama_host import PanamaHost
 from panama.sim.pswitch import PSwitchFabric
+from panama.sim.qahead import QueueAhead
 from panama.sim.scenario import Scenario, ScenarioError, default_scenario, load_scenario
 from panama.sim.training import TrainingJob, TransportSettings
 from panama.sim.workload import FlowSpec, WorkloadError, load_cdf, poisson_flows
@@ -179,6 +182,9 @@ class Simulation:
         dcfg = dctcp_config(sc)
         self.background = Dctcp(self.net, dcfg, rng=self.rngs["background_tcp"], on_complete=self._bg_done)
         self.ring_tcp = Dctcp(self.net, dcfg, rng=self.rngs["ring_tcp"])
+        # Short background flows' queueing, per hop and kind of traffic ahead (diagnostics).
+        self.queue_ahead = QueueAhead(self.net.ports, self.background, outputs.SHORT_FLOW_BYTES)
+        self.net.queue_ahead = self.queue_ahead
         ps = sc.pswitch
         self.pswitches = PSwitchFabric(
             self.net,
@@ -198,6 +204,9 @@ class Simulation:
         except ControllerError as exc:
             key = {"packet_memory": "pswitch.packet_memory_slots"}.get(exc.field, f"panama.{exc.field}")
             raise ScenarioError(key, exc.detail if hasattr(exc, "detail") else str(exc)) from None
+        # PANAMA packets per µs per switch output port (diagnostics; wraps the hooks above).
+        self.bursts = BurstMeter(self.engine)
+        self.bursts.install(self.net, self.pswitches.accelerators)
         self.dispatchers = {h: PanamaHost(self.net, h) for h in self.topology.hosts}
         self.settings = transport_settings(sc)
         self.flow_specs = self._make_background()
@@ -308,10 +317,13 @@ class Simulation:
         i = self._next_flow
         now = self.engine.now
         start = self.background.start_flow
+        short = outputs.SHORT_FLOW_BYTES
         n = len(specs)
         while i < n and specs[i].start_ps <= now:
             s = specs[i]
-            start(s.src, s.dst, s.size_bytes, None)
+            flow = start(s.src, s.dst, s.size_bytes, None)
+            if s.size_bytes < short:
+                flow.data_flags = FLAG_TRACKED
             i += 1
         self._next_flow = i
         if i < n:

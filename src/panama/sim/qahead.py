@@ -1,0 +1,166 @@
+"""Per-hop attribution of short-flow queueing: at every hop, how long a short flow's packet
+waits and behind which kind of traffic.
+
+How it is measured (issue 18): the data packets of tracked flows (the background flows
+below ``SHORT_FLOW_BYTES``) carry :data:`panama.sim.packet.FLAG_TRACKED`; the ports'
+enqueue paths test that one bit and, for a tracked packet only, call
+:meth:`QueueAhead.add` with the port and the time. Queues are FIFO, so everything a
+packet will wait for at that port is already in it: the packets of the port's pipe whose
+transmission has not ended (the one on the wire counts only for its remaining
+serialisation time) and, on a paused lossless port, the held packets before it. Their
+serialisation times on that port are summed per *kind of traffic ahead* and per port
+direction (``tor->host``, ``host->tor``, ...). The result is the queueing delay the
+packet meets, exactly, when the port is not paused; a PFC pause adds to it (reported
+apart as ``pfc_by_tier``). Every other packet pays one bit test per hop; the walk is plain
+Python in both the compiled and the interpreted simulator, so both give the same numbers.
+
+Kinds of traffic ahead (:data:`KINDS`):
+
+* ``own``: earlier packets (and ACKs) of the same flow (its own window);
+* ``short``: other background flows below ``SHORT_FLOW_BYTES``;
+* ``bulk``: background flows of at least ``SHORT_FLOW_BYTES``;
+* ``ring``: TCP of ring allreduce (jobs below the in-network threshold, every job under
+  the ``ring`` scheme);
+* ``panama``: in-network aggregation packets (gradients up the trees, results down);
+* ``other``: anything else (packets of unknown origin; none in the built-in scenarios).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from panama.sim.packet import KIND_ACK, KIND_DATA, KIND_PANAMA
+
+__all__ = ["KINDS", "QueueAhead", "short_flow_queueing"]
+
+KINDS = ("own", "short", "bulk", "ring", "panama", "other")
+_OWN, _SHORT, _BULK, _RING, _PANAMA, _OTHER = range(len(KINDS))
+_NK = len(KINDS)
+
+
+class QueueAhead:
+    """Accumulates, per tracked flow, the serialisation time (ps) of the traffic ahead of its
+    packets at every hop, per (port direction, kind). ``background`` is the Dctcp stack of
+    the background flows (flows of any other stack are ``ring``); ``short_bytes`` splits
+    background flows into ``short`` and ``bulk``."""
+
+    def __init__(self, ports: Sequence[Any], background: Any, short_bytes: int):
+        self.background = background
+        self.short_bytes = short_bytes
+        dirs: dict[str, int] = {}
+        self._dir: dict[int, int] = {}
+        for p in ports:
+            d = f"{p.owner.kind}->{p.peer.kind}"
+            self._dir[id(p)] = dirs.setdefault(d, len(dirs))
+        self.directions = list(dirs)
+        self.rows: dict[int, list[int]] = {}  # flow id -> [dir * _NK + kind] ps
+        self.hops: dict[int, int] = {}  # flow id -> tracked packet-hops
+
+    def _kind(self, q: Any, own: Any) -> int:
+        k = q.kind
+        if k == KIND_PANAMA:
+            return _PANAMA
+        if k != KIND_DATA and k != KIND_ACK:
+            return _OTHER
+        d = q.deliver
+        f = getattr(d, "__self__", None)
+        if f is None:
+            return _OTHER
+        if f is own:
+            return _OWN
+        if f.stack is not self.background:
+            return _RING
+        size = f.size_bytes
+        return _SHORT if size is not None and size < self.short_bytes else _BULK
+
+    def add(self, port: Any, pkt: Any, now: int) -> None:
+        """``pkt`` (tracked) was just queued at ``port`` at time ``now``: charge what is ahead."""
+        own = pkt.deliver.__self__
+        fid = own.id
+        row = self.rows.get(fid)
+        if row is None:
+            row = self.rows[fid] = [0] * (len(self.directions) * _NK)
+            self.hops[fid] = 0
+        self.hops[fid] += 1
+        base = self._dir[id(port)] * _NK
+        ppb = port.ps_per_byte
+        delay = port.delay_ps
+        if port.paused:
+            # The packet is the last one held; everything held before it and the rest of
+            # the packet on the wire are ahead.
+            held = port.waiting
+            n = len(held) - 1
+            for i, (q, _) in enumerate(held):
+                if i == n:
+                    break
+                row[base + self._kind(q, own)] += q.size_bytes * ppb
+            pipe_iter = reversed(port.pipe)
+        else:
+            pipe_iter = reversed(port.pipe)
+            next(pipe_iter)  # the packet itself, just pushed
+        for q in pipe_iter:
+            end = q.arrive_ps - delay
+            if end <= now:
+                break
+            tx = q.size_bytes * ppb
+            row[base + self._kind(q, own)] += tx if end - now > tx else end - now
+
+    def flow_ps(self, flow_id: int) -> list[int] | None:
+        """The accumulators of one flow (``[direction * len(KINDS) + kind]``, ps), or None."""
+        return self.rows.get(flow_id)
+
+
+def short_flow_queueing(
+    qa: QueueAhead, rows: Iterable[dict[str, Any]], buckets: Sequence[tuple[str, str, int, int]], ps_per_us: int
+) -> list[dict[str, Any]]:
+    """Per size bucket of the finished short background flows: queueing delay per port
+    direction and per kind of traffic ahead, summed over the flow's hops and packets
+    (µs per flow, mean over the bucket's flows), with each part's share of the total; and the
+    same for the bucket's *tail*, the flows at or above its FCT p99."""
+    dirs = qa.directions
+    out = []
+    done = [r for r in rows if r["kind"] == "background" and r["fct_us"] is not None]
+    for _, label, lo, hi in buckets:
+        sel = [r for r in done if lo <= r["size_bytes"] < hi]
+        mats = [qa.flow_ps(r["flow_id"]) for r in sel]
+        pairs = [(r, m) for r, m in zip(sel, mats) if m is not None]
+        entry: dict[str, Any] = {"bucket": label, "flows": len(pairs)}
+        if pairs:
+            fct = np.asarray([r["fct_us"] for r, _ in pairs], dtype=np.float64)
+            arr = np.asarray([m for _, m in pairs], dtype=np.float64).reshape(len(pairs), len(dirs), _NK) / ps_per_us
+            p99 = float(np.percentile(fct, 99))
+            entry["all"] = _split(arr, dirs)
+            entry["tail"] = _split(arr[fct >= p99], dirs)
+            entry["tail"]["fct_min_us"] = p99
+        out.append(entry)
+    return out
+
+
+def _split(arr: np.ndarray, dirs: Sequence[str]) -> dict[str, Any]:
+    """Mean per flow (µs) of total queueing, per direction, per kind, per (direction, kind), with shares."""
+    n = arr.shape[0]
+    mean = arr.mean(axis=0) if n else np.zeros(arr.shape[1:])
+    total = float(mean.sum())
+
+    def part(x: np.ndarray) -> dict[str, Any]:
+        v = float(x.sum())
+        return {"mean_us": v, "share": v / total if total > 0 else None}
+
+    by_dir = {d: part(mean[i]) for i, d in enumerate(dirs)}
+    by_kind = {k: part(mean[:, j]) for j, k in enumerate(KINDS)}
+    cells = {
+        f"{d}/{k}": round(float(mean[i, j]), 3)
+        for i, d in enumerate(dirs)
+        for j, k in enumerate(KINDS)
+        if mean[i, j] > 0
+    }
+    return {
+        "flows": int(n),
+        "queueing_mean_us": total,
+        "by_direction": {d: v for d, v in by_dir.items() if v["mean_us"] > 0},
+        "by_kind": by_kind,
+        "by_direction_kind_us": cells,
+    }
