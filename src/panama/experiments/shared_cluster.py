@@ -143,6 +143,21 @@ def metrics_from_result(result, *, short_bytes: int, large_bytes: int) -> dict[s
         m[f"queue_p99_bytes_{tier}"] = q["p99_bytes"]
         m[f"queue_above_k_share_{tier}"] = q["above_k_share"]
     m["pfc_paused_s"] = s.get("pfc_paused_s")
+    # Where short flows queued, by kind of traffic ahead (mean µs per flow; all flows of
+    # the bucket and its tail at or above the bucket's p99), and PANAMA bursts per port.
+    labels = {label: key for key, label, _, _ in SHORT_BUCKETS}
+    for b in diag.get("short_flow_queueing") or []:
+        key = labels.get(b["bucket"])
+        for part in ("all", "tail"):
+            if key is None or part not in b:
+                continue
+            m[f"short_queue_{part}_us_{key}"] = b[part]["queueing_mean_us"]
+            for kind, v in b[part]["by_kind"].items():
+                m[f"short_queue_{part}_us_{key}_{kind}"] = v["mean_us"]
+    for typ, dirs in (diag.get("panama_bursts") or {}).items():
+        for tier, v in dirs.items():
+            m[f"panama_burst_p99_per_us_{typ}_{tier}"] = v["p99_per_us"]
+            m[f"panama_burst_max_per_us_{typ}_{tier}"] = v["max_per_us"]
     m["job_training_time_s"] = {
         n: (j["training_time_us"] / 1e6 if j["training_time_us"] is not None else None) for n, j in jobs.items()
     }
