@@ -65,3 +65,26 @@ def test_switches_without_a_panama_hook_are_left_alone():
     meter.install(net, ["tor0"])
     assert net.switch("tor0").hooks[KIND_PANAMA] is None
     assert meter.summary() == {"gradient": {}, "result": {}}
+
+
+def test_the_meter_is_off_by_default_and_changes_nothing_when_on():
+    """The golden tiny scenario under PANAMA with ``burst_bin_us = 1``: bursts are reported
+    and every other output is
+    that of the run without the meter."""
+    from pathlib import Path
+
+    from panama.sim.outputs import NONDETERMINISTIC_KEYS
+    from panama.sim.runner import run_scenario
+    from panama.sim.scenario import load_scenario
+
+    base = load_scenario(Path(__file__).parent / "golden_sim" / "tiny.toml").with_scheme("panama")
+    off = run_scenario(base, progress=False).summary
+    on = run_scenario(base.model_copy(update={"burst_bin_us": 1.0}), progress=False).summary
+    assert off["diagnostics"]["panama_bursts"] == {}
+    bursts = on["diagnostics"].pop("panama_bursts")
+    off["diagnostics"].pop("panama_bursts")
+    assert {k: v for k, v in on.items() if k not in NONDETERMINISTIC_KEYS} == {
+        k: v for k, v in off.items() if k not in NONDETERMINISTIC_KEYS
+    }
+    assert bursts["gradient"] and bursts["result"]
+    assert all(v["max_per_us"] >= v["p99_per_us"] >= 1 for t in bursts.values() for v in t.values())

@@ -204,9 +204,11 @@ class Simulation:
         except ControllerError as exc:
             key = {"packet_memory": "pswitch.packet_memory_slots"}.get(exc.field, f"panama.{exc.field}")
             raise ScenarioError(key, exc.detail if hasattr(exc, "detail") else str(exc)) from None
-        # PANAMA packets per µs per switch output port (diagnostics; wraps the hooks above).
-        self.bursts = BurstMeter(self.engine)
-        self.bursts.install(self.net, self.pswitches.accelerators)
+        # PANAMA packets per bin per switch output port (diagnostics; wraps the hooks above).
+        self.bursts: BurstMeter | None = None
+        if sc.burst_bin_us > 0:
+            self.bursts = BurstMeter(self.engine, max(1, round(sc.burst_bin_us * PS_PER_US)))
+            self.bursts.install(self.net, self.pswitches.accelerators)
         self.dispatchers = {h: PanamaHost(self.net, h) for h in self.topology.hosts}
         self.settings = transport_settings(sc)
         self.flow_specs = self._make_background()

@@ -165,6 +165,12 @@ class Scenario(_Model):
         "order from a random first rack, every worker on its own host)",
     )
     sample_interval_us: float = Field(10.0, gt=0, description="queue-occupancy sampling period")
+    burst_bin_us: float = Field(
+        0.0,
+        ge=0,
+        description="bin of the PANAMA burst meter (aggregation packets per bin per switch output port, "
+        "diagnostics.panama_bursts); 0 = off (it adds about a fifth to the CPU time of PANAMA-heavy runs)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
