@@ -106,7 +106,7 @@ def _live_rows(acc):
     memory=st.sampled_from((6, 9, 16, 64)),
     chunks=st.lists(st.integers(1, 64), min_size=1, max_size=20),
     copy=st.booleans(),
-    vector_min=st.sampled_from((0, 1, 4)),
+    vector_min=st.sampled_from((None, 0, 1, 4)),
 )
 def test_batch_equals_sequential(seed, n, fanouts, memory, chunks, copy, vector_min):
     stream = _stream(seed, n, fanouts)

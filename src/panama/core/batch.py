@@ -50,13 +50,17 @@ class BatchReceiver:
     deferred contributions must stay unchanged until ``flush()``, which applies every
     pending sum (call it before the buffers the payloads view are reused, and before
     anything else reads or changes the accelerator: control-plane calls, stats of sums).
-    ``vector_min``: pending contributions below this count are summed one ufunc call
-    each (cheaper than gathering for a handful).
+    ``vector_min``: with at least this many full-row slots pending, ``flush`` sums them
+    by phases (one gather-add-scatter of all slots per phase); otherwise, and by default
+    (``None``), slot by slot, one ufunc call per contribution in arrival order. Measured
+    on the 2-core development VM, per contribution: 0.18 µs slot by slot against 0.48 µs
+    gathered (361 floats), 0.32 against 6.2 µs (2,300) and 6.5 against 38 µs (16,367):
+    numpy's per-call cost is small next to the copies a gather and a scatter make.
     """
 
     __slots__ = ("acc", "_pending", "_freed", "_pe", "vector_min", "deferred", "vector_flushes")
 
-    def __init__(self, acc: Accelerator, *, vector_min: int = 4):
+    def __init__(self, acc: Accelerator, *, vector_min: int | None = None):
         self.acc = acc
         # slot -> [tree, seq, fresh (the slot's first contribution is pending), payloads]
         self._pending: dict = {}
@@ -156,7 +160,7 @@ class BatchReceiver:
             else:
                 self._apply(slot, entry)
         pending.clear()
-        if len(full) < self.vector_min:
+        if self.vector_min is None or len(full) < self.vector_min:
             rows = self.acc._memory  # noqa: SLF001
             for index, entry in full:
                 self._apply_row(rows[index], entry)
