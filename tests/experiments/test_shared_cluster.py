@@ -416,9 +416,11 @@ def test_the_default_experiment_is_the_paper_preset_over_its_five_seeds(tmp_path
     assert kw["preset"] == "paper" and kw["axes"]["seed"] == [1, 2, 3, 4, 5]
     assert kw["base"].placement == "disjoint" and kw["base"].topology.spec == "fat-tree:k=8"
     assert resolve(seed=7)["axes"]["seed"] == [7]
-    assert resolve(quick=True)["axes"] == {}  # quick: the scenario's own seed (run_shared_cluster adds it)
+    quick = resolve(quick=True)  # a preset without seeds: the scenario's own seed
+    assert quick["axes"] == {"seed": [quick["base"].seed]}
     path = tmp_path / "s.toml"
     path.write_text(experiment_scenario("tiny").to_toml())
     with pytest.raises(click.UsageError, match="either a scenario file or a preset"):
         resolve(preset="full", scenario=path)
     assert resolve(scenario=path)["preset"] == "file"
+    assert resolve(scenario=path)["axes"] == {"seed": [experiment_scenario("tiny").seed]}  # a file: its seed
