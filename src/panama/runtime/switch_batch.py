@@ -83,6 +83,7 @@ def batched_loop(daemon) -> None:
     acc = daemon.acc
     batch_sums = os.environ.get("PANAMA_BATCH_SUMS", "0") == "1"
     batcher = BatchReceiver(acc) if batch_sums else None
+    daemon.batch_receiver = batcher  # tests and debugging: deferred sums so far
     receive = batcher.receive if batcher is not None else acc.receive
     stage = sock.stage
     stage_copy = sock.stage_copy
