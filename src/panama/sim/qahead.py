@@ -118,8 +118,9 @@ def short_flow_queueing(
 ) -> list[dict[str, Any]]:
     """Per size bucket of the finished short background flows: queueing delay per port
     direction and per kind of traffic ahead, summed over the flow's hops and packets
-    (µs per flow, mean over the bucket's flows), with each part's share of the total; and the
-    same for the bucket's *tail*, the flows at or above its FCT p99."""
+    (packet-µs per flow, mean over the bucket's flows; a multi-packet flow's packets wait in
+    parallel, so this exceeds its FCT), with each part's share of the total; and the same for
+    the bucket's *tail*, the flows at or above its FCT p99."""
     dirs = qa.directions
     out = []
     done = [r for r in rows if r["kind"] == "background" and r["fct_us"] is not None]
