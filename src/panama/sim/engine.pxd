@@ -53,6 +53,12 @@ cdef class _Call(Event):
 
 cdef class Engine
 
+
+cdef inline Event _event_at(list heap, Py_ssize_t slot):
+    """``heap[slot]``, known to be an Event (the compiled heap holds nothing else): an
+    unchecked cast instead of a subtype test per pop."""
+    return <Event>heap[slot]
+
 @cython.locals(heap=list, keys=_KeyPtr, n=cython.Py_ssize_t, slot=cython.Py_ssize_t, pos=cython.Py_ssize_t,
                up=cython.Py_ssize_t, t=cython.longlong, k=_u128)
 cdef _heap_push(Engine eng, Event ev)

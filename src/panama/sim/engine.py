@@ -119,7 +119,7 @@ def _heap_pop(eng: Engine) -> Event:
     keys = eng._keys
     heap = eng.heap
     slot = keys[0].slot
-    top = heap[slot]
+    top = _event_at(heap, slot)  # noqa: F821 - engine.pxd: no type test (only Events are pushed)
     heap[slot] = None
     eng._vacant[eng._nfree] = slot
     eng._nfree += 1
