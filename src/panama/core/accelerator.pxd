@@ -45,7 +45,10 @@ cdef class _Tree:
 
 cdef class Accelerator:
     # An instance dict keeps the accelerator open to Python-level instrumentation (tests
-    # replace ``acc.receive`` on an instance); cpdef calls check it for overrides.
+    # replace ``acc.receive`` on an instance); cpdef calls check it for overrides. Cython
+    # gives every instance its own dict, so that check misses its cache whenever the
+    # accelerator changes: the internal steps of ``receive`` are cdef methods (called in C,
+    # not overridable; interpreted, ordinary methods).
     cdef dict __dict__
     cdef public object name
     cdef public long long packet_memory
@@ -76,24 +79,24 @@ cdef class Accelerator:
                    acks=dict)
     cpdef object receive(self, Packet packet, object from_node)
 
-    cpdef object _complete(self, _Tree tree, _Slot slot)
-    cpdef object _payload_out(self, _Slot slot)
-    cpdef Packet _partial(self, _Tree tree, _Slot slot, object payload, long long flags)
+    cdef object _complete(self, _Tree tree, _Slot slot)
+    cdef object _payload_out(self, _Slot slot)
+    cdef Packet _partial(self, _Tree tree, _Slot slot, object payload, long long flags)
 
     @cython.locals(flags=cython.longlong, cap=cython.longlong, packet=Packet)
-    cpdef object _results_to(self, _Tree tree, _Slot slot, object payload, tuple children, long long ecn)
+    cdef object _results_to(self, _Tree tree, _Slot slot, object payload, tuple children, long long ecn)
 
-    cpdef object _duplicate(self, _Tree tree, _Slot slot, Packet packet, object from_node)
+    cdef object _duplicate(self, _Tree tree, _Slot slot, Packet packet, object from_node)
 
     @cython.locals(slot=_Slot)
-    cpdef object _receive_result(self, _Tree tree, Packet packet, object from_node)
+    cdef object _receive_result(self, _Tree tree, Packet packet, object from_node)
 
     @cython.locals(ack=cython.longlong, floor=cython.longlong)
-    cpdef object _receive_ack(self, _Tree tree, Packet packet, object from_node)
+    cdef object _receive_ack(self, _Tree tree, Packet packet, object from_node)
 
     @cython.locals(old=cython.longlong)
-    cpdef _take_ack(self, _Tree tree, object child, long long ack)
+    cdef _take_ack(self, _Tree tree, object child, long long ack)
 
     @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
                    slots=dict, free=list)
-    cpdef _advance_floor(self, _Tree tree)
+    cdef _advance_floor(self, _Tree tree)
