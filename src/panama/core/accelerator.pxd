@@ -10,6 +10,7 @@ cdef long long _FREE, _AGGREGATING, _PARTIAL_SENT, _RESULT
 cdef long long CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP
 cdef tuple _NOTHING
 
+@cython.final
 cdef class _Slot:
     cdef public long long index
     cdef public object row
@@ -23,6 +24,7 @@ cdef class _Slot:
     cdef public long long cap
     cdef public long long state
 
+@cython.final
 cdef class _Tree:
     cdef public object job_id
     cdef public object tree_id

@@ -48,6 +48,7 @@ cdef class Event:
 
     cpdef object fire(self)
 
+@cython.final
 cdef class _Call(Event):
     cdef public object fn
 
@@ -87,6 +88,7 @@ cdef class Engine:
     @cython.locals(t=cython.longlong, limit=cython.longlong, n=cython.longlong, last=cython.longlong, ev=Event)
     cpdef long long run(self, object until_ps=*)
 
+@cython.final
 cdef class Timer:
     cdef public Engine engine
     cdef public object callback
@@ -98,6 +100,7 @@ cdef class Timer:
     cpdef cancel(self)
     cpdef object _fire(self, long long token)
 
+@cython.final
 cdef class _TimerEntry(Event):
     cdef public Timer timer
     cdef public long long token

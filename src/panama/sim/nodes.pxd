@@ -59,7 +59,7 @@ cdef class Switch(Node):
     cpdef _emit(self, object out, long long in_idx)
 
     @cython.locals(t=cython.longlong)
-    cpdef _delay(self, object out, long long in_idx)
+    cpdef _delay(self, list out, long long in_idx)
 
     @cython.locals(now=cython.longlong, t=cython.longlong, dl=object)
     cpdef _drain_delayline(self)
@@ -71,5 +71,6 @@ cdef class Switch(Node):
     cpdef _check_resume(self)
     cpdef _send_pfc(self, long long in_idx, bint pause)
 
+@cython.final
 cdef class _DelayLine(Event):
     cdef public Switch switch

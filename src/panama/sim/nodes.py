@@ -130,7 +130,8 @@ class HookObject:
         return self.run(pkt, from_node)
 
     def run(self, pkt: SimPacket, from_node: str):  # pragma: no cover - abstract
-        """The hook: ``(neighbour, packet)`` pairs to forward, or None."""
+        """The hook: a new list of ``(neighbour, packet)`` pairs to forward, or None. The
+        switch keeps the list (in its delay line) as it is: do not reuse it."""
         raise NotImplementedError
 
 
@@ -217,12 +218,17 @@ class Switch(Node):
             frm = self.name
         if isinstance(hook, HookObject):
             obj = hook
-            out = obj.run(pkt, frm)
-        else:
-            out = hook(pkt, frm)
+            out = obj.run(pkt, frm)  # a new list or None (HookObject.run), kept as it is
+            if out:
+                if self.hook_latency_ps:
+                    self._delay(out, in_idx)
+                else:
+                    self._emit(out, in_idx)
+            return
+        out = hook(pkt, frm)
         if out:
             if self.hook_latency_ps:
-                self._delay(out, in_idx)
+                self._delay(list(out), in_idx)  # the delay line keeps its own copy
             else:
                 self._emit(out, in_idx)
 
@@ -257,9 +263,9 @@ class Switch(Node):
                 continue
             port.send(p, in_idx)
 
-    def _delay(self, out: Any, in_idx: int) -> None:
+    def _delay(self, out: list, in_idx: int) -> None:
         t = self._eng.now + self.hook_latency_ps
-        self._delayline.append((t, list(out), in_idx))
+        self._delayline.append((t, out, in_idx))
         if not self._dl_armed:
             self._dl_armed = True
             self._eng.schedule(t, self._dl_ev)

@@ -1,5 +1,9 @@
 # Types of panama/sim/packet.py for the compiled fast path (setup.py); the .py is the source.
+cimport cython
 
+from panama.core.packet cimport Packet
+
+@cython.final
 cdef class SimPacket:
     cdef public long long kind
     cdef public long long src
@@ -15,4 +19,4 @@ cdef class SimPacket:
     cdef public object inner
     cdef public long long arrive_ps
 
-cpdef SimPacket panama_sim_packet(object inner, long long src=*)
+cpdef SimPacket panama_sim_packet(Packet inner, long long src=*)

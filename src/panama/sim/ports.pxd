@@ -90,6 +90,7 @@ cdef class Port(Event):
     cpdef resume(self)
     cpdef _release(self)
 
+@cython.final
 cdef class _Release(Event):
     cdef public Port port
 

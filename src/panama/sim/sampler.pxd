@@ -4,6 +4,7 @@ cimport cython
 from panama.sim.engine cimport Engine
 from panama.sim.ports cimport Port
 
+@cython.final
 cdef class QueueSampler:
     cdef public Engine engine
     cdef public list ports
