@@ -143,6 +143,7 @@ def _heap_pop(eng: Engine) -> Event:
         keys[pos] = keys[child]
         pos = child
     keys[pos] = last
+    _prefetch_event(heap, keys[0].slot)  # noqa: F821 - engine.pxd
     return top
 
 
