@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Node", "Host", "Switch", "PacketHook", "HookObject"]
 
+# True when this module runs as a compiled extension: the hook delay line is then a C
+# ring buffer (nodes.pxd) instead of a deque of tuples.
+_COMPILED = not __file__.endswith(".py")
+
 
 class Node:
     """Common part of hosts and switches: name, ports, forwarding table."""
@@ -265,22 +269,38 @@ class Switch(Node):
 
     def _delay(self, out: list, in_idx: int) -> None:
         t = self._eng.now + self.hook_latency_ps
-        self._delayline.append((t, out, in_idx))
+        if _COMPILED:
+            _dq_put(self, t, out, in_idx)  # noqa: F821 - nodes.pxd: the C delay line
+        else:
+            self._delayline.append((t, out, in_idx))
         if not self._dl_armed:
             self._dl_armed = True
             self._eng.schedule(t, self._dl_ev)
 
     def _drain_delayline(self) -> None:
-        dl = self._delayline
         now = self._eng.now
-        while dl:
-            t, out, in_idx = dl[0]
-            if t > now:
-                self._eng.schedule(t, self._dl_ev)
-                return
-            dl.popleft()
-            self._emit(out, in_idx)
+        if _COMPILED:  # the same, on the C ring buffer of nodes.pxd
+            while self._dq_n:
+                t = self._dq[self._dq_head].t
+                if t > now:
+                    self._eng.schedule(t, self._dl_ev)
+                    return
+                in_idx = self._dq[self._dq_head].in_idx
+                out = _dq_pop(self)  # noqa: F821 - nodes.pxd
+                self._emit(out, in_idx)
+        else:
+            dl = self._delayline
+            while dl:
+                t, out, in_idx = dl[0]
+                if t > now:
+                    self._eng.schedule(t, self._dl_ev)
+                    return
+                dl.popleft()
+                self._emit(out, in_idx)
         self._dl_armed = False
+
+    def __dealloc__(self) -> None:  # compiled only (a no-op method when interpreted)
+        _dq_free(self)  # noqa: F821 - defined in nodes.pxd
 
     # ------------------------------------------------------------------ PFC
     def set_lossless(self, nports: int) -> None:
