@@ -9,6 +9,7 @@ cdef long long _FREE, _AGGREGATING, _PARTIAL_SENT, _RESULT
 # Imported from panama.core.packet: C constants here.
 cdef long long CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP
 cdef tuple _NOTHING
+cdef bint _COMPILED
 
 @cython.final
 cdef class _Slot:
@@ -100,5 +101,5 @@ cdef class Accelerator:
     cdef _take_ack(self, _Tree tree, object child, long long ack)
 
     @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
-                   slots=dict, free=list)
+                   slots=dict, free=list, a=cython.longlong, at=cython.longlong)
     cdef _advance_floor(self, _Tree tree)
