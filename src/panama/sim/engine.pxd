@@ -88,6 +88,7 @@ cdef _heap_push(Engine eng, Event ev)
                pos=cython.Py_ssize_t, child=cython.Py_ssize_t, k=_u128, ck=_u128)
 cdef Event _heap_pop(Engine eng)
 
+@cython.final
 cdef class Engine:
     cdef public long long now
     cdef public list heap

@@ -19,7 +19,7 @@ cdef class LosslessPort(Port):
 
     @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, idx=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, used=cython.longlong,
-                   ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list)
+                   ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list, hooks=list)
     cpdef _deliver_switch_lossless(self)
 
     @cython.locals(now=cython.longlong, bu=cython.longlong, end=cython.longlong, arrive=cython.longlong)

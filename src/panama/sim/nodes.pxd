@@ -45,7 +45,7 @@ cdef class Host(Node):
 
 cdef class Switch(Node):
     cdef public list hooks
-    cdef public object hooked
+    cdef public list hooked
     cdef public long long hook_latency_ps
     cdef public bint lossless
     cdef public long long buffer_bytes
