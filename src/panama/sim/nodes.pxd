@@ -44,29 +44,30 @@ cdef class Host(Node):
     cpdef receive_unbound(self, SimPacket pkt)
 
 cdef class Switch(Node):
-    cdef public list hooks
+    # Hot fields first (see Port in ports.pxd).
     cdef public list hooked
-    cdef public long long hook_latency_ps
     cdef public bint lossless
-    cdef public long long buffer_bytes
-    cdef public long long pool_bytes
-    cdef public object ingress_bytes
-    cdef public long long[::1] _ing
+    cdef public bint _dl_armed
     cdef public long long used_bytes
-    cdef public list pause_sent
+    cdef public long long buffer_bytes
+    cdef public long long peak_used_bytes
+    cdef public long long pool_bytes
     cdef public double pfc_alpha
     cdef public object pfc_static
-    cdef public long long resume_offset
-    cdef public long long pauses_sent
-    cdef public object _delayline
-    cdef public bint _dl_armed
-    cdef public _DelayLine _dl_ev
+    cdef public list pause_sent
     cdef public long long _npaused
-    cdef public long long peak_used_bytes
+    cdef public long long hook_latency_ps
+    cdef public _DelayLine _dl_ev
     cdef _Held* _dq
     cdef Py_ssize_t _dq_head
     cdef Py_ssize_t _dq_n
     cdef Py_ssize_t _dq_cap
+    cdef public long long[::1] _ing
+    cdef public list hooks
+    cdef public object ingress_bytes
+    cdef public long long resume_offset
+    cdef public long long pauses_sent
+    cdef public object _delayline
 
     @cython.locals(port=Port, obj=HookObject)
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
