@@ -5,18 +5,19 @@ from panama.core.packet cimport Packet
 
 @cython.final
 cdef class SimPacket:
+    # Hot fields first (see Port in panama/sim/ports.pxd).
+    cdef public long long arrive_ps
     cdef public long long kind
-    cdef public long long src
     cdef public long long dst
     cdef public long long size_bytes
-    cdef public object flow_hash
     cdef public long long ecn
+    cdef public object inner
     cdef public object deliver
+    cdef public object flow_hash
+    cdef public long long src
     cdef public long long seq
     cdef public long long ack
     cdef public long long ts_ps
     cdef public long long flags
-    cdef public object inner
-    cdef public long long arrive_ps
 
 cpdef SimPacket panama_sim_packet(Packet inner, long long src=*)
