@@ -7,6 +7,7 @@ from panama.core.cc cimport CongestionControl
 from panama.core.packet cimport Packet
 
 cdef long long _CE, _ECT0, _FLAG_ACK, _FLAG_ECE, _FLAG_RESULT, _FLAG_RETRANSMIT, _MAX_CWND_CAP
+cdef long long HEADER_BYTES  # imported from panama.core.codec: a C constant here
 
 cdef class WorkerTransport:
     cdef public list tree_ids
