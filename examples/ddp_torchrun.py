@@ -18,6 +18,7 @@ on the order), replicas identical.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import statistics
@@ -126,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
             )
             if counters is not None:
                 print(f"panama: {counters}", flush=True)
+    # Tear down while the interpreter is fully alive: DDP's reducer holds the process group,
+    # and a gloo worker thread that drops the last reference to a tensor during interpreter
+    # finalization takes the GIL, which Python 3.11 answers with pthread_exit; unwinding a
+    # C++ thread that way aborts the process ("terminate called without an active exception").
+    del ddp, opt, model
+    gc.collect()
     dist.destroy_process_group()
     return 0 if len(set(digests)) == 1 else 1
 

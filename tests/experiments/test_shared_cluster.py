@@ -416,9 +416,26 @@ def test_the_default_experiment_is_the_paper_preset_over_its_five_seeds(tmp_path
     assert kw["preset"] == "paper" and kw["axes"]["seed"] == [1, 2, 3, 4, 5]
     assert kw["base"].placement == "disjoint" and kw["base"].topology.spec == "fat-tree:k=8"
     assert resolve(seed=7)["axes"]["seed"] == [7]
-    assert resolve(quick=True)["axes"] == {}  # quick: the scenario's own seed (run_shared_cluster adds it)
+    quick = resolve(quick=True)  # a preset without seeds: the scenario's own seed
+    assert quick["axes"] == {"seed": [quick["base"].seed]}
     path = tmp_path / "s.toml"
     path.write_text(experiment_scenario("tiny").to_toml())
     with pytest.raises(click.UsageError, match="either a scenario file or a preset"):
         resolve(preset="full", scenario=path)
     assert resolve(scenario=path)["preset"] == "file"
+    assert resolve(scenario=path)["axes"] == {"seed": [experiment_scenario("tiny").seed]}  # a file: its seed
+
+
+def test_report_job_bound_names_the_runs_own_models(tmp_path):
+    """The single-job bound sentence reads the run's scenario.toml, not the preset's mix."""
+    from panama.experiments.report import _job_bound, _run_jobs
+
+    sc = experiment_scenario("paper")
+    sc = sc.model_copy(update={"jobs": [sc.jobs[0].model_copy(update={"workers": 4}), sc.jobs[-1]]})
+    (tmp_path / "scenario.toml").write_text(sc.to_toml())
+    assert _run_jobs(tmp_path, "paper") == [("VGG-16", 4)]  # the 8-worker lstm job has no model row
+    assert [m for m, _ in _run_jobs(tmp_path / "absent", "paper")] == ["VGG-16", "AlexNet", "ResNet-152", "ResNet-50"]
+    run_comm_ratio(tmp_path / "cr", make_plot=False)
+    cr = json.loads((tmp_path / "cr" / "summary.json").read_text())
+    text = _job_bound(cr, _run_jobs(tmp_path, "paper"))
+    assert "models (VGG-16) on P100" in text and "with 4 workers" in text

@@ -139,10 +139,15 @@ def test_bench_allreduce_runs_both_implementations(tmp_path):
     assert row["datagrams_per_call"] >= expected - 4
     assert row["panama_max_rel_err"] < 1e-6 and row["switch_gbps"] > 0
     assert set(row["panama_cpu_ms_by_process"]) == {"leaf0", "leaf1", "spine0", "controller", "workers"}
+    by = row["switch_payload_gbps_by_daemon"]
+    assert set(by) == {"leaf0", "leaf1", "spine0"} and min(by.values()) > 0
+    # every contribution is summed once per tier: the spine sums both leaves' partials
+    assert by["spine0"] == pytest.approx(2 * by["leaf0"]) == pytest.approx(2 * by["leaf1"])
+    assert set(row["switch_payload_gbps_per_cpu_by_daemon"]) <= set(by)
     write_results(rows, cfg, tmp_path)
     assert json.loads((tmp_path / "results.json").read_text())["results"][0]["size_mb"] == 0.05
     assert "panama_cpu_ms_leaf0" in (tmp_path / "results.csv").read_text()
-    assert "ratio" in format_table(rows)
+    assert "ratio" in format_table(rows) and "payload Gb/s summed per daemon" in format_table(rows)
 
 
 def test_bench_allreduce_with_loss_at_every_switch_stays_exact():

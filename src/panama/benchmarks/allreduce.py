@@ -86,17 +86,20 @@ def _data(seed: int, rank: int, n: int) -> np.ndarray:
     return np.random.default_rng([seed, rank]).standard_normal(n, dtype=np.float32)
 
 
-def _switch_rx(controls: list[tuple[str, int]], token: str | None = None) -> tuple[int, int]:
-    """Datagrams and bytes received so far, summed over the switch daemons."""
+def _switch_rx(controls: dict[str, tuple[str, int]], token: str | None = None) -> tuple[int, int, dict[str, int]]:
+    """Datagrams and bytes received so far, summed over the switch daemons, and the
+    contributions each daemon's accelerator summed (per daemon name)."""
     from panama.runtime.http import request_json
 
     packets = total = 0
-    for addr in controls:
+    summed: dict[str, int] = {}
+    for name, addr in controls.items():
         status, body = request_json(addr, "GET", "/stats", timeout_s=10.0, what="switch", token=token)
         if status == 200:
             packets += int(body["rx_packets"])
             total += int(body["rx_bytes"])
-    return packets, total
+            summed[name] = int(body["accelerator"]["contributions"])
+    return packets, total, summed
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -168,7 +171,7 @@ def _worker(
                 for rnd in range(cfg.rounds):
                     # PANAMA phase
                     barrier.wait()
-                    rx0 = _switch_rx(controls, token) if rank == 0 else (0, 0)
+                    rx0 = _switch_rx(controls, token) if rank == 0 else (0, 0, {})
                     cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
                     st0 = comm.stats()
                     barrier.wait()
@@ -194,6 +197,7 @@ def _worker(
                             seconds=elapsed,
                             switch_rx_packets=rx1[0] - rx0[0],
                             switch_rx_bytes=rx1[1] - rx0[1],
+                            switch_contributions={n: c - rx0[2].get(n, 0) for n, c in rx1[2].items()},
                             daemon_cpu_s={name: _proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()},
                             retransmissions_rank0=st1["retransmissions"] - st0["retransmissions"],
                             max_rel_err=err,
@@ -307,7 +311,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
         ) as lc,
         tempfile.TemporaryDirectory(prefix="panama-gloo-") as tmp,
     ):
-        controls = [lc.procs[n].control for n in lc.switch_names]
+        controls = {n: lc.procs[n].control for n in lc.switch_names}
         pids = {name: p.pid for name, p in lc.procs.items()}
         store = str(Path(tmp) / "store")
         job = f"bench-{uuid.uuid4().hex[:10]}"  # unique per run: a crashed run's name never blocks the next
@@ -337,6 +341,22 @@ def summarize(reports: list[dict], cfg: BenchConfig) -> list[dict[str, Any]]:
             "panama_ms": per * 1e3,
             "panama_algbw_gbps": size_bytes / per / 1e9,
             "switch_gbps": sum(r["switch_rx_bytes"] for r in pan) / pan_seconds / 1e9,
+            # Payload each daemon summed (contributions x datagram payload; the last datagram
+            # of a vector is shorter), per second of the PANAMA phases and per second of
+            # that daemon's CPU time (what one core of it sustains).
+            "switch_payload_gbps_by_daemon": {
+                name: 32 * cfg.payload_elems * sum(r["switch_contributions"][name] for r in pan) / pan_seconds / 1e9
+                for name in pan[0]["switch_contributions"]
+            },
+            "switch_payload_gbps_per_cpu_by_daemon": {
+                name: 32
+                * cfg.payload_elems
+                * sum(r["switch_contributions"][name] for r in pan)
+                / max(1e-9, sum(r["daemon_cpu_s"][name] for r in pan))
+                / 1e9
+                for name in pan[0]["switch_contributions"]
+                if sum(r["switch_contributions"][name] for r in pan)
+            },
             "panama_max_rel_err": pan[0]["max_rel_err"],
             "panama_retransmissions_rank0": sum(r["retransmissions_rank0"] for r in pan),
             # Every datagram of the PANAMA phases, as received by a daemon or a worker.
@@ -403,6 +423,13 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in r["panama_cpu_ms_by_process"].items())
         lines.append(f"  PANAMA CPU ms per allreduce at {r['size_mb']:g} MB: {parts}")
+    for r in rows:
+        per = r.get("switch_payload_gbps_per_cpu_by_daemon", {})
+        parts = ", ".join(
+            f"{k} {v:.2f}" + (f" ({per[k]:.1f} per CPU s)" if k in per else "")
+            for k, v in r.get("switch_payload_gbps_by_daemon", {}).items()
+        )
+        lines.append(f"  payload Gb/s summed per daemon at {r['size_mb']:g} MB: {parts}")
     return "\n".join(lines)
 
 
@@ -414,6 +441,9 @@ def write_results(rows: list[dict[str, Any]], cfg: BenchConfig, out: Path) -> No
         r = dict(r)
         for name, ms in r.pop("panama_cpu_ms_by_process", {}).items():
             r[f"panama_cpu_ms_{name}"] = ms
+        for key in ("switch_payload_gbps_by_daemon", "switch_payload_gbps_per_cpu_by_daemon"):
+            for name, v in r.pop(key, {}).items():
+                r[f"{key.removesuffix('_by_daemon')}_{name}"] = v
         flat.append(r)
     keys = sorted({k for r in flat for k in r})
     with open(out / "results.csv", "w", newline="") as f:

@@ -222,7 +222,7 @@ def _resolve_shared_cluster(
         raise usage_error("--quick", f"conflicts with --preset {preset}")
     if scenario_path is not None and (quick or preset is not None):
         raise usage_error("--scenario", "give either a scenario file or a preset, not both")
-    from panama.experiments.cluster_scenario import DEFAULT_PRESET, PRESETS
+    from panama.experiments.cluster_scenario import DEFAULT_PRESET, seed_axis
 
     preset = "quick" if quick else (preset or DEFAULT_PRESET)
     scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]
@@ -253,8 +253,6 @@ def _resolve_shared_cluster(
         axes["seed"] = vals
     if "scheme" in axes:
         raise usage_error("--sweep", "'scheme' is not a sweep axis: use --schemes")
-    if "seed" not in axes and scenario_path is None and "seeds" in PRESETS[preset]:
-        axes["seed"] = list(PRESETS[preset]["seeds"])  # the preset's own seeds (paper: 1-5)
     try:
         if scenario_path is not None:
             base = load_scenario(scenario_path, sets)
@@ -265,6 +263,8 @@ def _resolve_shared_cluster(
     except ScenarioError as exc:
         key = "--scenario" if exc.key in ("SCENARIO", str(scenario_path)) else exc.key
         raise usage_error(key, exc.detail) from None
+    if "seed" not in axes:
+        axes["seed"] = seed_axis(preset, base.seed, from_preset=scenario_path is None)
     # Single values (--load, --trees, --seed) stay sweep parameters rather than base-scenario
     # edits, so that they appear in every output row; every combination is validated now.
     from panama.experiments.shared_cluster import apply_params

@@ -176,6 +176,14 @@ def experiment_scenario(preset: str = DEFAULT_PRESET, *, models_path: str | Path
     )
 
 
+def seed_axis(preset: str, base_seed: int, *, from_preset: bool) -> list[int]:
+    """The seeds of a run given no seed axis: the preset's own (``PRESETS[p]["seeds"]``,
+    paper: 1-5) when the scenario is the preset's, else the scenario's one seed."""
+    if from_preset and "seeds" in PRESETS[preset]:
+        return list(PRESETS[preset]["seeds"])
+    return [base_seed]
+
+
 def code_version() -> str:
     """Short git revision of the code, ``-dirty`` if tracked files changed; ``$PANAMA_CODE_VERSION``
     when set (runs from an exported tree); ``unknown`` outside a checkout."""

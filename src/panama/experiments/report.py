@@ -375,7 +375,8 @@ def write_report(
             )
         lines.append("")
 
-    lines += _discussion(cr, main, all_groups, facts, shared, _cluster_text(main_dir))
+    jobs = _run_jobs(main_dir, ((main or {}).get("config") or {}).get("preset"))
+    lines += _discussion(cr, main, all_groups, facts, shared, _cluster_text(main_dir), jobs)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines).rstrip() + "\n")
     return out
@@ -390,21 +391,38 @@ def _span(lo: float, hi: float, spec: str) -> str:
     return format(lo, spec) if format(lo, spec) == format(hi, spec) else f"{lo:{spec}}–{hi:{spec}}"
 
 
-def _job_bound(cr, preset: str | None = None) -> str:
-    """The single-job bound of the simulated jobs' models on P100 / 10 Gbps, from comm-ratio
-    (the job mix of the main run's preset)."""
-    if not cr:
-        return ""
+def _run_jobs(sdir: Path | None, preset: str | None) -> list[tuple[str, int]]:
+    """(model, workers) of the main run's jobs that are comm-ratio models: read from the run's
+    ``scenario.toml`` (job names mapped to models through the built-in job templates), or the
+    preset's mix when the run directory has no scenario."""
+    import tomllib
+
     from panama.experiments.cluster_scenario import JOB_MIX, PRESETS
 
-    mix = PRESETS.get(preset or "", {}).get("jobs", JOB_MIX)
-    models = {t.model for t in mix if t.model}
+    templates = [t for p in PRESETS.values() for t in p.get("jobs", ())] + list(JOB_MIX)
+    model_of = {t.name: t.model for t in templates if t.model}
+    try:
+        jobs = tomllib.loads((sdir / "scenario.toml").read_text())["jobs"] if sdir else None
+    except (OSError, ValueError, KeyError):
+        jobs = None
+    if jobs is None:
+        mix = PRESETS.get(preset or "", {}).get("jobs", JOB_MIX)
+        return [(t.model, t.workers) for t in mix if t.model]
+    return [(model_of[j["name"]], int(j["workers"])) for j in jobs if j.get("name") in model_of]
+
+
+def _job_bound(cr, jobs: list[tuple[str, int]]) -> str:
+    """The single-job bound of the simulated jobs' models (``(model, workers)`` pairs, see
+    :func:`_run_jobs`) on P100 / 10 Gbps, from comm-ratio."""
+    if not cr:
+        return ""
+    models = {m for m, _ in jobs}
     rows = [r for r in cr["rows"] if r["gpu"] == "P100" and r["model"] in models]
     if not rows:
         return ""
     lo = min(r["speedup_ina_no_overlap"] for r in rows)
     hi = max(r["speedup_ina_no_overlap"] for r in rows)
-    workers = sorted({t.workers for t in mix if t.model})
+    workers = sorted({w for m, w in jobs if m in {r["model"] for r in rows}})
     return (
         f": {lo:.2f}–{hi:.2f}x for the simulated jobs' models ({', '.join(sorted(models))}) on P100 at 10 Gbps, "
         "whose communication/computation ratios the scaled jobs keep (with the large-N ring factor 2; with "
@@ -490,7 +508,7 @@ def _floor_text(main) -> str:
     )
 
 
-def _discussion(cr, main, groups, facts, shared=(), cluster: str = "") -> list[str]:
+def _discussion(cr, main, groups, facts, shared=(), cluster: str = "", jobs=()) -> list[str]:
     lines = ["## Where and why our numbers differ", ""]
     if cr:
         o = cr["ranges"]["overall"]
@@ -566,7 +584,7 @@ def _discussion(cr, main, groups, facts, shared=(), cluster: str = "") -> list[s
             + _cap(cmp("large_job_training_time_s_gain", ORIGINAL["large_job_gain"], "training-time"))
             + ". "
             "Alone on an idle network, a job's gain is bounded by its communication share (claim 1)"
-            + _job_bound(cr, (main.get("config") or {}).get("preset"))
+            + _job_bound(cr, jobs)
             + "; a measured gain above that bound means ring allreduce suffers more from sharing the network with "
             "background flows and other jobs than in-network aggregation does (its traffic is larger and crosses "
             "more queues), a gain below it that in-network aggregation lost time to congestion control or start-up. "

@@ -60,6 +60,7 @@ from panama.experiments.cluster_scenario import (
     apply_params,
     code_version,
     experiment_scenario,
+    seed_axis,
 )
 from panama.experiments.stats import percentile
 from panama.experiments.sweep import (
@@ -236,8 +237,8 @@ def run_shared_cluster(
     axes = dict(axes or {})
     if "scheme" in axes:
         raise ValueError("'scheme' is not a sweep axis: use --schemes")
-    if "seed" not in axes:  # a preset's own seeds when the scenario is the preset's, else its seed
-        axes["seed"] = list(PRESETS[preset].get("seeds", [base.seed])) if from_preset else [base.seed]
+    if "seed" not in axes:
+        axes["seed"] = seed_axis(preset, base.seed, from_preset=from_preset)
     base_json = base.model_dump(mode="json")
     # validate every parameter combination before launching anything
     params_list = grid(axes)

@@ -106,6 +106,7 @@ class SwitchDaemon(SwitchHttp):
         self.sock = PacketSocket(config.udp, offload=want)
         # The batched loop only where it pays: 2+ datagrams per GSO send and GSO or GRO here.
         self.batched = want and (self.sock.offload.gso or self.sock.offload.gro)
+        self.batch_receiver = None  # the batched loop's core.batch.BatchReceiver (PANAMA_BATCH_SUMS=1)
         self.udp_addr = self.sock.addr
         self.control_addr: Address | None = None
         self._stop = threading.Event()
