@@ -46,6 +46,7 @@ cdef class Host(Node):
 cdef class Switch(Node):
     # Hot fields first (see Port in ports.pxd).
     cdef public list hooked
+    cdef public list nb_names
     cdef public bint lossless
     cdef public bint _dl_armed
     cdef public long long used_bytes
@@ -69,7 +70,7 @@ cdef class Switch(Node):
     cdef public long long pauses_sent
     cdef public object _delayline
 
-    @cython.locals(port=Port, obj=HookObject)
+    @cython.locals(obj=HookObject)
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
     @cython.locals(port=Port, pbn=dict)
     cpdef _emit(self, object out, long long in_idx)

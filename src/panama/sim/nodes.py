@@ -167,6 +167,7 @@ class Switch(Node):
         "_npaused",
         "hooked",
         "peak_used_bytes",
+        "nb_names",
     )
 
     def __init__(self, net: Network, name: str, kind: str):
@@ -190,6 +191,7 @@ class Switch(Node):
         self._dl_armed = False
         self._dl_ev = _DelayLine(self)
         self._npaused = 0  # entries of pause_sent that are True
+        self.nb_names: list[str] = []  # see set_hook
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:
         hook = self.hooks[pkt.kind]
@@ -216,8 +218,7 @@ class Switch(Node):
     # ------------------------------------------------------------------ hooks
     def _run_hook(self, pkt: SimPacket, in_idx: int, hook: PacketHook) -> None:
         if in_idx >= 0:
-            port = self.ports[in_idx]
-            frm = port.peer.name
+            frm = self.nb_names[in_idx]
         else:
             frm = self.name
         if isinstance(hook, HookObject):
@@ -245,6 +246,8 @@ class Switch(Node):
             raise FieldError("latency_ps", f"must be >= 0, got {latency_ps!r}")
         self.hooks[kind] = hook
         self.hook_latency_ps = int(latency_ps)
+        # The neighbour behind each port, by port index (a hook's ``from_node``).
+        self.nb_names = [p.peer.name for p in self.ports]
         self.hooked = self.hooks if any(h is not None for h in self.hooks) else None
 
     def emit(self, neighbour: str, pkt: SimPacket) -> bool:
