@@ -103,3 +103,21 @@ cdef class Accelerator:
     @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
                    slots=dict, free=list, a=cython.longlong, at=cython.longlong)
     cdef _advance_floor(self, _Tree tree)
+
+
+cdef inline Packet _slot_packet(_Tree tree, _Slot slot, long long flags, long long cap, long long ack, long long ecn,
+                                object payload):
+    """``Packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap,
+    ack, ecn, payload)`` with its fields set in C (no argument tuple, no integer objects)."""
+    cdef Packet p = Packet.__new__(Packet)
+    p.job_id = tree.job_id
+    p.tree_id = tree.tree_id
+    p.seq = slot.seq
+    p.generation = slot.generation
+    p.count = slot.count
+    p.flags = flags
+    p.cwnd_cap = cap
+    p.ack = ack
+    p.ecn = ecn
+    p.payload = payload
+    return p

@@ -512,6 +512,8 @@ class Accelerator:
         return view.copy() if self.copy_payloads else view
 
     def _partial(self, tree: _Tree, slot: _Slot, payload: np.ndarray | None, flags: int) -> Packet:
+        if _COMPILED:  # the same Packet, its fields set in C (accelerator.pxd)
+            return _slot_packet(tree, slot, flags, slot.cap, tree.floor, CE if slot.ce else ECT0, payload)  # noqa: F821
         return Packet(
             tree.job_id,
             tree.tree_id,
@@ -536,6 +538,8 @@ class Accelerator:
             # First result carrying the new cap: packets a worker sent before seeing it
             # reach at most hold_cap sequence numbers further.
             tree.hold_seq = slot.seq + tree.hold_cap
+        if _COMPILED:
+            return ((children, _slot_packet(tree, slot, flags, cap, 0, ecn, payload)),)  # noqa: F821 - accelerator.pxd
         packet = Packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, 0, ecn, payload)
         return ((children, packet),)
 
