@@ -50,7 +50,10 @@ cdef class WorkerTransport:
     cdef public bint active
     cdef public bint trace_windows
     cdef public list window_trace
-    cdef public dict stats
+    cdef public dict _stats
+    cdef public long long _n_sent
+    cdef public long long _n_bytes
+    cdef public long long _n_results
 
     @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
                    i=cython.longlong, progress=cython.bint, base=list, gen_start=list, gen_len=list, next_k=list,
