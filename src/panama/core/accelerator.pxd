@@ -9,7 +9,9 @@ cdef long long _FREE, _AGGREGATING, _PARTIAL_SENT, _RESULT
 # Imported from panama.core.packet: C constants here.
 cdef long long CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP
 cdef tuple _NOTHING
+cdef bint _COMPILED
 
+@cython.final
 cdef class _Slot:
     cdef public long long index
     cdef public object row
@@ -23,6 +25,7 @@ cdef class _Slot:
     cdef public long long cap
     cdef public long long state
 
+@cython.final
 cdef class _Tree:
     cdef public object job_id
     cdef public object tree_id
@@ -45,7 +48,10 @@ cdef class _Tree:
 
 cdef class Accelerator:
     # An instance dict keeps the accelerator open to Python-level instrumentation (tests
-    # replace ``acc.receive`` on an instance); cpdef calls check it for overrides.
+    # replace ``acc.receive`` on an instance); cpdef calls check it for overrides. Cython
+    # gives every instance its own dict, so that check misses its cache whenever the
+    # accelerator changes: the internal steps of ``receive`` are cdef methods (called in C,
+    # not overridable; interpreted, ordinary methods).
     cdef dict __dict__
     cdef public object name
     cdef public long long packet_memory
@@ -76,24 +82,42 @@ cdef class Accelerator:
                    acks=dict)
     cpdef object receive(self, Packet packet, object from_node)
 
-    cpdef object _complete(self, _Tree tree, _Slot slot)
-    cpdef object _payload_out(self, _Slot slot)
-    cpdef Packet _partial(self, _Tree tree, _Slot slot, object payload, long long flags)
+    cdef object _complete(self, _Tree tree, _Slot slot)
+    cdef object _payload_out(self, _Slot slot)
+    cdef Packet _partial(self, _Tree tree, _Slot slot, object payload, long long flags)
 
     @cython.locals(flags=cython.longlong, cap=cython.longlong, packet=Packet)
-    cpdef object _results_to(self, _Tree tree, _Slot slot, object payload, tuple children, long long ecn)
+    cdef object _results_to(self, _Tree tree, _Slot slot, object payload, tuple children, long long ecn)
 
-    cpdef object _duplicate(self, _Tree tree, _Slot slot, Packet packet, object from_node)
+    cdef object _duplicate(self, _Tree tree, _Slot slot, Packet packet, object from_node)
 
     @cython.locals(slot=_Slot)
-    cpdef object _receive_result(self, _Tree tree, Packet packet, object from_node)
+    cdef object _receive_result(self, _Tree tree, Packet packet, object from_node)
 
     @cython.locals(ack=cython.longlong, floor=cython.longlong)
-    cpdef object _receive_ack(self, _Tree tree, Packet packet, object from_node)
+    cdef object _receive_ack(self, _Tree tree, Packet packet, object from_node)
 
     @cython.locals(old=cython.longlong)
-    cpdef _take_ack(self, _Tree tree, object child, long long ack)
+    cdef _take_ack(self, _Tree tree, object child, long long ack)
 
     @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
-                   slots=dict, free=list)
-    cpdef _advance_floor(self, _Tree tree)
+                   slots=dict, free=list, a=cython.longlong, at=cython.longlong)
+    cdef _advance_floor(self, _Tree tree)
+
+
+cdef inline Packet _slot_packet(_Tree tree, _Slot slot, long long flags, long long cap, long long ack, long long ecn,
+                                object payload):
+    """``Packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap,
+    ack, ecn, payload)`` with its fields set in C (no argument tuple, no integer objects)."""
+    cdef Packet p = Packet.__new__(Packet)
+    p.job_id = tree.job_id
+    p.tree_id = tree.tree_id
+    p.seq = slot.seq
+    p.generation = slot.generation
+    p.count = slot.count
+    p.flags = flags
+    p.cwnd_cap = cap
+    p.ack = ack
+    p.ecn = ecn
+    p.payload = payload
+    return p

@@ -111,22 +111,10 @@ SHARE_EXCEEDED = "share_exceeded"
 DUPLICATE = "duplicate"
 DUPLICATE_RESULT = "duplicate_result"
 UNEXPECTED_RESULT = "unexpected_result"
-DROP_REASONS = (
-    UNKNOWN_JOB,
-    UNKNOWN_TREE,
-    NOT_CHILD,
-    NOT_PARENT,
-    STALE,
-    GENERATION_MISMATCH,
-    COUNT_MISMATCH,
-    TOO_LARGE,
-    BAD_ACK,
-    SHARE_EXCEEDED,
-    DUPLICATE,
-    DUPLICATE_RESULT,
-    UNEXPECTED_RESULT,
-)
+DROP_REASONS = (UNKNOWN_JOB, UNKNOWN_TREE, NOT_CHILD, NOT_PARENT, STALE, GENERATION_MISMATCH, COUNT_MISMATCH)
+DROP_REASONS += (TOO_LARGE, BAD_ACK, SHARE_EXCEEDED, DUPLICATE, DUPLICATE_RESULT, UNEXPECTED_RESULT)
 _NOTHING: tuple = ()
+_COMPILED = not __file__.endswith(".py")  # True when this module runs compiled (accelerator.pxd)
 Emitted = Sequence[tuple[tuple, Packet]]  # (destinations, packet) pairs, see Accelerator.receive
 
 
@@ -524,6 +512,8 @@ class Accelerator:
         return view.copy() if self.copy_payloads else view
 
     def _partial(self, tree: _Tree, slot: _Slot, payload: np.ndarray | None, flags: int) -> Packet:
+        if _COMPILED:  # the same Packet, its fields set in C (accelerator.pxd)
+            return _slot_packet(tree, slot, flags, slot.cap, tree.floor, CE if slot.ce else ECT0, payload)  # noqa: F821
         return Packet(
             tree.job_id,
             tree.tree_id,
@@ -548,6 +538,8 @@ class Accelerator:
             # First result carrying the new cap: packets a worker sent before seeing it
             # reach at most hold_cap sequence numbers further.
             tree.hold_seq = slot.seq + tree.hold_cap
+        if _COMPILED:
+            return ((children, _slot_packet(tree, slot, flags, cap, 0, ecn, payload)),)  # noqa: F821 - accelerator.pxd
         packet = Packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, 0, ecn, payload)
         return ((children, packet),)
 
@@ -620,9 +612,18 @@ class Accelerator:
 
     def _advance_floor(self, tree: _Tree) -> None:
         """Every child's ack passed the floor: raise it and free the slots below it."""
-        acks = list(tree.child_ack.values())
-        new_floor = min(acks)
-        tree.at_floor = acks.count(new_floor)
+        if _COMPILED:  # the same minimum and count in one C loop, without a list
+            new_floor = at = 0
+            for a in tree.child_ack.values():
+                if not at or a < new_floor:
+                    new_floor, at = a, 1
+                elif a == new_floor:
+                    at += 1
+            tree.at_floor = at
+        else:
+            acks = list(tree.child_ack.values())
+            new_floor = min(acks)
+            tree.at_floor = acks.count(new_floor)
         old_floor = tree.floor
         tree.floor = new_floor
         slots = tree.slots

@@ -141,7 +141,8 @@ class Controller:
         With no job and no reserve that is all the memory. The accelerator itself only
         lets a job's limit fall to this as its slots free up.
         """
-        return self.packet_memory // max(1, len(self.jobs_at(switch)) + self.reserve_shares)
+        self._check_switch(switch)
+        return self.packet_memory // max(1, len(self._state.get(switch, ())) + self.reserve_shares)
 
     def job_shares(self, switch: str) -> dict[int, int]:
         """``{job_id: nominal slots}`` at ``switch``."""

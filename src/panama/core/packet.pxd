@@ -2,7 +2,9 @@
 # .py is the source. Cython compiles the @dataclass into an extension type with the same
 # fields, defaults, __init__, __repr__ and __eq__ (and __dataclass_fields__, so
 # dataclasses.replace works); header fields are 64-bit integers.
+cimport cython
 
+@cython.final
 cdef class Packet:
     cdef public long long job_id
     cdef public long long tree_id

@@ -7,6 +7,8 @@ from panama.core.cc cimport CongestionControl
 from panama.core.packet cimport Packet
 
 cdef long long _CE, _ECT0, _FLAG_ACK, _FLAG_ECE, _FLAG_RESULT, _FLAG_RETRANSMIT, _MAX_CWND_CAP
+cdef long long HEADER_BYTES  # imported from panama.core.codec: a C constant here
+cdef bint _COMPILED
 
 cdef class WorkerTransport:
     cdef public list tree_ids
@@ -48,7 +50,10 @@ cdef class WorkerTransport:
     cdef public bint active
     cdef public bint trace_windows
     cdef public list window_trace
-    cdef public dict stats
+    cdef public dict _stats
+    cdef public long long _n_sent
+    cdef public long long _n_bytes
+    cdef public long long _n_results
 
     @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
                    i=cython.longlong, progress=cython.bint, base=list, gen_start=list, gen_len=list, next_k=list,
@@ -73,3 +78,22 @@ cdef class WorkerTransport:
 
     cpdef _ignore(self, str reason)
     cpdef _rtt_sample(self, object rtt)
+
+
+cdef inline Packet _new_packet(long long job_id, long long tree_id, long long seq, long long generation,
+                               long long count, long long flags, long long cap, long long ack, long long ecn,
+                               object payload):
+    """``Packet(job_id, tree_id, seq, generation, count, flags, cap, ack, ecn, payload)`` with
+    its fields set in C (no argument tuple, no integer objects)."""
+    cdef Packet p = Packet.__new__(Packet)
+    p.job_id = job_id
+    p.tree_id = tree_id
+    p.seq = seq
+    p.generation = generation
+    p.count = count
+    p.flags = flags
+    p.cwnd_cap = cap
+    p.ack = ack
+    p.ecn = ecn
+    p.payload = payload
+    return p

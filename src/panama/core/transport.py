@@ -70,6 +70,8 @@ from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, HEADER_BYTES, MAX_PAYLOAD_E
 from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, MAX_U32, Packet
 from panama.core.units import ms, s
 
+_COMPILED = not __file__.endswith(".py")  # True when this module runs compiled (transport.pxd)
+
 # C constants when compiled (transport.pxd).
 _CE = CE
 _ECT0 = ECT0
@@ -186,7 +188,12 @@ class WorkerTransport:
         self.active = False
         self.trace_windows = trace_windows
         self.window_trace: list[tuple[int, int, int]] = []  # (now_ps, tree index, window)
-        self.stats = {
+        # Counters: ``stats`` (a property) folds the three per-packet ones, kept in fields
+        # (``_n_sent``, ``_n_bytes``, ``_n_results``), into this dict when it is read.
+        self._n_sent = 0
+        self._n_bytes = 0
+        self._n_results = 0
+        self._stats = {
             "packets_sent": 0,
             "bytes_sent": 0,
             "retransmissions": 0,
@@ -259,6 +266,16 @@ class WorkerTransport:
     def done(self) -> bool:
         return not self.active
 
+    @property
+    def stats(self) -> dict:
+        """Counters: packets_sent, bytes_sent, retransmissions, timeouts, results,
+        fast_retransmits, acks_sent, ece_results, ce_results and ``ignored`` (by reason)."""
+        st = self._stats
+        st["packets_sent"] = self._n_sent
+        st["bytes_sent"] = self._n_bytes
+        st["results"] = self._n_results
+        return st
+
     def result(self) -> np.ndarray | None:
         """The summed vector of the last finished generation (None when run without data)."""
         if self.active:
@@ -311,8 +328,8 @@ class WorkerTransport:
         nbytes = 0
         for p in out:
             nbytes += HEADER_BYTES + 4 * p.count
-        self.stats["packets_sent"] += len(out)
-        self.stats["bytes_sent"] += nbytes
+        self._n_sent += len(out)
+        self._n_bytes += nbytes
         return out
 
     def _packet(self, i: int, flags: int) -> Packet:
@@ -326,6 +343,19 @@ class WorkerTransport:
         if self._echo[t]:
             ecn = _CE
             self._echo[t] = False
+        if _COMPILED:  # the same Packet, its fields set in C (transport.pxd)
+            return _new_packet(  # noqa: F821
+                self.job_id,
+                self.tree_ids[t],
+                self._gen_start[t] + i // T,
+                self.generation,
+                count,
+                flags,
+                _MAX_CWND_CAP,
+                self._base[t],
+                ecn,
+                payload,
+            )
         return Packet(
             self.job_id,
             self.tree_ids[t],
@@ -386,8 +416,7 @@ class WorkerTransport:
             self._out[lo : lo + count] = packet.payload
         got[i] = 1
         self._remaining -= 1
-        stats = self.stats
-        stats["results"] += 1
+        self._n_results += 1
         sent_at = self._inflight.pop(i, None)
         self._resent_due.pop(i, None)
         if sent_at is not None and i not in self._retries and not flags & _FLAG_RETRANSMIT:
@@ -408,9 +437,9 @@ class WorkerTransport:
             self._fast_retransmit(t, base, old_base, packet.seq)
         ece = bool(flags & _FLAG_ECE)
         if ece:
-            stats["ece_results"] += 1
+            self._stats["ece_results"] += 1
         if packet.ecn == _CE:
-            stats["ce_results"] += 1
+            self._stats["ce_results"] += 1
             self._echo[t] = True
         ctl = self.cc[t]
         before = ctl.win() if self.trace_windows else 0

@@ -82,11 +82,13 @@ class _Call(Event):
 def _heap_push(eng: Engine, ev: Event) -> None:
     """Push ``ev`` (key ``(ev.t, ev.seq)``) on the compiled heap of ``eng``.
 
-    The compiled heap is a C array of ``(t, seq, slot)`` keys (``eng._keys``, ``eng._n``
-    of them); ``slot`` is the event's position in ``eng.heap``, a list that only owns
-    the pending events (visible to the garbage collector) and whose free positions are
-    reused (``eng._vacant``). Sifting moves keys in contiguous memory and never touches
-    the events themselves."""
+    The compiled heap is a C array of ``(t, seq, slot)`` keys, 16 bytes each
+    (``eng._keys``, ``eng._n`` of them; engine.pxd); ``slot`` is the event's position in
+    ``eng.heap``, a list that only owns the pending events (visible to the garbage
+    collector) and whose free positions are reused (``eng._vacant``). Sifting moves keys
+    in contiguous memory and never touches the events themselves."""
+    if ev.seq >> _SEQ_BITS:  # noqa: F821 - engine.pxd
+        raise OverflowError("engine: more than 2**40 events scheduled in one run")
     n = eng._n
     if n >= eng._kcap:
         eng._grow_keys()
@@ -97,10 +99,11 @@ def _heap_push(eng: Engine, ev: Event) -> None:
         heap[slot] = ev
     else:
         slot = len(heap)
+        if slot >> _SLOT_BITS:  # noqa: F821 - engine.pxd
+            raise OverflowError("engine: more than 2**24 events pending")
         heap.append(ev)
     keys = eng._keys
-    t = ev.t
-    k = _key(t, ev.seq)  # noqa: F821 - engine.pxd: (t, seq) as one 128-bit integer
+    k = _key(ev.t, ev.seq, slot)  # noqa: F821 - engine.pxd: (t, seq, slot) as one 128-bit integer
     pos = n
     while pos > 0:
         up = (pos - 1) >> 1
@@ -109,8 +112,6 @@ def _heap_push(eng: Engine, ev: Event) -> None:
         keys[pos] = keys[up]
         pos = up
     keys[pos].k = k
-    keys[pos].t = t
-    keys[pos].slot = slot
     eng._n = n + 1
 
 
@@ -118,8 +119,8 @@ def _heap_pop(eng: Engine) -> Event:
     """Pop the smallest :class:`Event` of the non-empty compiled heap of ``eng``."""
     keys = eng._keys
     heap = eng.heap
-    slot = keys[0].slot
-    top = heap[slot]
+    slot = _key_slot(keys[0].k)  # noqa: F821 - engine.pxd
+    top = _event_at(heap, slot)  # noqa: F821 - engine.pxd: no type test (only Events are pushed)
     heap[slot] = None
     eng._vacant[eng._nfree] = slot
     eng._nfree += 1
@@ -127,8 +128,7 @@ def _heap_pop(eng: Engine) -> Event:
     eng._n = n
     if not n:
         return top
-    last = keys[n]
-    k = last.k
+    k = keys[n].k
     pos = 0
     while True:
         child = 2 * pos + 1
@@ -142,7 +142,8 @@ def _heap_pop(eng: Engine) -> Event:
             break
         keys[pos] = keys[child]
         pos = child
-    keys[pos] = last
+    keys[pos].k = k
+    _prefetch_event(heap, _key_slot(keys[0].k))  # noqa: F821 - engine.pxd
     return top
 
 
@@ -234,7 +235,7 @@ class Engine:
     def next_time(self) -> int | None:
         """Time of the earliest pending heap entry, or None."""
         if _COMPILED:
-            return self._keys[0].t if self._n else None
+            return _key_t(self._keys[0].k) if self._n else None  # noqa: F821 - engine.pxd
         return self.heap[0][0] if self.heap else None
 
     # ------------------------------------------------------------------ running
@@ -249,7 +250,7 @@ class Engine:
         try:
             if _COMPILED:
                 while self._n:
-                    t = self._keys[0].t
+                    t = _key_t(self._keys[0].k)  # noqa: F821 - engine.pxd
                     if t > limit:
                         break
                     ev = _heap_pop(self)

@@ -4,9 +4,10 @@ cimport cython
 from panama.sim.nodes cimport Host, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
-from panama.sim.ports cimport Port
+from panama.sim.ports cimport Port, _RelPtr, _rq_pop_back, _rq_put
 
 cdef long long _CE, _TRACKED
+cdef bint _COMPILED
 
 cdef class LosslessPort(Port):
     @cython.locals(now=cython.longlong, size=cython.longlong, tx=cython.longlong, bu=cython.longlong,
@@ -18,8 +19,7 @@ cdef class LosslessPort(Port):
 
     @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, idx=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, used=cython.longlong,
-                   ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list,
-                   ingress=cython.longlong[::1])
+                   ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list, hooks=list)
     cpdef _deliver_switch_lossless(self)
 
     @cython.locals(now=cython.longlong, bu=cython.longlong, end=cython.longlong, arrive=cython.longlong)
@@ -28,5 +28,6 @@ cdef class LosslessPort(Port):
     @cython.locals(now=cython.longlong, backlog=cython.longlong)
     cpdef bint _send_paused(self, SimPacket pkt, long long in_idx, long long tx) except -1
 
-    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, ingress=cython.longlong[::1], head=tuple)
+    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, ingress=object, head=tuple, q=_RelPtr,
+                   h=cython.Py_ssize_t, n=cython.Py_ssize_t)
     cpdef _release(self)

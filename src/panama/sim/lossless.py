@@ -26,6 +26,7 @@ __all__ = ["LosslessPort"]
 
 _CE = CE  # a C constant when compiled
 _TRACKED = FLAG_TRACKED  # see panama.sim.ports
+_COMPILED = not __file__.endswith(".py")  # see panama.sim.ports
 
 
 class LosslessPort(Port):
@@ -57,9 +58,11 @@ class LosslessPort(Port):
         self._push(pkt)
         if pkt.flags & _TRACKED:
             self.net._ahead(self, pkt, now)
-        rel = self.release
-        if rel is not None:
-            self._rel_push((end, size, in_idx))
+        if self.release is not None:
+            if _COMPILED:
+                _rq_put(self, end, size, in_idx)  # noqa: F821 - ports.pxd: the C release ring
+            else:
+                self._rel_push((end, size, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
                 self._eng.schedule(end, self._release_ev)
@@ -110,7 +113,6 @@ class LosslessPort(Port):
         now = self._eng.now
         idx = self.peer_index
         fib1 = sw.fib1
-        ingress = sw._ing
         while pipe:
             pkt = pipe[0]
             if pkt.arrive_ps > now:
@@ -138,8 +140,8 @@ class LosslessPort(Port):
             sw.used_bytes = used
             if used > sw.peak_used_bytes:
                 sw.peak_used_bytes = used
-            ib = ingress[idx] + size
-            ingress[idx] = ib
+            ib = sw._ing[idx] + size
+            sw._ing[idx] = ib
             if not sw.pause_sent[idx]:
                 if sw.pfc_static is None:
                     free = sw.pool_bytes - used
@@ -162,9 +164,11 @@ class LosslessPort(Port):
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
         self._push(pkt)
-        rel = self.release
-        if rel is not None:
-            self._rel_push((end, pkt.size_bytes, in_idx))
+        if self.release is not None:
+            if _COMPILED:
+                _rq_put(self, end, pkt.size_bytes, in_idx)  # noqa: F821 - ports.pxd
+            else:
+                self._rel_push((end, pkt.size_bytes, in_idx))
             if not self.rel_armed:
                 self.rel_armed = True
                 self._eng.schedule(end, self._release_ev)
@@ -222,7 +226,12 @@ class LosslessPort(Port):
             if arrive - delay - tx < now:
                 break
             pipe.pop()
-            in_idx = rel.pop()[2] if rel is not None else -1
+            if rel is None:
+                in_idx = -1
+            elif _COMPILED:
+                in_idx = _rq_pop_back(self)  # noqa: F821 - ports.pxd
+            else:
+                in_idx = rel.pop()[2]
             held.append((pkt, in_idx))
             self.waiting_ps += tx
         if held:
@@ -251,21 +260,40 @@ class LosslessPort(Port):
 
     def _release(self) -> None:
         """Lossless switches: free buffer of packets whose transmission ended."""
-        rel = self.release
         now = self._eng.now
         sw = self.owner
-        ingress = sw._ing
         freed = 0
-        while rel:
-            head = rel[0]
-            if head[0] > now:
-                self._eng.schedule(head[0], self._release_ev)
-                break
-            self._rel_pop()
-            ingress[head[2]] -= head[1]
-            freed += head[1]
+        if _COMPILED:  # the same, on the C ring buffer of ports.pxd
+            q = self._rq
+            h = self._rq_head
+            n = self._rq_n
+            while n:
+                if q[h].end > now:
+                    self._eng.schedule(q[h].end, self._release_ev)
+                    break
+                sw._ing[q[h].in_idx] -= q[h].size
+                freed += q[h].size
+                h += 1
+                if h == self._rq_cap:
+                    h = 0
+                n -= 1
+            else:
+                self.rel_armed = False
+            self._rq_head = h
+            self._rq_n = n
         else:
-            self.rel_armed = False
+            rel = self.release
+            ingress = sw._ing
+            while rel:
+                head = rel[0]
+                if head[0] > now:
+                    self._eng.schedule(head[0], self._release_ev)
+                    break
+                self._rel_pop()
+                ingress[head[2]] -= head[1]
+                freed += head[1]
+            else:
+                self.rel_armed = False
         if freed:
             sw.used_bytes -= freed
             sw._check_resume()

@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Node", "Host", "Switch", "PacketHook", "HookObject"]
 
+# True when this module runs as a compiled extension: the hook delay line is then a C
+# ring buffer (nodes.pxd) instead of a deque of tuples.
+_COMPILED = not __file__.endswith(".py")
+
 
 class Node:
     """Common part of hosts and switches: name, ports, forwarding table."""
@@ -130,7 +134,8 @@ class HookObject:
         return self.run(pkt, from_node)
 
     def run(self, pkt: SimPacket, from_node: str):  # pragma: no cover - abstract
-        """The hook: ``(neighbour, packet)`` pairs to forward, or None."""
+        """The hook: a new list of ``(neighbour, packet)`` pairs to forward, or None. The
+        switch keeps the list (in its delay line) as it is: do not reuse it."""
         raise NotImplementedError
 
 
@@ -162,6 +167,7 @@ class Switch(Node):
         "_npaused",
         "hooked",
         "peak_used_bytes",
+        "nb_names",
     )
 
     def __init__(self, net: Network, name: str, kind: str):
@@ -185,6 +191,7 @@ class Switch(Node):
         self._dl_armed = False
         self._dl_ev = _DelayLine(self)
         self._npaused = 0  # entries of pause_sent that are True
+        self.nb_names: list[str] = []  # see set_hook
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:
         hook = self.hooks[pkt.kind]
@@ -211,18 +218,22 @@ class Switch(Node):
     # ------------------------------------------------------------------ hooks
     def _run_hook(self, pkt: SimPacket, in_idx: int, hook: PacketHook) -> None:
         if in_idx >= 0:
-            port = self.ports[in_idx]
-            frm = port.peer.name
+            frm = self.nb_names[in_idx]
         else:
             frm = self.name
         if isinstance(hook, HookObject):
             obj = hook
-            out = obj.run(pkt, frm)
-        else:
-            out = hook(pkt, frm)
+            out = obj.run(pkt, frm)  # a new list or None (HookObject.run), kept as it is
+            if out:
+                if self.hook_latency_ps:
+                    self._delay(out, in_idx)
+                else:
+                    self._emit(out, in_idx)
+            return
+        out = hook(pkt, frm)
         if out:
             if self.hook_latency_ps:
-                self._delay(out, in_idx)
+                self._delay(list(out), in_idx)  # the delay line keeps its own copy
             else:
                 self._emit(out, in_idx)
 
@@ -235,6 +246,8 @@ class Switch(Node):
             raise FieldError("latency_ps", f"must be >= 0, got {latency_ps!r}")
         self.hooks[kind] = hook
         self.hook_latency_ps = int(latency_ps)
+        # The neighbour behind each port, by port index (a hook's ``from_node``).
+        self.nb_names = [p.peer.name for p in self.ports]
         self.hooked = self.hooks if any(h is not None for h in self.hooks) else None
 
     def emit(self, neighbour: str, pkt: SimPacket) -> bool:
@@ -257,24 +270,40 @@ class Switch(Node):
                 continue
             port.send(p, in_idx)
 
-    def _delay(self, out: Any, in_idx: int) -> None:
+    def _delay(self, out: list, in_idx: int) -> None:
         t = self._eng.now + self.hook_latency_ps
-        self._delayline.append((t, list(out), in_idx))
+        if _COMPILED:
+            _dq_put(self, t, out, in_idx)  # noqa: F821 - nodes.pxd: the C delay line
+        else:
+            self._delayline.append((t, out, in_idx))
         if not self._dl_armed:
             self._dl_armed = True
             self._eng.schedule(t, self._dl_ev)
 
     def _drain_delayline(self) -> None:
-        dl = self._delayline
         now = self._eng.now
-        while dl:
-            t, out, in_idx = dl[0]
-            if t > now:
-                self._eng.schedule(t, self._dl_ev)
-                return
-            dl.popleft()
-            self._emit(out, in_idx)
+        if _COMPILED:  # the same, on the C ring buffer of nodes.pxd
+            while self._dq_n:
+                t = self._dq[self._dq_head].t
+                if t > now:
+                    self._eng.schedule(t, self._dl_ev)
+                    return
+                in_idx = self._dq[self._dq_head].in_idx
+                out = _dq_pop(self)  # noqa: F821 - nodes.pxd
+                self._emit(out, in_idx)
+        else:
+            dl = self._delayline
+            while dl:
+                t, out, in_idx = dl[0]
+                if t > now:
+                    self._eng.schedule(t, self._dl_ev)
+                    return
+                dl.popleft()
+                self._emit(out, in_idx)
         self._dl_armed = False
+
+    def __dealloc__(self) -> None:  # compiled only (a no-op method when interpreted)
+        _dq_free(self)  # noqa: F821 - defined in nodes.pxd
 
     # ------------------------------------------------------------------ PFC
     def set_lossless(self, nports: int) -> None:

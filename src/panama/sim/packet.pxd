@@ -1,18 +1,31 @@
 # Types of panama/sim/packet.py for the compiled fast path (setup.py); the .py is the source.
+cimport cython
 
+from panama.core.packet cimport Packet
+
+@cython.final
 cdef class SimPacket:
+    # Hot fields first (see Port in panama/sim/ports.pxd).
+    cdef public long long arrive_ps
     cdef public long long kind
-    cdef public long long src
     cdef public long long dst
     cdef public long long size_bytes
-    cdef public object flow_hash
     cdef public long long ecn
+    cdef public object inner
     cdef public object deliver
+    cdef public object flow_hash
+    cdef public long long src
     cdef public long long seq
     cdef public long long ack
     cdef public long long ts_ps
     cdef public long long flags
-    cdef public object inner
-    cdef public long long arrive_ps
 
-cpdef SimPacket panama_sim_packet(object inner, long long src=*)
+cdef bint _COMPILED
+
+cpdef SimPacket panama_sim_packet(Packet inner, long long src=*)
+
+
+# Private copies of the PANAMA packet's constants (C constants here).
+cdef long long _KIND_PANAMA_C, _OVERHEAD_C, _FLOAT_BYTES_C
+
+cdef SimPacket _new_panama_packet(Packet inner, long long src)

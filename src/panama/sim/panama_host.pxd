@@ -12,6 +12,7 @@ cdef long long _KIND_PANAMA
 
 cdef class PanamaWorker
 
+@cython.final
 cdef class PanamaHost:
     cdef public Host host
     cdef public dict workers
@@ -22,6 +23,7 @@ cdef class PanamaHost:
     @cython.locals(pkt=Packet, w=PanamaWorker)
     cpdef receive(self, SimPacket spkt)
 
+@cython.final
 cdef class PanamaWorker:
     cdef public Engine engine
     cdef public Host host

@@ -36,6 +36,9 @@ _BITS_PS = 8_000_000_000_000  # bits * ps per second (8 * PS_PER_S)
 _NEVER = 1 << 62
 _CE = CE  # a C constant when compiled
 _TRACKED = FLAG_TRACKED  # a packet whose queueing is attributed (panama.sim.qahead)
+# True when this module runs as a compiled extension: lossless switch ports then keep
+# their release queue in a C ring buffer (ports.pxd) instead of a deque of tuples.
+_COMPILED = not __file__.endswith(".py")
 
 # Arrival handlers of a port (Port._mode), chosen by the kind of its peer.
 _GENERIC = 0
@@ -153,10 +156,14 @@ class Port(Event):
     def enable_release(self) -> None:
         """Keep ``release``, the ``(end_ps, size, in_idx)`` of every packet whose
         transmission has not ended, to free the owner's shared buffer then (lossless
-        switch ports; :class:`panama.sim.lossless.LosslessPort`)."""
+        switch ports; :class:`panama.sim.lossless.LosslessPort`). Compiled, the entries
+        are kept in a C ring buffer (``_rq``, ports.pxd) and ``release`` stays empty."""
         self.release = deque()
         self._rel_push = self.release.append
         self._rel_pop = self.release.popleft
+
+    def __dealloc__(self) -> None:  # compiled only (a no-op method when interpreted)
+        _rq_free(self)  # noqa: F821 - defined in ports.pxd
 
     def _select_delivery(self) -> None:
         """Pick the arrival handler specialised for the peer (called once the network is built)."""

@@ -44,9 +44,11 @@ def ecmp_index(h: int, switch_salt: int, n: int) -> int:
     """Index in ``range(n)`` chosen for flow hash ``h`` at a switch with ``switch_salt``.
 
     The one ECMP choice of the simulator (:mod:`panama.sim.ports`,
-    :mod:`panama.sim.lossless` and :mod:`panama.sim.nodes` call it). Compiled, the
-    product is taken in unsigned 64-bit arithmetic, which wraps as ``& MASK64`` does."""
-    x = (h ^ switch_salt) & MASK64
+    :mod:`panama.sim.lossless` and :mod:`panama.sim.nodes` call it). Compiled, ``h``
+    and ``switch_salt`` are unsigned 64-bit integers (as :func:`flow_hash` and the
+    network's salts are) and the product is taken in unsigned 64-bit arithmetic, which
+    wraps as ``& MASK64`` does."""
+    x = (h ^ switch_salt) & _M64
     return (((x * _G64) & _M64) >> 32) % n
 
 

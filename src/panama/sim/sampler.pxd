@@ -4,6 +4,9 @@ cimport cython
 from panama.sim.engine cimport Engine
 from panama.sim.ports cimport Port
 
+cdef bint _COMPILED
+
+@cython.final
 cdef class QueueSampler:
     cdef public Engine engine
     cdef public list ports
@@ -13,5 +16,6 @@ cdef class QueueSampler:
     cdef public bint _stopped
     cdef public object _cb
 
-    @cython.locals(now=cython.longlong, p=Port, col=list, b=cython.longlong)
+    @cython.locals(now=cython.longlong, p=Port, col=list, b=cython.longlong, ports=list, samples=list,
+                   i=cython.Py_ssize_t)
     cpdef _sample(self)
