@@ -43,6 +43,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "panama.sim.routing",
     "panama.sim.pswitch",
     "panama.sim.panama_host",
+    "panama.sim.qahead",
     "panama.core.packet",
     "panama.core.accelerator",
     "panama.core.transport",

@@ -11,8 +11,9 @@ serialisation time) and, on a paused lossless port, the held packets before it. 
 serialisation times on that port are summed per *kind of traffic ahead* and per port
 direction (``tor->host``, ``host->tor``, ...). The result is the queueing delay the
 packet meets, exactly, when the port is not paused; a PFC pause adds to it (reported
-apart as ``pfc_by_tier``). Every other packet pays one bit test per hop; the walk is plain
-Python in both the compiled and the interpreted simulator, so both give the same numbers.
+apart as ``pfc_by_tier``). Every other packet pays one bit test per hop. The module is
+compiled with the simulator (``qahead.pxd``: the walk reads the packets' and the port's
+fields in C) and gives the same numbers interpreted.
 
 Kinds of traffic ahead (:data:`KINDS`):
 
@@ -39,6 +40,7 @@ __all__ = ["KINDS", "QueueAhead", "short_flow_queueing"]
 KINDS = ("own", "short", "bulk", "ring", "panama", "other")
 _OWN, _SHORT, _BULK, _RING, _PANAMA, _OTHER = range(len(KINDS))
 _NK = len(KINDS)
+_KIND_ACK, _KIND_DATA, _KIND_PANAMA = KIND_ACK, KIND_DATA, KIND_PANAMA  # C constants when compiled
 
 
 class QueueAhead:
@@ -61,9 +63,9 @@ class QueueAhead:
 
     def _kind(self, q: Any, own: Any) -> int:
         k = q.kind
-        if k == KIND_PANAMA:
+        if k == _KIND_PANAMA:
             return _PANAMA
-        if k != KIND_DATA and k != KIND_ACK:
+        if k != _KIND_DATA and k != _KIND_ACK:
             return _OTHER
         d = q.deliver
         f = getattr(d, "__self__", None)
