@@ -3,7 +3,7 @@
 # are SlotState values as C integers; children bitmaps stay Python integers (any fan-out).
 cimport cython
 
-from panama.core.packet cimport Packet
+from panama.core.packet cimport Packet, _new_packet
 
 cdef long long _FREE, _AGGREGATING, _PARTIAL_SENT, _RESULT
 # Imported from panama.core.packet: C constants here.
@@ -109,15 +109,5 @@ cdef inline Packet _slot_packet(_Tree tree, _Slot slot, long long flags, long lo
                                 object payload):
     """``Packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap,
     ack, ecn, payload)`` with its fields set in C (no argument tuple, no integer objects)."""
-    cdef Packet p = Packet.__new__(Packet)
-    p.job_id = tree.job_id
-    p.tree_id = tree.tree_id
-    p.seq = slot.seq
-    p.generation = slot.generation
-    p.count = slot.count
-    p.flags = flags
-    p.cwnd_cap = cap
-    p.ack = ack
-    p.ecn = ecn
-    p.payload = payload
-    return p
+    return _new_packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, ack, ecn,
+                       payload)

@@ -4,7 +4,7 @@
 cimport cython
 
 from panama.core.cc cimport CongestionControl
-from panama.core.packet cimport Packet
+from panama.core.packet cimport Packet, _new_packet
 
 cdef long long _CE, _ECT0, _FLAG_ACK, _FLAG_ECE, _FLAG_RESULT, _FLAG_RETRANSMIT, _MAX_CWND_CAP
 cdef long long HEADER_BYTES  # imported from panama.core.codec: a C constant here
@@ -78,22 +78,3 @@ cdef class WorkerTransport:
 
     cpdef _ignore(self, str reason)
     cpdef _rtt_sample(self, object rtt)
-
-
-cdef inline Packet _new_packet(long long job_id, long long tree_id, long long seq, long long generation,
-                               long long count, long long flags, long long cap, long long ack, long long ecn,
-                               object payload):
-    """``Packet(job_id, tree_id, seq, generation, count, flags, cap, ack, ecn, payload)`` with
-    its fields set in C (no argument tuple, no integer objects)."""
-    cdef Packet p = Packet.__new__(Packet)
-    p.job_id = job_id
-    p.tree_id = tree_id
-    p.seq = seq
-    p.generation = generation
-    p.count = count
-    p.flags = flags
-    p.cwnd_cap = cap
-    p.ack = ack
-    p.ecn = ecn
-    p.payload = payload
-    return p
