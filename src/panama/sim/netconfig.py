@@ -28,7 +28,7 @@ class NetworkConfig:
       and its window, and the NIC queue in front of every other packet of that host,
       grow without bound.
     * ``lossless``: PFC on; ``switch_buffer_bytes`` is the shared buffer per switch
-      (default ``queue_limit_bytes x ports``); ``pfc_alpha`` the dynamic-threshold factor,
+      (default: the sum of ``queue_limit_for(rate)`` over its ports); ``pfc_alpha`` the dynamic-threshold factor,
       or ``pfc_static_threshold_bytes`` a fixed per-ingress threshold;
       ``pfc_headroom_factor`` x rate x delay + 2 MTU of headroom per ingress;
       ``pfc_resume_offset_bytes`` hysteresis (default 2 MTU).
