@@ -18,7 +18,9 @@ class NetworkConfig:
 
     * ``queue_limit_bytes``: drop-tail limit of each output queue in lossy mode
       (default 300 full packets). Host NIC queues are unlimited (the transport window
-      bounds them).
+      bounds them). With ``queue_limit_ref_bps`` set, the limit is for a port of that
+      rate and scales with each port's rate (``queue_limit_for``), like the ECN threshold;
+      the default shared buffer of a lossless switch is then the sum over its ports.
     * ``ecn``: mark ECN-capable packets; ``ecn_k_bytes`` overrides the per-port threshold
       that is otherwise ``ecn_k_packets_at_10g x mtu_bytes x rate / 10 Gbps``.
     * ``host_ecn``: host NIC queues mark at the same threshold (a CE-marking host
@@ -26,7 +28,7 @@ class NetworkConfig:
       and its window, and the NIC queue in front of every other packet of that host,
       grow without bound.
     * ``lossless``: PFC on; ``switch_buffer_bytes`` is the shared buffer per switch
-      (default ``queue_limit_bytes x ports``); ``pfc_alpha`` the dynamic-threshold factor,
+      (default: the sum of ``queue_limit_for(rate)`` over its ports); ``pfc_alpha`` the dynamic-threshold factor,
       or ``pfc_static_threshold_bytes`` a fixed per-ingress threshold;
       ``pfc_headroom_factor`` x rate x delay + 2 MTU of headroom per ingress;
       ``pfc_resume_offset_bytes`` hysteresis (default 2 MTU).
@@ -34,6 +36,7 @@ class NetworkConfig:
 
     mtu_bytes: int = 1500
     queue_limit_bytes: int = 300 * 1500
+    queue_limit_ref_bps: float | None = None
     ecn: bool = True
     ecn_k_packets_at_10g: float = 65.0
     ecn_k_bytes: int | None = None
@@ -56,6 +59,11 @@ class NetworkConfig:
             "must be an int in [64, 65536]",
         )
         check("queue_limit_bytes", self.queue_limit_bytes >= self.mtu_bytes, "must be at least one MTU")
+        check(
+            "queue_limit_ref_bps",
+            self.queue_limit_ref_bps is None or self.queue_limit_ref_bps > 0,
+            "must be > 0",
+        )
         check("ecn_k_packets_at_10g", self.ecn_k_packets_at_10g >= 0, "must be >= 0")
         check("ecn_k_bytes", self.ecn_k_bytes is None or self.ecn_k_bytes >= 0, "must be >= 0")
         check(
@@ -75,6 +83,14 @@ class NetworkConfig:
             self.pfc_resume_offset_bytes is None or self.pfc_resume_offset_bytes >= 0,
             "must be >= 0",
         )
+
+    def queue_limit_for(self, rate_bps: float) -> int:
+        """Drop-tail limit (and share of a lossless switch's default buffer) in bytes for
+        a port of ``rate_bps``: ``queue_limit_bytes``, scaled by ``rate / queue_limit_ref_bps``
+        when that is set."""
+        if self.queue_limit_ref_bps is None:
+            return self.queue_limit_bytes
+        return max(self.mtu_bytes, round(self.queue_limit_bytes * rate_bps / self.queue_limit_ref_bps))
 
     def ecn_k_for(self, rate_bps: float) -> int:
         """ECN marking threshold in bytes for a port of ``rate_bps``."""

@@ -183,7 +183,7 @@ class Network:
             if cfg.ecn and (on_switch or cfg.host_ecn):
                 p.k_ps = p.tx_time(cfg.ecn_k_for(p.rate_bps))
             if on_switch and not cfg.lossless:
-                p.limit_ps = p.tx_time(cfg.queue_limit_bytes)
+                p.limit_ps = p.tx_time(cfg.queue_limit_for(p.rate_bps))
 
         for h in self.hosts:
             if len(h.ports) == 1:
@@ -218,7 +218,11 @@ class Network:
             for sw in self.switches:
                 n = len(sw.ports)
                 sw.set_lossless(n)
-                sw.buffer_bytes = cfg.switch_buffer_bytes or cfg.queue_limit_bytes * max(n, 1)
+                sw.buffer_bytes = (
+                    cfg.switch_buffer_bytes
+                    or sum(cfg.queue_limit_for(p.rate_bps) for p in sw.ports)
+                    or cfg.queue_limit_bytes
+                )
                 headroom = sum(cfg.headroom_for(p.rate_bps, p.delay_ps) for p in sw.ports)
                 sw.pool_bytes = sw.buffer_bytes - headroom
                 if sw.pool_bytes < cfg.mtu_bytes * n:

@@ -119,6 +119,7 @@ def network_config(sc: Scenario) -> NetworkConfig:
         return NetworkConfig(
             mtu_bytes=n.mtu_bytes,
             queue_limit_bytes=n.queue_limit_bytes,
+            queue_limit_ref_bps=10e9 if n.queue_limit_scales_with_rate else None,
             ecn=n.ecn,
             ecn_k_packets_at_10g=n.ecn_k_packets,
             ecn_k_bytes=n.ecn_k_bytes,

@@ -55,9 +55,20 @@ class NetworkConfig(_Model):
     """Switch queues, ECN marking, PFC and host DCTCP (mapped onto panama.sim.network/dctcp)."""
 
     pfc: bool = Field(True, description="lossless fabric: PFC PAUSE with a shared buffer per switch")
-    queue_limit_bytes: int = Field(450_000, ge=1500, description="drop-tail limit per output queue when pfc=false")
+    queue_limit_bytes: int = Field(
+        450_000,
+        ge=1500,
+        description="drop-tail limit per output queue when pfc=false, for a 10 Gbps port (scaled by the port's rate "
+        "when queue_limit_scales_with_rate)",
+    )
+    queue_limit_scales_with_rate: bool = Field(
+        True,
+        description="queue limits (and the default PFC buffer) scale with link rate like the ECN threshold; false: "
+        "the same bytes at every rate, so at 100 Gbps the ECN threshold (650 packets) exceeds the buffer and PFC, "
+        "not ECN, controls the queues (docs/experiments.md, 100 Gb/s)",
+    )
     switch_buffer_bytes: int | None = Field(
-        None, ge=1500, description="shared buffer per switch when pfc=true; None = queue_limit_bytes x ports"
+        None, ge=1500, description="shared buffer per switch when pfc=true; None = the sum of its ports' queue limits"
     )
     pfc_alpha: float = Field(0.125, gt=0, le=64, description="dynamic PFC threshold: pause when ingress > alpha x free")
     pfc_headroom_factor: float = Field(3.0, ge=0, description="PFC headroom per ingress: factor x rate x delay + 2 MTU")
