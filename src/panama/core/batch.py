@@ -130,20 +130,7 @@ class BatchReceiver:
     def _apply(self, slot, entry: list) -> None:
         """Sum one slot's pending contributions into its row, in arrival order."""
         row = slot.row
-        if slot.count != self._pe:
-            row = row[: slot.count]
-        payloads = entry[3]
-        if entry[2]:
-            first = payloads[0]
-            if len(payloads) == 1:
-                _copyto(row, first)
-                return
-            _add(first, payloads[1], row)
-            rest = payloads[2:]
-        else:
-            rest = payloads
-        for p in rest:
-            _add(row, p, row)
+        self._apply_row(row if slot.count == self._pe else row[: slot.count], entry)
 
     def flush(self) -> None:
         """Apply every pending sum (see the class docstring)."""
@@ -169,6 +156,8 @@ class BatchReceiver:
 
     @staticmethod
     def _apply_row(row: np.ndarray, entry: list) -> None:
+        """Sum ``entry``'s pending payloads into ``row`` in arrival order (the first one is
+        copied when the slot's first contribution is pending)."""
         payloads = entry[3]
         if entry[2]:
             if len(payloads) == 1:
@@ -210,7 +199,7 @@ def receive_batch(
     """Feed ``packets[i]`` from ``sources[i]`` to ``acc`` in order with vectorised sums;
     return what each emitted (exactly ``[acc.receive(p, s) for p, s in ...]``).
 
-    With ``copy_payloads=False`` an emitted payload is a view of a slot row, valid while
+    With an accelerator built with ``copy_payloads=False`` an emitted payload is a view of a slot row, valid while
     the sequential path would leave it unchanged: pass ``emit(i, emitted)``, called right
     after packet ``i`` (before later packets of the batch), to serialise it in time.
     """
