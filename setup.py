@@ -6,6 +6,11 @@ extension modules that replace them at import time. Without a compiler, or with
 ``PANAMA_NO_EXTENSIONS=1`` at install time, the package installs as pure Python and this
 prints one line saying so. Editable installs build the extensions in place
 (``src/panama/.../*.so``, git-ignored).
+
+Apart from those, and optional on its own: ``panama.runtime._mmsg`` (a ``.pyx``, Linux
+only), the runtime's batched ``recvmmsg``/``sendmmsg`` I/O. Its failure to build leaves
+the other extensions in place; :mod:`panama.runtime.mmsg` then uses its pure-Python
+classes.
 """
 
 from __future__ import annotations
@@ -47,6 +52,15 @@ class OptionalBuildExt(build_ext):
         if not self.parallel:
             self.parallel = os.cpu_count() or 1
 
+    def build_extension(self, ext) -> None:
+        if ext.name not in OPTIONAL_MODULES:
+            super().build_extension(ext)
+            return
+        try:
+            super().build_extension(ext)
+        except Exception as e:  # e.g. a libc without recvmmsg: the runtime's Python I/O is used
+            _say(f"{ext.name} not built ({type(e).__name__}: {e}); the runtime uses its pure-Python I/O")
+
     def run(self) -> None:
         try:
             super().run()
@@ -54,9 +68,33 @@ class OptionalBuildExt(build_ext):
             _say(f"compiled fast path not built ({type(e).__name__}: {e}); installing the pure-Python simulator")
             # All or nothing: the compiled modules share extension types.
             for ext in self.extensions:
+                if ext.name in OPTIONAL_MODULES:
+                    continue
                 path = self.get_ext_fullpath(ext.name)
                 if os.path.exists(path):
                     os.remove(path)
+
+
+# Built apart from COMPILED_MODULES and optional one by one (see the docstring).
+OPTIONAL_MODULES = ("panama.runtime._mmsg",)
+
+
+def optional_modules() -> list:
+    """The runtime's compiled I/O helper (Linux: recvmmsg/sendmmsg), or nothing."""
+    if not sys.platform.startswith("linux"):
+        return []
+    from Cython.Build import cythonize
+    from setuptools import Extension
+
+    try:
+        return cythonize(
+            [Extension("panama.runtime._mmsg", [os.path.join("src", "panama", "runtime", "_mmsg.pyx")])],
+            compiler_directives=DIRECTIVES,
+            quiet=True,
+        )
+    except Exception as e:  # noqa: BLE001 - optional
+        _say(f"panama.runtime._mmsg not built (Cython: {type(e).__name__}: {e}); the runtime uses its pure-Python I/O")
+        return []
 
 
 def ext_modules() -> list:
@@ -73,10 +111,11 @@ def ext_modules() -> list:
 
     exts = [Extension(name, [src]) for name, src in zip(EXT["COMPILED_MODULES"], sources)]
     try:
-        return cythonize(exts, compiler_directives=DIRECTIVES, quiet=True)
+        built = cythonize(exts, compiler_directives=DIRECTIVES, quiet=True)
     except Exception as e:  # a Cython version that cannot translate these sources
         _say(f"compiled fast path not built (Cython: {type(e).__name__}: {e}); installing the pure-Python simulator")
-        return []
+        built = []
+    return built + optional_modules()
 
 
 setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})

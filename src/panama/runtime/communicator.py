@@ -42,11 +42,16 @@ from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.transport import TransportError, WorkerTransport
 from panama.core.units import s as seconds_to_ps
-from panama.runtime import offload
+from panama.runtime import mmsg, offload
 from panama.runtime.http import JOB_NAME_RE, JOB_NAME_RULE, HttpError, error_text, job_path, request_json, resolve_token
 from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, PacketSocket, format_addr, now_ps, parse_addr
 
 log = logging.getLogger("panama.communicator")
+
+# Plain path (one datagram per buffer): datagrams per receive call, and calls per drain
+# before the loop sends again (64 datagrams at most between sends, as the GRO path).
+RECV_BATCH = 8  # 8 x 64 KB buffers: the batch stays in the core's L2 until the transport reads it
+RECV_BATCH_ROUNDS = 8
 
 # Reasons a received datagram is ignored by the communicator itself (the transport
 # counts its own reasons in ``transport.stats['ignored']``).
@@ -155,6 +160,7 @@ class Communicator:
         self._recv_floats = codec.payload_view(self._recv_buf)  # decode slices payloads from it
         self._recv_f32 = np.frombuffer(self._recv_buf, dtype="<f4", count=len(self._recv_buf) // 4)
         self._recv_f32.flags.writeable = False  # segment k's payload: a slice from its offset
+        self._rx: mmsg.Receiver | None = None  # the plain path's batch receiver (made at first use)
         self.transport: WorkerTransport | None = None
         self.plan: dict[str, Any] | None = None
         self.first_hop: Address | None = None
@@ -333,13 +339,11 @@ class Communicator:
         raw.setblocking(True)
         leaf = self.first_hop
         view = self._recv_view
-        floats = self._recv_floats
         poller = select.poll()
         poller.register(raw, select.POLLIN)
         gro = self._gro
         cmsg_space = offload.RECV_CMSG_SPACE if gro else socket.CMSG_SPACE(4)
         f32 = self._recv_f32
-        dontwait = int(socket.MSG_DONTWAIT)  # plain int: enum flags are slow
         iov = [view]
         decode = codec.decode
         keys = self._keys
@@ -348,6 +352,7 @@ class Communicator:
         rng = self._rng
         deadline = time.monotonic() + self.timeout_s
         gso = self._gso
+        rx = None if gro else self._receiver()
         tr.start(now_ps(), flat, out=out)
         while not tr.done:
             now = now_ps()
@@ -362,57 +367,10 @@ class Communicator:
             if gso:
                 sock.flush()
             # Drain what has arrived; wait (bounded) only when nothing has.
-            got = 0
-            while True:
-                try:
-                    n, anc, flags, src = recv(iov, cmsg_space, dontwait)
-                except BlockingIOError:
-                    break
-                except ConnectionRefusedError:  # ICMP: nothing listens at the first hop
-                    self.refused += 1
-                    break
-                got += 1
-                if src != leaf:
-                    self.ignored[FOREIGN_SOURCE] = self.ignored.get(FOREIGN_SOURCE, 0) + 1
-                    continue
-                seg = 0
-                if gro:
-                    ecn, seg = offload.parse_cmsgs(anc) if anc else (0, 0)
-                else:
-                    ecn = anc[0][2][0] & 3 if anc and anc[0][2] else 0
-                if seg and seg < n:  # GRO: several results back to back, one codepoint
-                    self.gro_buffers += 1
-                    for off in range(0, n, seg):
-                        size = min(seg, n - off)
-                        try:
-                            pkt = decode(
-                                view[off : off + size],
-                                ecn,
-                                None if off & 3 else f32[(off + codec.HEADER_BYTES) >> 2 :],
-                                keys,
-                            )
-                        except codec.CodecError as exc:
-                            self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
-                            continue
-                        tr.receive(pkt, now_ps())
-                        if tr.done:
-                            break
-                    got += (n - 1) // seg
-                    if tr.done:
-                        break
-                    if got >= 64:
-                        break
-                    continue
-                try:
-                    pkt = decode(view[:n], ecn, floats, keys)
-                except codec.CodecError as exc:
-                    self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
-                    continue
-                tr.receive(pkt, now_ps())
-                if tr.done:
-                    break
-                if got >= 64:
-                    break
+            if rx is not None:
+                got = self._receive_batch(rx, tr, leaf, decode, keys)
+            else:
+                got = self._receive_gro(tr, leaf, recv, iov, cmsg_space, view, f32, decode, keys)
             if tr.done:
                 break
             now = now_ps()
@@ -447,6 +405,97 @@ class Communicator:
         if gso:
             sock.flush()
         return tr.result()
+
+    def _receiver(self) -> mmsg.Receiver:
+        """The batch receiver of the plain path (one datagram per buffer), made once."""
+        if self._rx is None:
+            bufs = [bytearray(offload.RECV_BUFFER_BYTES) for _ in range(RECV_BATCH)]
+            self._rx_views = [memoryview(b) for b in bufs]
+            self._rx_floats = [codec.payload_view(b) for b in bufs]
+            self._rx = mmsg.Receiver(self.sock.sock, bufs)
+        return self._rx
+
+    def _receive_batch(self, rx: mmsg.Receiver, tr: WorkerTransport, leaf: Address, decode, keys) -> int:
+        """Receive what has arrived (up to RECV_BATCH_ROUNDS batches) and feed it to the
+        transport; returns the datagrams received (0: nothing was waiting)."""
+        got = 0
+        views, floats = self._rx_views, self._rx_floats
+        sizes, ecns, sources = rx.sizes, rx.ecns, rx.sources
+        for _ in range(RECV_BATCH_ROUNDS):
+            try:
+                count = rx.recv(RECV_BATCH)
+            except ConnectionRefusedError:  # ICMP: nothing listens at the first hop
+                self.refused += 1
+                return got
+            if not count:
+                return got
+            got += count
+            for k in range(count):
+                if sources[k] != leaf:
+                    self.ignored[FOREIGN_SOURCE] = self.ignored.get(FOREIGN_SOURCE, 0) + 1
+                    continue
+                n = sizes[k]
+                try:
+                    # A cut datagram (-1) is short for the codec, as before.
+                    pkt = decode(views[k][: max(n, 0)], ecns[k], floats[k], keys)
+                except codec.CodecError as exc:
+                    self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
+                    continue
+                tr.receive(pkt, now_ps())
+                if tr.done:
+                    return got
+            if count < RECV_BATCH:
+                return got
+        return got
+
+    def _receive_gro(self, tr, leaf, recv, iov, cmsg_space, view, f32, decode, keys) -> int:
+        """The GRO path (smaller datagrams, coalesced): one recvmsg_into per buffer, cut
+        into datagrams; returns the datagrams received (0: nothing was waiting)."""
+        got = 0
+        dontwait = int(socket.MSG_DONTWAIT)  # plain int: enum flags are slow
+        while True:
+            try:
+                n, anc, flags, src = recv(iov, cmsg_space, dontwait)
+            except BlockingIOError:
+                break
+            except ConnectionRefusedError:  # ICMP: nothing listens at the first hop
+                self.refused += 1
+                break
+            got += 1
+            if src != leaf:
+                self.ignored[FOREIGN_SOURCE] = self.ignored.get(FOREIGN_SOURCE, 0) + 1
+                continue
+            ecn, seg = offload.parse_cmsgs(anc) if anc else (0, 0)
+            if seg and seg < n:  # several results back to back, one codepoint
+                self.gro_buffers += 1
+                for off in range(0, n, seg):
+                    size = min(seg, n - off)
+                    try:
+                        pkt = decode(
+                            view[off : off + size],
+                            ecn,
+                            None if off & 3 else f32[(off + codec.HEADER_BYTES) >> 2 :],
+                            keys,
+                        )
+                    except codec.CodecError as exc:
+                        self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
+                        continue
+                    tr.receive(pkt, now_ps())
+                    if tr.done:
+                        break
+                got += (n - 1) // seg
+                if tr.done or got >= 64:
+                    break
+                continue
+            try:
+                pkt = decode(view[:n], ecn, self._recv_floats, keys)
+            except codec.CodecError as exc:
+                self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
+                continue
+            tr.receive(pkt, now_ps())
+            if tr.done or got >= 64:
+                break
+        return got
 
     def _timeout_message(self, what: str) -> str:
         tr = self.transport
@@ -508,6 +557,7 @@ class Communicator:
             refused=self.refused,
             send_errors=self.sock.send_errors,
             offload={**self.sock.offload.as_dict(), "gso_sends": self.sock.gso_sends, "gro_buffers": self.gro_buffers},
+            io="gso/gro" if self._gro else mmsg.IMPLEMENTATION,
         )
         return base
 

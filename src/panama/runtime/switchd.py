@@ -67,7 +67,7 @@ from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
 from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
-from panama.runtime import offload
+from panama.runtime import mmsg, offload
 from panama.runtime.http import start_site
 from panama.runtime.process import main_from_file
 from panama.runtime.settings import SwitchConfig, SwitchProcess
@@ -176,18 +176,16 @@ class SwitchDaemon(SwitchHttp):
         bufs = [bytearray(codec.datagram_size(cfg.payload_elems) + 1) for _ in range(cfg.batch)]
         views = [memoryview(b) for b in bufs]
         floats = [codec.payload_view(b) for b in bufs]  # decode slices payloads from these
-        iovs = [[v] for v in views]  # recvmsg_into's buffer lists, made once
+        # One recvmmsg per batch where compiled (panama.runtime.mmsg), else one recvmsg_into
+        # per datagram: sizes (-1: cut), ECN codepoints and sources per buffer.
+        rx = mmsg.Receiver(raw, bufs)
+        sizes, ecns, sources = rx.sizes, rx.ecns, rx.sources
         poller = select.poll()
         poller.register(raw, select.POLLIN)
-        cmsg_space = socket.CMSG_SPACE(4)
-        # Plain ints: socket.MSG_* are enum.IntFlag members, whose '&' costs microseconds.
-        dontwait = int(socket.MSG_DONTWAIT)
-        msg_trunc = int(socket.MSG_TRUNC)
         decode = codec.decode
         CodecError = codec.CodecError
         acc = self.acc
-        send = sock.send
-        resend = sock.resend
+        send_all = sock.send_all
         drop_prob = cfg.drop_prob
         rng = self._rng
         datagram_bytes = codec.datagram_size(cfg.payload_elems)
@@ -198,34 +196,25 @@ class SwitchDaemon(SwitchHttp):
         truesize = _datagram_truesize(datagram_bytes)
         meminfo = truesize > 0  # SO_MEMINFO works here
         batch = cfg.batch
-        recv = raw.recvmsg_into
-        items: list[tuple[int, int, int, tuple]] = []
+        recv = rx.recv
+        batched_io = mmsg.BATCHED
         while not self._stop.is_set():
-            items.clear()
-            k = 0
-            behind = 0  # backlog behind the datagram being processed, in bytes (drained ones first)
-            while k < batch:
-                try:
-                    n, anc, flags, src = recv(iovs[k], cmsg_space, dontwait)
-                except BlockingIOError:
-                    break
-                except OSError as exc:  # pragma: no cover - e.g. socket closed at shutdown
-                    if self._stop.is_set():
-                        return
-                    log.warning("recv failed: %s", exc)
-                    break
-                # Only IP_TOS was asked for, so the one control message (if any) is it.
-                ecn = anc[0][2][0] & 3 if anc and anc[0][2] else 0
-                if flags & msg_trunc:
-                    n = -1
-                else:
-                    behind += n
-                items.append((k, n, ecn, src))
-                k += 1
-            if not k:
+            try:
+                count = recv(batch)
+            except OSError as exc:  # pragma: no cover - e.g. socket closed at shutdown
+                if self._stop.is_set():
+                    return
+                log.warning("recv failed: %s", exc)
+                count = 0
+            if not count:
                 poller.poll(200)  # ms; wakes up to check the stop flag
                 continue
-            count = k
+            # Backlog behind the datagram being processed, in bytes (drained ones first).
+            behind = 0
+            for k in range(count):
+                n = sizes[k]
+                if n > 0:
+                    behind += n
             queued = 0  # bytes still in the kernel's receive queue (only looked up after a full batch)
             if count == batch and meminfo:
                 try:
@@ -239,11 +228,12 @@ class SwitchDaemon(SwitchHttp):
             with self.lock:
                 self.batches += 1
                 self.rx_packets += count
-                self.rx_syscalls += count
+                self.rx_syscalls += 1 if batched_io else count
                 backlog_pkts = count - 1 + queued // datagram_bytes
                 if backlog_pkts > self.max_backlog_pkts:
                     self.max_backlog_pkts = backlog_pkts
-                for k, n, ecn, src in items:
+                for k in range(count):
+                    n = sizes[k]
                     if n < 0:
                         self.daemon_drops[DROP_OVERSIZE] += 1
                         continue
@@ -252,6 +242,7 @@ class SwitchDaemon(SwitchHttp):
                     if drop_prob and rng.random() < drop_prob:
                         self.daemon_drops[DROP_INJECTED] += 1
                         continue
+                    ecn = ecns[k]
                     try:
                         packet = decode(views[k][:n], ecn, floats[k], keys)
                     except CodecError as exc:
@@ -262,7 +253,7 @@ class SwitchDaemon(SwitchHttp):
                         self.ce_received += 1
                     if pflags & FLAG_RETRANSMIT and not pflags & FLAG_RESULT:
                         self.retransmits_received += 1
-                    out = acc.receive(packet, src)
+                    out = acc.receive(packet, sources[k])
                     if not out:
                         continue
                     # The accelerator sets every emitted packet's codepoint (CE relayed
@@ -273,14 +264,11 @@ class SwitchDaemon(SwitchHttp):
                         if congested and tos != CE:
                             tos = CE
                             self.ce_marked += len(destinations)
-                        # One packet to several children: encode once, send copies
-                        # (software multicast).
-                        first = True
-                        for to in destinations:
-                            sent = send(pkt, to, tos) if first else resend(to, tos)
-                            first = False
-                            if not sent:
-                                self.daemon_drops[DROP_SEND_ERROR] += 1
+                        # One packet to several children: encoded once, sent to each
+                        # (software multicast; one sendmmsg where compiled).
+                        failed = send_all(pkt, destinations, tos)
+                        if failed:
+                            self.daemon_drops[DROP_SEND_ERROR] += failed
                 self.rx_bytes += rx_bytes
 
     # ------------------------------------------------------------------ control plane
@@ -383,6 +371,7 @@ class SwitchDaemon(SwitchHttp):
                 "gso_sends": self.sock.gso_sends,
                 "gso_datagrams": self.sock.gso_datagrams,
                 "offload": {**self.sock.offload.as_dict(), "batched_loop": self.batched},
+                "io": "gso/gro" if self.batched else mmsg.IMPLEMENTATION,
                 "drops": dict(drops),
                 "malformed": dict(self.malformed),
                 "send_errors": self.sock.send_errors,

@@ -22,13 +22,14 @@ import errno
 import os
 import socket
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
 from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.packet import ECT0, Packet
+from panama.runtime import mmsg
 from panama.runtime import offload as offload_mod
 
 # Socket buffers: the receive queue plays the role of the switch buffer that PFC keeps
@@ -162,6 +163,7 @@ class PacketSocket:
         self._pending: list[_Stage] = []
         self._batch_bytes = offload_mod.MAX_BATCH_BYTES
         self._batch_max = offload_mod.MAX_SEGMENTS
+        self._sender = mmsg.Sender(sock)
 
     # ------------------------------------------------------------------ sending
     def send(self, packet: Packet, to: Hashable, ecn: int | None = None) -> int:
@@ -179,6 +181,34 @@ class PacketSocket:
         self._iov = [self._header, packet.payload, trailer] if packet.count else [self._header, trailer]
         self._last = n
         return self._sendmsg(n, to, packet.ecn if ecn is None else ecn)
+
+    def send_all(self, packet: Packet, destinations: Sequence[Hashable], tos: int) -> int:
+        """Send ``packet`` to every destination in order with IP codepoint ``tos``; returns how many failed.
+
+        Encoded once (header only, as :meth:`send`), then one :class:`~.mmsg.Sender` call
+        (one ``sendmmsg`` where compiled: software multicast without a system call per
+        copy). Counters as :meth:`send`: ``sent_packets``/``sent_bytes`` per datagram that
+        left, each refused destination counted in ``send_errors`` by destination and
+        reason. :meth:`resend` afterwards sends the same datagram again.
+        """
+        n = codec.encode_header_into(self._out, packet)
+        trailer = self.trailer if self.trailers is None else self.trailers.get(packet.job_id, _NO_KEY)
+        self._iov = iov = [self._header, packet.payload, trailer] if packet.count else [self._header, trailer]
+        self._last = n
+        peer = self._peer
+        if peer is not None and peer in destinations:
+            dests = [None if to == peer else to for to in destinations]
+        else:
+            dests = destinations
+        failed = self._sender.send(iov, dests, tos, ECT0)
+        sent = len(destinations)
+        if failed:
+            for j, exc in failed:
+                self._count_send_error(exc, destinations[j])
+            sent -= len(failed)
+        self.sent_packets += sent
+        self.sent_bytes += n * sent
+        return len(failed) if failed else 0
 
     def enable_offload(self, *, gro: bool = False) -> offload_mod.Offload:
         """Probe (and with ``gro``, enable) UDP offload on this socket now; see :mod:`.offload`."""

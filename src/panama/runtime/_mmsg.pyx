@@ -1,0 +1,365 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""Compiled batched datagram I/O (Linux ``recvmmsg`` / ``sendmmsg``) for the runtime's hot loops.
+
+Optional: :mod:`panama.runtime.mmsg` imports this module when it was built (``setup.py``,
+Linux only) and ``PANAMA_NO_EXTENSIONS`` is not set, and otherwise uses its pure-Python
+classes with the same contract (one ``recvmsg_into`` / ``sendmsg`` per datagram). The
+contract of every method is written there; this file only restates what differs in how.
+
+No protocol here: datagrams are moved as bytes, their sizes, IP ECN codepoints and
+source addresses reported, nothing is parsed.
+"""
+
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyObject_GetBuffer, PyBuffer_Release
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from libc.errno cimport EAGAIN, EINTR, errno
+from libc.string cimport memset
+
+import socket as _socket
+
+
+cdef extern from "<sys/socket.h>" nogil:
+    ctypedef unsigned int socklen_t
+    ctypedef unsigned short sa_family_t
+
+    struct sockaddr:
+        sa_family_t sa_family
+
+    struct iovec:
+        void *iov_base
+        size_t iov_len
+
+    struct msghdr:
+        void *msg_name
+        socklen_t msg_namelen
+        iovec *msg_iov
+        size_t msg_iovlen
+        void *msg_control
+        size_t msg_controllen
+        int msg_flags
+
+    struct mmsghdr:
+        msghdr msg_hdr
+        unsigned int msg_len
+
+    struct cmsghdr:
+        size_t cmsg_len
+        int cmsg_level
+        int cmsg_type
+
+    int recvmmsg(int fd, mmsghdr *msgvec, unsigned int vlen, int flags, void *timeout)
+    int sendmmsg(int fd, mmsghdr *msgvec, unsigned int vlen, int flags)
+    cmsghdr *CMSG_FIRSTHDR(msghdr *msg)
+    cmsghdr *CMSG_NXTHDR(msghdr *msg, cmsghdr *cmsg)
+    unsigned char *CMSG_DATA(cmsghdr *cmsg)
+    size_t CMSG_SPACE(size_t length)
+    size_t CMSG_LEN(size_t length)
+    int AF_INET
+    int MSG_DONTWAIT
+    int MSG_TRUNC
+
+
+cdef extern from "<netinet/in.h>" nogil:
+    struct in_addr:
+        unsigned int s_addr
+
+    struct sockaddr_in:
+        sa_family_t sin_family
+        unsigned short sin_port
+        in_addr sin_addr
+
+    int IPPROTO_IP
+    int IP_TOS
+    unsigned short ntohs(unsigned short)
+    unsigned short htons(unsigned short)
+    unsigned int ntohl(unsigned int)
+
+
+cdef extern from "<arpa/inet.h>" nogil:
+    int inet_pton(int af, const char *src, void *dst)
+
+
+DEF CMSG_BYTES = 64  # room for IP_TOS (and anything else the kernel adds) per datagram
+DEF MAX_DESTS = 64  # destinations of one multicast send (a tree node's children)
+DEF SOURCE_CACHE_MAX = 4096  # distinct source addresses remembered (forged ones cannot grow it)
+
+IMPLEMENTATION = "recvmmsg/sendmmsg"
+
+
+cdef class Receiver:
+    """``recv(max_count)``: up to ``max_count`` datagrams with one ``recvmmsg``."""
+
+    cdef int fd
+    cdef int count
+    cdef int want_sources
+    cdef Py_buffer *bufs
+    cdef mmsghdr *msgs
+    cdef iovec *iovs
+    cdef sockaddr_in *names
+    cdef unsigned char *control
+    cdef dict _source_cache
+    cdef object _sock
+    cdef object _buffers
+    cdef public list sizes
+    cdef public list ecns
+    cdef public list sources
+
+    def __cinit__(self, sock, buffers, bint sources=True):
+        self.count = 0
+        self.bufs = NULL
+        self.msgs = NULL
+        self.iovs = NULL
+        self.names = NULL
+        self.control = NULL
+        cdef int n = len(buffers)
+        if n < 1:
+            raise ValueError("buffers: at least one buffer")
+        self.fd = sock.fileno()
+        self._sock = sock
+        self._buffers = list(buffers)
+        self.want_sources = sources
+        self.bufs = <Py_buffer *> PyMem_Calloc(n, sizeof(Py_buffer))
+        self.msgs = <mmsghdr *> PyMem_Calloc(n, sizeof(mmsghdr))
+        self.iovs = <iovec *> PyMem_Calloc(n, sizeof(iovec))
+        self.names = <sockaddr_in *> PyMem_Calloc(n, sizeof(sockaddr_in))
+        self.control = <unsigned char *> PyMem_Calloc(n, CMSG_BYTES)
+        if not (self.bufs and self.msgs and self.iovs and self.names and self.control):
+            raise MemoryError()
+        cdef int k
+        for k in range(n):
+            PyObject_GetBuffer(self._buffers[k], &self.bufs[k], PyBUF_SIMPLE | PyBUF_WRITABLE)
+            self.count = k + 1
+            self.iovs[k].iov_base = self.bufs[k].buf
+            self.iovs[k].iov_len = <size_t> self.bufs[k].len
+        self.sizes = [0] * n
+        self.ecns = [0] * n
+        self.sources = [None] * n
+        self._source_cache = {}
+
+    def __dealloc__(self):
+        cdef int k
+        if self.bufs != NULL:
+            for k in range(self.count):
+                PyBuffer_Release(&self.bufs[k])
+        PyMem_Free(self.bufs)
+        PyMem_Free(self.msgs)
+        PyMem_Free(self.iovs)
+        PyMem_Free(self.names)
+        PyMem_Free(self.control)
+
+    @property
+    def capacity(self):
+        return self.count
+
+    cdef object _source(self, sockaddr_in *name, socklen_t namelen):
+        if namelen < sizeof(sockaddr_in) or name.sin_family != AF_INET:
+            return None
+        cdef unsigned int ip = ntohl(name.sin_addr.s_addr)
+        cdef unsigned int port = ntohs(name.sin_port)
+        key = (<unsigned long long> ip << 16) | port
+        src = self._source_cache.get(key)
+        if src is None:
+            host = f"{ip >> 24}.{(ip >> 16) & 255}.{(ip >> 8) & 255}.{ip & 255}"
+            src = (host, <int> port)
+            if len(self._source_cache) >= SOURCE_CACHE_MAX:
+                self._source_cache.clear()
+            self._source_cache[key] = src
+        return src
+
+    def recv(self, int max_count):
+        """See :meth:`panama.runtime.mmsg.PyReceiver.recv`."""
+        cdef int n = max_count if max_count < self.count else self.count
+        cdef int k, got, err
+        cdef msghdr *h
+        cdef cmsghdr *c
+        cdef int ecn
+        if n < 1:
+            return 0
+        for k in range(n):
+            h = &self.msgs[k].msg_hdr
+            h.msg_name = &self.names[k]
+            h.msg_namelen = sizeof(sockaddr_in)
+            h.msg_iov = &self.iovs[k]
+            h.msg_iovlen = 1
+            h.msg_control = self.control + k * CMSG_BYTES
+            h.msg_controllen = CMSG_BYTES
+            h.msg_flags = 0
+        while True:
+            with nogil:
+                got = recvmmsg(self.fd, self.msgs, n, MSG_DONTWAIT, NULL)
+                err = errno
+            if got >= 0 or err != EINTR:
+                break
+        if got < 0:
+            if err == EAGAIN:  # EWOULDBLOCK on Linux
+                return 0
+            raise OSError(err, _strerror(err))
+        sizes = self.sizes
+        ecns = self.ecns
+        sources = self.sources
+        for k in range(got):
+            h = &self.msgs[k].msg_hdr
+            ecn = 0
+            c = CMSG_FIRSTHDR(h)
+            while c != NULL:
+                if c.cmsg_level == IPPROTO_IP and c.cmsg_type == IP_TOS and c.cmsg_len > CMSG_LEN(0):
+                    ecn = CMSG_DATA(c)[0] & 3
+                    break
+                c = CMSG_NXTHDR(h, c)
+            ecns[k] = ecn
+            sizes[k] = -1 if h.msg_flags & MSG_TRUNC else <int> self.msgs[k].msg_len
+            if self.want_sources:
+                sources[k] = self._source(&self.names[k], h.msg_namelen)
+        return got
+
+
+cdef class Sender:
+    """``send(parts, destinations, tos)``: one datagram to several destinations with one ``sendmmsg``."""
+
+    cdef int fd
+    cdef object _sock
+    cdef dict _names
+    cdef mmsghdr msgs[MAX_DESTS]
+    cdef sockaddr_in addrs[MAX_DESTS]
+    cdef iovec iov[3]
+    cdef unsigned char control[CMSG_BYTES]
+
+    def __cinit__(self, sock):
+        self.fd = sock.fileno()
+        self._sock = sock
+        self._names = {}
+        memset(self.msgs, 0, sizeof(self.msgs))
+        memset(self.control, 0, CMSG_BYTES)
+
+    cdef int _addr(self, object to, sockaddr_in *out) except -1:
+        """Fill ``out`` for ``to`` = (dotted IPv4, port); 0 when ``to`` is not one (the caller
+        sends that destination with Python's ``sendmsg``, which resolves names)."""
+        cached = self._names.get(to)
+        if cached is None:
+            cached = _sockaddr(to)
+            if len(self._names) >= SOURCE_CACHE_MAX:
+                self._names.clear()
+            self._names[to] = cached
+        if cached is False:
+            return 0
+        cdef const unsigned char[:] raw = cached
+        memset(out, 0, sizeof(sockaddr_in))
+        out.sin_family = AF_INET
+        out.sin_port = htons(<unsigned short> ((raw[0] << 8) | raw[1]))
+        (<unsigned char *> &out.sin_addr)[0] = raw[2]
+        (<unsigned char *> &out.sin_addr)[1] = raw[3]
+        (<unsigned char *> &out.sin_addr)[2] = raw[4]
+        (<unsigned char *> &out.sin_addr)[3] = raw[5]
+        return 1
+
+    def send(self, parts, destinations, int tos, int default_tos):
+        """See :meth:`panama.runtime.mmsg.PySender.send`."""
+        cdef Py_buffer views[3]
+        cdef int nparts = len(parts)
+        cdef int ndest = len(destinations)
+        cdef int k, j, r, err, held = 0
+        cdef int todo[MAX_DESTS]
+        cdef int m = 0
+        cdef msghdr *h
+        cdef cmsghdr *c
+        cdef int start
+        if nparts < 1 or nparts > 3:
+            raise ValueError("parts: one to three buffers")
+        if ndest > MAX_DESTS:
+            raise ValueError(f"destinations: at most {MAX_DESTS}")
+        failed = None
+        slow = None
+        try:
+            for k in range(nparts):
+                PyObject_GetBuffer(parts[k], &views[k], PyBUF_SIMPLE)
+                held = k + 1
+                self.iov[k].iov_base = views[k].buf
+                self.iov[k].iov_len = <size_t> views[k].len
+            for j in range(ndest):
+                to = destinations[j]
+                h = &self.msgs[m].msg_hdr
+                if to is None:
+                    h.msg_name = NULL
+                    h.msg_namelen = 0
+                elif self._addr(to, &self.addrs[m]):
+                    h.msg_name = &self.addrs[m]
+                    h.msg_namelen = sizeof(sockaddr_in)
+                else:
+                    if slow is None:
+                        slow = []
+                    slow.append(j)
+                    continue
+                h.msg_iov = self.iov
+                h.msg_iovlen = nparts
+                if tos != default_tos:
+                    h.msg_control = self.control
+                    h.msg_controllen = CMSG_SPACE(sizeof(int))
+                else:
+                    h.msg_control = NULL
+                    h.msg_controllen = 0
+                h.msg_flags = 0
+                todo[m] = j
+                m += 1
+            if tos != default_tos:
+                memset(self.control, 0, CMSG_BYTES)
+                c = <cmsghdr *> self.control
+                c.cmsg_level = IPPROTO_IP
+                c.cmsg_type = IP_TOS
+                c.cmsg_len = CMSG_LEN(sizeof(int))
+                (<int *> CMSG_DATA(c))[0] = tos
+            start = 0
+            while start < m:
+                with nogil:
+                    r = sendmmsg(self.fd, &self.msgs[start], m - start, 0)
+                    err = errno
+                if r > 0:
+                    start += r
+                    continue
+                if r < 0 and err == EINTR:
+                    continue
+                if failed is None:
+                    failed = []
+                if r == 0:
+                    err = EAGAIN
+                failed.append((todo[start], OSError(err, _strerror(err))))
+                start += 1
+        finally:
+            for k in range(held):
+                PyBuffer_Release(&views[k])
+        if slow is not None:
+            sendmsg = self._sock.sendmsg
+            anc = () if tos == default_tos else [(_socket.IPPROTO_IP, _socket.IP_TOS, bytes((tos,)))]
+            for j in slow:
+                try:
+                    sendmsg(parts, anc, 0, destinations[j])
+                except (OSError, TypeError, ValueError, OverflowError) as exc:
+                    if failed is None:
+                        failed = []
+                    failed.append((j, exc))
+            if failed is not None:
+                failed.sort(key=_first)
+        return failed
+
+
+def _first(item):
+    return item[0]
+
+
+def _sockaddr(to):
+    """6 bytes (port, IPv4 address, network order) for ``(dotted, port)``; False otherwise."""
+    cdef unsigned char addr[4]
+    if not isinstance(to, tuple) or len(to) != 2:
+        return False
+    host, port = to
+    if not isinstance(host, str) or not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        return False
+    encoded = host.encode("ascii", "replace")
+    if inet_pton(AF_INET, encoded, addr) != 1:
+        return False
+    return bytes([(port >> 8) & 255, port & 255, addr[0], addr[1], addr[2], addr[3]])
+
+
+def _strerror(int err):
+    import os
+
+    return os.strerror(err)

@@ -1,0 +1,149 @@
+"""Batched datagram I/O for the runtime's plain (one datagram per buffer) hot loops.
+
+Two implementations of one contract, chosen once at import:
+
+* :mod:`panama.runtime._mmsg`, compiled by ``setup.py`` on Linux: one ``recvmmsg``
+  receives a whole batch, one ``sendmmsg`` sends one datagram to all of a node's
+  children (software multicast), no Python call and no user-level copy per datagram;
+* :class:`PyReceiver` / :class:`PySender` here: the same results with one
+  ``recvmsg_into`` / ``sendmsg`` per datagram (no compiler, another OS, or
+  ``PANAMA_NO_EXTENSIONS`` set).
+
+:data:`IMPLEMENTATION` names the one in use (``"recvmmsg/sendmmsg"`` or ``"python"``); the
+daemon's ``/stats`` and the communicator's ``stats()`` report it as ``io``. The compiled
+module is not in :data:`panama._ext.COMPILED_MODULES` (it has no ``.py`` twin to fall
+back to: this module is the fallback), so ``panama._ext.compiled()`` does not cover it.
+
+Contract (both):
+
+``Receiver(sock, buffers, sources=True)``
+    ``recv(max_count)`` receives up to ``min(max_count, len(buffers))`` datagrams without
+    blocking, datagram ``k`` into ``buffers[k]``, and returns how many (0: none waiting).
+    For each, ``sizes[k]`` is its length in bytes (-1 when it did not fit its buffer and
+    was cut), ``ecns[k]`` the ECN bits of its IP TOS byte (0 without an ``IP_TOS``
+    control message: the socket must ask for ``IP_RECVTOS``), ``sources[k]`` its source
+    ``(dotted IPv4, port)`` (None for other families; not filled with ``sources=False``).
+    A receive error (e.g. ``ConnectionRefusedError`` from an ICMP error on a connected
+    socket) raises ``OSError`` when no datagram was received first; after some datagrams
+    it is kept by the kernel (compiled) or here (Python) and raised by the next ``recv``.
+``Sender(sock)``
+    ``send(parts, destinations, tos, default_tos)`` sends one datagram, the
+    concatenation of the 1-3 buffers ``parts`` (no copy), to every destination in order
+    (``None``: the socket's connected peer), with IP TOS ``tos`` as a control message
+    when it differs from the socket's ``default_tos``. Returns None when every
+    destination took it, else a list of ``(index into destinations, exception)`` for the
+    destinations the kernel refused, in order; a refused destination never stops the
+    others.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Sequence
+
+from panama import _ext
+
+_IP_TOS_LEVEL = int(socket.IPPROTO_IP)
+_IP_TOS = int(socket.IP_TOS)
+_MSG_TRUNC = int(socket.MSG_TRUNC)
+_DONTWAIT = int(socket.MSG_DONTWAIT)
+_CMSG_SPACE = socket.CMSG_SPACE(4) * 2
+_SEND_ERRORS = (OSError, TypeError, ValueError, OverflowError)
+
+
+class PyReceiver:
+    """The pure-Python :class:`Receiver`: one ``recvmsg_into`` per datagram."""
+
+    def __init__(self, sock: socket.socket, buffers: Sequence, sources: bool = True):
+        if not buffers:
+            raise ValueError("buffers: at least one buffer")
+        self._recv = sock.recvmsg_into
+        self._iovs = [[memoryview(b)] for b in buffers]
+        self.capacity = len(buffers)
+        self.sizes = [0] * self.capacity
+        self.ecns = [0] * self.capacity
+        self.sources: list = [None] * self.capacity
+        self._want_sources = sources
+        self._pending: OSError | None = None
+
+    def recv(self, max_count: int) -> int:
+        if self._pending is not None:
+            exc, self._pending = self._pending, None
+            raise exc
+        recv = self._recv
+        iovs = self._iovs
+        sizes, ecns, sources = self.sizes, self.ecns, self.sources
+        want_sources = self._want_sources
+        count = min(max_count, self.capacity)
+        k = 0
+        while k < count:
+            try:
+                n, anc, flags, src = recv(iovs[k], _CMSG_SPACE, _DONTWAIT)
+            except BlockingIOError:
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries these
+                continue
+            except OSError as exc:
+                if not k:
+                    raise
+                self._pending = exc
+                break
+            ecn = 0
+            for level, kind, data in anc:
+                if level == _IP_TOS_LEVEL and kind == _IP_TOS and data:
+                    ecn = data[0] & 3
+                    break
+            ecns[k] = ecn
+            sizes[k] = -1 if flags & _MSG_TRUNC else n
+            if want_sources:
+                sources[k] = src if isinstance(src, tuple) and len(src) == 2 else None
+            k += 1
+        return k
+
+
+class PySender:
+    """The pure-Python :class:`Sender`: one ``sendmsg`` per destination."""
+
+    def __init__(self, sock: socket.socket):
+        self._sendmsg = sock.sendmsg
+
+    def send(self, parts: Sequence, destinations: Sequence, tos: int, default_tos: int) -> list | None:
+        sendmsg = self._sendmsg
+        anc = () if tos == default_tos else [(_IP_TOS_LEVEL, _IP_TOS, bytes((tos,)))]
+        failed = None
+        for j, to in enumerate(destinations):
+            try:
+                if to is None:
+                    sendmsg(parts, anc)
+                else:
+                    sendmsg(parts, anc, 0, to)
+            except _SEND_ERRORS as exc:
+                if failed is None:
+                    failed = []
+                failed.append((j, exc))
+        return failed
+
+
+def _compiled():
+    if _ext.no_extensions():
+        return None
+    try:
+        from panama.runtime import _mmsg
+    except ImportError:
+        return None
+    return _mmsg
+
+
+_MOD = _compiled()
+if _MOD is not None:
+    Receiver = _MOD.Receiver
+    Sender = _MOD.Sender
+    IMPLEMENTATION: str = _MOD.IMPLEMENTATION
+else:
+    Receiver = PyReceiver
+    Sender = PySender
+    IMPLEMENTATION = "python"
+# One system call per Receiver.recv (compiled) or one per datagram (Python).
+BATCHED = _MOD is not None
+
+__all__ = ["BATCHED", "IMPLEMENTATION", "PyReceiver", "PySender", "Receiver", "Sender"]
