@@ -81,6 +81,8 @@ cdef extern from "<arpa/inet.h>" nogil:
 
 DEF CMSG_BYTES = 64  # room for IP_TOS (and anything else the kernel adds) per datagram
 DEF MAX_DESTS = 64  # destinations of one multicast send (a tree node's children)
+DEF MAX_MSGS = 64  # datagrams of one send_each call
+DEF MAX_PARTS = 3  # buffers gathered into one datagram
 DEF SOURCE_CACHE_MAX = 4096  # distinct source addresses remembered (forged ones cannot grow it)
 
 IMPLEMENTATION = "recvmmsg/sendmmsg"
@@ -223,6 +225,9 @@ cdef class Sender:
     cdef sockaddr_in addrs[MAX_DESTS]
     cdef iovec iov[3]
     cdef unsigned char control[CMSG_BYTES]
+    cdef Py_buffer held[MAX_MSGS * MAX_PARTS]
+    cdef iovec iovs[MAX_MSGS * MAX_PARTS]
+    cdef unsigned char controls[MAX_MSGS * CMSG_BYTES]
 
     def __cinit__(self, sock):
         self.fd = sock.fileno()
@@ -230,6 +235,7 @@ cdef class Sender:
         self._names = {}
         memset(self.msgs, 0, sizeof(self.msgs))
         memset(self.control, 0, CMSG_BYTES)
+        memset(self.controls, 0, sizeof(self.controls))
 
     cdef int _addr(self, object to, sockaddr_in *out) except -1:
         """Fill ``out`` for ``to`` = (dotted IPv4, port); 0 when ``to`` is not one (the caller
@@ -339,6 +345,93 @@ cdef class Sender:
             if failed is not None:
                 failed.sort(key=_first)
         return failed
+
+
+    def send_each(self, messages, to, toses, int default_tos):
+        """See :meth:`panama.runtime.mmsg.PySender.send_each`."""
+        cdef int nmsg = len(messages)
+        cdef int k, j, p, nparts, r, err, start
+        cdef int held = 0
+        cdef int tos
+        cdef msghdr *h
+        cdef cmsghdr *c
+        cdef sockaddr_in addr
+        cdef void *name = NULL
+        cdef socklen_t namelen = 0
+        if nmsg > MAX_MSGS:
+            raise ValueError(f"messages: at most {MAX_MSGS}")
+        if len(toses) != nmsg:
+            raise ValueError("toses: one per message")
+        if to is not None:
+            if not self._addr(to, &addr):
+                return _send_each_slowly(self._sock.sendmsg, messages, to, toses, default_tos)
+            name = &addr
+            namelen = sizeof(sockaddr_in)
+        failed = None
+        try:
+            for k in range(nmsg):
+                parts = messages[k]
+                nparts = len(parts)
+                if nparts < 1 or nparts > MAX_PARTS:
+                    raise ValueError("messages: one to three buffers each")
+                h = &self.msgs[k].msg_hdr
+                h.msg_name = name
+                h.msg_namelen = namelen
+                h.msg_iov = &self.iovs[k * MAX_PARTS]
+                h.msg_iovlen = nparts
+                h.msg_flags = 0
+                for p in range(nparts):
+                    PyObject_GetBuffer(parts[p], &self.held[held], PyBUF_SIMPLE)
+                    self.iovs[k * MAX_PARTS + p].iov_base = self.held[held].buf
+                    self.iovs[k * MAX_PARTS + p].iov_len = <size_t> self.held[held].len
+                    held += 1
+                tos = toses[k]
+                if tos != default_tos:
+                    c = <cmsghdr *> (self.controls + k * CMSG_BYTES)
+                    c.cmsg_level = IPPROTO_IP
+                    c.cmsg_type = IP_TOS
+                    c.cmsg_len = CMSG_LEN(sizeof(int))
+                    (<int *> CMSG_DATA(c))[0] = tos
+                    h.msg_control = c
+                    h.msg_controllen = CMSG_SPACE(sizeof(int))
+                else:
+                    h.msg_control = NULL
+                    h.msg_controllen = 0
+            start = 0
+            while start < nmsg:
+                with nogil:
+                    r = sendmmsg(self.fd, &self.msgs[start], nmsg - start, 0)
+                    err = errno
+                if r > 0:
+                    start += r
+                    continue
+                if r < 0 and err == EINTR:
+                    continue
+                if failed is None:
+                    failed = []
+                if r == 0:
+                    err = EAGAIN
+                failed.append((start, OSError(err, _strerror(err))))
+                start += 1
+        finally:
+            for j in range(held):
+                PyBuffer_Release(&self.held[j])
+        return failed
+
+
+def _send_each_slowly(sendmsg, messages, to, toses, default_tos):
+    """send_each to a destination that is not a dotted IPv4 address: Python's sendmsg resolves it."""
+    failed = None
+    for k, parts in enumerate(messages):
+        tos = toses[k]
+        anc = () if tos == default_tos else [(_socket.IPPROTO_IP, _socket.IP_TOS, bytes((tos,)))]
+        try:
+            sendmsg(parts, anc, 0, to)
+        except (OSError, TypeError, ValueError, OverflowError) as exc:
+            if failed is None:
+                failed = []
+            failed.append((k, exc))
+    return failed
 
 
 def _first(item):

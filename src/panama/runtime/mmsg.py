@@ -34,6 +34,13 @@ Contract (both):
     destination took it, else a list of ``(index into destinations, exception)`` for the
     destinations the kernel refused, in order; a refused destination never stops the
     others.
+
+    ``send_each(messages, to, toses, default_tos)`` sends each message (a list of 1-3
+    buffers, gathered into one datagram without a copy; at most :data:`MAX_MESSAGES`)
+    to ``to`` (None: the connected peer), in order, message ``k`` with IP TOS
+    ``toses[k]`` (a control message when it differs from ``default_tos``). Returns None,
+    or ``(index into messages, exception)`` for each message the kernel refused, in
+    order; a refused message never stops the ones after it.
 """
 
 from __future__ import annotations
@@ -49,6 +56,8 @@ _MSG_TRUNC = int(socket.MSG_TRUNC)
 _DONTWAIT = int(socket.MSG_DONTWAIT)
 _CMSG_SPACE = socket.CMSG_SPACE(4) * 2
 _SEND_ERRORS = (OSError, TypeError, ValueError, OverflowError)
+# Messages of one Sender.send_each call (the compiled module's MAX_MSGS).
+MAX_MESSAGES = 64
 
 
 class PyReceiver:
@@ -123,6 +132,27 @@ class PySender:
                 failed.append((j, exc))
         return failed
 
+    def send_each(self, messages: Sequence, to, toses: Sequence[int], default_tos: int) -> list | None:
+        if len(messages) > MAX_MESSAGES:
+            raise ValueError(f"messages: at most {MAX_MESSAGES}")
+        if len(toses) != len(messages):
+            raise ValueError("toses: one per message")
+        sendmsg = self._sendmsg
+        failed = None
+        for k, parts in enumerate(messages):
+            tos = toses[k]
+            anc = () if tos == default_tos else [(_IP_TOS_LEVEL, _IP_TOS, bytes((tos,)))]
+            try:
+                if to is None:
+                    sendmsg(parts, anc)
+                else:
+                    sendmsg(parts, anc, 0, to)
+            except _SEND_ERRORS as exc:
+                if failed is None:
+                    failed = []
+                failed.append((k, exc))
+        return failed
+
 
 def _compiled():
     if _ext.no_extensions():
@@ -146,4 +176,4 @@ else:
 # One system call per Receiver.recv (compiled) or one per datagram (Python).
 BATCHED = _MOD is not None
 
-__all__ = ["BATCHED", "IMPLEMENTATION", "PyReceiver", "PySender", "Receiver", "Sender"]
+__all__ = ["BATCHED", "IMPLEMENTATION", "MAX_MESSAGES", "PyReceiver", "PySender", "Receiver", "Sender"]
