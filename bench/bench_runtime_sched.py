@@ -26,18 +26,19 @@ from panama.runtime.communicator import Communicator
 WORKERS = 4
 
 
-def sched(pid: int) -> tuple[int, int]:
-    """(ns on a CPU, ns runnable but waiting) summed over the threads of ``pid``."""
-    run = wait = 0
+def sched(pid: int) -> tuple[int, int, int]:
+    """(ns on a CPU, ns runnable but waiting, times put on a CPU) summed over the threads of ``pid``."""
+    run = wait = slices = 0
     for path in glob.glob(f"/proc/{pid}/task/*/schedstat"):
         try:
             with open(path) as f:
-                a, b, _ = f.read().split()
+                a, b, c = f.read().split()
         except (OSError, ValueError):
             continue
         run += int(a)
         wait += int(b)
-    return run, wait
+        slices += int(c)
+    return run, wait, slices
 
 
 def rank_main(ctl: str, token: str, rank: int, n: int, calls: int, barrier, queue) -> None:
@@ -52,7 +53,15 @@ def rank_main(ctl: str, token: str, rank: int, n: int, calls: int, barrier, queu
         comm.allreduce(x, out=out)
     elapsed, s1 = time.perf_counter() - t0, sched(os.getpid())
     barrier.wait()
-    queue.put((f"rank{rank}", elapsed / calls * 1e3, (s1[0] - s0[0]) / calls / 1e6, (s1[1] - s0[1]) / calls / 1e6))
+    queue.put(
+        (
+            f"rank{rank}",
+            elapsed / calls * 1e3,
+            (s1[0] - s0[0]) / calls / 1e6,
+            (s1[1] - s0[1]) / calls / 1e6,
+            (s1[2] - s0[2]) / calls,
+        )
+    )
     comm.close()
 
 
@@ -86,9 +95,15 @@ def main() -> None:
     )
     for k in pids:
         on, wait = ((d1[k][i] - d0[k][i]) / args.calls / 1e6 for i in (0, 1))
-        print(f"  {k}: on a CPU {on:.1f} ms, runnable but waiting {wait:.1f} ms per call")
-    for name, ms, on, wait in ranks:
-        print(f"  {name}: {ms:.1f} ms per call, on a CPU {on:.1f} ms, runnable but waiting {wait:.1f} ms")
+        runs = (d1[k][2] - d0[k][2]) / args.calls
+        print(
+            f"  {k}: on a CPU {on:.1f} ms, runnable but waiting {wait:.1f} ms, put on a CPU {runs:.0f} times per call"
+        )
+    for name, ms, on, wait, runs in ranks:
+        print(
+            f"  {name}: {ms:.1f} ms per call, on a CPU {on:.1f} ms, runnable but waiting {wait:.1f} ms, "
+            f"put on a CPU {runs:.0f} times"
+        )
 
 
 if __name__ == "__main__":
