@@ -204,16 +204,21 @@ def test_send_each_in_order_with_per_message_tos(impl):
         payload = bytearray(b"p" * 1000)
         messages = [[b"h%d" % k, memoryview(payload)[: 10 * k], b"kk"] for k in range(1, 6)] + [[b"ack", b"kk"]]
         toses = [ECT0, CE, ECT0, ECT0, CE, ECT0]
-        assert sender.send_each(messages, rx_sock.getsockname(), toses, ECT0) is None
+        assert sender.send_each(messages, [rx_sock.getsockname()] * 6, toses, ECT0) is None
         rx = _receiver(impl, rx_sock, [bytearray(2000) for _ in range(8)])
         got = _recv_all(rx, 6)
         assert [(g[1], g[3]) for g in got] == [(t, b"".join(bytes(p) for p in m)) for m, t in zip(messages, toses)]
         assert {g[2] for g in got} == {tx.getsockname()}
         tx.connect(rx_sock.getsockname())
-        assert sender.send_each([[b"one"], [b"two"]], None, [ECT0, ECT0], ECT0) is None
+        assert sender.send_each([[b"one"], [b"two"]], [None, None], [ECT0, ECT0], ECT0) is None
         assert [g[3] for g in _recv_all(rx, 2)] == [b"one", b"two"]
         with pytest.raises(ValueError):
-            sender.send_each([[b"x"]] * (mmsg.MAX_MESSAGES + 1), None, [ECT0] * (mmsg.MAX_MESSAGES + 1), ECT0)
+            sender.send_each(
+                [[b"x"]] * (mmsg.MAX_MESSAGES + 1),
+                [None] * (mmsg.MAX_MESSAGES + 1),
+                [ECT0] * (mmsg.MAX_MESSAGES + 1),
+                ECT0,
+            )
     finally:
         tx.close()
         rx_sock.close()
@@ -224,12 +229,12 @@ def test_send_each_errors_and_names(impl):
     tx, rx_sock = _udp(), _udp()
     try:
         sender = impl[1](tx)
-        failed = sender.send_each([[b"a"], [b"b"]], ("255.255.255.255", 9), [ECT0, CE], ECT0)
+        failed = sender.send_each([[b"a"], [b"b"]], [("255.255.255.255", 9)] * 2, [ECT0, CE], ECT0)
         assert [k for k, _ in failed] == [0, 1] and all(isinstance(e, PermissionError) for _, e in failed)
         too_big = bytes(70000)  # above the UDP limit: EMSGSIZE for that one only
         port = rx_sock.getsockname()[1]
         for to in (("127.0.0.1", port), ("localhost", port)):
-            failed = sender.send_each([[b"x"], [too_big], [b"y"]], to, [ECT0] * 3, ECT0)
+            failed = sender.send_each([[b"x"], [too_big], [b"y"]], [to] * 3, [ECT0] * 3, ECT0)
             assert [k for k, _ in failed] == [1] and isinstance(failed[0][1], OSError)
             rx = _receiver(impl, rx_sock, [bytearray(64) for _ in range(2)])
             assert [g[3] for g in _recv_all(rx, 2)] == [b"x", b"y"]

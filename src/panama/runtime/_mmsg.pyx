@@ -80,8 +80,7 @@ cdef extern from "<arpa/inet.h>" nogil:
 
 
 DEF CMSG_BYTES = 64  # room for IP_TOS (and anything else the kernel adds) per datagram
-DEF MAX_DESTS = 64  # destinations of one multicast send (a tree node's children)
-DEF MAX_MSGS = 64  # datagrams of one send_each call
+DEF MAX_MSGS = 64  # datagrams of one send or send_each call (destinations of one multicast)
 DEF MAX_PARTS = 3  # buffers gathered into one datagram
 DEF SOURCE_CACHE_MAX = 4096  # distinct source addresses remembered (forged ones cannot grow it)
 
@@ -221,8 +220,8 @@ cdef class Sender:
     cdef int fd
     cdef object _sock
     cdef dict _names
-    cdef mmsghdr msgs[MAX_DESTS]
-    cdef sockaddr_in addrs[MAX_DESTS]
+    cdef mmsghdr msgs[MAX_MSGS]
+    cdef sockaddr_in addrs[MAX_MSGS]
     cdef iovec iov[3]
     cdef unsigned char control[CMSG_BYTES]
     cdef Py_buffer held[MAX_MSGS * MAX_PARTS]
@@ -264,15 +263,15 @@ cdef class Sender:
         cdef int nparts = len(parts)
         cdef int ndest = len(destinations)
         cdef int k, j, r, err, held = 0
-        cdef int todo[MAX_DESTS]
+        cdef int todo[MAX_MSGS]
         cdef int m = 0
         cdef msghdr *h
         cdef cmsghdr *c
         cdef int start
         if nparts < 1 or nparts > 3:
             raise ValueError("parts: one to three buffers")
-        if ndest > MAX_DESTS:
-            raise ValueError(f"destinations: at most {MAX_DESTS}")
+        if ndest > MAX_MSGS:
+            raise ValueError(f"destinations: at most {MAX_MSGS}")
         failed = None
         slow = None
         try:
@@ -347,47 +346,51 @@ cdef class Sender:
         return failed
 
 
-    def send_each(self, messages, to, toses, int default_tos):
+    def send_each(self, messages, destinations, toses, int default_tos):
         """See :meth:`panama.runtime.mmsg.PySender.send_each`."""
         cdef int nmsg = len(messages)
-        cdef int k, j, p, nparts, r, err, start
+        cdef int k, j, p, nparts, r, err, start, m = 0
         cdef int held = 0
         cdef int tos
+        cdef int todo[MAX_MSGS]
         cdef msghdr *h
         cdef cmsghdr *c
-        cdef sockaddr_in addr
-        cdef void *name = NULL
-        cdef socklen_t namelen = 0
         if nmsg > MAX_MSGS:
             raise ValueError(f"messages: at most {MAX_MSGS}")
-        if len(toses) != nmsg:
-            raise ValueError("toses: one per message")
-        if to is not None:
-            if not self._addr(to, &addr):
-                return _send_each_slowly(self._sock.sendmsg, messages, to, toses, default_tos)
-            name = &addr
-            namelen = sizeof(sockaddr_in)
+        if len(toses) != nmsg or len(destinations) != nmsg:
+            raise ValueError("destinations, toses: one per message")
         failed = None
+        slow = None
         try:
             for k in range(nmsg):
                 parts = messages[k]
                 nparts = len(parts)
                 if nparts < 1 or nparts > MAX_PARTS:
                     raise ValueError("messages: one to three buffers each")
-                h = &self.msgs[k].msg_hdr
-                h.msg_name = name
-                h.msg_namelen = namelen
-                h.msg_iov = &self.iovs[k * MAX_PARTS]
+                to = destinations[k]
+                h = &self.msgs[m].msg_hdr
+                if to is None:
+                    h.msg_name = NULL
+                    h.msg_namelen = 0
+                elif self._addr(to, &self.addrs[m]):
+                    h.msg_name = &self.addrs[m]
+                    h.msg_namelen = sizeof(sockaddr_in)
+                else:
+                    if slow is None:
+                        slow = []
+                    slow.append(k)
+                    continue
+                h.msg_iov = &self.iovs[m * MAX_PARTS]
                 h.msg_iovlen = nparts
                 h.msg_flags = 0
                 for p in range(nparts):
                     PyObject_GetBuffer(parts[p], &self.held[held], PyBUF_SIMPLE)
-                    self.iovs[k * MAX_PARTS + p].iov_base = self.held[held].buf
-                    self.iovs[k * MAX_PARTS + p].iov_len = <size_t> self.held[held].len
+                    self.iovs[m * MAX_PARTS + p].iov_base = self.held[held].buf
+                    self.iovs[m * MAX_PARTS + p].iov_len = <size_t> self.held[held].len
                     held += 1
                 tos = toses[k]
                 if tos != default_tos:
-                    c = <cmsghdr *> (self.controls + k * CMSG_BYTES)
+                    c = <cmsghdr *> (self.controls + m * CMSG_BYTES)
                     c.cmsg_level = IPPROTO_IP
                     c.cmsg_type = IP_TOS
                     c.cmsg_len = CMSG_LEN(sizeof(int))
@@ -397,10 +400,12 @@ cdef class Sender:
                 else:
                     h.msg_control = NULL
                     h.msg_controllen = 0
+                todo[m] = k
+                m += 1
             start = 0
-            while start < nmsg:
+            while start < m:
                 with nogil:
-                    r = sendmmsg(self.fd, &self.msgs[start], nmsg - start, 0)
+                    r = sendmmsg(self.fd, &self.msgs[start], m - start, 0)
                     err = errno
                 if r > 0:
                     start += r
@@ -411,27 +416,25 @@ cdef class Sender:
                     failed = []
                 if r == 0:
                     err = EAGAIN
-                failed.append((start, OSError(err, _strerror(err))))
+                failed.append((todo[start], OSError(err, _strerror(err))))
                 start += 1
         finally:
             for j in range(held):
                 PyBuffer_Release(&self.held[j])
+        if slow is not None:
+            sendmsg = self._sock.sendmsg
+            for k in slow:
+                tos = toses[k]
+                anc = () if tos == default_tos else [(_socket.IPPROTO_IP, _socket.IP_TOS, bytes((tos,)))]
+                try:
+                    sendmsg(messages[k], anc, 0, destinations[k])
+                except (OSError, TypeError, ValueError, OverflowError) as exc:
+                    if failed is None:
+                        failed = []
+                    failed.append((k, exc))
+            if failed is not None:
+                failed.sort(key=_first)
         return failed
-
-
-def _send_each_slowly(sendmsg, messages, to, toses, default_tos):
-    """send_each to a destination that is not a dotted IPv4 address: Python's sendmsg resolves it."""
-    failed = None
-    for k, parts in enumerate(messages):
-        tos = toses[k]
-        anc = () if tos == default_tos else [(_socket.IPPROTO_IP, _socket.IP_TOS, bytes((tos,)))]
-        try:
-            sendmsg(parts, anc, 0, to)
-        except (OSError, TypeError, ValueError, OverflowError) as exc:
-            if failed is None:
-                failed = []
-            failed.append((k, exc))
-    return failed
 
 
 def _first(item):

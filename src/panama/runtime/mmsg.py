@@ -35,10 +35,10 @@ Contract (both):
     destinations the kernel refused, in order; a refused destination never stops the
     others.
 
-    ``send_each(messages, to, toses, default_tos)`` sends each message (a list of 1-3
-    buffers, gathered into one datagram without a copy; at most :data:`MAX_MESSAGES`)
-    to ``to`` (None: the connected peer), in order, message ``k`` with IP TOS
-    ``toses[k]`` (a control message when it differs from ``default_tos``). Returns None,
+    ``send_each(messages, destinations, toses, default_tos)`` sends each message (a list
+    of 1-3 buffers, gathered into one datagram without a copy; at most
+    :data:`MAX_MESSAGES`) in order, message ``k`` to ``destinations[k]`` (None: the
+    connected peer) with IP TOS ``toses[k]`` (a control message when it differs from ``default_tos``). Returns None,
     or ``(index into messages, exception)`` for each message the kernel refused, in
     order; a refused message never stops the ones after it.
 """
@@ -132,14 +132,17 @@ class PySender:
                 failed.append((j, exc))
         return failed
 
-    def send_each(self, messages: Sequence, to, toses: Sequence[int], default_tos: int) -> list | None:
+    def send_each(
+        self, messages: Sequence, destinations: Sequence, toses: Sequence[int], default_tos: int
+    ) -> list | None:
         if len(messages) > MAX_MESSAGES:
             raise ValueError(f"messages: at most {MAX_MESSAGES}")
-        if len(toses) != len(messages):
-            raise ValueError("toses: one per message")
+        if len(toses) != len(messages) or len(destinations) != len(messages):
+            raise ValueError("destinations, toses: one per message")
         sendmsg = self._sendmsg
         failed = None
         for k, parts in enumerate(messages):
+            to = destinations[k]
             tos = toses[k]
             anc = () if tos == default_tos else [(_IP_TOS_LEVEL, _IP_TOS, bytes((tos,)))]
             try:

@@ -241,7 +241,7 @@ class PacketSocket:
                     trailer = trailers.get(packet.job_id, _NO_KEY)
                 messages.append([headers[k], packet.payload, trailer] if packet.count else [headers[k], trailer])
                 toses.append(packet.ecn)
-            failed = self._sender.send_each(messages, dest, toses, ECT0)
+            failed = self._sender.send_each(messages, [dest] * len(messages), toses, ECT0)
             sent = len(chunk)
             sent_bytes = sum(sizes)
             if failed:
