@@ -173,6 +173,7 @@ def test_out_buffers_and_in_place(cluster):
 def test_datagram_count_matches_the_tree_edge_formula(cluster):
     """Every tree edge carries each packet once up and once down (the bench's hop model)."""
     from panama.benchmarks.allreduce import loopback_datagrams
+    from panama.runtime import mmsg
 
     n = 10 * TEST_PAYLOAD_ELEMS + 7  # 11 packets per rank over 2 trees
     rx_before = sum(s["rx_packets"] for s in cluster.switch_stats().values())
@@ -180,10 +181,12 @@ def test_datagram_count_matches_the_tree_edge_formula(cluster):
     def body(comm, rank):
         comm.allreduce(np.ones(n, np.float32))
         st = comm.stats()
+        assert st["io"] in ("gso/gro", mmsg.IMPLEMENTATION)  # which datagram I/O the rank ran
         return st["results"], st["retransmissions"]
 
     results, errors = run_ranks(cluster.controller, "datagrams", W, body, timeout_s=30)
     assert errors == [None] * W
+    assert {s["io"] for s in cluster.switch_stats().values()} <= {"gso/gro", mmsg.IMPLEMENTATION}
     assert all(retx == 0 for _, retx in results)  # nothing lost or resent: each datagram counted once
     switch_rx = sum(s["rx_packets"] for s in cluster.switch_stats().values()) - rx_before
     worker_rx = sum(res for res, _ in results)

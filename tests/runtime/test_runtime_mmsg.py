@@ -5,10 +5,13 @@ from __future__ import annotations
 import select
 import socket
 
+import numpy as np
 import pytest
 
-from panama.core.packet import CE, ECT0
+from panama.core import codec
+from panama.core.packet import CE, ECT0, Packet
 from panama.runtime import mmsg
+from panama.runtime.udp import PacketSocket, format_addr
 
 IMPLS = [pytest.param((mmsg.PyReceiver, mmsg.PySender), id="python")]
 try:
@@ -241,3 +244,37 @@ def test_send_each_errors_and_names(impl):
     finally:
         tx.close()
         rx_sock.close()
+
+
+def _packet(seq: int, count: int, ecn: int = ECT0):
+    return Packet(1, 0, seq, 1, count, 0, ecn=ecn, payload=np.full(count, seq, np.float32) if count else None)
+
+
+def test_packet_socket_send_all_and_send_each_count_like_send(impl):
+    """PacketSocket's multicast (send_all) and many-datagram (send_each) sends: same datagrams,
+    same counters and per-destination errors as one send per datagram."""
+    tx = PacketSocket()
+    tx._sender = impl[1](tx.sock)  # noqa: SLF001 - the implementation under test
+    tx.set_key(7)
+    kids = [PacketSocket() for _ in range(2)]
+    try:
+        bad = ("255.255.255.255", 9)
+        dests = [kids[0].addr, bad, kids[1].addr]
+        assert tx.send_all(_packet(0, 4), dests, CE) == 1
+        assert tx.sent_packets == 2 and tx.sent_bytes == 2 * codec.datagram_size(4)
+        assert tx.send_errors == 1 and tx.send_errors_by_dest[format_addr(bad)] == {"EACCES": 1}
+        tx.connect(kids[0].addr)
+        assert tx.send_each([_packet(1, 4), _packet(2, 0), _packet(3, 2, CE)], kids[0].addr) == 0
+        assert tx.sent_packets == 5
+        rx = _receiver(impl, kids[0].sock, [bytearray(128) for _ in range(4)])
+        got = [codec.decode(g[3], g[1], keys={1: 7}) for g in _recv_all(rx, 4)]
+        assert [(p.seq, p.count, p.ecn) for p in got] == [(0, 4, CE), (1, 4, ECT0), (2, 0, ECT0), (3, 2, CE)]
+        assert [float(p.payload[0]) for p in got if p.count] == [0.0, 1.0, 3.0]
+        many = [_packet(s, 1) for s in range(mmsg.MAX_MESSAGES + 5)]  # more than one Sender call
+        assert tx.send_each(many, kids[0].addr) == 0
+        rx = _receiver(impl, kids[0].sock, [bytearray(128) for _ in range(16)])
+        assert [codec.decode(g[3]).seq for g in _recv_all(rx, len(many))] == list(range(len(many)))
+    finally:
+        tx.close()
+        for k in kids:
+            k.close()

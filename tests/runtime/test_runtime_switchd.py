@@ -10,6 +10,7 @@ import pytest
 
 from panama.core import codec
 from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, Packet
+from panama.runtime import mmsg
 from panama.runtime.switchd import SwitchConfig, SwitchDaemon
 from panama.runtime.udp import PacketSocket, format_addr
 from panama.settings import SettingsError
@@ -24,17 +25,31 @@ def _recv(sock: PacketSocket, timeout_s: float = 5.0):
     return codec.decode(bytes(buf[:n]), ecn), src
 
 
-@pytest.fixture(params=[False, True], ids=["plain-loop", "batched-loop"])
-def daemon_factory(request):
-    """Daemons running the one-datagram-per-call loop, or the GSO/GRO batched loop."""
+@pytest.fixture(
+    params=[(False, "compiled"), (False, "python"), (True, None)],
+    ids=["plain-loop", "plain-loop-python-io", "batched-loop"],
+)
+def daemon_factory(request, monkeypatch):
+    """Daemons running the plain loop (one datagram per buffer; batched receives and
+    multicast sends through panama.runtime.mmsg, compiled where built, and its pure-Python
+    classes), or the GSO/GRO batched loop."""
+    batched, io = request.param
+    if io == "python":
+        monkeypatch.setattr(mmsg, "Receiver", mmsg.PyReceiver)
+        monkeypatch.setattr(mmsg, "Sender", mmsg.PySender)
+        monkeypatch.setattr(mmsg, "BATCHED", False)
+        monkeypatch.setattr(mmsg, "IMPLEMENTATION", "python")
     made = []
 
     def make(**kw):
-        d = SwitchDaemon(SwitchConfig(switch_id="sw", packet_memory=64, payload_elems=PE, offload=request.param, **kw))
-        if request.param and not d.batched:
+        d = SwitchDaemon(SwitchConfig(switch_id="sw", packet_memory=64, payload_elems=PE, offload=batched, **kw))
+        if batched and not d.batched:
             d.close()
             pytest.skip(f"no UDP offload here: {d.sock.offload.reason}")
-        assert d.batched == request.param
+        assert d.batched == batched
+        if not batched:
+            assert d.stats()["io"] == mmsg.IMPLEMENTATION
+            assert isinstance(d.sock._sender, mmsg.Sender)  # noqa: SLF001 - the implementation under test
         made.append(d)
         return d
 
