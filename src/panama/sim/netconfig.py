@@ -7,7 +7,11 @@ from dataclasses import dataclass
 from panama.core.errors import FieldError
 from panama.core.units import PS_PER_S
 
-__all__ = ["NetworkConfig"]
+__all__ = ["NetworkConfig", "REFERENCE_RATE_BPS"]
+
+# The port rate at which the scenario gives its per-port sizes: the ECN threshold in
+# packets (``ecn_k_packets_at_10g``) and, when they scale with the rate, the queue limits.
+REFERENCE_RATE_BPS = 10e9
 
 _BITS_PS = 8 * PS_PER_S  # bits * ps per second: tx_ps = size_bytes * _BITS_PS / rate_bps
 
@@ -96,7 +100,7 @@ class NetworkConfig:
         """ECN marking threshold in bytes for a port of ``rate_bps``."""
         if self.ecn_k_bytes is not None:
             return self.ecn_k_bytes
-        return round(self.ecn_k_packets_at_10g * self.mtu_bytes * rate_bps / 10e9)
+        return round(self.ecn_k_packets_at_10g * self.mtu_bytes * rate_bps / REFERENCE_RATE_BPS)
 
     def headroom_for(self, rate_bps: float, delay_ps: int) -> int:
         """PFC headroom in bytes for an ingress link: factor x rate x delay + 2 MTU."""

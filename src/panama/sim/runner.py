@@ -41,6 +41,7 @@ from panama.sim import outputs
 from panama.sim.bursts import BurstMeter
 from panama.sim.dctcp import Dctcp, DctcpConfig, Flow
 from panama.sim.engine import Engine
+from panama.sim.netconfig import REFERENCE_RATE_BPS
 from panama.sim.network import Network, NetworkConfig, QueueSampler
 from panama.sim.outputs import SimResult
 from panama.sim.packet import FLAG_TRACKED
@@ -119,7 +120,7 @@ def network_config(sc: Scenario) -> NetworkConfig:
         return NetworkConfig(
             mtu_bytes=n.mtu_bytes,
             queue_limit_bytes=n.queue_limit_bytes,
-            queue_limit_ref_bps=10e9 if n.queue_limit_scales_with_rate else None,
+            queue_limit_ref_bps=REFERENCE_RATE_BPS if n.queue_limit_scales_with_rate else None,
             ecn=n.ecn,
             ecn_k_packets_at_10g=n.ecn_k_packets,
             ecn_k_bytes=n.ecn_k_bytes,
