@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 from panama.benchmarks.switch import SwitchBenchConfig, run_bench_switch
 from panama.cli import cli
+from panama.runtime import mmsg
 
 
 def test_bench_switch_measures_the_daemon_and_the_floor():
@@ -29,7 +30,10 @@ def test_bench_switch_without_offload_is_the_baseline_twice(monkeypatch):
     cfg = SwitchBenchConfig(workers=2, payload_elems=300, window=4, seconds=0.3, warmup_s=0.1)
     report = run_bench_switch(cfg)
     assert not report["batched_loop"] and report["gso_share"] == 0
-    assert report["datagrams_per_batch"] == pytest.approx(1.0)
+    if mmsg.BATCHED:  # the plain loop's recvmmsg/sendmmsg: one system call for several datagrams
+        assert report["datagrams_per_batch"] >= 1
+    else:
+        assert report["datagrams_per_batch"] == pytest.approx(1.0)
     assert report["payload_gbps"] > 0 and report["baseline_payload_gbps"] > 0
 
 

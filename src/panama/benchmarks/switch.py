@@ -315,7 +315,7 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool, batched: bool = False) -> dict:
         def calls_of() -> tuple[int, int, int, int, int]:
             with daemon.lock:
                 sk = daemon.sock
-                return daemon.rx_packets, daemon.rx_syscalls, sk.sent_packets, sk.gso_sends, sk.gso_datagrams
+                return daemon.rx_packets, daemon.rx_syscalls, sk.sent_packets, sk.tx_syscalls, sk.gso_datagrams
 
     ctx = multiprocessing.get_context("fork")
     results_q = ctx.Queue()
@@ -366,8 +366,7 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool, batched: bool = False) -> dict:
     }
     if not floor:
         out["accelerator_drops"] = stats.get("drops_total", 0)
-        rx, rx_calls, tx, gso_sends, gso_dgrams = (b - a for a, b in zip(c0, c1, strict=True))
-        tx_calls = tx - gso_dgrams + gso_sends
+        rx, rx_calls, tx, tx_calls, gso_dgrams = (b - a for a, b in zip(c0, c1, strict=True))
         out["rx_datagrams_per_syscall"] = rx / max(rx_calls, 1)
         out["tx_datagrams_per_syscall"] = tx / max(tx_calls, 1)
         out["datagrams_per_batch"] = (rx + tx) / max(rx_calls + tx_calls, 1)

@@ -368,6 +368,7 @@ class SwitchDaemon(SwitchHttp):
                 "tx_packets": self.sock.sent_packets,
                 "tx_bytes": self.sock.sent_bytes,
                 "rx_syscalls": self.rx_syscalls,
+                "tx_syscalls": self.sock.tx_syscalls,
                 "gso_sends": self.sock.gso_sends,
                 "gso_datagrams": self.sock.gso_datagrams,
                 "offload": {**self.sock.offload.as_dict(), "batched_loop": self.batched},

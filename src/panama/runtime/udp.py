@@ -147,6 +147,9 @@ class PacketSocket:
         self.trailers: dict[int, bytes] | None = None
         self.sent_packets = 0
         self.sent_bytes = 0
+        # Send system calls: one per sendmsg (a refused one included) and per GSO send, one
+        # per Sender call where it batches (mmsg.BATCHED: one sendmmsg, plus one per refusal).
+        self.tx_syscalls = 0
         self.send_errors = 0
         # A send error never propagates: counted per destination and errno name, the
         # last one kept as text (a daemon's /health and /stats report them).
@@ -206,6 +209,7 @@ class PacketSocket:
             dests = destinations
         failed = self._sender.send(iov, dests, tos, ECT0)
         sent = len(destinations)
+        self.tx_syscalls += 1 if mmsg.BATCHED else sent
         if failed:
             for j, exc in failed:
                 self._count_send_error(exc, destinations[j])
@@ -243,6 +247,7 @@ class PacketSocket:
                 toses.append(packet.ecn)
             failed = self._sender.send_each(messages, [dest] * len(messages), toses, ECT0)
             sent = len(chunk)
+            self.tx_syscalls += 1 if mmsg.BATCHED else sent
             sent_bytes = sum(sizes)
             if failed:
                 for k, exc in failed:
@@ -278,6 +283,7 @@ class PacketSocket:
         self._peer = (peer[0], peer[1])
 
     def _sendmsg(self, n: int, to: Hashable, tos: int) -> int:
+        self.tx_syscalls += 1
         try:
             if to == self._peer:
                 if tos == ECT0:
@@ -400,6 +406,7 @@ class PacketSocket:
                     self.offload.gso = False
                 self.offload.reason = f"GSO send refused ({name}): one datagram per call"
             else:
+                self.tx_syscalls += 1
                 self.gso_sends += 1
                 self.gso_datagrams += count
                 self.sent_packets += count
