@@ -12,7 +12,9 @@ Batching (:mod:`panama.runtime.offload`): where 2+ datagrams of the job's size f
 64 KB send and the kernel has them, the packets of each poll leave in UDP GSO sends
 (copied at once into per-codepoint batches) and results arrive GRO-coalesced, cut back
 into datagrams (one codepoint per buffer: GRO merges only equal TOS); otherwise, or with
-``PANAMA_UDP_OFFLOAD=0``, one datagram per system call. ``stats()["offload"]`` says which.
+``PANAMA_UDP_OFFLOAD=0``, one datagram per buffer through :mod:`panama.runtime.mmsg`
+(each poll's packets with one ``sendmmsg``, results 8 per ``recvmmsg`` where compiled,
+else one system call per datagram). ``stats()["offload"]`` and ``stats()["io"]`` say which.
 
 A background thread heart-beats to the controller; when the controller tears the job
 down (a rank stopped heart-beating, a daemon died) the next wait fails at once with the

@@ -1,11 +1,14 @@
 """``panama switch``: a UDP daemon that runs one aggregation accelerator (one PSwitch).
 
 Data plane (one thread): datagrams are drained from the UDP socket in batches of up to
-``batch`` (non-blocking ``recvmsg_into`` into preallocated buffers, one ``poll`` when the
-queue is empty), decoded by :mod:`panama.core.codec`, handed to
+``batch`` into preallocated buffers (:class:`panama.runtime.mmsg.Receiver`: one
+``recvmmsg`` where compiled, else one ``recvmsg_into`` per datagram; one ``poll`` when
+the queue is empty), decoded by :mod:`panama.core.codec`, handed to
 :meth:`panama.core.accelerator.Accelerator.receive` with the source address as
-``from_node``, and what it emits is encoded and sent at once (so the accelerator runs
-with ``copy_payloads=False``). Nothing here decides protocol behaviour.
+``from_node``, and what it emits is encoded and sent at once, to all its destinations
+with one :meth:`~panama.runtime.udp.PacketSocket.send_all` (one ``sendmmsg`` where
+compiled), so the accelerator runs with ``copy_payloads=False``. ``/stats`` ``io`` names
+the I/O in use. Nothing here decides protocol behaviour.
 
 ECN: the daemon reads each datagram's codepoint (``IP_RECVTOS``) and passes it to the
 codec; the accelerator decides every emitted packet's codepoint (CE of contributions
