@@ -12,7 +12,8 @@ Two implementations of one contract, chosen once at import:
 :data:`IMPLEMENTATION` names the one in use (``"recvmmsg/sendmmsg"`` or ``"python"``); the
 daemon's ``/stats`` and the communicator's ``stats()`` report it as ``io``. The compiled
 module is not in :data:`panama._ext.COMPILED_MODULES` (it has no ``.py`` twin to fall
-back to: this module is the fallback), so ``panama._ext.compiled()`` does not cover it.
+back to: this module is the fallback), so ``panama._ext.compiled()`` does not cover it; a
+build older than ``_mmsg.pyx`` is not used.
 
 Contract (both):
 
@@ -45,6 +46,7 @@ Contract (both):
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Sequence
 
@@ -158,12 +160,20 @@ class PySender:
 
 
 def _compiled():
+    """The compiled module, unless switched off, not built, or older than its ``.pyx`` (an
+    edited source in an editable install that was not rebuilt: as :mod:`panama._ext`)."""
     if _ext.no_extensions():
         return None
     try:
         from panama.runtime import _mmsg
     except ImportError:
         return None
+    source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_mmsg.pyx")
+    try:
+        if os.path.getmtime(source) > os.path.getmtime(_mmsg.__file__):
+            return None
+    except (OSError, TypeError):  # no source beside it (an installed wheel): use what was built
+        pass
     return _mmsg
 
 
