@@ -114,7 +114,7 @@ cdef class Receiver:
         self.control = NULL
         cdef int n = len(buffers)
         if n < 1:
-            raise ValueError("buffers: at least one buffer")
+            raise ValueError("a receiver needs at least one buffer")
         self.fd = sock.fileno()
         self._sock = sock
         self._buffers = list(buffers)
@@ -269,9 +269,9 @@ cdef class Sender:
         cdef cmsghdr *c
         cdef int start
         if nparts < 1 or nparts > 3:
-            raise ValueError("parts: one to three buffers")
+            raise ValueError("a datagram is one to three buffers")
         if ndest > MAX_MSGS:
-            raise ValueError(f"destinations: at most {MAX_MSGS}")
+            raise ValueError(f"at most {MAX_MSGS} destinations per send")
         failed = None
         slow = None
         try:
@@ -356,9 +356,9 @@ cdef class Sender:
         cdef msghdr *h
         cdef cmsghdr *c
         if nmsg > MAX_MSGS:
-            raise ValueError(f"messages: at most {MAX_MSGS}")
+            raise ValueError(f"at most {MAX_MSGS} messages per send_each")
         if len(toses) != nmsg or len(destinations) != nmsg:
-            raise ValueError("destinations, toses: one per message")
+            raise ValueError("send_each needs one destination and one TOS per message")
         failed = None
         slow = None
         try:
@@ -366,7 +366,7 @@ cdef class Sender:
                 parts = messages[k]
                 nparts = len(parts)
                 if nparts < 1 or nparts > MAX_PARTS:
-                    raise ValueError("messages: one to three buffers each")
+                    raise ValueError("a datagram is one to three buffers")
                 to = destinations[k]
                 h = &self.msgs[m].msg_hdr
                 if to is None:

@@ -67,7 +67,7 @@ class PyReceiver:
 
     def __init__(self, sock: socket.socket, buffers: Sequence, sources: bool = True):
         if not buffers:
-            raise ValueError("buffers: at least one buffer")
+            raise ValueError("a receiver needs at least one buffer")
         self._recv = sock.recvmsg_into
         self._iovs = [[memoryview(b)] for b in buffers]
         self.capacity = len(buffers)
@@ -138,9 +138,9 @@ class PySender:
         self, messages: Sequence, destinations: Sequence, toses: Sequence[int], default_tos: int
     ) -> list | None:
         if len(messages) > MAX_MESSAGES:
-            raise ValueError(f"messages: at most {MAX_MESSAGES}")
+            raise ValueError(f"at most {MAX_MESSAGES} messages per send_each")
         if len(toses) != len(messages) or len(destinations) != len(messages):
-            raise ValueError("destinations, toses: one per message")
+            raise ValueError("send_each needs one destination and one TOS per message")
         sendmsg = self._sendmsg
         failed = None
         for k, parts in enumerate(messages):
