@@ -278,3 +278,29 @@ def test_packet_socket_send_all_and_send_each_count_like_send(impl):
         tx.close()
         for k in kids:
             k.close()
+
+
+def test_bad_arguments_raise_alike(impl):
+    tx = _udp()
+    try:
+        sender = impl[1](tx)
+        with pytest.raises(ValueError):
+            sender.send([], [None], ECT0, ECT0)
+        with pytest.raises(ValueError):
+            sender.send([b"a"] * 4, [None], ECT0, ECT0)
+        with pytest.raises(ValueError):
+            sender.send([b"a"], [None] * (mmsg.MAX_MESSAGES + 1), ECT0, ECT0)
+        with pytest.raises(ValueError):
+            sender.send_each([[b"a"], []], [None, None], [ECT0, ECT0], ECT0)
+        with pytest.raises(ValueError):
+            sender.send_each([[b"a"]], [None, None], [ECT0], ECT0)
+        # A destination that is no address at all is refused like any other, the others served.
+        rx = _udp()
+        failed = sender.send([b"ok"], [["not", "hashable"], (["x"], 1), rx.getsockname()], ECT0, ECT0)
+        assert [j for j, _ in failed] == [0, 1]
+        assert _recv_all(_receiver(impl, rx, [bytearray(8)]), 1)[0][3] == b"ok"
+        rx.close()
+        with pytest.raises(ValueError):
+            impl[0](tx, [])
+    finally:
+        tx.close()

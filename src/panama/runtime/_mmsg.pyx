@@ -239,7 +239,12 @@ cdef class Sender:
     cdef int _addr(self, object to, sockaddr_in *out) except -1:
         """Fill ``out`` for ``to`` = (dotted IPv4, port); 0 when ``to`` is not one (the caller
         sends that destination with Python's ``sendmsg``, which resolves names)."""
-        cached = self._names.get(to)
+        if not isinstance(to, tuple):  # not an address (and maybe not hashable): sendmsg judges it
+            return 0
+        try:
+            cached = self._names.get(to)
+        except TypeError:  # a tuple holding something unhashable: not an address either
+            return 0
         if cached is None:
             cached = _sockaddr(to)
             if len(self._names) >= SOURCE_CACHE_MAX:

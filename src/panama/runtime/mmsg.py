@@ -30,8 +30,8 @@ Contract (both):
 ``Sender(sock)``
     ``send(parts, destinations, tos, default_tos)`` sends one datagram, the
     concatenation of the 1-3 buffers ``parts`` (no copy), to every destination in order
-    (``None``: the socket's connected peer), with IP TOS ``tos`` as a control message
-    when it differs from the socket's ``default_tos``. Returns None when every
+    (at most :data:`MAX_MESSAGES`; ``None``: the socket's connected peer), with IP TOS
+    ``tos`` as a control message when it differs from the socket's ``default_tos``. Returns None when every
     destination took it, else a list of ``(index into destinations, exception)`` for the
     destinations the kernel refused, in order; a refused destination never stops the
     others.
@@ -39,9 +39,13 @@ Contract (both):
     ``send_each(messages, destinations, toses, default_tos)`` sends each message (a list
     of 1-3 buffers, gathered into one datagram without a copy; at most
     :data:`MAX_MESSAGES`) in order, message ``k`` to ``destinations[k]`` (None: the
-    connected peer) with IP TOS ``toses[k]`` (a control message when it differs from ``default_tos``). Returns None,
-    or ``(index into messages, exception)`` for each message the kernel refused, in
-    order; a refused message never stops the ones after it.
+    connected peer) with IP TOS ``toses[k]`` (a control message when it differs from
+    ``default_tos``). Returns None, or ``(index into messages, exception)`` for each
+    message the kernel refused, in order; a refused message never stops the ones after
+    it.
+
+    The socket must be in blocking mode (the runtime's are): a send waits while the
+    socket's buffer is full, in both implementations.
 """
 
 from __future__ import annotations
@@ -119,6 +123,10 @@ class PySender:
         self._sendmsg = sock.sendmsg
 
     def send(self, parts: Sequence, destinations: Sequence, tos: int, default_tos: int) -> list | None:
+        if not 1 <= len(parts) <= 3:
+            raise ValueError("a datagram is one to three buffers")
+        if len(destinations) > MAX_MESSAGES:
+            raise ValueError(f"at most {MAX_MESSAGES} destinations per send")
         sendmsg = self._sendmsg
         anc = () if tos == default_tos else [(_IP_TOS_LEVEL, _IP_TOS, bytes((tos,)))]
         failed = None
@@ -143,6 +151,9 @@ class PySender:
             raise ValueError("send_each needs one destination and one TOS per message")
         sendmsg = self._sendmsg
         failed = None
+        for k, parts in enumerate(messages):
+            if not 1 <= len(parts) <= 3:
+                raise ValueError("a datagram is one to three buffers")
         for k, parts in enumerate(messages):
             to = destinations[k]
             tos = toses[k]
