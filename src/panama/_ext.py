@@ -9,6 +9,12 @@ environment variable ``PANAMA_NO_EXTENSIONS`` is set to a non-empty value other 
 import system loads those modules from their sources even where the ``.so`` exist.
 Both paths give bit-identical simulation results (``tests/sim/test_compiled.py``).
 
+``setup.py`` also builds ``panama.runtime._mmsg`` (the runtime's batched socket I/O, a
+``.pyx``): it is not one of these modules, since its fallback is other code
+(:mod:`panama.runtime.mmsg`), not its own source; :func:`compiled` does not cover it,
+``PANAMA_NO_EXTENSIONS`` switches it off too, and ``panama.runtime.mmsg.IMPLEMENTATION``
+says which runs.
+
 This module is read by ``setup.py`` (with ``runpy``): it imports the standard library
 only.
 """
