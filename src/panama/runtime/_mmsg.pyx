@@ -262,17 +262,39 @@ cdef class Sender:
         (<unsigned char *> &out.sin_addr)[3] = raw[5]
         return 1
 
+    cdef object _send_prepared(self, int m, int *todo, object failed):
+        """``sendmmsg`` the first ``m`` prepared messages, again after EINTR or a partial
+        send; a message the kernel refuses is added to ``failed`` as ``(todo[k], OSError)``
+        and the ones after it still go. Returns ``failed`` (None when nothing failed)."""
+        cdef int start = 0
+        cdef int r, err
+        while start < m:
+            with nogil:
+                r = sendmmsg(self.fd, &self.msgs[start], m - start, 0)
+                err = errno
+            if r > 0:
+                start += r
+                continue
+            if r < 0 and err == EINTR:
+                continue
+            if failed is None:
+                failed = []
+            if r == 0:
+                err = EAGAIN
+            failed.append((todo[start], OSError(err, _strerror(err))))
+            start += 1
+        return failed
+
     def send(self, parts, destinations, int tos, int default_tos):
         """See :meth:`panama.runtime.mmsg.PySender.send`."""
         cdef Py_buffer views[3]
         cdef int nparts = len(parts)
         cdef int ndest = len(destinations)
-        cdef int k, j, r, err, held = 0
+        cdef int k, j, held = 0
         cdef int todo[MAX_MSGS]
         cdef int m = 0
         cdef msghdr *h
         cdef cmsghdr *c
-        cdef int start
         if nparts < 1 or nparts > 3:
             raise ValueError("a datagram is one to three buffers")
         if ndest > MAX_MSGS:
@@ -317,22 +339,7 @@ cdef class Sender:
                 c.cmsg_type = IP_TOS
                 c.cmsg_len = CMSG_LEN(sizeof(int))
                 (<int *> CMSG_DATA(c))[0] = tos
-            start = 0
-            while start < m:
-                with nogil:
-                    r = sendmmsg(self.fd, &self.msgs[start], m - start, 0)
-                    err = errno
-                if r > 0:
-                    start += r
-                    continue
-                if r < 0 and err == EINTR:
-                    continue
-                if failed is None:
-                    failed = []
-                if r == 0:
-                    err = EAGAIN
-                failed.append((todo[start], OSError(err, _strerror(err))))
-                start += 1
+            failed = self._send_prepared(m, todo, failed)
         finally:
             for k in range(held):
                 PyBuffer_Release(&views[k])
@@ -354,7 +361,7 @@ cdef class Sender:
     def send_each(self, messages, destinations, toses, int default_tos):
         """See :meth:`panama.runtime.mmsg.PySender.send_each`."""
         cdef int nmsg = len(messages)
-        cdef int k, j, p, nparts, r, err, start, m = 0
+        cdef int k, j, p, nparts, m = 0
         cdef int held = 0
         cdef int tos
         cdef int todo[MAX_MSGS]
@@ -407,22 +414,7 @@ cdef class Sender:
                     h.msg_controllen = 0
                 todo[m] = k
                 m += 1
-            start = 0
-            while start < m:
-                with nogil:
-                    r = sendmmsg(self.fd, &self.msgs[start], m - start, 0)
-                    err = errno
-                if r > 0:
-                    start += r
-                    continue
-                if r < 0 and err == EINTR:
-                    continue
-                if failed is None:
-                    failed = []
-                if r == 0:
-                    err = EAGAIN
-                failed.append((todo[start], OSError(err, _strerror(err))))
-                start += 1
+            failed = self._send_prepared(m, todo, failed)
         finally:
             for j in range(held):
                 PyBuffer_Release(&self.held[j])

@@ -127,20 +127,8 @@ class PySender:
             raise ValueError("a datagram is one to three buffers")
         if len(destinations) > MAX_MESSAGES:
             raise ValueError(f"at most {MAX_MESSAGES} destinations per send")
-        sendmsg = self._sendmsg
-        anc = () if tos == default_tos else [(_IP_TOS_LEVEL, _IP_TOS, bytes((tos,)))]
-        failed = None
-        for j, to in enumerate(destinations):
-            try:
-                if to is None:
-                    sendmsg(parts, anc)
-                else:
-                    sendmsg(parts, anc, 0, to)
-            except _SEND_ERRORS as exc:
-                if failed is None:
-                    failed = []
-                failed.append((j, exc))
-        return failed
+        count = len(destinations)
+        return self.send_each([parts] * count, destinations, [tos] * count, default_tos)
 
     def send_each(
         self, messages: Sequence, destinations: Sequence, toses: Sequence[int], default_tos: int
