@@ -262,6 +262,20 @@ cdef class Sender:
         (<unsigned char *> &out.sin_addr)[3] = raw[5]
         return 1
 
+    cdef int _set_name(self, object to, msghdr *h, int m) except -1:
+        """Address message ``m`` (header ``h``) to ``to``: none for ``None`` (a connected
+        socket), else ``to`` as an IPv4 address; 0 when ``to`` is not one (the caller sends
+        that destination with Python's ``sendmsg``, which resolves names or refuses)."""
+        if to is None:
+            h.msg_name = NULL
+            h.msg_namelen = 0
+            return 1
+        if self._addr(to, &self.addrs[m]):
+            h.msg_name = &self.addrs[m]
+            h.msg_namelen = sizeof(sockaddr_in)
+            return 1
+        return 0
+
     cdef object _send_prepared(self, int m, int *todo, object failed):
         """``sendmmsg`` the first ``m`` prepared messages, again after EINTR or a partial
         send; a message the kernel refuses is added to ``failed`` as ``(todo[k], OSError)``
@@ -310,13 +324,7 @@ cdef class Sender:
             for j in range(ndest):
                 to = destinations[j]
                 h = &self.msgs[m].msg_hdr
-                if to is None:
-                    h.msg_name = NULL
-                    h.msg_namelen = 0
-                elif self._addr(to, &self.addrs[m]):
-                    h.msg_name = &self.addrs[m]
-                    h.msg_namelen = sizeof(sockaddr_in)
-                else:
+                if not self._set_name(to, h, m):
                     if slow is None:
                         slow = []
                     slow.append(j)
@@ -381,13 +389,7 @@ cdef class Sender:
                     raise ValueError("a datagram is one to three buffers")
                 to = destinations[k]
                 h = &self.msgs[m].msg_hdr
-                if to is None:
-                    h.msg_name = NULL
-                    h.msg_namelen = 0
-                elif self._addr(to, &self.addrs[m]):
-                    h.msg_name = &self.addrs[m]
-                    h.msg_namelen = sizeof(sockaddr_in)
-                else:
+                if not self._set_name(to, h, m):
                     if slow is None:
                         slow = []
                     slow.append(k)
