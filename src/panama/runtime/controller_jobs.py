@@ -86,6 +86,7 @@ class Job:
             "hosts": {str(r): x.host for r, x in sorted(self.ranks.items())},
             "recovered": self.recovered,
             "plan": self.plan.to_dict() if self.plan is not None else None,
+            "multicast": {"groups": self.groups, "reasons": self.group_reasons},
         }
 
     def to_state(self) -> dict[str, Any]:
