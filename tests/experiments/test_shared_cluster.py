@@ -439,3 +439,44 @@ def test_report_job_bound_names_the_runs_own_models(tmp_path):
     cr = json.loads((tmp_path / "cr" / "summary.json").read_text())
     text = _job_bound(cr, _run_jobs(tmp_path, "paper"))
     assert "models (VGG-16) on P100" in text and "with 4 workers" in text
+
+
+def test_report_names_how_an_output_differs_from_the_main_configuration(tmp_path):
+    """A seeds-only output that is the main scenario with a few settings changed gets them in
+    its section title and a sentence with panama's gains; another preset gets neither."""
+    from panama.experiments.report import _differences, _scenario_of, _settings_text, _variant
+
+    base = experiment_scenario("paper")
+    main, fast, other = tmp_path / "main", tmp_path / "fast", tmp_path / "other"
+    for d in (main, fast, other):
+        d.mkdir()
+    (main / "scenario.toml").write_text(base.to_toml())
+    topo = base.topology.model_copy(update={"host_rate_gbps": 100.0, "fabric_rate_gbps": 100.0})
+    (fast / "scenario.toml").write_text(base.model_copy(update={"topology": topo, "seed": 7}).to_toml())
+    (other / "scenario.toml").write_text(experiment_scenario("tiny").to_toml())
+    a, b = _scenario_of(main), _scenario_of(fast)
+    assert _differences(a, b) == ["topology.fabric_rate_gbps=100.0", "topology.host_rate_gbps=100.0"]
+    assert _differences(a, a) == [] and _differences(a, {}) is None
+    assert _differences(a, _scenario_of(other)) is None  # another preset: jobs and much else differ
+    assert _scenario_of(tmp_path / "absent") == {}
+    panama = {
+        "short_fct_p99_us_gain": 1.01,
+        "short_fct_p99_us_gain_ci": [0.98, 1.04],
+        "short_fct_p99_pooled_us_gain": 1.0,
+        "short_fct_mean_us_gain": 1.02,
+        "short_fct_mean_us_gain_ci": [1.01, 1.02],
+        "large_job_training_time_s_gain": 0.76,
+        "large_job_training_time_s_gain_ci": [0.72, 0.81],
+        "n_seeds": 5,
+    }
+    group = {"params": {"load": 0.1}, "seeds": [1, 2], "aggregation_share": 0.03, "schemes": {"panama": panama}}
+    summary = {"axes": {"load": [0.1], "seed": [1, 2]}, "groups": [group]}
+    assert _variant(a, fast, summary) == [
+        "load=0.1",
+        "topology.fabric_rate_gbps=100.0",
+        "topology.host_rate_gbps=100.0",
+    ]
+    (text,) = _settings_text([(main, {"axes": {"seed": [1]}, "groups": []}), (fast, summary), (other, summary)])
+    assert text.startswith("With `load=0.1, topology.fabric_rate_gbps=100.0, topology.host_rate_gbps=100.0`")
+    assert "training 0.76 [0.72, 0.81]x" in text and "aggregation share 0.03" in text
+    assert "slower than ring here" in text

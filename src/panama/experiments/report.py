@@ -349,11 +349,14 @@ def write_report(
             ),
             "",
         ]
+        main_scenario = _scenario_of(shared[0][0])
         for i, (d, s) in enumerate(shared):
+            diffs = _variant(main_scenario, d, s) if i else None
             title = (
                 "Main configuration"
                 if i == 0
                 else f"Sweep: {', '.join(k for k, v in s['axes'].items() if len(v) > 1) or d.name}"
+                + (f" ({', '.join(diffs)})" if diffs else "")
             )
             lines += _shared_section(s, d, title)
     if demo and demo.get("train"):
@@ -457,6 +460,92 @@ def _trend(shared) -> list[str]:
                     f"training {_f(st.get('large_job_training_time_s_gain'))}x{floor}"
                 )
             out.append(f"Along `{axis}` (`{d}`), panama's gains over ring are: " + "; ".join(parts) + ".")
+    return out
+
+
+def _scenario_of(sdir: Path) -> dict:
+    """The run directory's ``scenario.toml`` with every default filled in (so outputs written
+    before a key existed compare equal on it); {} when it has none or it no longer loads."""
+    from panama.sim.scenario import load_scenario
+
+    try:
+        return load_scenario(sdir / "scenario.toml").model_dump()
+    except (OSError, ValueError):
+        return {}
+
+
+def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _differences(base: Mapping[str, Any], other: Mapping[str, Any], limit: int = 4) -> list[str] | None:
+    """``key=value`` (dotted scenario keys) for each setting of ``other`` that differs from
+    ``base``, seed and scheme aside; None when a scenario is missing, the jobs differ, or
+    more than ``limit`` settings do (another preset rather than a variant of the main one)."""
+    if not base or not other:
+        return None
+    a, b = _flat(base), _flat(other)
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if key in ("seed", "scheme") or a.get(key) == b.get(key):
+            continue
+        if isinstance(a.get(key), list) or isinstance(b.get(key), list):
+            return None
+        value = b.get(key)
+        diffs.append(f"{key}={'unset' if value is None else str(value).lower() if isinstance(value, bool) else value}")
+    return diffs if len(diffs) <= limit else None
+
+
+def _variant(base: Mapping[str, Any], sdir: Path, summary: Mapping[str, Any]) -> list[str] | None:
+    """How the output in ``sdir`` differs from the main configuration: its scenario's
+    settings (:func:`_differences`) and its single-valued sweep axes (``--load 0.1``)."""
+    diffs = _differences(base, _scenario_of(sdir))
+    if diffs is None:
+        return None
+    fixed = [f"{k}={v[0]}" for k, v in summary.get("axes", {}).items() if k != "seed" and len(v) == 1]
+    return fixed + diffs
+
+
+def _settings_text(shared) -> list[str]:
+    """One sentence per seeds-only output that is the main configuration with a few settings
+    changed (:func:`_differences`): panama's gains there, the aggregation share and the floor."""
+    if not shared:
+        return []
+    base = _scenario_of(shared[0][0])
+    out = []
+    for d, s in shared[1:]:
+        multi = [k for k, v in s.get("axes", {}).items() if k != "seed" and len(v) > 1]
+        diffs = _variant(base, d, s)
+        if multi or not diffs or len(s.get("groups", ())) != 1:
+            continue
+        g = s["groups"][0]
+        st = g["schemes"].get("panama", {})
+        fl = g["schemes"].get(FLOOR)
+        floor = (
+            f"; the floor's pooled p99 gain {_f(fl.get('short_fct_p99_pooled_us_gain'))}x, mean "
+            f"{_f(fl.get('short_fct_mean_us_gain'))}x"
+            if fl
+            else ""
+        )
+        ci = st.get("large_job_training_time_s_gain_ci") or (None, None)
+        slower = (
+            " Panama trains the large jobs slower than ring here; docs/experiments.md explains this configuration."
+            if ci[1] is not None and ci[1] < 1.0
+            else ""
+        )
+        out.append(
+            f"With `{', '.join(diffs)}` (`{d}`, seeds {', '.join(map(str, g.get('seeds', [])))}), panama's gains over "
+            f"ring are: p99 {_ci(st, 'short_fct_p99_us_gain')}x "
+            f"(pooled {_f(st.get('short_fct_p99_pooled_us_gain'))}x), "
+            f"mean {_ci(st, 'short_fct_mean_us_gain')}x, training {_ci(st, 'large_job_training_time_s_gain')}x "
+            f"(aggregation share {_f(g.get('aggregation_share'))}{floor}).{slower}"
+        )
     return out
 
 
@@ -580,6 +669,7 @@ def _discussion(cr, main, groups, facts, shared=(), cluster: str = "", jobs=()) 
             + "The original states 'up to': its best case, over configurations that the part of the paper available "
             "to us does not describe (cluster size, job mix, background load).",
             *(["- **Load.** " + t for t in _trend(shared)]),
+            *(["- **Other settings.** " + t for t in _settings_text(shared)]),
             "- **Large jobs.** "
             + _cap(cmp("large_job_training_time_s_gain", ORIGINAL["large_job_gain"], "training-time"))
             + ". "
