@@ -4,6 +4,7 @@ to a group are counted, not used; one multicast datagram per result at the leaf.
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 
@@ -11,12 +12,15 @@ import numpy as np
 import pytest
 from rt_helpers import run_ranks
 
+from panama.core import codec
 from panama.core.errors import FieldError
+from panama.core.packet import CE, FLAG_RESULT, Packet
 from panama.runtime import mcast, mmsg
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.communicator import FOREIGN_SOURCE, Communicator
 from panama.runtime.settings import SwitchConfig
 from panama.runtime.switchd import SwitchDaemon
+from panama.runtime.udp import PacketSocket, format_addr, free_port
 
 W = 4
 N = 300_001  # 19 datagrams of the default 16,367 floats per rank and call
@@ -195,3 +199,89 @@ def test_bad_multicast_installs_are_refused_naming_the_field(multicast, field):
         assert 8 not in daemon.acc.jobs()
     finally:
         daemon.close()
+
+
+PE = 8
+
+
+def _recv(sock: PacketSocket, timeout_s: float = 5.0):
+    sock.settimeout(timeout_s)
+    buf = bytearray(65536)
+    n, ecn, src = sock.recv_into(buf)
+    return codec.decode(bytes(buf[:n]), ecn), src
+
+
+def _recv_group(sock: socket.socket, timeout_s: float = 5.0):
+    """One datagram from a group socket: (packet, source); ECN from its IP_TOS."""
+    sock.settimeout(timeout_s)
+    buf = bytearray(65536)
+    n, anc, _, src = sock.recvmsg_into([buf], socket.CMSG_SPACE(4))
+    ecn = next((d[0] & 3 for lvl, kind, d in anc if lvl == socket.IPPROTO_IP and kind == socket.IP_TOS), 0)
+    return codec.decode(bytes(buf[:n]), ecn), src
+
+
+def _nothing_waiting(sock: PacketSocket) -> bool:
+    sock.settimeout(0.2)
+    try:
+        sock.recv_into(bytearray(65536))
+    except (TimeoutError, BlockingIOError):
+        return True
+    return False
+
+
+class _RefuseGroup:
+    """A Sender stand-in whose sends to ``group`` the kernel 'refuses'."""
+
+    def __init__(self, real, group):
+        self.real, self.group = real, group
+
+    def send(self, parts, destinations, tos, default_tos):
+        if list(destinations) == [self.group]:
+            return [(0, OSError(errno.ENETUNREACH, "refused (test)"))]
+        return self.real.send(parts, destinations, tos, default_tos)
+
+    def send_each(self, *args):
+        return self.real.send_each(*args)
+
+
+@pytest.mark.usefixtures("io")
+def test_daemon_relays_codepoint_on_the_group_and_falls_back_when_a_send_is_refused():
+    d = SwitchDaemon(SwitchConfig(switch_id="leaf", packet_memory=64, payload_elems=PE, offload=False))
+    a, b, parent = PacketSocket(), PacketSocket(), PacketSocket()
+    group = ("239.80.250.1", free_port(kind=socket.SOCK_DGRAM))
+    ga, gb = mcast.join(group, 1 << 20), mcast.join(group, 1 << 20)
+    try:
+        kids = [format_addr(a.addr), format_addr(b.addr)]
+        tree = {"tree_id": 0, "children": kids, "parent": format_addr(parent.addr)}
+        d.install_job(1, [tree], 0, {"group": format_addr(group), "members": kids})
+        d.start_data_plane()
+        for seq, value in ((0, 7.0), (1, 9.0)):
+            if seq == 1:  # the kernel refuses the next group send: unicast per child from now on
+                d.sock._sender = _RefuseGroup(d.sock._sender, group)  # noqa: SLF001 - fault injection
+            for s in (a, b):
+                s.send(Packet(1, 0, seq, 1, PE, 0, payload=np.ones(PE, np.float32)), d.udp_addr)
+            partial, _ = _recv(parent)
+            assert partial.seq == seq and not partial.flags & FLAG_RESULT
+            result = Packet(1, 0, seq, 1, PE, FLAG_RESULT, payload=np.full(PE, value, np.float32))
+            parent.send(result, d.udp_addr, ecn=CE)  # marked on the way down: relayed as CE
+            if seq == 0:
+                for g in (ga, gb):
+                    pkt, src = _recv_group(g)
+                    assert src == d.udp_addr and pkt.ecn == CE and np.all(pkt.payload == value)
+                assert _nothing_waiting(a) and _nothing_waiting(b)  # one datagram, to the group only
+            else:
+                for s in (a, b):
+                    pkt, src = _recv(s)
+                    assert src == d.udp_addr and pkt.ecn == CE and np.all(pkt.payload == value)
+        mc = d.stats()["multicast"]
+        assert mc["sends"] == 1 and mc["copies_saved"] == 1
+        assert mc["jobs"] == {"1": {"group": format_addr(group), "path": "unicast"}}
+        (reason,) = mc["fallbacks"]
+        assert "send to group refused" in reason and mc["fallbacks"][reason] == 1
+        assert d.stats()["drops"].get("send_error", 0) == 0  # the children got it by unicast
+    finally:
+        d.close()
+        for s in (a, b, parent):
+            s.close()
+        ga.close()
+        gb.close()

@@ -18,11 +18,13 @@ provisional until admission: a rank whose register call hung up is dropped, and 
 that registers again with a new ``incarnation`` replaces its stale self. The controller
 admits the job (one admission at a time), gives it a random data-plane key, installs
 it on every daemon of its trees (all or nothing) and answers every rank with its trees,
-key and first-hop daemon. Ranks heart-beat; the job is torn down (removed from the
-daemons, released in the controller) when every rank has left (``completed``), when a
-rank leaves after an error, misses heartbeats for ``heartbeat_timeout_s``, or a daemon
-of its trees is down or no longer holds the job (``failed``), or on ``DELETE
-/v1/jobs/{job}``. Ended jobs are kept in a short history so late heartbeats learn why.
+key and first-hop daemon (and, with ``multicast_results``, the loopback group its leaf
+sends results to: :func:`panama.runtime.controller_jobs.allocate_groups`). Ranks
+heart-beat; the job is torn down (removed from the daemons, released in the controller)
+when every rank has left (``completed``), when a rank leaves after an error, misses
+heartbeats for ``heartbeat_timeout_s``, or a daemon of its trees is down or no longer
+holds the job (``failed``), or on ``DELETE /v1/jobs/{job}``. Ended jobs are kept in a
+short history so late heartbeats learn why.
 
 Crash safety: running jobs are written to a state file (``state_file``, mode 0600) on
 every change; a restarted controller takes back those that every daemon of their trees

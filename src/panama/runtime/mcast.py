@@ -84,7 +84,7 @@ def enable_sender(sock: socket.socket) -> str | None:
     return None
 
 
-def join(group: Address, buffer_bytes: int, tos_ecn: bool = True) -> socket.socket:
+def join(group: Address, buffer_bytes: int) -> socket.socket:
     """A UDP socket bound to ``group`` (``SO_REUSEADDR``: every local member binds it),
     joined on 127.0.0.1, with ``IP_RECVTOS`` and a receive buffer of ``buffer_bytes``
     (forced where allowed, as the unicast sockets). Raises OSError (closed) when the kernel
@@ -96,8 +96,7 @@ def join(group: Address, buffer_bytes: int, tos_ecn: bool = True) -> socket.sock
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if tos_ecn:
-            sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         sock.bind(group)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_ADD_MEMBERSHIP, socket.inet_aton(group[0]) + _LOOPBACK_BYTES)
     except OSError:

@@ -10,6 +10,13 @@ with one :meth:`~panama.runtime.udp.PacketSocket.send_all` (one ``sendmmsg`` whe
 compiled), so the accelerator runs with ``copy_payloads=False``. ``/stats`` ``io`` names
 the I/O in use. Nothing here decides protocol behaviour.
 
+Multicast results (:mod:`panama.runtime.mcast`): a job installed with a loopback group
+(``multicast``: group and members, from the controller) has every emission whose
+destination set is exactly the members sent as one datagram to the group (same
+codepoint), when this daemon can (socket bound to 127.0.0.1, TTL 0, interface
+127.0.0.1, the plain loop); otherwise, or once the kernel refuses a group send, one copy
+per child as before, the reason counted in ``/stats`` ``multicast``.
+
 ECN: the daemon reads each datagram's codepoint (``IP_RECVTOS``) and passes it to the
 codec; the accelerator decides every emitted packet's codepoint (CE of contributions
 folded into the slot: partials leave as CE, results carry ``FLAG_ECE``; a result that
