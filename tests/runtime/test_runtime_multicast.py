@@ -285,3 +285,25 @@ def test_daemon_relays_codepoint_on_the_group_and_falls_back_when_a_send_is_refu
             s.close()
         ga.close()
         gb.close()
+
+
+def test_workers_stay_on_unicast_where_the_leaf_runs_the_batched_loop(cluster):
+    """The shared test cluster (1000-float datagrams: the GSO/GRO loop where the kernel has
+    it) has multicast results on; a daemon that cannot use them says so at install, and
+    the controller then gives its workers no group."""
+    rng = np.random.default_rng(6)
+    xs = [rng.integers(-100, 100, 20_000).astype(np.float32) for _ in range(W)]
+
+    def body(comm, rank):
+        return comm.allreduce(xs[rank]), comm.stats()
+
+    results, errors = run_ranks(cluster.controller, "batched-mc", W, body, timeout_s=60)
+    assert errors == [None] * W
+    assert all(out.tobytes() == _exact(xs).tobytes() for out, _ in results)
+    batched = cluster.switch_stats("leaf0")["offload"]["batched_loop"]
+    for _, st in results:
+        if batched:
+            assert st["results_path"] == "unicast"
+            assert "the batched GSO loop" in st["multicast"]["reason"]
+        else:
+            assert st["results_path"] == "multicast"

@@ -396,6 +396,10 @@ class ControllerService(ControllerHttp):
                 errors.append(f"switch {name} refused job {plan.job_id}: HTTP {status} {error_text(data)}")
                 return
             done.append(name)
+            path = data.get("multicast") if isinstance(data, dict) else None
+            if name in job.groups and path != "multicast":  # the daemon cannot: its workers need not join
+                del job.groups[name]
+                job.group_reasons[name] = f"daemon {name} sends results by unicast ({path})"
 
         await asyncio.gather(*(put(s) for s in plan.switches))
         if errors:

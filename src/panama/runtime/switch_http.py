@@ -177,7 +177,9 @@ class SwitchHttp:
             return _error(409, str(exc))
         except ValueError as exc:
             return _error(400, str(exc))
-        return web.json_response({"installed": job_id, "trees": len(body["trees"])})
+        return web.json_response(
+            {"installed": job_id, "trees": len(body["trees"]), "multicast": self.multicast_path(job_id)}
+        )
 
     async def _h_remove(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)

@@ -382,6 +382,16 @@ class SwitchDaemon(SwitchHttp):
                     self.mcast_fallbacks[self.mcast_reason] += 1
         log.info("installed job %d: %s (multicast %s)", job_id, json.dumps(trees), json.dumps(multicast))
 
+    def multicast_path(self, job_id: int) -> str | None:
+        """How ``job_id``'s results to its group's members leave: None (no group installed),
+        ``"multicast"``, or ``"unicast: <why>"``."""
+        with self.lock:
+            if job_id not in self.group_texts:
+                return None
+            if job_id in self.groups:
+                return "multicast"
+            return f"unicast: {self.mcast_reason or 'a group send was refused'}"
+
     def _parse_group(self, multicast: object, children: set) -> tuple[frozenset, tuple[Address]] | None:
         """An install's ``multicast`` object: (member set, (group,)), or None when absent."""
         if multicast is None:
