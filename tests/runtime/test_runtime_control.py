@@ -331,9 +331,10 @@ def test_a_bad_put_is_refused_and_the_data_plane_keeps_serving(cluster):
         (b"[" * 100_000 + b"]" * 100_000, "body"),
         (b'{"rank": 0, "world_size": 2, "udp": "127.0.0.1:1", "colour": 1}', "colour"),
         (b'{"rank": 0, "world_size": 2, "udp": "127.0.0.1:1", "incarnation": "a b"}', "incarnation"),
+        (b'{"rank": 0, "world_size": 2, "udp": "127.0.0.1:1", "multicast": "yes"}', "multicast"),
         (b"\xff\xfe", "body"),
     ],
-    ids=["5000-digit int", "deep nesting", "unknown field", "bad incarnation", "not utf-8"],
+    ids=["5000-digit int", "deep nesting", "unknown field", "bad incarnation", "bad multicast", "not utf-8"],
 )
 def test_malformed_bodies_get_400_never_500(cluster, raw, field):
     before = cluster.controller_call("GET", "/v1/jobs")[1]

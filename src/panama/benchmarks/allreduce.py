@@ -59,6 +59,7 @@ class BenchConfig:
     ecn_threshold_pkts: int = 128
     min_rto_s: float = 0.1
     drop_prob: float = 0.0  # datagrams every daemon drops on receipt (loss recovery under test)
+    multicast_results: bool = True  # results to a leaf's workers as one loopback multicast datagram
     gloo: bool = True
     seed: int = 0
     timeout_s: float = 120.0
@@ -304,6 +305,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
             packet_memory=cfg.packet_memory,
             ecn_threshold_pkts=cfg.ecn_threshold_pkts,
             drop_prob=cfg.drop_prob,
+            multicast_results=cfg.multicast_results,
             seed=cfg.seed,
             threshold_bytes=0,
             heartbeat_timeout_s=max(10.0, cfg.timeout_s / 4),

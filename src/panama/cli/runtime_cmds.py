@@ -281,6 +281,12 @@ def _any_alive(state: dict) -> bool:
     type=float,
     help="Share of datagrams every switch daemon drops (loss recovery; results stay exact).",
 )
+@click.option(
+    "--multicast-results/--no-multicast-results",
+    default=True,
+    show_default=True,
+    help="Leaf daemons send results to their workers as one loopback multicast datagram (docs/runtime.md).",
+)
 @click.option("--skip-gloo", is_flag=True, help="Time PANAMA only (no ratio).")
 @click.option("--out", "out_dir", default=None, help="Directory for results.json and results.csv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
@@ -299,6 +305,7 @@ def bench_allreduce(
     ecn_threshold,
     min_rto_ms,
     drop_prob,
+    multicast_results,
     skip_gloo,
     out_dir,
     as_json,
@@ -342,6 +349,7 @@ def bench_allreduce(
         ecn_threshold_pkts=ecn_threshold,
         min_rto_s=min_rto_ms / 1000,
         drop_prob=drop_prob,
+        multicast_results=multicast_results,
         gloo=not skip_gloo,
         seed=seed,
     )

@@ -198,6 +198,7 @@ class LocalCluster:
             trees=self.trees,
             heartbeat_timeout_s=self.heartbeat_timeout_s,
             state_file=work / "controller-state.json",
+            multicast_results=self.multicast_results,
         )
         ctl = self._spawn_controller(controller, work)
         for proc in self.procs.values():

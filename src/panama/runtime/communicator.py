@@ -16,6 +16,15 @@ into datagrams (one codepoint per buffer: GRO merges only equal TOS); otherwise,
 (each poll's packets with one ``sendmmsg``, results 8 per ``recvmmsg`` where compiled,
 else one system call per datagram). ``stats()["offload"]`` and ``stats()["io"]`` say which.
 
+Multicast results (:mod:`panama.runtime.mcast`): with ``multicast=True`` (default) the
+worker tells the controller at registration whether it can join a loopback group (a
+throwaway join); when the plan names a group for it, it joins it on a second socket and
+receives results from both sockets in the same loop (plain batch receives on the group
+socket; the same decode, key and source check: only its leaf's unicast address counts).
+``stats()["results_path"]`` says ``"multicast"`` or ``"unicast"``, ``stats()["multicast"]``
+the group and why not. A group joined at the probe but refused at the real join leaves
+this rank on unicast retransmission answers only (slow, logged): the probe makes it rare.
+
 A background thread heart-beats to the controller; when the controller tears the job
 down (a rank stopped heart-beating, a daemon died) the next wait fails at once with the
 controller's reason. Every blocking wait is bounded by ``timeout_s`` and its error says
@@ -44,10 +53,19 @@ from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.transport import TransportError, WorkerTransport
 from panama.core.units import s as seconds_to_ps
-from panama.runtime import mmsg, offload
+from panama.runtime import mcast, mmsg, offload
 from panama.runtime.arrays import as_float32_vector, as_output_vector
+from panama.runtime.diagnosis import switch_findings
 from panama.runtime.http import JOB_NAME_RE, JOB_NAME_RULE, HttpError, error_text, job_path, request_json, resolve_token
-from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS, Address, PacketSocket, format_addr, now_ps, parse_addr
+from panama.runtime.udp import (
+    DEFAULT_SOCKET_BUFFER_BYTES,
+    RUNTIME_PAYLOAD_ELEMS,
+    Address,
+    PacketSocket,
+    format_addr,
+    now_ps,
+    parse_addr,
+)
 
 log = logging.getLogger("panama.communicator")
 
@@ -117,6 +135,7 @@ class Communicator:
         connect: bool = False,
         bind_host: str = "127.0.0.1",
         token: str | None = None,
+        multicast: bool = True,
     ):
         if not isinstance(job, str) or not JOB_NAME_RE.match(job):
             raise FieldError("job", f"{job!r} is not a valid job name ({JOB_NAME_RULE})")
@@ -181,6 +200,9 @@ class Communicator:
         self._closed = False
         self._hb_stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
+        # None: this rank can join a loopback group (probed now); else why it cannot.
+        self.mcast_reason = mcast.probe_join(bind_host) if multicast else "multicast=False (communicator option)"
+        self._group: mcast.GroupReceiver | None = None
         if (connect or size_bytes is not None) and world_size > 1:
             self.connect()
 
@@ -201,6 +223,7 @@ class Communicator:
             "payload_elems": self.payload_elems_requested,
             "wait_s": self.timeout_s,
             "incarnation": self.incarnation,
+            "multicast": self.mcast_reason is None,
         }
         deadline = time.monotonic() + self.timeout_s
         while True:
@@ -263,6 +286,7 @@ class Communicator:
             max_rto_ps=seconds_to_ps(max_rto),
             max_retries=1_000_000,  # timeout_s bounds every call instead
         )
+        self._join_group(reply.get("multicast"))
         self._hb_thread = threading.Thread(
             target=self._heartbeat, name=f"panama-hb-{self.job}-{self.rank}", daemon=True
         )
@@ -278,6 +302,22 @@ class Communicator:
             reply["payload_elems"],
         )
         return reply
+
+    def _join_group(self, info: object) -> None:
+        """Join the results group the plan names for this rank, if any (else keep the reason)."""
+        text = info.get("group") if isinstance(info, dict) else None
+        if text is None:
+            if self.mcast_reason is None:
+                self.mcast_reason = str(info.get("reason") if isinstance(info, dict) else "no group in the plan")
+            return
+        try:
+            group = mcast.parse_group(text, "multicast.group")
+            self._group = mcast.GroupReceiver(group, RECV_BATCH, DEFAULT_SOCKET_BUFFER_BYTES, offload.RECV_BUFFER_BYTES)
+        except (OSError, FieldError) as exc:
+            self.mcast_reason = f"could not join group {text}: {exc} (results only as retransmission answers)"
+            log.warning("job %s rank %d: %s", self.job, self.rank, self.mcast_reason)
+            return
+        self.mcast_reason = None
 
     def _heartbeat(self) -> None:
         path = f"{self._job_path}/heartbeat"
@@ -353,15 +393,22 @@ class Communicator:
         recv = raw.recvmsg_into
         deadline = time.monotonic() + self.timeout_s
         rx = None if gro else self._receiver()
+        grp = self._group
+        if grp is not None:
+            poller.register(grp.sock, select.POLLIN)
         tr.start(now_ps(), flat, out=out)
         while not tr.done:
             now = now_ps()
             self._send(tr.poll(now))
             # Drain what has arrived; wait (bounded) only when nothing has.
             if rx is not None:
-                got = self._receive_batch(rx, tr, leaf, decode, keys)
+                got = self._receive_batch(rx, self._rx_views, self._rx_floats, tr, leaf, decode, keys)
             else:
                 got = self._receive_gro(tr, leaf, recv, iov, cmsg_space, view, f32, decode, keys)
+            if grp is not None and not tr.done:
+                n = self._receive_batch(grp.rx, grp.views, grp.floats, tr, leaf, decode, keys)
+                grp.datagrams += n
+                got += n
             if tr.done:
                 break
             now = now_ps()
@@ -420,11 +467,11 @@ class Communicator:
             self._rx = mmsg.Receiver(self.sock.sock, bufs)
         return self._rx
 
-    def _receive_batch(self, rx: mmsg.Receiver, tr: WorkerTransport, leaf: Address, decode, keys) -> int:
-        """Receive what has arrived (up to RECV_BATCH_ROUNDS batches) and feed it to the
-        transport; returns the datagrams received (0: nothing was waiting)."""
+    def _receive_batch(self, rx: mmsg.Receiver, views, floats, tr: WorkerTransport, leaf: Address, decode, keys) -> int:
+        """Receive what has arrived at ``rx`` (the unicast or the group socket's receiver,
+        datagram k into ``views[k]``; up to RECV_BATCH_ROUNDS batches) and feed what came
+        from ``leaf`` to the transport; returns the datagrams received (0: none waiting)."""
         got = 0
-        views, floats = self._rx_views, self._rx_floats
         sizes, ecns, sources = rx.sizes, rx.ecns, rx.sources
         for _ in range(RECV_BATCH_ROUNDS):
             try:
@@ -542,7 +589,7 @@ class Communicator:
         late = reply.get("stale_ranks") or []
         if late:
             notes.append(f"ranks without a recent heartbeat: {late}")
-        notes += _switch_findings(reply.get("switches") or {}, self.job_id)
+        notes += switch_findings(reply.get("switches") or {}, self.job_id)
         if notes:
             return msg + "; " + "; ".join(notes)
         return msg + (
@@ -563,6 +610,12 @@ class Communicator:
             send_errors=self.sock.send_errors,
             offload={**self.sock.offload.as_dict(), "gso_sends": self.sock.gso_sends, "gro_buffers": self.gro_buffers},
             io="gso/gro" if self._gro else mmsg.IMPLEMENTATION,
+            results_path="multicast" if self._group is not None else "unicast",
+            multicast={
+                "group": self._group.text() if self._group is not None else None,
+                "datagrams": self._group.datagrams if self._group is not None else 0,
+                "reason": self.mcast_reason,
+            },
         )
         return base
 
@@ -595,6 +648,8 @@ class Communicator:
             except HttpError as exc:
                 log.warning("leave failed: %s", exc)
         self.sock.close()
+        if self._group is not None:
+            self._group.close()
 
     @classmethod
     def from_env(cls, **overrides: Any) -> Communicator:
@@ -618,51 +673,7 @@ class Communicator:
             if not self._closed:
                 self._hb_stop.set()
                 self.sock.close()
+                if self._group is not None:
+                    self._group.close()
         except Exception:
             pass
-
-
-# Drop reasons that point at one switch as the culprit of a stuck call.
-_TELLING_DROPS = (
-    "share_exceeded",
-    "too_large",
-    "oversize",
-    "unknown_job",
-    "unknown_tree",
-    "not_child",
-    "not_parent",
-    "injected",
-)
-
-
-def _switch_findings(switches: dict[str, Any], job_id: int | None) -> list[str]:
-    """What the daemons' counters (``GET /v1/jobs/{job}?probe=1``) say about a stuck job, per switch."""
-    notes = []
-    for name, info in switches.items():
-        if not isinstance(info, dict) or not info.get("up"):
-            continue
-        said = []
-        if info.get("holds_job") is False:
-            said.append(f"lost job {job_id} (not installed there any more)")
-        dp = info.get("data_plane") or {}
-        if dp and not dp.get("alive", True):
-            said.append(f"data plane down ({dp.get('last_error')})")
-        elif dp.get("errors"):
-            said.append(f"{dp['errors']} data-plane error(s), last: {dp.get('last_error')}")
-        if info.get("send_errors"):
-            said.append(f"{info['send_errors']} send error(s), last: {dp.get('last_send_error')}")
-        drops = {
-            k: v for k, v in (info.get("drops") or {}).items() if v and any(k.startswith(t) for t in _TELLING_DROPS)
-        }
-        if drops:
-            said.append(
-                "dropped " + ", ".join(f"{v} {k}" for k, v in sorted(drops.items())) + " (all jobs, since start)"
-            )
-        malformed = {k: v for k, v in (info.get("malformed") or {}).items() if v}
-        if malformed.get("bad_key"):
-            said.append(f"refused {malformed['bad_key']} datagram(s) with a wrong key")
-        if info.get("share_exceeded"):
-            said.append("refused contributions above the job's memory share (starved share)")
-        if said:
-            notes.append(f"switch {name} ({info.get('udp')}): " + "; ".join(said))
-    return notes

@@ -204,6 +204,9 @@ class ControllerHttp:
         incarnation = body.get("incarnation")
         if incarnation is not None and (not isinstance(incarnation, str) or not _INCARNATION_RE.match(incarnation)):
             raise BadRequest(400, f"incarnation: expected 1-64 characters of [A-Za-z0-9._-], got {incarnation!r}")
+        multicast = body.get("multicast", False)
+        if not isinstance(multicast, bool):
+            raise BadRequest(400, f"multicast: expected true or false, got {multicast!r}")
         if rank >= world_size:
             raise BadRequest(400, f"rank: {rank} is not below world_size {world_size}")
         if world_size > len(self.hosts_in_order):
@@ -260,7 +263,9 @@ class ControllerHttp:
         if payload is not None:
             job.payload_elems = payload if job.payload_elems is None else min(job.payload_elems, payload)
         job.size_bytes = max(job.size_bytes, size_bytes)
-        mine = Rank(rank, udp, self.hosts_in_order[rank], time.monotonic(), incarnation, request=request)
+        mine = Rank(
+            rank, udp, self.hosts_in_order[rank], time.monotonic(), incarnation, request=request, multicast=multicast
+        )
         job.ranks[rank] = mine
         log.info("job %s: rank %d/%d registered from %s", name, rank, world_size, format_addr(udp))
         if len(job.ranks) == world_size:
@@ -304,6 +309,11 @@ class ControllerHttp:
         assert plan is not None
         host = job.ranks[rank].host
         leaf = self.topology.tor_of(host)
+        group = job.groups.get(leaf)
+        if group is not None and format_addr(job.ranks[rank].udp) in group["members"]:
+            multicast: dict[str, Any] = {"group": group["group"]}
+        else:
+            multicast = {"group": None, "reason": job.group_reasons.get(leaf, "no group for this rank's leaf")}
         return web.json_response(
             {
                 "job": job.name,
@@ -320,6 +330,7 @@ class ControllerHttp:
                 "payload_elems": job.payload_for_job,
                 "key": f"{job.key:016x}",
                 "heartbeat_timeout_s": self.heartbeat_timeout_s,
+                "multicast": multicast,
             }
         )
 
@@ -376,7 +387,7 @@ class ControllerHttp:
 
 
 REGISTER_KEYS = frozenset(
-    {"rank", "world_size", "udp", "size_bytes", "trees", "payload_elems", "wait_s", "incarnation"}
+    {"rank", "world_size", "udp", "size_bytes", "trees", "payload_elems", "wait_s", "incarnation", "multicast"}
 )
 MAX_SIZE_BYTES = 1 << 50
 _INCARNATION_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")

@@ -4,6 +4,8 @@ as the service stores it, and the short history of ended jobs."""
 from __future__ import annotations
 
 import asyncio
+import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +15,8 @@ from panama.core.controller import (
     TreePlan,
 )
 from panama.core.jobs import JobLifecycle
-from panama.runtime.udp import Address, format_addr
+from panama.runtime import mcast
+from panama.runtime.udp import Address, format_addr, free_port
 
 
 @dataclass
@@ -26,6 +29,7 @@ class Rank:
     left: bool = False
     error: str | None = None  # why the rank left, when it left after a failure
     request: Any = None  # the waiting register request while the job is registering (provisional)
+    multicast: bool = False  # it said at registration that it can join a loopback group
 
     def gone(self) -> bool:
         """A provisional registration whose client hung up (its register call is no longer waiting)."""
@@ -54,6 +58,10 @@ class Job:
     ended: float | None = None
     recovered: bool = False
     installed_at: float = 0.0  # monotonic time it became running (probes older than this say nothing of it)
+    # Loopback multicast of results (panama.runtime.mcast): per leaf daemon the install's
+    # {"group", "members"}; per leaf without one, why not.
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    group_reasons: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.life is None:
@@ -78,6 +86,7 @@ class Job:
             "hosts": {str(r): x.host for r, x in sorted(self.ranks.items())},
             "recovered": self.recovered,
             "plan": self.plan.to_dict() if self.plan is not None else None,
+            "multicast": {"groups": self.groups, "reasons": self.group_reasons},
         }
 
     def to_state(self) -> dict[str, Any]:
@@ -92,6 +101,7 @@ class Job:
             "size_bytes": self.size_bytes,
             "trees": self.trees,
             "plan": self.plan.to_dict(),
+            "groups": self.groups,
             "ranks": [
                 {
                     "rank": x.rank,
@@ -153,3 +163,49 @@ class _Recorder:
 
     def remove_job(self, job_id: int) -> None:
         self.removed.append(job_id)
+
+
+def allocate_groups(
+    job: Job, recorders: dict[str, _Recorder], switch_udp: dict[str, Address], jobs: Iterable[Job], enabled: bool
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Loopback multicast groups of a job being admitted (:mod:`panama.runtime.mcast`).
+
+    A daemon whose tree children (every tree of the job the same) are 2 or more of the
+    job's workers gets ``{"group": "239.80.x.y:PORT", "members": [worker addresses]}``
+    when ``enabled``, the daemon and every member are on 127.0.0.1 and every member said
+    at registration that it can join a group; the address is one no other job in ``jobs``
+    holds. Returns (groups by switch name, why not by switch name for the other such
+    daemons).
+    """
+    groups: dict[str, dict[str, Any]] = {}
+    reasons: dict[str, str] = {}
+    by_addr = {format_addr(x.udp): x for x in job.ranks.values()}
+    used = {g["group"].rpartition(":")[0] for other in jobs if other is not job for g in other.groups.values()}
+    index = 0
+    for name, rec in recorders.items():
+        kid_sets = {frozenset(t["children"]) for t in rec.trees}
+        workers = [by_addr.get(c) for kids in kid_sets for c in kids]
+        if not workers or None in workers:
+            continue  # a switch child: not a leaf of this job's workers
+        members = sorted({format_addr(w.udp) for w in workers})
+        if not enabled:
+            reasons[name] = "multicast_results is off (controller setting)"
+        elif len(kid_sets) != 1:
+            reasons[name] = "the job's trees have different children there"
+        elif len(members) < 2:
+            reasons[name] = "one worker child: nothing to save"
+        elif switch_udp[name][0] != mcast.LOOPBACK or any(w.udp[0] != mcast.LOOPBACK for w in workers):
+            reasons[name] = f"daemon and workers are not all on {mcast.LOOPBACK} (multicast is loopback-only)"
+        elif not all(w.multicast for w in workers):
+            reasons[name] = f"rank(s) {sorted(w.rank for w in workers if not w.multicast)} cannot join a group"
+        else:
+            while index < mcast.GROUP_NETWORK.num_addresses and mcast.group_address(index) in used:
+                index += 1
+            if index >= mcast.GROUP_NETWORK.num_addresses:
+                reasons[name] = f"no free group address in {mcast.GROUP_NETWORK}"
+                continue
+            addr = mcast.group_address(index)
+            used.add(addr)
+            port = free_port(mcast.LOOPBACK, socket.SOCK_DGRAM)
+            groups[name] = {"group": f"{addr}:{port}", "members": members}
+    return groups, reasons

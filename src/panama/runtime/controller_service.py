@@ -18,11 +18,13 @@ provisional until admission: a rank whose register call hung up is dropped, and 
 that registers again with a new ``incarnation`` replaces its stale self. The controller
 admits the job (one admission at a time), gives it a random data-plane key, installs
 it on every daemon of its trees (all or nothing) and answers every rank with its trees,
-key and first-hop daemon. Ranks heart-beat; the job is torn down (removed from the
-daemons, released in the controller) when every rank has left (``completed``), when a
-rank leaves after an error, misses heartbeats for ``heartbeat_timeout_s``, or a daemon
-of its trees is down or no longer holds the job (``failed``), or on ``DELETE
-/v1/jobs/{job}``. Ended jobs are kept in a short history so late heartbeats learn why.
+key and first-hop daemon (and, with ``multicast_results``, the loopback group its leaf
+sends results to: :func:`panama.runtime.controller_jobs.allocate_groups`). Ranks
+heart-beat; the job is torn down (removed from the daemons, released in the controller)
+when every rank has left (``completed``), when a rank leaves after an error, misses
+heartbeats for ``heartbeat_timeout_s``, or a daemon of its trees is down or no longer
+holds the job (``failed``), or on ``DELETE /v1/jobs/{job}``. Ended jobs are kept in a
+short history so late heartbeats learn why.
 
 Crash safety: running jobs are written to a state file (``state_file``, mode 0600) on
 every change; a restarted controller takes back those that every daemon of their trees
@@ -57,7 +59,7 @@ from panama.core.controller import (
 from panama.core.jobs import JobInput, JobState
 from panama.runtime.cluster_file import ClusterFileError, ClusterSpec, SwitchInfo, load_cluster, spread_hosts
 from panama.runtime.controller_http import ControllerHttp
-from panama.runtime.controller_jobs import Job, Rank, _Recorder, plan_from_dict
+from panama.runtime.controller_jobs import Job, Rank, _Recorder, allocate_groups, plan_from_dict
 from panama.runtime.http import (
     error_text,
     start_site,
@@ -104,6 +106,7 @@ class ControllerService(ControllerHttp):
         state_file: str | Path | None = None,
         startup_wait_s: float = 20.0,
         default_packet_memory: int = 4096,
+        multicast_results: bool = False,
     ):
         self.cluster = cluster
         self.topology = cluster.topology
@@ -118,6 +121,7 @@ class ControllerService(ControllerHttp):
         self.state_file = Path(state_file) if state_file else None
         self.startup_wait_s = startup_wait_s
         self.default_packet_memory = default_packet_memory
+        self.multicast_results = multicast_results
         self.controller: Controller | None = None  # exactly one, made by start()
         self.controllers_created = 0
         self.jobs: dict[str, Job] = {}
@@ -288,6 +292,7 @@ class ControllerService(ControllerHttp):
                 job.ranks[int(r["rank"])] = Rank(
                     int(r["rank"]), parse_addr(r["udp"]), r["host"], now, r.get("incarnation"), bool(r.get("left"))
                 )
+            job.groups = dict(entry.get("groups") or {})
             job.recovered = True
             job.installed_at = time.monotonic()
             self._fire(job, JobInput.RECOVERED, f"recovered after a controller restart: {plan.reason}")
@@ -368,12 +373,17 @@ class ControllerService(ControllerHttp):
         to_addr.update({x.host: format_addr(x.udp) for x in job.ranks.values()})
         recorders = {s: _Recorder(s, to_addr) for s in plan.switches}
         install(plan, recorders)
+        job.groups, job.group_reasons = allocate_groups(
+            job, recorders, {s: self.switches[s].udp for s in plan.switches}, self.jobs.values(), self.multicast_results
+        )
         done: list[str] = []
         errors: list[str] = []
 
         async def put(name: str) -> None:
             sw = self.switches[name]
-            body = {"trees": recorders[name].trees, "key": f"{job.key:016x}"}
+            body: dict[str, Any] = {"trees": recorders[name].trees, "key": f"{job.key:016x}"}
+            if name in job.groups:
+                body["multicast"] = job.groups[name]
             try:
                 status, data = await self._switch_call(sw, "PUT", f"/jobs/{plan.job_id}", body)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -386,6 +396,10 @@ class ControllerService(ControllerHttp):
                 errors.append(f"switch {name} refused job {plan.job_id}: HTTP {status} {error_text(data)}")
                 return
             done.append(name)
+            path = data.get("multicast") if isinstance(data, dict) else None
+            if name in job.groups and path != "multicast":  # the daemon cannot: its workers need not join
+                del job.groups[name]
+                job.group_reasons[name] = f"daemon {name} sends results by unicast ({path})"
 
         await asyncio.gather(*(put(s) for s in plan.switches))
         if errors:
@@ -625,6 +639,7 @@ def service_from_config(config: ControllerConfig, token: str) -> ControllerServi
         token=token,
         state_file=config.state_file,
         startup_wait_s=config.startup_wait_s,
+        multicast_results=config.multicast_results,
     )
 
 

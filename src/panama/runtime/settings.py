@@ -136,6 +136,12 @@ class ControllerConfig(Settings):
     startup_wait_s: float = Field(
         20.0, ge=0.0, allow_inf_nan=False, description="Seconds to wait for the daemons at start-up."
     )
+    multicast_results: bool = Field(
+        False,
+        description="Leaf daemons send each result to their local workers as one loopback multicast datagram "
+        "(group of 239.80.0.0/16, TTL 0) where the daemon and its workers are all on 127.0.0.1; any local "
+        "process can then read results (docs/runtime.md).",
+    )
 
 
 class ClusterConfig(Settings):
@@ -155,6 +161,11 @@ class ClusterConfig(Settings):
     max_jobs_per_switch: int = ControllerConfig.model_fields["max_jobs_per_switch"]
     trees: int | None = ControllerConfig.model_fields["trees"]
     heartbeat_timeout_s: float = ControllerConfig.model_fields["heartbeat_timeout_s"]
+    multicast_results: bool = Field(
+        True,
+        description="Results to a leaf's workers as one loopback multicast datagram (every member of a local "
+        "cluster is on 127.0.0.1; any local process can read them, docs/runtime.md).",
+    )
     drop_prob: float = Field(0.0, ge=0.0, lt=1.0, description="Loss injected at every switch (fault injection).")
     switch_drop_prob: dict[str, Annotated[float, Field(ge=0.0, lt=1.0)]] = Field(
         default_factory=dict, description="Loss per switch name, overriding drop_prob."

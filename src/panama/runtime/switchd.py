@@ -10,6 +10,13 @@ with one :meth:`~panama.runtime.udp.PacketSocket.send_all` (one ``sendmmsg`` whe
 compiled), so the accelerator runs with ``copy_payloads=False``. ``/stats`` ``io`` names
 the I/O in use. Nothing here decides protocol behaviour.
 
+Multicast results (:mod:`panama.runtime.mcast`): a job installed with a loopback group
+(``multicast``: group and members, from the controller) has every emission whose
+destination set is exactly the members sent as one datagram to the group (same
+codepoint), when this daemon can (socket bound to 127.0.0.1, TTL 0, interface
+127.0.0.1, the plain loop); otherwise, or once the kernel refuses a group send, one copy
+per child as before, the reason counted in ``/stats`` ``multicast``.
+
 ECN: the daemon reads each datagram's codepoint (``IP_RECVTOS``) and passes it to the
 codec; the accelerator decides every emitted packet's codepoint (CE of contributions
 folded into the slot: partials leave as CE, results carry ``FLAG_ECE``; a result that
@@ -70,7 +77,7 @@ from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
 from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
-from panama.runtime import mmsg, offload
+from panama.runtime import mcast, mmsg, offload
 from panama.runtime.http import start_site
 from panama.runtime.process import main_from_file
 from panama.runtime.settings import SwitchConfig, SwitchProcess
@@ -134,6 +141,17 @@ class SwitchDaemon(SwitchHttp):
         self.dp_errors = 0
         self.dp_last_error: str | None = None
         self._thread: threading.Thread | None = None
+        # Loopback multicast of results (panama.runtime.mcast): None when this socket can
+        # send to groups (TTL 0, interface 127.0.0.1), else why not. ``groups``: per job,
+        # (member set, (group,)); a result to exactly the members leaves as one datagram.
+        self.mcast_reason = mcast.enable_sender(self.sock.sock)
+        if self.mcast_reason is None and self.batched:
+            self.mcast_reason = "the batched GSO loop sends one copy per child"
+        self.groups: dict[int, tuple[frozenset, tuple[Address]]] = {}
+        self.group_texts: dict[int, str] = {}
+        self.mcast_sends = 0  # results sent as one multicast datagram
+        self.mcast_copies_saved = 0  # unicast datagrams those replaced, minus the multicast ones
+        self.mcast_fallbacks: Counter[str] = Counter()  # groups installed but served by unicast, by reason
 
     # ------------------------------------------------------------------ data plane
     def start_data_plane(self) -> None:
@@ -201,6 +219,7 @@ class SwitchDaemon(SwitchHttp):
         batch = cfg.batch
         recv = rx.recv
         batched_io = mmsg.BATCHED
+        groups = self.groups  # updated in place under the lock by install/remove
         while not self._stop.is_set():
             try:
                 count = recv(batch)
@@ -267,6 +286,14 @@ class SwitchDaemon(SwitchHttp):
                         if congested and tos != CE:
                             tos = CE
                             self.ce_marked += len(destinations)
+                        if groups and len(destinations) > 1:
+                            group = groups.get(pkt.job_id)
+                            if group is not None and group[0] == frozenset(destinations):
+                                # Exactly the group's members: one datagram to the group.
+                                failed = self._send_group(pkt, group, destinations, tos)
+                                if failed:
+                                    self.daemon_drops[DROP_SEND_ERROR] += failed
+                                continue
                         # One packet to several children: encoded once, sent to each
                         # (software multicast; one sendmmsg where compiled).
                         failed = send_all(pkt, destinations, tos)
@@ -274,10 +301,32 @@ class SwitchDaemon(SwitchHttp):
                             self.daemon_drops[DROP_SEND_ERROR] += failed
                 self.rx_bytes += rx_bytes
 
+    def _send_group(self, pkt, group: tuple, destinations, tos: int) -> int:
+        """Send ``pkt`` once to its job's group (called under ``lock``); when the kernel
+        refuses, the group is dropped for good (counted reason, logged) and this and every
+        later result go to each child. Returns the datagrams that failed."""
+        sock = self.sock
+        if not sock.send_all(pkt, group[1], tos):
+            self.mcast_sends += 1
+            self.mcast_copies_saved += len(destinations) - 1
+            return 0
+        self._group_off(pkt.job_id, f"send to group refused: {sock.last_send_error}")
+        return sock.send_all(pkt, destinations, tos)
+
+    def _group_off(self, job_id: int, reason: str) -> None:
+        """Serve ``job_id``'s results by unicast from now on (under ``lock``)."""
+        self.groups.pop(job_id, None)
+        self.mcast_fallbacks[reason] += 1
+        log.warning("job %d: multicast results off, unicast per child: %s", job_id, reason)
+
     # ------------------------------------------------------------------ control plane
-    def install_job(self, job_id: int, trees: list[dict], key: int = 0) -> None:
+    def install_job(self, job_id: int, trees: list[dict], key: int = 0, multicast: dict | None = None) -> None:
         """Install every tree of ``job_id`` with data-plane ``key`` atomically (all or none).
 
+        ``multicast``: ``{"group": "239.x.y.z:PORT", "members": ["HOST:PORT", ...]}`` (from the
+        controller, panama.runtime.mcast): results to exactly these children (every member a
+        child of the job's trees) leave as one datagram to the group, when this daemon can
+        send loopback multicast (else unicast per child, the reason counted in ``/stats``).
         Everything is validated before anything is applied (ValueError/AddressError,
         naming the field); AcceleratorError when the accelerator refuses (nothing stays).
         """
@@ -309,6 +358,7 @@ class SwitchDaemon(SwitchHttp):
             parsed.append((tree_id, kids, par))
         if len({t for t, _, _ in parsed}) != len(parsed):
             raise FieldError("trees", "duplicate tree_id")
+        group = self._parse_group(multicast, {k for _, kids, _ in parsed for k in kids})
         with self.lock:
             if job_id in self.acc.jobs():
                 raise AcceleratorError(f"{self.config.switch_id}: job {job_id} is already installed")
@@ -324,7 +374,44 @@ class SwitchDaemon(SwitchHttp):
             self.jobs_installed[job_id] = trees
             self.keys[job_id] = key
             self.sock.trailers[job_id] = codec.key_trailer(key)
-        log.info("installed job %d: %s", job_id, json.dumps(trees))
+            if group is not None:
+                self.group_texts[job_id] = multicast["group"]
+                if self.mcast_reason is None:
+                    self.groups[job_id] = group
+                else:
+                    self.mcast_fallbacks[self.mcast_reason] += 1
+        log.info("installed job %d: %s (multicast %s)", job_id, json.dumps(trees), json.dumps(multicast))
+
+    def multicast_path(self, job_id: int) -> str | None:
+        """How ``job_id``'s results to its group's members leave: None (no group installed),
+        ``"multicast"``, or ``"unicast: <why>"``."""
+        with self.lock:
+            if job_id not in self.group_texts:
+                return None
+            if job_id in self.groups:
+                return "multicast"
+            return f"unicast: {self.mcast_reason or 'a group send was refused'}"
+
+    def _parse_group(self, multicast: object, children: set) -> tuple[frozenset, tuple[Address]] | None:
+        """An install's ``multicast`` object: (member set, (group,)), or None when absent."""
+        if multicast is None:
+            return None
+        if not isinstance(multicast, dict):
+            raise FieldError("multicast", "expected an object with 'group' and 'members'")
+        unknown = set(multicast) - {"group", "members"}
+        if unknown:
+            raise FieldError(f"multicast.{sorted(unknown)[0]}", "unknown key")
+        group = mcast.parse_group(multicast.get("group"), "multicast.group")
+        members = multicast.get("members")
+        if not isinstance(members, list) or len(members) < 2:
+            raise FieldError("multicast.members", "expected a list of 2 or more HOST:PORT")
+        addrs = frozenset(_resolve(m, "multicast.members") for m in members)
+        if len(addrs) != len(members):
+            raise FieldError("multicast.members", "duplicate address")
+        stray = sorted(format_addr(a) for a in addrs - children)
+        if stray:
+            raise FieldError("multicast.members", f"{stray[0]} is not a child of the job's trees")
+        return addrs, (group,)
 
     def _destination(self, text: object, field: str) -> Address:
         """A child or parent address: parsed, resolved, and one this daemon's socket can send to."""
@@ -353,6 +440,8 @@ class SwitchDaemon(SwitchHttp):
             self.jobs_installed.pop(job_id, None)
             self.keys.pop(job_id, None)
             self.sock.trailers.pop(job_id, None)
+            self.groups.pop(job_id, None)
+            self.group_texts.pop(job_id, None)
         log.info("removed job %d", job_id)
 
     def stats(self) -> dict:
@@ -390,7 +479,24 @@ class SwitchDaemon(SwitchHttp):
                 "accelerator": acc,
                 "occupancy": {str(k): v for k, v in acc["occupancy"].items()},
                 "jobs": sorted(self.acc.jobs()),
+                "multicast": self._multicast_facts(),
             }
+
+    def _multicast_facts(self) -> dict:
+        """``/stats`` ``multicast`` (under ``lock``): whether this daemon can send results as
+        loopback multicast (``reason`` when not), per job the group in use (``path``
+        ``multicast``) or installed but served unicast, datagrams sent and copies saved."""
+        return {
+            "available": self.mcast_reason is None,
+            "reason": self.mcast_reason,
+            "jobs": {
+                str(j): {"group": g, "path": "multicast" if j in self.groups else "unicast"}
+                for j, g in self.group_texts.items()
+            },
+            "sends": self.mcast_sends,
+            "copies_saved": self.mcast_copies_saved,
+            "fallbacks": dict(self.mcast_fallbacks),
+        }
 
     def _data_plane_facts(self) -> dict:
         return {

@@ -1,0 +1,51 @@
+"""What the daemons' counters say about a stuck allreduce: the communicator's timeout message
+reads them from the controller's job probe (``GET /v1/jobs/{job}?probe=1``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Drop reasons that point at one switch as the culprit of a stuck call.
+_TELLING_DROPS = (
+    "share_exceeded",
+    "too_large",
+    "oversize",
+    "unknown_job",
+    "unknown_tree",
+    "not_child",
+    "not_parent",
+    "injected",
+)
+
+
+def switch_findings(switches: dict[str, Any], job_id: int | None) -> list[str]:
+    """What the daemons' counters (``GET /v1/jobs/{job}?probe=1``) say about a stuck job, per switch."""
+    notes = []
+    for name, info in switches.items():
+        if not isinstance(info, dict) or not info.get("up"):
+            continue
+        said = []
+        if info.get("holds_job") is False:
+            said.append(f"lost job {job_id} (not installed there any more)")
+        dp = info.get("data_plane") or {}
+        if dp and not dp.get("alive", True):
+            said.append(f"data plane down ({dp.get('last_error')})")
+        elif dp.get("errors"):
+            said.append(f"{dp['errors']} data-plane error(s), last: {dp.get('last_error')}")
+        if info.get("send_errors"):
+            said.append(f"{info['send_errors']} send error(s), last: {dp.get('last_send_error')}")
+        drops = {
+            k: v for k, v in (info.get("drops") or {}).items() if v and any(k.startswith(t) for t in _TELLING_DROPS)
+        }
+        if drops:
+            said.append(
+                "dropped " + ", ".join(f"{v} {k}" for k, v in sorted(drops.items())) + " (all jobs, since start)"
+            )
+        malformed = {k: v for k, v in (info.get("malformed") or {}).items() if v}
+        if malformed.get("bad_key"):
+            said.append(f"refused {malformed['bad_key']} datagram(s) with a wrong key")
+        if info.get("share_exceeded"):
+            said.append("refused contributions above the job's memory share (starved share)")
+        if said:
+            notes.append(f"switch {name} ({info.get('udp')}): " + "; ".join(said))
+    return notes

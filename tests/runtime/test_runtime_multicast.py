@@ -1,0 +1,309 @@
+"""Loopback multicast of results (panama.runtime.mcast): exact results with it on and off,
+with loss, with both datagram I/O paths; fallbacks report their reasons; foreign senders
+to a group are counted, not used; one multicast datagram per result at the leaf."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+
+import numpy as np
+import pytest
+from rt_helpers import run_ranks
+
+from panama.core import codec
+from panama.core.errors import FieldError
+from panama.core.packet import CE, FLAG_RESULT, Packet
+from panama.runtime import mcast, mmsg
+from panama.runtime.cluster import LocalCluster
+from panama.runtime.communicator import FOREIGN_SOURCE, Communicator
+from panama.runtime.settings import SwitchConfig
+from panama.runtime.switchd import SwitchDaemon
+from panama.runtime.udp import PacketSocket, format_addr, free_port
+
+W = 4
+N = 300_001  # 19 datagrams of the default 16,367 floats per rank and call
+PACKETS = -(-N // 16_367)
+
+
+def _inputs(seed: int) -> list[np.ndarray]:
+    """Small integers: every sum is exact in float32 whatever the order of additions, so
+    runs with multicast on and off must agree bit for bit."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-1000, 1000, N).astype(np.float32) for _ in range(W)]
+
+
+def _exact(xs: list[np.ndarray]) -> np.ndarray:
+    return np.sum(np.stack(xs).astype(np.int64), axis=0).astype(np.float32)
+
+
+@pytest.fixture(params=["compiled", "python"])
+def io(request, monkeypatch):
+    """Both datagram I/O paths (panama.runtime.mmsg): the daemons (PANAMA_NO_EXTENSIONS in
+    their environment) and the in-process workers (the module's classes swapped)."""
+    if request.param == "python":
+        monkeypatch.setenv("PANAMA_NO_EXTENSIONS", "1")
+        monkeypatch.setattr(mmsg, "Receiver", mmsg.PyReceiver)
+        monkeypatch.setattr(mmsg, "Sender", mmsg.PySender)
+        monkeypatch.setattr(mmsg, "BATCHED", False)
+        monkeypatch.setattr(mmsg, "IMPLEMENTATION", "python")
+    elif mmsg.IMPLEMENTATION == "python":
+        pytest.skip("panama.runtime._mmsg not built")
+    return request.param
+
+
+def _run(lc: LocalCluster, job: str, xs: list[np.ndarray], calls: int = 2, **options):
+    def body(comm, rank):
+        outs = [comm.allreduce(xs[rank]) for _ in range(calls)]
+        return outs, comm.stats()
+
+    results, errors = run_ranks(lc.controller, job, W, body, timeout_s=60, token=lc.token, **options)
+    assert errors == [None] * W
+    return [r[0] for r in results], [r[1] for r in results]
+
+
+@pytest.mark.parametrize("drop_prob", [0.0, 0.05])
+def test_results_exact_with_multicast_on_and_off(io, drop_prob):
+    xs = _inputs(1)
+    want = _exact(xs)
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=W, drop_prob=drop_prob, log_level="WARNING") as lc:
+        on, on_stats = _run(lc, "on", xs)
+        off, off_stats = _run(lc, "off", xs, multicast=False)
+        leaf = lc.switch_stats("leaf0")
+    for outs in (on, off):
+        for per_rank in outs:
+            for out in per_rank:
+                assert out.tobytes() == want.tobytes()
+    assert {s["results_path"] for s in on_stats} == {"multicast"}
+    assert {s["results_path"] for s in off_stats} == {"unicast"}
+    assert all(s["io"] == mmsg.IMPLEMENTATION for s in on_stats)
+    assert leaf["io"] == ("python" if io == "python" else mmsg.IMPLEMENTATION)
+    assert all(s["multicast"]["datagrams"] > 0 for s in on_stats)
+    assert all(s["multicast"]["reason"] == "multicast=False (communicator option)" for s in off_stats)
+    assert leaf["multicast"]["available"] and leaf["multicast"]["sends"] > 0
+    assert leaf["multicast"]["fallbacks"] == {}
+
+
+def test_one_multicast_datagram_per_result_in_one_rack():
+    xs = _inputs(2)
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=W, log_level="WARNING") as lc:
+        outs, stats = _run(lc, "count", xs, calls=3)
+        leaf = lc.switch_stats("leaf0")
+    assert all(out.tobytes() == _exact(xs).tobytes() for per in outs for out in per)
+    results = 3 * PACKETS  # one result per packet position and call, no loss
+    assert all(s["results"] == results for s in stats)
+    mc = leaf["multicast"]
+    assert mc["sends"] == results
+    assert mc["copies_saved"] == (W - 1) * results
+    assert leaf["tx_packets"] == results  # nothing else goes down or up in one rack
+    assert all(s["multicast"]["datagrams"] == results for s in stats)
+
+
+def test_fallback_when_joining_fails_gives_exact_results_and_says_why(monkeypatch):
+    real = socket.socket.setsockopt
+
+    def refuse_join(self, level, option, *value):
+        if level == socket.IPPROTO_IP and option == socket.IP_ADD_MEMBERSHIP:
+            raise PermissionError(1, "Operation not permitted (test)")
+        return real(self, level, option, *value)
+
+    monkeypatch.setattr(socket.socket, "setsockopt", refuse_join)
+    xs = _inputs(3)
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=W, log_level="WARNING") as lc:
+        outs, stats = _run(lc, "nojoin", xs)
+        leaf = lc.switch_stats("leaf0")
+    assert all(out.tobytes() == _exact(xs).tobytes() for per in outs for out in per)
+    for s in stats:
+        assert s["results_path"] == "unicast"
+        assert "kernel refused to join a group" in s["multicast"]["reason"]
+        assert "Operation not permitted (test)" in s["multicast"]["reason"]
+    assert leaf["multicast"]["sends"] == 0 and leaf["multicast"]["jobs"] == {}
+
+
+def test_one_rank_without_multicast_keeps_its_leaf_on_unicast():
+    xs = _inputs(4)
+    got: list = [None] * W
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=W, log_level="WARNING") as lc:
+
+        def run(rank: int) -> None:
+            with Communicator(lc.controller, "mixed", rank, W, timeout_s=60, token=lc.token, multicast=rank != 0) as c:
+                got[rank] = (c.allreduce(xs[rank]), c.stats())
+
+        threads = [threading.Thread(target=run, args=(r,), daemon=True) for r in range(W)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert None not in got
+    assert all(out.tobytes() == _exact(xs).tobytes() for out, _ in got)
+    assert {s["results_path"] for _, s in got} == {"unicast"}
+    assert "rank(s) [0] cannot join a group" in got[1][1]["multicast"]["reason"]
+
+
+def test_foreign_datagram_on_the_group_is_counted_not_used():
+    xs = _inputs(5)
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=W, log_level="WARNING") as lc:
+
+        def body(comm, rank):
+            first = comm.allreduce(xs[rank])
+            if rank == 0:  # a local process that sends to the group: delivered to every member now
+                group = mcast.parse_group(comm.stats()["multicast"]["group"], "group")
+                with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                    s.bind(("127.0.0.1", 0))
+                    assert mcast.enable_sender(s) is None
+                    s.sendto(b"\x00" * 64, group)
+            second = comm.allreduce(xs[rank])
+            return first, second, comm.stats()
+
+        results, errors = run_ranks(lc.controller, "foreign", W, body, timeout_s=60, token=lc.token)
+    assert errors == [None] * W
+    for first, second, _ in results:
+        assert first.tobytes() == second.tobytes() == _exact(xs).tobytes()
+    assert results[0][2]["ignored_by_communicator"].get(FOREIGN_SOURCE, 0) >= 1
+    assert results[0][2]["malformed"] == {}
+
+
+def test_daemon_not_on_loopback_serves_groups_by_unicast_and_says_why():
+    daemon = SwitchDaemon(SwitchConfig(switch_id="leafx", udp=("127.0.0.2", 0)))
+    try:
+        assert "not 127.0.0.1" in daemon.mcast_reason
+        kids = ["127.0.0.1:40001", "127.0.0.1:40002"]
+        daemon.install_job(7, [{"tree_id": 0, "children": kids}], 1, {"group": "239.80.0.9:40000", "members": kids})
+        mc = daemon.stats()["multicast"]
+        assert mc["jobs"] == {"7": {"group": "239.80.0.9:40000", "path": "unicast"}}
+        assert mc["fallbacks"] == {daemon.mcast_reason: 1}
+        assert not daemon.groups
+    finally:
+        daemon.close()
+
+
+@pytest.mark.parametrize(
+    ("multicast", "field"),
+    [
+        ({"group": "224.0.0.1:5000", "members": ["127.0.0.1:40001", "127.0.0.1:40002"]}, "multicast.group"),
+        ({"group": "239.1.1.1:0", "members": ["127.0.0.1:40001", "127.0.0.1:40002"]}, "multicast.group"),
+        ({"group": "239.1.1.1:5000", "members": ["127.0.0.1:40001"]}, "multicast.members"),
+        ({"group": "239.1.1.1:5000", "members": ["127.0.0.1:40001", "127.0.0.1:40009"]}, "multicast.members"),
+        ({"group": "239.1.1.1:5000", "members": ["127.0.0.1:40001", "127.0.0.1:40002"], "x": 1}, "multicast.x"),
+        ("239.1.1.1:5000", "multicast"),
+    ],
+)
+def test_bad_multicast_installs_are_refused_naming_the_field(multicast, field):
+    daemon = SwitchDaemon(SwitchConfig(switch_id="leafy"))
+    try:
+        kids = ["127.0.0.1:40001", "127.0.0.1:40002"]
+        with pytest.raises(FieldError) as err:
+            daemon.install_job(8, [{"tree_id": 0, "children": kids}], 1, multicast)
+        assert err.value.field == field
+        assert 8 not in daemon.acc.jobs()
+    finally:
+        daemon.close()
+
+
+PE = 8
+
+
+def _recv(sock: PacketSocket, timeout_s: float = 5.0):
+    sock.settimeout(timeout_s)
+    buf = bytearray(65536)
+    n, ecn, src = sock.recv_into(buf)
+    return codec.decode(bytes(buf[:n]), ecn), src
+
+
+def _recv_group(sock: socket.socket, timeout_s: float = 5.0):
+    """One datagram from a group socket: (packet, source); ECN from its IP_TOS."""
+    sock.settimeout(timeout_s)
+    buf = bytearray(65536)
+    n, anc, _, src = sock.recvmsg_into([buf], socket.CMSG_SPACE(4))
+    ecn = next((d[0] & 3 for lvl, kind, d in anc if lvl == socket.IPPROTO_IP and kind == socket.IP_TOS), 0)
+    return codec.decode(bytes(buf[:n]), ecn), src
+
+
+def _nothing_waiting(sock: PacketSocket) -> bool:
+    sock.settimeout(0.2)
+    try:
+        sock.recv_into(bytearray(65536))
+    except (TimeoutError, BlockingIOError):
+        return True
+    return False
+
+
+class _RefuseGroup:
+    """A Sender stand-in whose sends to ``group`` the kernel 'refuses'."""
+
+    def __init__(self, real, group):
+        self.real, self.group = real, group
+
+    def send(self, parts, destinations, tos, default_tos):
+        if list(destinations) == [self.group]:
+            return [(0, OSError(errno.ENETUNREACH, "refused (test)"))]
+        return self.real.send(parts, destinations, tos, default_tos)
+
+    def send_each(self, *args):
+        return self.real.send_each(*args)
+
+
+@pytest.mark.usefixtures("io")
+def test_daemon_relays_codepoint_on_the_group_and_falls_back_when_a_send_is_refused():
+    d = SwitchDaemon(SwitchConfig(switch_id="leaf", packet_memory=64, payload_elems=PE, offload=False))
+    a, b, parent = PacketSocket(), PacketSocket(), PacketSocket()
+    group = ("239.80.250.1", free_port(kind=socket.SOCK_DGRAM))
+    ga, gb = mcast.join(group, 1 << 20), mcast.join(group, 1 << 20)
+    try:
+        kids = [format_addr(a.addr), format_addr(b.addr)]
+        tree = {"tree_id": 0, "children": kids, "parent": format_addr(parent.addr)}
+        d.install_job(1, [tree], 0, {"group": format_addr(group), "members": kids})
+        d.start_data_plane()
+        for seq, value in ((0, 7.0), (1, 9.0)):
+            if seq == 1:  # the kernel refuses the next group send: unicast per child from now on
+                d.sock._sender = _RefuseGroup(d.sock._sender, group)  # noqa: SLF001 - fault injection
+            for s in (a, b):
+                s.send(Packet(1, 0, seq, 1, PE, 0, payload=np.ones(PE, np.float32)), d.udp_addr)
+            partial, _ = _recv(parent)
+            assert partial.seq == seq and not partial.flags & FLAG_RESULT
+            result = Packet(1, 0, seq, 1, PE, FLAG_RESULT, payload=np.full(PE, value, np.float32))
+            parent.send(result, d.udp_addr, ecn=CE)  # marked on the way down: relayed as CE
+            if seq == 0:
+                for g in (ga, gb):
+                    pkt, src = _recv_group(g)
+                    assert src == d.udp_addr and pkt.ecn == CE and np.all(pkt.payload == value)
+                assert _nothing_waiting(a) and _nothing_waiting(b)  # one datagram, to the group only
+            else:
+                for s in (a, b):
+                    pkt, src = _recv(s)
+                    assert src == d.udp_addr and pkt.ecn == CE and np.all(pkt.payload == value)
+        mc = d.stats()["multicast"]
+        assert mc["sends"] == 1 and mc["copies_saved"] == 1
+        assert mc["jobs"] == {"1": {"group": format_addr(group), "path": "unicast"}}
+        (reason,) = mc["fallbacks"]
+        assert "send to group refused" in reason and mc["fallbacks"][reason] == 1
+        assert d.stats()["drops"].get("send_error", 0) == 0  # the children got it by unicast
+    finally:
+        d.close()
+        for s in (a, b, parent):
+            s.close()
+        ga.close()
+        gb.close()
+
+
+def test_workers_stay_on_unicast_where_the_leaf_runs_the_batched_loop(cluster):
+    """The shared test cluster (1000-float datagrams: the GSO/GRO loop where the kernel has
+    it) has multicast results on; a daemon that cannot use them says so at install, and
+    the controller then gives its workers no group."""
+    rng = np.random.default_rng(6)
+    xs = [rng.integers(-100, 100, 20_000).astype(np.float32) for _ in range(W)]
+
+    def body(comm, rank):
+        return comm.allreduce(xs[rank]), comm.stats()
+
+    results, errors = run_ranks(cluster.controller, "batched-mc", W, body, timeout_s=60)
+    assert errors == [None] * W
+    assert all(out.tobytes() == _exact(xs).tobytes() for out, _ in results)
+    batched = cluster.switch_stats("leaf0")["offload"]["batched_loop"]
+    for _, st in results:
+        if batched:
+            assert st["results_path"] == "unicast"
+            assert "the batched GSO loop" in st["multicast"]["reason"]
+        else:
+            assert st["results_path"] == "multicast"
