@@ -25,7 +25,8 @@ Same contract as the plain loop (docs in :mod:`panama.runtime.switchd`), per dat
   Send errors are counted per datagram, as ``drops["send_error"]``.
 * ECN backlog marking and ``drop_prob`` work per datagram as in the plain loop.
 * Sums: each datagram is summed as it is received (``Accelerator.receive``).
-  ``PANAMA_BATCH_SUMS=1`` passes the batch through the core's batch API instead
+  ``SwitchConfig.batch_sums`` (``--batch-sums``, or ``PANAMA_BATCH_SUMS=1`` in the
+  daemon's environment) passes the batch through the core's batch API instead
   (:class:`panama.core.batch.BatchReceiver`: sums of slots left incomplete are deferred to
   the end of the batch, in arrival order, bit-identical); measured slower here (about
   1 µs more per datagram: the wrapper's interpreter work exceeds the ufunc calls it
@@ -81,7 +82,7 @@ def batched_loop(daemon) -> None:
     CodecError = codec.CodecError
     header_bytes = codec.HEADER_BYTES
     acc = daemon.acc
-    batch_sums = os.environ.get("PANAMA_BATCH_SUMS", "0") == "1"
+    batch_sums = cfg.batch_sums or os.environ.get("PANAMA_BATCH_SUMS", "0") == "1"
     batcher = BatchReceiver(acc) if batch_sums else None
     daemon.batch_receiver = batcher  # tests and debugging: deferred sums so far
     receive = batcher.receive if batcher is not None else acc.receive
