@@ -6,7 +6,7 @@ A local cluster and 4 forked ranks run two warm-up allreduces, then ``--calls`` 
 ones; around them the script reads ``/proc/PID/task/*/schedstat`` (nanoseconds on a CPU,
 nanoseconds runnable but waiting for one, times put on a CPU) of every switch daemon and
 every rank and prints them per call. On a loaded host the waiting column is the scheduler's, not the
-protocol's (docs/runtime.md, "Benchmark: panama bench allreduce"). Linux only. For a
+protocol's (docs/runtime-performance.md, "Benchmark: panama bench allreduce"). Linux only. For a
 profile of the same run: ``perf record -a -g -- sleep 5`` while it runs.
 """
 

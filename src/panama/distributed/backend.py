@@ -263,8 +263,8 @@ class PanamaProcessGroup(dist.ProcessGroup):
             )
         # One rack (a leaf for the world's hosts, one spine the controller needs): on one
         # host every daemon is a process on the ranks' CPUs and every tree edge a loopback
-        # hop, so the smallest fabric is the fastest (docs/runtime.md: one rack 0.6-0.7 of
-        # gloo, 2 tiers 0.4-0.5).
+        # hop, so the smallest fabric is the fastest (docs/runtime-performance.md: one rack 1.5-1.7x
+        # gloo's speed, 2 tiers 0.8-0.96x, panama bench allreduce, 2026-11-24).
         lc = LocalCluster(leaves=1, spines=1, hosts_per_leaf=self._size, log_level="WARNING")
         lc.start()
         log.info("panama backend: started a local cluster for %d ranks, controller %s", self._size, lc.controller)

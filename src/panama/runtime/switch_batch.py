@@ -30,7 +30,7 @@ Same contract as the plain loop (docs in :mod:`panama.runtime.switchd`), per dat
   (:class:`panama.core.batch.BatchReceiver`: sums of slots left incomplete are deferred to
   the end of the batch, in arrival order, bit-identical); measured slower here (about
   1 µs more per datagram: the wrapper's interpreter work exceeds the ufunc calls it
-  saves, docs/runtime.md), so it is off by default.
+  saves, docs/runtime-performance.md), so it is off by default.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ DEFAULT_SOCKET_BUFFER_BYTES = 32 * 1024 * 1024
 # Runtime default datagram payload: the largest a UDP datagram holds, 16367 float32
 # (65,468 + 28 header + 8 key trailer = 65,504 bytes). Loopback's MTU is 65,536, so such datagrams are
 # never fragmented there; per-datagram costs (system calls, Python) dominate, so fewer,
-# larger datagrams are faster (docs/runtime.md). Use 361 (1500-byte MTU) on real NICs.
+# larger datagrams are faster (docs/runtime-performance.md). Use 361 (1500-byte MTU) on real NICs.
 RUNTIME_PAYLOAD_ELEMS = codec.MAX_PAYLOAD_ELEMS
 # Runtime default accelerator memory: 512 slots of RUNTIME_PAYLOAD_ELEMS float32 (32 MiB per
 # daemon); with 2 trees per job a leaf advertises cwnd_cap 127 per tree (docs/runtime.md).
