@@ -8,7 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from panama.core import codec
+from panama.core.packet import Packet
 from panama.runtime.communicator import Communicator
+from panama.runtime.udp import Address, PacketSocket
 
 F32_EPS = float(np.finfo(np.float32).eps)
 
@@ -55,3 +58,12 @@ def run_ranks(
 
 def random_arrays(rng: np.random.Generator, world_size: int, shape: tuple[int, ...]) -> list[np.ndarray]:
     return [rng.standard_normal(shape).astype(np.float32) * (r + 1) for r in range(world_size)]
+
+
+def recv_packet(sock: PacketSocket, timeout_s: float = 5.0) -> tuple[Packet, Address]:
+    """The next datagram on ``sock`` decoded (no key check), and its source; raises
+    ``TimeoutError`` after ``timeout_s``."""
+    sock.settimeout(timeout_s)
+    buf = bytearray(65536)
+    n, ecn, src = sock.recv_into(buf)
+    return codec.decode(bytes(buf[:n]), ecn), src

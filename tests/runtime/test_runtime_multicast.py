@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 import pytest
-from rt_helpers import run_ranks
+from rt_helpers import recv_packet, run_ranks
 
 from panama.core import codec
 from panama.core.errors import FieldError
@@ -204,13 +204,6 @@ def test_bad_multicast_installs_are_refused_naming_the_field(multicast, field):
 PE = 8
 
 
-def _recv(sock: PacketSocket, timeout_s: float = 5.0):
-    sock.settimeout(timeout_s)
-    buf = bytearray(65536)
-    n, ecn, src = sock.recv_into(buf)
-    return codec.decode(bytes(buf[:n]), ecn), src
-
-
 def _recv_group(sock: socket.socket, timeout_s: float = 5.0):
     """One datagram from a group socket: (packet, source); ECN from its IP_TOS."""
     sock.settimeout(timeout_s)
@@ -260,7 +253,7 @@ def test_daemon_relays_codepoint_on_the_group_and_falls_back_when_a_send_is_refu
                 d.sock._sender = _RefuseGroup(d.sock._sender, group)  # noqa: SLF001 - fault injection
             for s in (a, b):
                 s.send(Packet(1, 0, seq, 1, PE, 0, payload=np.ones(PE, np.float32)), d.udp_addr)
-            partial, _ = _recv(parent)
+            partial, _ = recv_packet(parent)
             assert partial.seq == seq and not partial.flags & FLAG_RESULT
             result = Packet(1, 0, seq, 1, PE, FLAG_RESULT, payload=np.full(PE, value, np.float32))
             parent.send(result, d.udp_addr, ecn=CE)  # marked on the way down: relayed as CE
@@ -271,7 +264,7 @@ def test_daemon_relays_codepoint_on_the_group_and_falls_back_when_a_send_is_refu
                 assert _nothing_waiting(a) and _nothing_waiting(b)  # one datagram, to the group only
             else:
                 for s in (a, b):
-                    pkt, src = _recv(s)
+                    pkt, src = recv_packet(s)
                     assert src == d.udp_addr and pkt.ecn == CE and np.all(pkt.payload == value)
         mc = d.stats()["multicast"]
         assert mc["sends"] == 1 and mc["copies_saved"] == 1

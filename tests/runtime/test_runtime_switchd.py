@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from rt_helpers import recv_packet
 
 from panama.core import codec
 from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, Packet
@@ -16,13 +17,6 @@ from panama.runtime.udp import PacketSocket, format_addr
 from panama.settings import SettingsError
 
 PE = 8
-
-
-def _recv(sock: PacketSocket, timeout_s: float = 5.0):
-    sock.settimeout(timeout_s)
-    buf = bytearray(65536)
-    n, ecn, src = sock.recv_into(buf)
-    return codec.decode(bytes(buf[:n]), ecn), src
 
 
 @pytest.fixture(
@@ -70,7 +64,7 @@ def test_root_sums_and_folds_ce_into_ece_without_marking_the_ip_header(daemon_fa
     a.send(_contribution(0, 1.5, ecn=CE), d.udp_addr)  # marked upstream of this switch
     b.send(_contribution(0, 2.0), d.udp_addr)
     for s in (a, b):
-        pkt, src = _recv(s)
+        pkt, src = recv_packet(s)
         assert src == d.udp_addr
         assert pkt.flags & FLAG_RESULT and pkt.flags & FLAG_ECE  # tree-wide echo
         assert pkt.ecn == ECT0  # but the IP codepoint of results is not CE (no echo loop)
@@ -89,12 +83,12 @@ def test_intermediate_relays_ce_of_results_and_marks_partials(daemon_factory):
     d.start_data_plane()
     a.send(_contribution(0, 1.0, ecn=CE), d.udp_addr)
     b.send(_contribution(0, 1.0), d.udp_addr)
-    partial, _ = _recv(parent)
+    partial, _ = recv_packet(parent)
     assert not partial.flags & FLAG_RESULT and partial.ecn == CE  # the OR of what it aggregated
     result = Packet(1, 0, 0, 1, PE, FLAG_RESULT, payload=np.full(PE, 7.0, np.float32))
     parent.send(result, d.udp_addr, ecn=CE)  # marked on the way down
     for s in (a, b):
-        pkt, _ = _recv(s)
+        pkt, _ = recv_packet(s)
         assert pkt.ecn == CE and np.all(pkt.payload == 7.0)
 
 
@@ -107,7 +101,7 @@ def _marks_after_a_queued_burst(d: SwitchDaemon, seqs: int = 20) -> list[bool]:
             k.send(_contribution(seq, 1.0), d.udp_addr)
     time.sleep(0.05)
     d.start_data_plane()
-    return [_recv(kids[0])[0].ecn == CE for _ in range(seqs)]
+    return [recv_packet(kids[0])[0].ecn == CE for _ in range(seqs)]
 
 
 def test_backlog_above_threshold_marks_ce(daemon_factory):
@@ -150,7 +144,7 @@ def test_malformed_and_oversize_datagrams_are_counted_not_fatal(daemon_factory):
     for k in kids:
         k.send(_contribution(0, 2.0), d.udp_addr)
     for k in kids:
-        pkt, _ = _recv(k)
+        pkt, _ = recv_packet(k)
         assert np.all(pkt.payload == 4.0)
     st = d.stats()
     assert st["malformed"] == {"short": 1, "bad_version": 1, "count_mismatch": 1}
@@ -190,7 +184,7 @@ def test_send_errors_never_end_the_data_plane(daemon_factory):
     for s in (a, b):
         s.send(_contribution(0, 2.0, tree=0), d.udp_addr)
     for s in (a, b):
-        pkt, _ = _recv(s)
+        pkt, _ = recv_packet(s)
         assert pkt.tree_id == 0 and np.all(pkt.payload == 4.0)
     st = d.stats()
     assert st["data_plane"]["alive"] and st["send_errors"] >= 1
@@ -222,7 +216,7 @@ def test_an_unexpected_data_plane_error_is_counted_and_the_loop_goes_on(daemon_f
         time.sleep(0.01)
     a.send(_contribution(0, 1.0), d.udp_addr)
     b.send(_contribution(0, 2.0), d.udp_addr)
-    pkt, _ = _recv(a)
+    pkt, _ = recv_packet(a)
     assert np.all(pkt.payload == 3.0)
     st = d.stats()["data_plane"]
     assert st["alive"] and st["errors"] == 1 and "injected bug" in st["last_error"]
