@@ -308,7 +308,6 @@ cdef class Sender:
         cdef int todo[MAX_MSGS]
         cdef int m = 0
         cdef msghdr *h
-        cdef cmsghdr *c
         if nparts < 1 or nparts > 3:
             raise ValueError("a datagram is one to three buffers")
         if ndest > MAX_MSGS:
@@ -331,22 +330,10 @@ cdef class Sender:
                     continue
                 h.msg_iov = self.iov
                 h.msg_iovlen = nparts
-                if tos != default_tos:
-                    h.msg_control = self.control
-                    h.msg_controllen = CMSG_SPACE(sizeof(int))
-                else:
-                    h.msg_control = NULL
-                    h.msg_controllen = 0
+                _set_tos(h, self.control, tos, default_tos)  # the same bytes for every copy
                 h.msg_flags = 0
                 todo[m] = j
                 m += 1
-            if tos != default_tos:
-                memset(self.control, 0, CMSG_BYTES)
-                c = <cmsghdr *> self.control
-                c.cmsg_level = IPPROTO_IP
-                c.cmsg_type = IP_TOS
-                c.cmsg_len = CMSG_LEN(sizeof(int))
-                (<int *> CMSG_DATA(c))[0] = tos
             failed = self._send_prepared(m, todo, failed)
         finally:
             for k in range(held):
@@ -374,7 +361,6 @@ cdef class Sender:
         cdef int tos
         cdef int todo[MAX_MSGS]
         cdef msghdr *h
-        cdef cmsghdr *c
         if nmsg > MAX_MSGS:
             raise ValueError(f"at most {MAX_MSGS} messages per send_each")
         if len(toses) != nmsg or len(destinations) != nmsg:
@@ -402,18 +388,7 @@ cdef class Sender:
                     self.iovs[m * MAX_PARTS + p].iov_base = self.held[held].buf
                     self.iovs[m * MAX_PARTS + p].iov_len = <size_t> self.held[held].len
                     held += 1
-                tos = toses[k]
-                if tos != default_tos:
-                    c = <cmsghdr *> (self.controls + m * CMSG_BYTES)
-                    c.cmsg_level = IPPROTO_IP
-                    c.cmsg_type = IP_TOS
-                    c.cmsg_len = CMSG_LEN(sizeof(int))
-                    (<int *> CMSG_DATA(c))[0] = tos
-                    h.msg_control = c
-                    h.msg_controllen = CMSG_SPACE(sizeof(int))
-                else:
-                    h.msg_control = NULL
-                    h.msg_controllen = 0
+                _set_tos(h, self.controls + m * CMSG_BYTES, toses[k], default_tos)
                 todo[m] = k
                 m += 1
             failed = self._send_prepared(m, todo, failed)
@@ -434,6 +409,23 @@ cdef class Sender:
             if failed is not None:
                 failed.sort(key=_first)
         return failed
+
+
+cdef inline void _set_tos(msghdr *h, unsigned char *buf, int tos, int default_tos) noexcept:
+    """Message ``h`` carries IP_TOS ``tos`` as control data written into ``buf`` (zeroed,
+    CMSG_BYTES long), or none when ``tos`` is the socket's ``default_tos``."""
+    cdef cmsghdr *c
+    if tos == default_tos:
+        h.msg_control = NULL
+        h.msg_controllen = 0
+        return
+    c = <cmsghdr *> buf
+    c.cmsg_level = IPPROTO_IP
+    c.cmsg_type = IP_TOS
+    c.cmsg_len = CMSG_LEN(sizeof(int))
+    (<int *> CMSG_DATA(c))[0] = tos
+    h.msg_control = buf
+    h.msg_controllen = CMSG_SPACE(sizeof(int))
 
 
 def _first(item):

@@ -183,11 +183,18 @@ class PacketSocket:
         the datagram: counted in ``send_errors``; retransmissions recover from it like
         from any loss).
         """
+        n = self._encode(packet)
+        return self._sendmsg(n, to, packet.ecn if ecn is None else ecn)
+
+    def _encode(self, packet: Packet) -> int:
+        """Encode ``packet``'s header into the send buffer and set the gather list [header,
+        payload, key trailer] of the datagram :meth:`send`, :meth:`send_all` and
+        :meth:`resend` send; returns the datagram's size in bytes."""
         n = codec.encode_header_into(self._out, packet)
         trailer = self.trailer if self.trailers is None else self.trailers.get(packet.job_id, _NO_KEY)
         self._iov = [self._header, packet.payload, trailer] if packet.count else [self._header, trailer]
         self._last = n
-        return self._sendmsg(n, to, packet.ecn if ecn is None else ecn)
+        return n
 
     def send_all(self, packet: Packet, destinations: Sequence[Hashable], tos: int) -> int:
         """Send ``packet`` to every destination in order with IP codepoint ``tos``; returns how many failed.
@@ -198,10 +205,8 @@ class PacketSocket:
         left, each refused destination counted in ``send_errors`` by destination and
         reason. :meth:`resend` afterwards sends the same datagram again.
         """
-        n = codec.encode_header_into(self._out, packet)
-        trailer = self.trailer if self.trailers is None else self.trailers.get(packet.job_id, _NO_KEY)
-        self._iov = iov = [self._header, packet.payload, trailer] if packet.count else [self._header, trailer]
-        self._last = n
+        n = self._encode(packet)
+        iov = self._iov
         peer = self._peer
         if peer is not None and peer in destinations:
             dests = [None if to == peer else to for to in destinations]
