@@ -137,6 +137,18 @@ def test_bench_allreduce_runs_both_implementations(tmp_path):
     # more only if something was retransmitted; up to the 4 closing acks fewer when they are
     # still in flight as the counters are read right after a phase
     assert row["datagrams_per_call"] >= expected - 4
+    # unicast everywhere here (one worker per leaf): every datagram sent is received once
+    assert row["sends_per_call"] == pytest.approx(row["datagrams_per_call"], abs=4)
+    floor = row["floor"]
+    assert floor["block_bytes"] == 4_036  # one datagram of 1000 floats with its header and key
+    assert floor["panama_cpu_ms"] == pytest.approx(
+        (row["sends_per_call"] * floor["udp_send_us"] + row["datagrams_per_call"] * floor["udp_recv_us"]) / 1e3
+    )
+    ring = 2 * (2 - 1) * 50_000 / 4_036  # 2 ranks: each sends and receives half the vector
+    assert floor["gloo_cpu_ms"] == pytest.approx(ring * (floor["tcp_send_us"] + floor["tcp_recv_us"]) / 1e3)
+    assert floor["ratio"] == pytest.approx(floor["gloo_cpu_ms"] / floor["panama_cpu_ms"])
+    assert floor["panama_over_floor"] == pytest.approx(row["panama_cpu_ms"] / floor["panama_cpu_ms"])
+    assert floor["gloo_over_floor"] == pytest.approx(row["gloo_cpu_ms"] / floor["gloo_cpu_ms"])
     assert row["panama_max_rel_err"] < 1e-6 and row["switch_gbps"] > 0
     assert set(row["panama_cpu_ms_by_process"]) == {"leaf0", "leaf1", "spine0", "controller", "workers"}
     by = row["switch_payload_gbps_by_daemon"]
@@ -147,7 +159,9 @@ def test_bench_allreduce_runs_both_implementations(tmp_path):
     write_results(rows, cfg, tmp_path)
     assert json.loads((tmp_path / "results.json").read_text())["results"][0]["size_mb"] == 0.05
     assert "panama_cpu_ms_leaf0" in (tmp_path / "results.csv").read_text()
+    assert "floor_ratio" in (tmp_path / "results.csv").read_text()
     assert "ratio" in format_table(rows) and "payload Gb/s summed per daemon" in format_table(rows)
+    assert "ratio at the floors" in format_table(rows)
 
 
 def test_bench_allreduce_with_loss_at_every_switch_stays_exact():
@@ -164,6 +178,7 @@ def test_bench_allreduce_with_loss_at_every_switch_stays_exact():
         drop_prob=0.05,
         min_rto_s=0.01,
         gloo=False,
+        floor=False,
         timeout_s=60,
         seed=3,
     )

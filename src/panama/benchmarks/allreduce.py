@@ -18,6 +18,15 @@ see :func:`loopback_datagrams`). CPU time is summed
 over the phases of each implementation (PANAMA: workers, daemons and controller). The
 warm-up result of PANAMA is checked on rank 0 against a float64 reference (every rank's
 data is regenerated there from its seed).
+
+The loopback floor (``floor``, on by default): before the cluster starts and after it
+stops, :mod:`panama.benchmarks.loopback_floor` measures what the kernel alone charges for
+one datagram sent and received by UDP and for the same bytes streamed by TCP; PANAMA's
+datagrams sent and received per allreduce (counted by the daemons and workers) and gloo's
+ring (``2 (n - 1) / n`` of the vector sent and received per rank) at those costs give each
+implementation's CPU with zero user-space work, their quotient the ratio this host
+allows when the kernel is all either does (``floor.ratio``), and how far above its floor
+each ran (``floor.panama_over_floor``, ``floor.gloo_over_floor``).
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from panama.benchmarks import loopback_floor
+from panama.core import codec
 from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS
 from panama.tables import format_table as draw_table
 
@@ -61,6 +72,8 @@ class BenchConfig:
     drop_prob: float = 0.0  # datagrams every daemon drops on receipt (loss recovery under test)
     multicast_results: bool = True  # results to a leaf's workers as one loopback multicast datagram
     gloo: bool = True
+    floor: bool = True  # measure the loopback floor before and after the run (module docstring)
+    floor_blocks: int = 5_000  # datagrams (and TCP blocks) per floor measurement run
     seed: int = 0
     timeout_s: float = 120.0
 
@@ -87,20 +100,20 @@ def _data(seed: int, rank: int, n: int) -> np.ndarray:
     return np.random.default_rng([seed, rank]).standard_normal(n, dtype=np.float32)
 
 
-def _switch_rx(controls: dict[str, tuple[str, int]], token: str | None = None) -> tuple[int, int, dict[str, int]]:
-    """Datagrams and bytes received so far, summed over the switch daemons, and the
-    contributions each daemon's accelerator summed (per daemon name)."""
+def _switch_counters(controls: dict[str, tuple[str, int]], token: str | None = None) -> dict[str, Any]:
+    """Datagrams and bytes received and datagrams sent so far, summed over the switch
+    daemons (``rx_packets``, ``rx_bytes``, ``tx_packets``), and the contributions each
+    daemon's accelerator summed (``contributions``, per daemon name)."""
     from panama.runtime.http import request_json
 
-    packets = total = 0
-    summed: dict[str, int] = {}
+    out: dict[str, Any] = {"rx_packets": 0, "rx_bytes": 0, "tx_packets": 0, "contributions": {}}
     for name, addr in controls.items():
         status, body = request_json(addr, "GET", "/stats", timeout_s=10.0, what="switch", token=token)
         if status == 200:
-            packets += int(body["rx_packets"])
-            total += int(body["rx_bytes"])
-            summed[name] = int(body["accelerator"]["contributions"])
-    return packets, total, summed
+            for key in ("rx_packets", "rx_bytes", "tx_packets"):
+                out[key] += int(body[key])
+            out["contributions"][name] = int(body["accelerator"]["contributions"])
+    return out
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -172,7 +185,7 @@ def _worker(
                 for rnd in range(cfg.rounds):
                     # PANAMA phase
                     barrier.wait()
-                    rx0 = _switch_rx(controls, token) if rank == 0 else (0, 0, {})
+                    sw0 = _switch_counters(controls, token) if rank == 0 else {}
                     cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
                     st0 = comm.stats()
                     barrier.wait()
@@ -190,15 +203,19 @@ def _worker(
                         "rank": rank,
                         "cpu_s": own,
                         "results": st1["results"] - st0["results"],  # datagrams this worker received
+                        "sent": st1["packets_sent"] - st0["packets_sent"],  # datagrams this worker sent
                     }
                     if rank == 0:
                         elapsed = time.perf_counter() - t0
-                        rx1 = _switch_rx(controls, token)
+                        sw1 = _switch_counters(controls, token)
                         row.update(
                             seconds=elapsed,
-                            switch_rx_packets=rx1[0] - rx0[0],
-                            switch_rx_bytes=rx1[1] - rx0[1],
-                            switch_contributions={n: c - rx0[2].get(n, 0) for n, c in rx1[2].items()},
+                            switch_rx_packets=sw1["rx_packets"] - sw0["rx_packets"],
+                            switch_rx_bytes=sw1["rx_bytes"] - sw0["rx_bytes"],
+                            switch_tx_packets=sw1["tx_packets"] - sw0["tx_packets"],
+                            switch_contributions={
+                                n: c - sw0["contributions"].get(n, 0) for n, c in sw1["contributions"].items()
+                            },
                             daemon_cpu_s={name: _proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()},
                             retransmissions_rank0=st1["retransmissions"] - st0["retransmissions"],
                             max_rel_err=err,
@@ -288,6 +305,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
 
     ctx = mp.get_context("spawn")
     hosts_per_leaf = max(1, math.ceil(cfg.workers / cfg.leaves))
+    floors = [_floor(cfg, progress, "before")] if cfg.floor else []
     if progress:
         print(
             f"panama bench allreduce: {cfg.workers} workers, {cfg.leaves} leaves, {cfg.spines} spines, sizes "
@@ -320,11 +338,24 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
         reports = _collect(
             ctx, cfg, lambda rank: (rank, cfg, lc.controller, controls, pids, store, lc.token, job), progress
         )
-    return summarize(reports, cfg)
+    if cfg.floor:
+        floors.append(_floor(cfg, progress, "after"))
+    return summarize(reports, cfg, floors)
 
 
-def summarize(reports: list[dict], cfg: BenchConfig) -> list[dict[str, Any]]:
-    """One row per size from the phase reports of :func:`_collect` (medians over rounds)."""
+def _floor(cfg: BenchConfig, progress: bool, when: str) -> dict[str, Any]:
+    """One :func:`panama.benchmarks.loopback_floor.measure` with blocks of one datagram."""
+    if progress:
+        print(f"  loopback floor ({when} the run): UDP and TCP, 3 x {cfg.floor_blocks:,} blocks each", file=sys.stderr)
+    return loopback_floor.measure(cfg.floor_blocks, codec.datagram_size(cfg.payload_elems))
+
+
+def summarize(
+    reports: list[dict], cfg: BenchConfig, floors: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """One row per size from the phase reports of :func:`_collect` (medians over rounds),
+    with the loopback floor of ``floors`` (:func:`panama.benchmarks.loopback_floor.measure`
+    runs, averaged) when given."""
     rows = []
     for size_mb in cfg.sizes_mb:
         mine = [r for r in reports if r["size_mb"] == size_mb]
@@ -366,6 +397,11 @@ def summarize(reports: list[dict], cfg: BenchConfig) -> list[dict[str, Any]]:
                 sum(r["switch_rx_packets"] for r in pan) + sum(r["results"] for r in mine if r["impl"] == "panama")
             )
             / calls,
+            # Every datagram the daemons and workers sent (a multicast send counts once).
+            "sends_per_call": (
+                sum(r["switch_tx_packets"] for r in pan) + sum(r["sent"] for r in mine if r["impl"] == "panama")
+            )
+            / calls,
             "panama_cpu_ms": workers_ms + sum(daemon_ms.values()),
             "panama_cpu_ms_by_process": dict(daemon_ms, workers=workers_ms),
             "panama_ms_by_round": [s * 1e3 for s in pan_s],
@@ -383,8 +419,35 @@ def summarize(reports: list[dict], cfg: BenchConfig) -> list[dict[str, Any]]:
                 ratio_min=min(ratios),
                 ratio_max=max(ratios),
             )
+        if floors:
+            row["floor"] = _floor_row(row, cfg, floors)
         rows.append(row)
     return rows
+
+
+def _floor_row(row: dict[str, Any], cfg: BenchConfig, floors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The loopback floor of one size (module docstring): per-block costs, each
+    implementation's CPU at its floor, their ratio, and each measured CPU over its floor."""
+    udp = loopback_floor.mean_costs(floors, "udp")
+    tcp = loopback_floor.mean_costs(floors, "tcp")
+    block = floors[0]["block_bytes"]
+    ring = loopback_floor.ring_blocks(row["size_bytes"], cfg.workers, block)
+    panama_ms = loopback_floor.floor_ms(row["sends_per_call"], row["datagrams_per_call"], udp)
+    gloo_ms = loopback_floor.floor_ms(ring, ring, tcp)
+    out = {
+        "block_bytes": block,
+        "udp_send_us": udp["send_us"],
+        "udp_recv_us": udp["recv_us"],
+        "tcp_send_us": tcp["send_us"],
+        "tcp_recv_us": tcp["recv_us"],
+        "panama_cpu_ms": panama_ms,
+        "gloo_cpu_ms": gloo_ms,
+        "ratio": gloo_ms / panama_ms if panama_ms > 0 else float("nan"),
+        "panama_over_floor": row["panama_cpu_ms"] / panama_ms if panama_ms > 0 else float("nan"),
+    }
+    if "gloo_cpu_ms" in row:
+        out["gloo_over_floor"] = row["gloo_cpu_ms"] / gloo_ms if gloo_ms > 0 else float("nan")
+    return out
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
@@ -426,6 +489,23 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         parts = ", ".join(f"{k} {v:.1f}" for k, v in r["panama_cpu_ms_by_process"].items())
         lines.append(f"  PANAMA CPU ms per allreduce at {r['size_mb']:g} MB: {parts}")
     for r in rows:
+        f = r.get("floor")
+        if f is None:
+            continue
+        line = (
+            f"  loopback floor at {r['size_mb']:g} MB (kernel work only; per {f['block_bytes']:,}-byte block UDP "
+            f"{f['udp_send_us']:.1f} + {f['udp_recv_us']:.1f} us, TCP {f['tcp_send_us']:.1f} + "
+            f"{f['tcp_recv_us']:.1f} us sent + received): PANAMA {f['panama_cpu_ms']:.1f} ms of CPU "
+            f"({r['sends_per_call']:,.0f} sent, {r['datagrams_per_call']:,.0f} received; measured "
+            f"{f['panama_over_floor']:.2f}x it)"
+        )
+        if "gloo_over_floor" in f:
+            line += (
+                f", gloo's ring {f['gloo_cpu_ms']:.1f} ms (measured {f['gloo_over_floor']:.2f}x it); "
+                f"ratio at the floors {f['ratio']:.2f}"
+            )
+        lines.append(line)
+    for r in rows:
         per = r.get("switch_payload_gbps_per_cpu_by_daemon", {})
         parts = ", ".join(
             f"{k} {v:.2f}" + (f" ({per[k]:.1f} per CPU s)" if k in per else "")
@@ -443,6 +523,8 @@ def write_results(rows: list[dict[str, Any]], cfg: BenchConfig, out: Path) -> No
         r = dict(r)
         for name, ms in r.pop("panama_cpu_ms_by_process", {}).items():
             r[f"panama_cpu_ms_{name}"] = ms
+        for key, v in r.pop("floor", {}).items():
+            r[f"floor_{key}"] = v
         for key in ("switch_payload_gbps_by_daemon", "switch_payload_gbps_per_cpu_by_daemon"):
             for name, v in r.pop(key, {}).items():
                 r[f"{key.removesuffix('_by_daemon')}_{name}"] = v

@@ -288,6 +288,13 @@ def _any_alive(state: dict) -> bool:
     help="Leaf daemons send results to their workers as one loopback multicast datagram (docs/runtime.md).",
 )
 @click.option("--skip-gloo", is_flag=True, help="Time PANAMA only (no ratio).")
+@click.option(
+    "--floor/--no-floor",
+    default=True,
+    show_default=True,
+    help="Measure the loopback floor (kernel cost of a datagram by UDP and of its bytes by TCP) before and "
+    "after the run, and report each implementation's CPU at it (docs/runtime-performance.md).",
+)
 @click.option("--out", "out_dir", default=None, help="Directory for results.json and results.csv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
 @click.option("--seed", default=0, show_default=True, type=int)
@@ -307,6 +314,7 @@ def bench_allreduce(
     drop_prob,
     multicast_results,
     skip_gloo,
+    floor,
     out_dir,
     as_json,
     seed,
@@ -351,6 +359,7 @@ def bench_allreduce(
         drop_prob=drop_prob,
         multicast_results=multicast_results,
         gloo=not skip_gloo,
+        floor=floor,
         seed=seed,
     )
     t0 = time.monotonic()
