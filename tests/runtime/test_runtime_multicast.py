@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import socket
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from panama.core.packet import CE, FLAG_RESULT, Packet
 from panama.runtime import mcast, mmsg
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.communicator import FOREIGN_SOURCE, Communicator
+from panama.runtime.controller_jobs import Job, Rank, _Recorder, allocate_groups, install_levels, join_failed
 from panama.runtime.settings import SwitchConfig
 from panama.runtime.switchd import SwitchDaemon
 from panama.runtime.udp import PacketSocket, format_addr, free_port
@@ -300,3 +302,157 @@ def test_workers_stay_on_unicast_where_the_leaf_runs_the_batched_loop(cluster):
             assert "the batched GSO loop" in st["multicast"]["reason"]
         else:
             assert st["results_path"] == "multicast"
+
+
+# ---------------------------------------------------------------- spines to leaves
+def _job_with_ranks(n: int) -> Job:
+    job = Job("j", n, 0.0)
+    for r in range(n):
+        job.ranks[r] = Rank(r, ("127.0.0.1", 41000 + r), f"h{r}", 0.0, multicast=True)
+    return job
+
+
+def _recorder(name: str, trees: list[tuple[list[str], str | None]]) -> _Recorder:
+    rec = _Recorder(name, {})
+    rec.trees = [{"tree_id": t, "children": kids, "parent": parent} for t, (kids, parent) in enumerate(trees)]
+    return rec
+
+
+SWITCH_UDP = {n: ("127.0.0.1", 42000 + i) for i, n in enumerate(["leaf0", "leaf1", "spine0", "spine1"])}
+L0, L1, S0, S1 = (format_addr(SWITCH_UDP[n]) for n in ["leaf0", "leaf1", "spine0", "spine1"])
+W0, W1, W2, W3 = (f"127.0.0.1:{41000 + r}" for r in range(4))
+
+
+def _two_tier_recorders(udp: dict = SWITCH_UDP) -> dict[str, _Recorder]:
+    leaves = [format_addr(udp["leaf0"]), format_addr(udp["leaf1"])]
+    return {
+        "leaf0": _recorder("leaf0", [([W0, W1], S0), ([W0, W1], S1)]),
+        "leaf1": _recorder("leaf1", [([W2, W3], S0), ([W2, W3], S1)]),
+        "spine0": _recorder("spine0", [(leaves, None)]),
+        "spine1": _recorder("spine1", [(leaves, None)]),
+    }
+
+
+def test_spines_share_one_group_per_job_that_both_leaves_join():
+    groups, reasons, joins = allocate_groups(_job_with_ranks(4), _two_tier_recorders(), SWITCH_UDP, [], True)
+    assert reasons == {}
+    assert groups["leaf0"]["members"] == [W0, W1] and groups["leaf1"]["members"] == [W2, W3]
+    assert groups["spine0"] == groups["spine1"]  # one group: both spines' children are the two leaves
+    assert groups["spine0"]["members"] == [L0, L1]
+    texts = {g["group"] for g in groups.values()}
+    assert len(texts) == 3  # each leaf's workers, and the leaves
+    assert joins == {"leaf0": [groups["spine0"]["group"]], "leaf1": [groups["spine0"]["group"]]}
+    assert install_levels(groups, joins, ["spine0", "leaf0", "spine1", "leaf1"]) == [
+        ["leaf0", "leaf1"],
+        ["spine0", "spine1"],
+    ]
+
+
+def test_no_group_for_switch_children_says_why():
+    udp = dict(SWITCH_UDP, leaf1=("127.0.0.2", 42001))
+    groups, reasons, joins = allocate_groups(_job_with_ranks(4), _two_tier_recorders(udp), udp, [], True)
+    assert "spine0" not in groups and "not all on 127.0.0.1" in reasons["spine0"]
+    assert joins == {}
+    groups, reasons, joins = allocate_groups(_job_with_ranks(4), _two_tier_recorders(), SWITCH_UDP, [], False)
+    assert groups == {} and joins == {}
+    assert reasons["spine1"] == "multicast_results is off (controller setting)"
+    one_leaf = {"spine0": _recorder("spine0", [([L0], None)])}
+    groups, reasons, _ = allocate_groups(_job_with_ranks(4), one_leaf, SWITCH_UDP, [], True)
+    assert reasons["spine0"] == "one switch child: nothing to save"
+
+
+def test_install_levels_order_three_tiers_members_first():
+    groups = {"core": {"group": "g1"}, "agg": {"group": "g2"}}
+    joins = {"agg": ["g1"], "edge0": ["g2"], "edge1": ["g2"]}
+    assert install_levels(groups, joins, ["core", "agg", "edge0", "edge1"]) == [["edge0", "edge1"], ["agg"], ["core"]]
+    assert install_levels({}, {}, ["a", "b"]) == [["a", "b"]]
+
+
+def test_a_member_that_cannot_join_gets_unicast_from_its_parents():
+    job = _job_with_ranks(4)
+    job.groups, job.group_reasons, joins = allocate_groups(job, _two_tier_recorders(), SWITCH_UDP, [], True)
+    text = job.groups["spine0"]["group"]
+    join_failed(job, "leaf1", joins, "kernel said no")
+    assert "spine0" not in job.groups and "spine1" not in job.groups
+    assert job.group_reasons["spine0"] == f"member leaf1 could not join {text}: kernel said no"
+    assert joins == {"leaf0": []}  # leaf0 need not receive from that group any more
+    assert "leaf0" in job.groups and "leaf1" in job.groups  # the workers' groups stay
+
+
+def _group_text() -> str:
+    return f"{mcast.group_address(mcast.GROUP_NETWORK.num_addresses - 7)}:{free_port('127.0.0.1', socket.SOCK_DGRAM)}"
+
+
+def test_daemon_reads_a_joined_group_and_leaves_it_with_the_job():
+    daemon = SwitchDaemon(SwitchConfig(switch_id="leafj", offload=False))
+    daemon.start_data_plane()
+    try:
+        group = _group_text()
+        tree = {"tree_id": 0, "children": ["127.0.0.1:40001", "127.0.0.1:40002"], "parent": "127.0.0.1:40003"}
+        assert daemon.install_job(5, [tree], 1, join=[group]) is None
+        assert daemon.stats()["multicast"]["joined"] == {"5": {group: 0}}
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            assert mcast.enable_sender(s) is None
+            s.sendto(b"\x00" * 64, mcast.parse_group(group, "group"))  # read by the data plane: malformed
+            deadline = time.monotonic() + 5
+            while daemon.stats()["multicast"]["joined"]["5"][group] == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        st = daemon.stats()
+        assert st["multicast"]["joined"]["5"][group] == 1 and sum(st["malformed"].values()) == 1
+        receiver = daemon.joined[5][0]
+        daemon.remove_job(5)
+        assert daemon.stats()["multicast"]["joined"] == {}
+        deadline = time.monotonic() + 5
+        while receiver.sock.fileno() != -1 and time.monotonic() < deadline:  # closed by the data plane
+            time.sleep(0.01)
+        assert receiver.sock.fileno() == -1
+    finally:
+        daemon.close()
+
+
+def test_daemon_that_cannot_join_installs_the_job_and_says_why(monkeypatch):
+    def refuse(group, buffer_bytes):
+        raise PermissionError(1, "Operation not permitted (test)")
+
+    monkeypatch.setattr(mcast, "join", refuse)
+    daemon = SwitchDaemon(SwitchConfig(switch_id="leafk", offload=False))
+    try:
+        group = _group_text()
+        tree = {"tree_id": 0, "children": ["127.0.0.1:40001", "127.0.0.1:40002"], "parent": "127.0.0.1:40003"}
+        why = daemon.install_job(6, [tree], 1, join=[group])
+        assert why is not None and "could not join group" in why and "(test)" in why
+        assert 6 in daemon.acc.jobs() and daemon.joined == {}
+        assert daemon.stats()["multicast"]["join_refused"] == {why: 1}
+        with pytest.raises(FieldError, match=r"join\[0\]"):
+            daemon.install_job(7, [tree], 1, join=["10.0.0.1:5000"])
+        with pytest.raises(FieldError, match="join"):
+            daemon.install_job(7, [tree], 1, join=[group, group])
+    finally:
+        daemon.close()
+
+
+def test_two_tiers_spines_send_each_result_once_to_both_leaves(io):
+    xs = _inputs(6)
+    calls = 2
+    with LocalCluster(leaves=2, spines=2, hosts_per_leaf=2, log_level="WARNING") as lc:
+
+        def body(comm, rank):
+            outs = [comm.allreduce(xs[rank]) for _ in range(calls)]
+            stats = lc.switch_stats() if rank == 0 else None  # the job is still installed
+            return outs, stats
+
+        results, errors = run_ranks(lc.controller, "spines", W, body, timeout_s=60, token=lc.token)
+    assert errors == [None] * W
+    for outs, _ in results:
+        assert all(out.tobytes() == _exact(xs).tobytes() for out in outs)
+    st = results[0][1]
+    per_tree = [-(-PACKETS // 2), PACKETS // 2]  # packet i goes to tree i mod 2
+    sent = sorted(st[s]["multicast"]["sends"] for s in ("spine0", "spine1"))
+    assert sent == sorted(calls * p for p in per_tree)  # one datagram per result
+    for s in ("spine0", "spine1"):
+        assert st[s]["tx_packets"] == st[s]["multicast"]["sends"] == st[s]["multicast"]["copies_saved"]
+    for leaf in ("leaf0", "leaf1"):
+        (joined,) = st[leaf]["multicast"]["joined"].values()
+        assert sum(joined.values()) == calls * PACKETS  # every result came down on the group
+        assert st[leaf]["multicast"]["join_refused"] == {}

@@ -62,6 +62,7 @@ class Job:
     # {"group", "members"}; per leaf without one, why not.
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     group_reasons: dict[str, str] = field(default_factory=dict)
+    joins: dict[str, list[str]] = field(default_factory=dict)  # per daemon, the groups it joined
 
     def __post_init__(self) -> None:
         if self.life is None:
@@ -86,7 +87,7 @@ class Job:
             "hosts": {str(r): x.host for r, x in sorted(self.ranks.items())},
             "recovered": self.recovered,
             "plan": self.plan.to_dict() if self.plan is not None else None,
-            "multicast": {"groups": self.groups, "reasons": self.group_reasons},
+            "multicast": {"groups": self.groups, "reasons": self.group_reasons, "joins": self.joins},
         }
 
     def to_state(self) -> dict[str, Any]:
@@ -167,45 +168,135 @@ class _Recorder:
 
 def allocate_groups(
     job: Job, recorders: dict[str, _Recorder], switch_udp: dict[str, Address], jobs: Iterable[Job], enabled: bool
-) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, list[str]]]:
     """Loopback multicast groups of a job being admitted (:mod:`panama.runtime.mcast`).
 
     A daemon whose tree children (every tree of the job the same) are 2 or more of the
     job's workers gets ``{"group": "239.80.x.y:PORT", "members": [worker addresses]}``
     when ``enabled``, the daemon and every member are on 127.0.0.1 and every member said
-    at registration that it can join a group; the address is one no other job in ``jobs``
-    holds. Returns (groups by switch name, why not by switch name for the other such
-    daemons).
+    at registration that it can join a group. A daemon whose children are 2 or more
+    switch daemons (a spine above leaves) gets one the same way, members the children's
+    data addresses; daemons with the same children share one group (both spines of a
+    2-tier job send to one group both leaves joined), and each member daemon is asked to
+    join it (``joins``: switch name -> group texts, sent with its install; the controller
+    installs members first, :func:`install_levels`, and lets a parent multicast only when
+    every member joined). Addresses are ones no other job in ``jobs`` holds. Returns
+    (groups by switch name, why not by switch name for the other such daemons, joins by
+    switch name).
     """
     groups: dict[str, dict[str, Any]] = {}
     reasons: dict[str, str] = {}
+    joins: dict[str, list[str]] = {}
     by_addr = {format_addr(x.udp): x for x in job.ranks.values()}
-    used = {g["group"].rpartition(":")[0] for other in jobs if other is not job for g in other.groups.values()}
-    index = 0
+    by_switch = {format_addr(udp): name for name, udp in switch_udp.items()}
+    addresses = _GroupAddresses(
+        {g["group"].rpartition(":")[0] for o in jobs if o is not job for g in o.groups.values()}
+    )
     for name, rec in recorders.items():
         kid_sets = {frozenset(t["children"]) for t in rec.trees}
-        workers = [by_addr.get(c) for kids in kid_sets for c in kids]
-        if not workers or None in workers:
-            continue  # a switch child: not a leaf of this job's workers
-        members = sorted({format_addr(w.udp) for w in workers})
-        if not enabled:
-            reasons[name] = "multicast_results is off (controller setting)"
-        elif len(kid_sets) != 1:
-            reasons[name] = "the job's trees have different children there"
-        elif len(members) < 2:
-            reasons[name] = "one worker child: nothing to save"
-        elif switch_udp[name][0] != mcast.LOOPBACK or any(w.udp[0] != mcast.LOOPBACK for w in workers):
-            reasons[name] = f"daemon and workers are not all on {mcast.LOOPBACK} (multicast is loopback-only)"
-        elif not all(w.multicast for w in workers):
-            reasons[name] = f"rank(s) {sorted(w.rank for w in workers if not w.multicast)} cannot join a group"
+        kids = {c for ks in kid_sets for c in ks}
+        switch_kids = bool(kids) and all(c in by_switch for c in kids)
+        if switch_kids:
+            members = sorted(kids)
+            local = all(switch_udp[by_switch[m]][0] == mcast.LOOPBACK for m in members)
+            why = _why_no_group(
+                enabled, kid_sets, members, "switch child", local and switch_udp[name][0] == mcast.LOOPBACK
+            )
         else:
-            while index < mcast.GROUP_NETWORK.num_addresses and mcast.group_address(index) in used:
-                index += 1
-            if index >= mcast.GROUP_NETWORK.num_addresses:
-                reasons[name] = f"no free group address in {mcast.GROUP_NETWORK}"
-                continue
-            addr = mcast.group_address(index)
-            used.add(addr)
-            port = free_port(mcast.LOOPBACK, socket.SOCK_DGRAM)
-            groups[name] = {"group": f"{addr}:{port}", "members": members}
-    return groups, reasons
+            workers = [by_addr.get(c) for c in kids]
+            if not workers or None in workers:
+                continue  # children of both kinds, or unknown ones: unicast
+            members = sorted({format_addr(w.udp) for w in workers})
+            local = switch_udp[name][0] == mcast.LOOPBACK and all(w.udp[0] == mcast.LOOPBACK for w in workers)
+            why = _why_no_group(enabled, kid_sets, members, "worker child", local)
+            if why is None and not all(w.multicast for w in workers):
+                why = f"rank(s) {sorted(w.rank for w in workers if not w.multicast)} cannot join a group"
+        text = None
+        if why is None:
+            text = addresses.take(frozenset(members) if switch_kids else None)
+            if text is None:
+                why = f"no free group address in {mcast.GROUP_NETWORK}"
+        if text is None:
+            reasons[name] = why or "no group"
+            continue
+        groups[name] = {"group": text, "members": members}
+        if switch_kids:
+            for m in members:
+                texts = joins.setdefault(by_switch[m], [])
+                if text not in texts:
+                    texts.append(text)
+    return groups, reasons, joins
+
+
+def _why_no_group(enabled: bool, kid_sets: set, members: list[str], kind: str, local: bool) -> str | None:
+    """Why a daemon with these children gets no group (None: it may get one)."""
+    if not enabled:
+        return "multicast_results is off (controller setting)"
+    if len(kid_sets) != 1:
+        return "the job's trees have different children there"
+    if len(members) < 2:
+        return f"one {kind}: nothing to save"
+    if not local:
+        return f"daemon and its children are not all on {mcast.LOOPBACK} (multicast is loopback-only)"
+    return None
+
+
+class _GroupAddresses:
+    """Group addresses for one admission: none that ``used`` holds, one per shared member set."""
+
+    def __init__(self, used: set[str]):
+        self.used = used
+        self.index = 0
+        self.shared: dict[frozenset[str], str] = {}
+
+    def take(self, members: frozenset[str] | None = None) -> str | None:
+        """A new ``GROUP:PORT`` (or the one already given to ``members``); None when none is free."""
+        if members is not None and members in self.shared:
+            return self.shared[members]
+        while self.index < mcast.GROUP_NETWORK.num_addresses and mcast.group_address(self.index) in self.used:
+            self.index += 1
+        if self.index >= mcast.GROUP_NETWORK.num_addresses:
+            return None
+        addr = mcast.group_address(self.index)
+        self.used.add(addr)
+        text = f"{addr}:{free_port(mcast.LOOPBACK, socket.SOCK_DGRAM)}"
+        if members is not None:
+            self.shared[members] = text
+        return text
+
+
+def install_levels(
+    groups: dict[str, dict[str, Any]], joins: dict[str, list[str]], switches: Iterable[str]
+) -> list[list[str]]:
+    """``switches`` in install order: every daemon that joins a group before the daemons
+    that send to it (level 0: senders to no joining daemon; each level one round of installs)."""
+    members_of = {name: [m for m, texts in joins.items() if g["group"] in texts] for name, g in groups.items()}
+    level: dict[str, int] = {}
+
+    def depth(name: str, seen: frozenset = frozenset()) -> int:
+        if name in level:
+            return level[name]
+        below = [m for m in members_of.get(name, []) if m != name and m not in seen]
+        level[name] = 1 + max((depth(m, seen | {name}) for m in below), default=-1)
+        return level[name]
+
+    names = list(switches)
+    for name in names:
+        depth(name)
+    out: list[list[str]] = [[] for _ in range(1 + max((level[n] for n in names), default=0))]
+    for name in names:
+        out[level[name]].append(name)
+    return [lv for lv in out if lv]
+
+
+def join_failed(job: Job, name: str, joins: dict[str, list[str]], why: str) -> None:
+    """Daemon ``name`` could not join its parents' groups: every group it was to join is
+    dropped (its senders, installed after it, send each child a copy; ``group_reasons``
+    says why) and no other member needs to join it any more."""
+    texts = set(joins.pop(name, []))
+    for parent, group in list(job.groups.items()):
+        if group["group"] in texts:
+            del job.groups[parent]
+            job.group_reasons[parent] = f"member {name} could not join {group['group']}: {why}"
+    for joined in joins.values():
+        joined[:] = [t for t in joined if t not in texts]

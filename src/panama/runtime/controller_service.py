@@ -59,7 +59,15 @@ from panama.core.controller import (
 from panama.core.jobs import JobInput, JobState
 from panama.runtime.cluster_file import ClusterFileError, ClusterSpec, SwitchInfo, load_cluster, spread_hosts
 from panama.runtime.controller_http import ControllerHttp
-from panama.runtime.controller_jobs import Job, Rank, _Recorder, allocate_groups, plan_from_dict
+from panama.runtime.controller_jobs import (
+    Job,
+    Rank,
+    _Recorder,
+    allocate_groups,
+    install_levels,
+    join_failed,
+    plan_from_dict,
+)
 from panama.runtime.http import (
     error_text,
     start_site,
@@ -373,7 +381,7 @@ class ControllerService(ControllerHttp):
         to_addr.update({x.host: format_addr(x.udp) for x in job.ranks.values()})
         recorders = {s: _Recorder(s, to_addr) for s in plan.switches}
         install(plan, recorders)
-        job.groups, job.group_reasons = allocate_groups(
+        job.groups, job.group_reasons, joins = allocate_groups(
             job, recorders, {s: self.switches[s].udp for s in plan.switches}, self.jobs.values(), self.multicast_results
         )
         done: list[str] = []
@@ -384,6 +392,8 @@ class ControllerService(ControllerHttp):
             body: dict[str, Any] = {"trees": recorders[name].trees, "key": f"{job.key:016x}"}
             if name in job.groups:
                 body["multicast"] = job.groups[name]
+            if joins.get(name):
+                body["join"] = joins[name]
             try:
                 status, data = await self._switch_call(sw, "PUT", f"/jobs/{plan.job_id}", body)
             except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
@@ -400,8 +410,22 @@ class ControllerService(ControllerHttp):
             if name in job.groups and path != "multicast":  # the daemon cannot: its workers need not join
                 del job.groups[name]
                 job.group_reasons[name] = f"daemon {name} sends results by unicast ({path})"
+            if joins.get(name):
+                joined = data.get("join") if isinstance(data, dict) else None
+                if not isinstance(joined, dict) or joined.get("joined") is not True:
+                    why = joined.get("reason") if isinstance(joined, dict) else "no join in its reply"
+                    join_failed(job, name, joins, str(why))
+                    log.warning(
+                        "job %s: %s did not join its parents' groups (%s): they send it unicast", job.name, name, why
+                    )
 
-        await asyncio.gather(*(put(s) for s in plan.switches))
+        # Daemons that join a parent's group are installed before that parent (the parent
+        # multicasts only to members that all joined); each level is one round.
+        for level in install_levels(job.groups, joins, plan.switches):
+            await asyncio.gather(*(put(s) for s in level))
+            if errors:
+                break
+        job.joins = joins
         if errors:
             await asyncio.gather(*(self._delete_on(s, plan.job_id) for s in done))
             ctl.release(job.name)

@@ -159,7 +159,7 @@ class SwitchHttp:
         body = await read_json_object(request)
         if not isinstance(body.get("trees"), list):
             return _error(400, "trees: expected an object with a list 'trees'")
-        unknown = set(body) - {"trees", "key", "multicast"}
+        unknown = set(body) - {"trees", "key", "multicast", "join"}
         if unknown:
             return _error(400, f"{sorted(unknown)[0]}: unknown key")
         key_text = body.get("key", "0")
@@ -170,16 +170,17 @@ class SwitchHttp:
         except ValueError:
             return _error(400, f"key: expected 1-16 hex digits, got {key_text!r}")
         try:
-            self.install_job(job_id, body["trees"], key, body.get("multicast"))
+            join_reason = self.install_job(job_id, body["trees"], key, body.get("multicast"), body.get("join"))
         except AddressError as exc:
             return _error(400, str(exc))
         except AcceleratorError as exc:
             return _error(409, str(exc))
         except ValueError as exc:
             return _error(400, str(exc))
-        return web.json_response(
-            {"installed": job_id, "trees": len(body["trees"]), "multicast": self.multicast_path(job_id)}
-        )
+        reply = {"installed": job_id, "trees": len(body["trees"]), "multicast": self.multicast_path(job_id)}
+        if body.get("join") is not None:
+            reply["join"] = {"joined": join_reason is None, "reason": join_reason}
+        return web.json_response(reply)
 
     async def _h_remove(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)

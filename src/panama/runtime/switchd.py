@@ -83,6 +83,7 @@ from panama.runtime.process import main_from_file
 from panama.runtime.settings import SwitchConfig, SwitchProcess
 from panama.runtime.switch_http import SwitchHttp
 from panama.runtime.udp import (
+    DEFAULT_SOCKET_BUFFER_BYTES,
     Address,
     AddressError,
     PacketSocket,
@@ -97,6 +98,7 @@ DROP_INJECTED = "injected"
 DROP_OVERSIZE = "oversize"
 DROP_SEND_ERROR = "send_error"
 
+GROUP_BATCH = 16  # datagrams per receive on a joined group's socket (results from parents)
 _SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)  # Linux; Python does not export it
 _MEMINFO_BYTES = 9 * 4  # struct of u32, rmem_alloc first
 
@@ -152,6 +154,13 @@ class SwitchDaemon(SwitchHttp):
         self.mcast_sends = 0  # results sent as one multicast datagram
         self.mcast_copies_saved = 0  # unicast datagrams those replaced, minus the multicast ones
         self.mcast_fallbacks: Counter[str] = Counter()  # groups installed but served by unicast, by reason
+        # Groups this daemon receives its parents' results from (install_job's ``join``),
+        # per job; the data plane reads ``_group_sources`` (all of them, a tuple replaced
+        # whole) and closes what ``_retired`` holds (removed jobs' sockets).
+        self.joined: dict[int, list[mcast.GroupReceiver]] = {}
+        self._group_sources: tuple = ()
+        self._retired: list[mcast.GroupReceiver] = []
+        self.join_reasons: Counter[str] = Counter()  # joins refused, by reason
 
     # ------------------------------------------------------------------ data plane
     def start_data_plane(self) -> None:
@@ -164,6 +173,17 @@ class SwitchDaemon(SwitchHttp):
         if self._thread is not None:
             self._thread.join(timeout=2.0)
         self.sock.close()
+        self._close_groups()
+
+    def _close_groups(self) -> None:
+        """Close every group socket (the data plane has stopped)."""
+        with self.lock:
+            sources = [g for gs in self.joined.values() for g in gs] + self._retired
+            self.joined.clear()
+            self._group_sources = ()
+            self._retired = []
+        for g in sources:
+            g.close()
 
     def _serve_udp(self) -> None:
         """Run the data-plane loop until stopped; an unexpected error is logged, counted and the loop restarts."""
@@ -200,9 +220,6 @@ class SwitchDaemon(SwitchHttp):
         # One recvmmsg per batch where compiled (panama.runtime.mmsg), else one recvmsg_into
         # per datagram: sizes (-1: cut), ECN codepoints and sources per buffer.
         rx = mmsg.Receiver(raw, bufs)
-        sizes, ecns, sources = rx.sizes, rx.ecns, rx.sources
-        poller = select.poll()
-        poller.register(raw, select.POLLIN)
         decode = codec.decode
         CodecError = codec.CodecError
         acc = self.acc
@@ -220,32 +237,17 @@ class SwitchDaemon(SwitchHttp):
         recv = rx.recv
         batched_io = mmsg.BATCHED
         groups = self.groups  # updated in place under the lock by install/remove
-        while not self._stop.is_set():
-            try:
-                count = recv(batch)
-            except OSError as exc:  # pragma: no cover - e.g. socket closed at shutdown
-                if self._stop.is_set():
-                    return
-                log.warning("recv failed: %s", exc)
-                count = 0
-            if not count:
-                poller.poll(200)  # ms; wakes up to check the stop flag
-                continue
+
+        def process(count: int, src: mmsg.Receiver, views: list, floats: list, queued: int) -> None:
+            """Decode, aggregate and forward the ``count`` datagrams ``src`` just received
+            into ``views`` (``queued``: bytes still in the kernel's queue behind them)."""
+            sizes, ecns, sources = src.sizes, src.ecns, src.sources
             # Backlog behind the datagram being processed, in bytes (drained ones first).
-            behind = 0
+            behind = queued
             for k in range(count):
                 n = sizes[k]
                 if n > 0:
                     behind += n
-            queued = 0  # bytes still in the kernel's receive queue (only looked up after a full batch)
-            if count == batch and meminfo:
-                try:
-                    rmem = int.from_bytes(getsockopt(sol_socket, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
-                except OSError:
-                    meminfo = False
-                else:
-                    queued = rmem * datagram_bytes // truesize
-            behind += queued
             rx_bytes = 0
             with self.lock:
                 self.batches += 1
@@ -301,6 +303,55 @@ class SwitchDaemon(SwitchHttp):
                             self.daemon_drops[DROP_SEND_ERROR] += failed
                 self.rx_bytes += rx_bytes
 
+        # Group sockets this daemon joined (results its parents multicast, see
+        # install_job's ``join``): read after the unicast socket on every turn; the poller
+        # is rebuilt when the set changes, and removed ones are closed here, by their
+        # only reader.
+        group_rx: tuple = ()
+        poller = select.poll()
+        poller.register(raw, select.POLLIN)
+        while not self._stop.is_set():
+            if self._group_sources is not group_rx or self._retired:
+                with self.lock:
+                    group_rx = self._group_sources
+                    retired, self._retired = self._retired, []
+                poller = select.poll()
+                poller.register(raw, select.POLLIN)
+                for g in group_rx:
+                    poller.register(g.sock, select.POLLIN)
+                for g in retired:
+                    g.close()
+            try:
+                count = recv(batch)
+            except OSError as exc:  # pragma: no cover - e.g. socket closed at shutdown
+                if self._stop.is_set():
+                    return
+                log.warning("recv failed: %s", exc)
+                count = 0
+            got = count
+            if count:
+                queued = 0  # bytes still in the kernel's receive queue (only looked up after a full batch)
+                if count == batch and meminfo:
+                    try:
+                        rmem = int.from_bytes(getsockopt(sol_socket, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
+                    except OSError:
+                        meminfo = False
+                    else:
+                        queued = rmem * datagram_bytes // truesize
+                process(count, rx, views, floats, queued)
+            for g in group_rx:
+                try:
+                    n = g.rx.recv(len(g.views))
+                except OSError as exc:  # pragma: no cover - the kernel's error on a group socket
+                    log.warning("recv on group %s failed: %s", g.text(), exc)
+                    continue
+                if n:
+                    g.datagrams += n
+                    got += n
+                    process(n, g.rx, g.views, g.floats, 0)
+            if not got:
+                poller.poll(200)  # ms; wakes up to check the stop flag
+
     def _send_group(self, pkt, group: tuple, destinations, tos: int) -> int:
         """Send ``pkt`` once to its job's group (called under ``lock``); when the kernel
         refuses, the group is dropped for good (counted reason, logged) and this and every
@@ -320,13 +371,25 @@ class SwitchDaemon(SwitchHttp):
         log.warning("job %d: multicast results off, unicast per child: %s", job_id, reason)
 
     # ------------------------------------------------------------------ control plane
-    def install_job(self, job_id: int, trees: list[dict], key: int = 0, multicast: dict | None = None) -> None:
+    def install_job(
+        self,
+        job_id: int,
+        trees: list[dict],
+        key: int = 0,
+        multicast: dict | None = None,
+        join: list | None = None,
+    ) -> str | None:
         """Install every tree of ``job_id`` with data-plane ``key`` atomically (all or none).
 
         ``multicast``: ``{"group": "239.x.y.z:PORT", "members": ["HOST:PORT", ...]}`` (from the
         controller, panama.runtime.mcast): results to exactly these children (every member a
         child of the job's trees) leave as one datagram to the group, when this daemon can
         send loopback multicast (else unicast per child, the reason counted in ``/stats``).
+        ``join``: ``["239.x.y.z:PORT", ...]``, the groups this daemon's parents send the
+        job's results to (from the controller): the data plane receives from a socket
+        joined to each, besides its own. Returns None when every group was joined (or none
+        asked), else why not (nothing joined: the parents must send unicast); a join never
+        fails the install.
         Everything is validated before anything is applied (ValueError/AddressError,
         naming the field); AcceleratorError when the accelerator refuses (nothing stays).
         """
@@ -359,8 +422,12 @@ class SwitchDaemon(SwitchHttp):
         if len({t for t, _, _ in parsed}) != len(parsed):
             raise FieldError("trees", "duplicate tree_id")
         group = self._parse_group(multicast, {k for _, kids, _ in parsed for k in kids})
+        join_groups = self._parse_join(join)
+        receivers, join_reason = self._join(join_groups)
         with self.lock:
             if job_id in self.acc.jobs():
+                for g in receivers:
+                    g.close()
                 raise AcceleratorError(f"{self.config.switch_id}: job {job_id} is already installed")
             done = []
             try:
@@ -370,7 +437,14 @@ class SwitchDaemon(SwitchHttp):
             except AcceleratorError:
                 for tree_id in done:
                     self.acc.remove_tree(job_id, tree_id)
+                for g in receivers:
+                    g.close()
                 raise
+            if receivers:
+                self.joined[job_id] = receivers
+                self._group_sources = tuple(g for gs in self.joined.values() for g in gs)
+            if join_reason is not None:
+                self.join_reasons[join_reason] += 1
             self.jobs_installed[job_id] = trees
             self.keys[job_id] = key
             self.sock.trailers[job_id] = codec.key_trailer(key)
@@ -380,7 +454,45 @@ class SwitchDaemon(SwitchHttp):
                     self.groups[job_id] = group
                 else:
                     self.mcast_fallbacks[self.mcast_reason] += 1
-        log.info("installed job %d: %s (multicast %s)", job_id, json.dumps(trees), json.dumps(multicast))
+        log.info(
+            "installed job %d: %s (multicast %s, join %s%s)",
+            job_id,
+            json.dumps(trees),
+            json.dumps(multicast),
+            json.dumps(join),
+            "" if join_reason is None else f": not joined, {join_reason}",
+        )
+        return join_reason
+
+    def _parse_join(self, join: object) -> list[Address]:
+        """An install's ``join`` list: the group addresses, validated (FieldError naming the entry)."""
+        if join is None:
+            return []
+        if not isinstance(join, list) or not join:
+            raise FieldError("join", "expected a non-empty list of GROUP:PORT")
+        out = [mcast.parse_group(text, f"join[{i}]") for i, text in enumerate(join)]
+        if len(set(out)) != len(out):
+            raise FieldError("join", "duplicate group")
+        return out
+
+    def _join(self, join_groups: list[Address]) -> tuple[list[mcast.GroupReceiver], str | None]:
+        """Sockets joined to ``join_groups`` for the data plane, or none and why not."""
+        if not join_groups:
+            return [], None
+        if self.batched:
+            return [], "the batched GSO/GRO loop reads its own socket only"
+        if self.sock.addr[0] != mcast.LOOPBACK:
+            return [], f"data-plane socket is bound to {self.sock.addr[0]}, not {mcast.LOOPBACK}"
+        size = codec.datagram_size(self.config.payload_elems) + 1  # one more: a longer datagram is cut
+        receivers: list[mcast.GroupReceiver] = []
+        for group in join_groups:
+            try:
+                receivers.append(mcast.GroupReceiver(group, GROUP_BATCH, DEFAULT_SOCKET_BUFFER_BYTES, size))
+            except OSError as exc:
+                for g in receivers:
+                    g.close()
+                return [], f"could not join group {format_addr(group)}: {exc}"
+        return receivers, None
 
     def multicast_path(self, job_id: int) -> str | None:
         """How ``job_id``'s results to its group's members leave: None (no group installed),
@@ -442,6 +554,14 @@ class SwitchDaemon(SwitchHttp):
             self.sock.trailers.pop(job_id, None)
             self.groups.pop(job_id, None)
             self.group_texts.pop(job_id, None)
+            left = self.joined.pop(job_id, [])
+            if left:
+                self._group_sources = tuple(g for gs in self.joined.values() for g in gs)
+                if self.data_plane_alive():
+                    self._retired.extend(left)  # closed by the data plane, their only reader
+                    left = []
+        for g in left:
+            g.close()
         log.info("removed job %d", job_id)
 
     def stats(self) -> dict:
@@ -496,6 +616,8 @@ class SwitchDaemon(SwitchHttp):
             "sends": self.mcast_sends,
             "copies_saved": self.mcast_copies_saved,
             "fallbacks": dict(self.mcast_fallbacks),
+            "joined": {str(j): {g.text(): g.datagrams for g in gs} for j, gs in self.joined.items()},
+            "join_refused": dict(self.join_reasons),
         }
 
     def _data_plane_facts(self) -> dict:
@@ -554,6 +676,7 @@ class SwitchDaemon(SwitchHttp):
             if self._thread is not None:
                 self._thread.join(timeout=2.0)
             self.sock.close()
+            self._close_groups()
             log.info("switch %s stopped", self.config.switch_id)
 
     def stop(self) -> None:
