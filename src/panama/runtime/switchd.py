@@ -1,9 +1,11 @@
 """``panama switch``: a UDP daemon that runs one aggregation accelerator (one PSwitch).
 
-Data plane (one thread): datagrams are drained from the UDP socket in batches of up to
-``batch`` into preallocated buffers (:class:`panama.runtime.mmsg.Receiver`: one
-``recvmmsg`` where compiled, else one ``recvmsg_into`` per datagram; one ``poll`` when
-the queue is empty), decoded by :mod:`panama.core.codec`, handed to
+Data plane (one thread, the plain loop of :mod:`panama.runtime.switch_plain`):
+datagrams are drained from the UDP socket, and from the group sockets the daemon joined
+(``install_job``'s ``join``), in batches of up to ``batch`` into preallocated buffers
+(:class:`panama.runtime.mmsg.Receiver`: one ``recvmmsg`` where compiled, else one
+``recvmsg_into`` per datagram; one ``poll`` over all sockets when every queue is empty),
+decoded by :mod:`panama.core.codec`, handed to
 :meth:`panama.core.accelerator.Accelerator.receive` with the source address as
 ``from_node``, and what it emits is encoded and sent at once, to all its destinations
 with one :meth:`~panama.runtime.udp.PacketSocket.send_all` (one ``sendmmsg`` where
@@ -62,7 +64,6 @@ import gc
 import json
 import logging
 import os
-import select
 import signal
 import socket
 import sys
@@ -76,7 +77,6 @@ from aiohttp import web
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
-from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
 from panama.runtime import mcast, mmsg, offload
 from panama.runtime.http import start_site
 from panama.runtime.process import main_from_file
@@ -197,7 +197,9 @@ class SwitchDaemon(SwitchHttp):
 
                     batched_loop(self)
                 else:
-                    self._data_plane_loop()
+                    from panama.runtime.switch_plain import plain_loop  # imports this module
+
+                    plain_loop(self)
             except Exception as exc:  # noqa: BLE001 - the data plane must outlive any one packet
                 with self.lock:
                     self.dp_errors += 1
@@ -208,149 +210,6 @@ class SwitchDaemon(SwitchHttp):
 
     def data_plane_alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
-
-    def _data_plane_loop(self) -> None:
-        cfg = self.config
-        sock = self.sock
-        raw = sock.sock
-        raw.setblocking(True)
-        bufs = [bytearray(codec.datagram_size(cfg.payload_elems) + 1) for _ in range(cfg.batch)]
-        views = [memoryview(b) for b in bufs]
-        floats = [codec.payload_view(b) for b in bufs]  # decode slices payloads from these
-        # One recvmmsg per batch where compiled (panama.runtime.mmsg), else one recvmsg_into
-        # per datagram: sizes (-1: cut), ECN codepoints and sources per buffer.
-        rx = mmsg.Receiver(raw, bufs)
-        decode = codec.decode
-        CodecError = codec.CodecError
-        acc = self.acc
-        send_all = sock.send_all
-        drop_prob = cfg.drop_prob
-        rng = self._rng
-        datagram_bytes = codec.datagram_size(cfg.payload_elems)
-        keys = self.keys
-        threshold = cfg.ecn_threshold_pkts * datagram_bytes if cfg.ecn_threshold_pkts else 1 << 62
-        getsockopt = raw.getsockopt
-        sol_socket = int(socket.SOL_SOCKET)
-        truesize = _datagram_truesize(datagram_bytes)
-        meminfo = truesize > 0  # SO_MEMINFO works here
-        batch = cfg.batch
-        recv = rx.recv
-        batched_io = mmsg.BATCHED
-        groups = self.groups  # updated in place under the lock by install/remove
-
-        def process(count: int, src: mmsg.Receiver, views: list, floats: list, queued: int) -> None:
-            """Decode, aggregate and forward the ``count`` datagrams ``src`` just received
-            into ``views`` (``queued``: bytes still in the kernel's queue behind them)."""
-            sizes, ecns, sources = src.sizes, src.ecns, src.sources
-            # Backlog behind the datagram being processed, in bytes (drained ones first).
-            behind = queued
-            for k in range(count):
-                n = sizes[k]
-                if n > 0:
-                    behind += n
-            rx_bytes = 0
-            with self.lock:
-                self.batches += 1
-                self.rx_packets += count
-                self.rx_syscalls += 1 if batched_io else count
-                backlog_pkts = count - 1 + queued // datagram_bytes
-                if backlog_pkts > self.max_backlog_pkts:
-                    self.max_backlog_pkts = backlog_pkts
-                for k in range(count):
-                    n = sizes[k]
-                    if n < 0:
-                        self.daemon_drops[DROP_OVERSIZE] += 1
-                        continue
-                    behind -= n
-                    rx_bytes += n
-                    if drop_prob and rng.random() < drop_prob:
-                        self.daemon_drops[DROP_INJECTED] += 1
-                        continue
-                    ecn = ecns[k]
-                    try:
-                        packet = decode(views[k][:n], ecn, floats[k], keys)
-                    except CodecError as exc:
-                        self.malformed[exc.reason] += 1
-                        continue
-                    pflags = packet.flags
-                    if ecn == CE:
-                        self.ce_received += 1
-                    if pflags & FLAG_RETRANSMIT and not pflags & FLAG_RESULT:
-                        self.retransmits_received += 1
-                    out = acc.receive(packet, sources[k])
-                    if not out:
-                        continue
-                    # The accelerator sets every emitted packet's codepoint (CE relayed
-                    # down included); the daemon only adds its own queue's mark.
-                    congested = behind > threshold
-                    for destinations, pkt in out:
-                        tos = pkt.ecn
-                        if congested and tos != CE:
-                            tos = CE
-                            self.ce_marked += len(destinations)
-                        if groups and len(destinations) > 1:
-                            group = groups.get(pkt.job_id)
-                            if group is not None and group[0] == frozenset(destinations):
-                                # Exactly the group's members: one datagram to the group.
-                                failed = self._send_group(pkt, group, destinations, tos)
-                                if failed:
-                                    self.daemon_drops[DROP_SEND_ERROR] += failed
-                                continue
-                        # One packet to several children: encoded once, sent to each
-                        # (software multicast; one sendmmsg where compiled).
-                        failed = send_all(pkt, destinations, tos)
-                        if failed:
-                            self.daemon_drops[DROP_SEND_ERROR] += failed
-                self.rx_bytes += rx_bytes
-
-        # Group sockets this daemon joined (results its parents multicast, see
-        # install_job's ``join``): read after the unicast socket on every turn; the poller
-        # is rebuilt when the set changes, and removed ones are closed here, by their
-        # only reader.
-        group_rx: tuple = ()
-        poller = select.poll()
-        poller.register(raw, select.POLLIN)
-        while not self._stop.is_set():
-            if self._group_sources is not group_rx or self._retired:
-                with self.lock:
-                    group_rx = self._group_sources
-                    retired, self._retired = self._retired, []
-                poller = select.poll()
-                poller.register(raw, select.POLLIN)
-                for g in group_rx:
-                    poller.register(g.sock, select.POLLIN)
-                for g in retired:
-                    g.close()
-            try:
-                count = recv(batch)
-            except OSError as exc:  # pragma: no cover - e.g. socket closed at shutdown
-                if self._stop.is_set():
-                    return
-                log.warning("recv failed: %s", exc)
-                count = 0
-            got = count
-            if count:
-                queued = 0  # bytes still in the kernel's receive queue (only looked up after a full batch)
-                if count == batch and meminfo:
-                    try:
-                        rmem = int.from_bytes(getsockopt(sol_socket, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
-                    except OSError:
-                        meminfo = False
-                    else:
-                        queued = rmem * datagram_bytes // truesize
-                process(count, rx, views, floats, queued)
-            for g in group_rx:
-                try:
-                    n = g.rx.recv(len(g.views))
-                except OSError as exc:  # pragma: no cover - the kernel's error on a group socket
-                    log.warning("recv on group %s failed: %s", g.text(), exc)
-                    continue
-                if n:
-                    g.datagrams += n
-                    got += n
-                    process(n, g.rx, g.views, g.floats, 0)
-            if not got:
-                poller.poll(200)  # ms; wakes up to check the stop flag
 
     def _send_group(self, pkt, group: tuple, destinations, tos: int) -> int:
         """Send ``pkt`` once to its job's group (called under ``lock``); when the kernel

@@ -1,0 +1,179 @@
+"""The switch daemon's plain data-plane loop: one datagram per buffer, batched system calls.
+
+Used by :class:`~panama.runtime.switchd.SwitchDaemon` unless the batched GSO/GRO loop of
+:mod:`panama.runtime.switch_batch` can pay (the contract, shared by both, is in
+:mod:`panama.runtime.switchd`). Datagrams are drained from the daemon's socket in batches
+of up to ``batch`` into preallocated buffers (:class:`panama.runtime.mmsg.Receiver`: one
+``recvmmsg`` where compiled), then from each group socket the daemon joined (its parents'
+results multicast on a loopback cluster, ``install_job``'s ``join``), decoded, summed by
+the accelerator and what it emits sent at once (one ``sendmmsg`` to all destinations
+where compiled, or one datagram to a job's group). When nothing was waiting anywhere the
+loop sleeps in one ``poll`` over all its sockets (200 ms at most, to see the stop flag).
+The set of group sockets is read from the daemon on every turn (replaced whole under its
+lock by installs and removals); the sockets of removed jobs are closed here, by their
+only reader.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import sys
+
+from panama.core import codec
+from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
+from panama.runtime import mmsg
+from panama.runtime.switchd import (
+    _MEMINFO_BYTES,
+    _SO_MEMINFO,
+    DROP_INJECTED,
+    DROP_OVERSIZE,
+    DROP_SEND_ERROR,
+    _datagram_truesize,
+    log,
+)
+
+
+def plain_loop(daemon) -> None:
+    """Run the plain loop of ``daemon`` (a :class:`~panama.runtime.switchd.SwitchDaemon`) until it stops."""
+    cfg = daemon.config
+    sock = daemon.sock
+    raw = sock.sock
+    raw.setblocking(True)
+    bufs = [bytearray(codec.datagram_size(cfg.payload_elems) + 1) for _ in range(cfg.batch)]
+    views = [memoryview(b) for b in bufs]
+    floats = [codec.payload_view(b) for b in bufs]  # decode slices payloads from these
+    # One recvmmsg per batch where compiled (panama.runtime.mmsg), else one recvmsg_into
+    # per datagram: sizes (-1: cut), ECN codepoints and sources per buffer.
+    rx = mmsg.Receiver(raw, bufs)
+    decode = codec.decode
+    CodecError = codec.CodecError
+    acc = daemon.acc
+    send_all = sock.send_all
+    drop_prob = cfg.drop_prob
+    rng = daemon._rng
+    datagram_bytes = codec.datagram_size(cfg.payload_elems)
+    keys = daemon.keys
+    threshold = cfg.ecn_threshold_pkts * datagram_bytes if cfg.ecn_threshold_pkts else 1 << 62
+    getsockopt = raw.getsockopt
+    sol_socket = int(socket.SOL_SOCKET)
+    truesize = _datagram_truesize(datagram_bytes)
+    meminfo = truesize > 0  # SO_MEMINFO works here
+    batch = cfg.batch
+    recv = rx.recv
+    batched_io = mmsg.BATCHED
+    groups = daemon.groups  # updated in place under the lock by install/remove
+
+    def process(count: int, src: mmsg.Receiver, views: list, floats: list, queued: int) -> None:
+        """Decode, aggregate and forward the ``count`` datagrams ``src`` just received
+        into ``views`` (``queued``: bytes still in the kernel's queue behind them)."""
+        sizes, ecns, sources = src.sizes, src.ecns, src.sources
+        # Backlog behind the datagram being processed, in bytes (drained ones first).
+        behind = queued
+        for k in range(count):
+            n = sizes[k]
+            if n > 0:
+                behind += n
+        rx_bytes = 0
+        with daemon.lock:
+            daemon.batches += 1
+            daemon.rx_packets += count
+            daemon.rx_syscalls += 1 if batched_io else count
+            backlog_pkts = count - 1 + queued // datagram_bytes
+            if backlog_pkts > daemon.max_backlog_pkts:
+                daemon.max_backlog_pkts = backlog_pkts
+            for k in range(count):
+                n = sizes[k]
+                if n < 0:
+                    daemon.daemon_drops[DROP_OVERSIZE] += 1
+                    continue
+                behind -= n
+                rx_bytes += n
+                if drop_prob and rng.random() < drop_prob:
+                    daemon.daemon_drops[DROP_INJECTED] += 1
+                    continue
+                ecn = ecns[k]
+                try:
+                    packet = decode(views[k][:n], ecn, floats[k], keys)
+                except CodecError as exc:
+                    daemon.malformed[exc.reason] += 1
+                    continue
+                pflags = packet.flags
+                if ecn == CE:
+                    daemon.ce_received += 1
+                if pflags & FLAG_RETRANSMIT and not pflags & FLAG_RESULT:
+                    daemon.retransmits_received += 1
+                out = acc.receive(packet, sources[k])
+                if not out:
+                    continue
+                # The accelerator sets every emitted packet's codepoint (CE relayed
+                # down included); the daemon only adds its own queue's mark.
+                congested = behind > threshold
+                for destinations, pkt in out:
+                    tos = pkt.ecn
+                    if congested and tos != CE:
+                        tos = CE
+                        daemon.ce_marked += len(destinations)
+                    if groups and len(destinations) > 1:
+                        group = groups.get(pkt.job_id)
+                        if group is not None and group[0] == frozenset(destinations):
+                            # Exactly the group's members: one datagram to the group.
+                            failed = daemon._send_group(pkt, group, destinations, tos)
+                            if failed:
+                                daemon.daemon_drops[DROP_SEND_ERROR] += failed
+                            continue
+                    # One packet to several children: encoded once, sent to each
+                    # (software multicast; one sendmmsg where compiled).
+                    failed = send_all(pkt, destinations, tos)
+                    if failed:
+                        daemon.daemon_drops[DROP_SEND_ERROR] += failed
+            daemon.rx_bytes += rx_bytes
+
+    # Group sockets this daemon joined (results its parents multicast, see
+    # install_job's ``join``): read after the unicast socket on every turn; the poller
+    # is rebuilt when the set changes, and removed ones are closed here, by their
+    # only reader.
+    group_rx: tuple = ()
+    poller = select.poll()
+    poller.register(raw, select.POLLIN)
+    while not daemon._stop.is_set():
+        if daemon._group_sources is not group_rx or daemon._retired:
+            with daemon.lock:
+                group_rx = daemon._group_sources
+                retired, daemon._retired = daemon._retired, []
+            poller = select.poll()
+            poller.register(raw, select.POLLIN)
+            for g in group_rx:
+                poller.register(g.sock, select.POLLIN)
+            for g in retired:
+                g.close()
+        try:
+            count = recv(batch)
+        except OSError as exc:  # pragma: no cover - e.g. socket closed at shutdown
+            if daemon._stop.is_set():
+                return
+            log.warning("recv failed: %s", exc)
+            count = 0
+        got = count
+        if count:
+            queued = 0  # bytes still in the kernel's receive queue (only looked up after a full batch)
+            if count == batch and meminfo:
+                try:
+                    rmem = int.from_bytes(getsockopt(sol_socket, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
+                except OSError:
+                    meminfo = False
+                else:
+                    queued = rmem * datagram_bytes // truesize
+            process(count, rx, views, floats, queued)
+        for g in group_rx:
+            try:
+                n = g.rx.recv(len(g.views))
+            except OSError as exc:  # pragma: no cover - the kernel's error on a group socket
+                log.warning("recv on group %s failed: %s", g.text(), exc)
+                continue
+            if n:
+                g.datagrams += n
+                got += n
+                process(n, g.rx, g.views, g.floats, 0)
+        if not got:
+            poller.poll(200)  # ms; wakes up to check the stop flag
