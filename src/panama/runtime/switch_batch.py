@@ -38,21 +38,20 @@ from __future__ import annotations
 import os
 import select
 import socket
-import sys
 
 import numpy as np
 
 from panama.core import codec
 from panama.core.batch import BatchReceiver
-from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
+from panama.core.packet import CE
 from panama.runtime import offload
 from panama.runtime.switchd import (
-    _MEMINFO_BYTES,
-    _SO_MEMINFO,
     DROP_INJECTED,
     DROP_OVERSIZE,
     DROP_SEND_ERROR,
-    _datagram_truesize,
+    backlog_limits,
+    count_received,
+    kernel_queue_bytes,
     log,
 )
 
@@ -91,12 +90,8 @@ def batched_loop(daemon) -> None:
     flush = sock.flush
     drop_prob = cfg.drop_prob
     rng = daemon._rng  # noqa: SLF001 - the daemon's seeded loss generator
-    datagram_bytes = codec.datagram_size(cfg.payload_elems)
     keys = daemon.keys
-    threshold = cfg.ecn_threshold_pkts * datagram_bytes if cfg.ecn_threshold_pkts else 1 << 62
-    getsockopt = raw.getsockopt
-    sol_socket = int(socket.SOL_SOCKET)
-    truesize = _datagram_truesize(datagram_bytes)
+    datagram_bytes, threshold, truesize = backlog_limits(cfg)
     meminfo = truesize > 0
     max_datagrams = cfg.batch
     recv = raw.recvmsg_into
@@ -136,12 +131,9 @@ def batched_loop(daemon) -> None:
             continue
         queued = 0
         if (k == calls or count >= max_datagrams) and meminfo:
-            try:
-                rmem = int.from_bytes(getsockopt(sol_socket, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
-            except OSError:
-                meminfo = False
-            else:
-                queued = rmem * datagram_bytes // truesize
+            queued = kernel_queue_bytes(raw, datagram_bytes, truesize)
+            if queued is None:
+                meminfo, queued = False, 0
         behind += queued
         rx_bytes = 0
         with daemon.lock:
@@ -171,11 +163,7 @@ def batched_loop(daemon) -> None:
                     except CodecError as exc:
                         daemon.malformed[exc.reason] += 1
                         continue
-                    pflags = packet.flags
-                    if ecn == CE:
-                        daemon.ce_received += 1
-                    if pflags & FLAG_RETRANSMIT and not pflags & FLAG_RESULT:
-                        daemon.retransmits_received += 1
+                    count_received(daemon, packet, ecn)
                     out = receive(packet, src)
                     if not out:
                         continue

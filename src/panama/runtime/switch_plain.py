@@ -17,19 +17,17 @@ only reader.
 from __future__ import annotations
 
 import select
-import socket
-import sys
 
 from panama.core import codec
-from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
+from panama.core.packet import CE
 from panama.runtime import mmsg
 from panama.runtime.switchd import (
-    _MEMINFO_BYTES,
-    _SO_MEMINFO,
     DROP_INJECTED,
     DROP_OVERSIZE,
     DROP_SEND_ERROR,
-    _datagram_truesize,
+    backlog_limits,
+    count_received,
+    kernel_queue_bytes,
     log,
 )
 
@@ -52,12 +50,8 @@ def plain_loop(daemon) -> None:
     send_all = sock.send_all
     drop_prob = cfg.drop_prob
     rng = daemon._rng
-    datagram_bytes = codec.datagram_size(cfg.payload_elems)
     keys = daemon.keys
-    threshold = cfg.ecn_threshold_pkts * datagram_bytes if cfg.ecn_threshold_pkts else 1 << 62
-    getsockopt = raw.getsockopt
-    sol_socket = int(socket.SOL_SOCKET)
-    truesize = _datagram_truesize(datagram_bytes)
+    datagram_bytes, threshold, truesize = backlog_limits(cfg)
     meminfo = truesize > 0  # SO_MEMINFO works here
     batch = cfg.batch
     recv = rx.recv
@@ -98,11 +92,7 @@ def plain_loop(daemon) -> None:
                 except CodecError as exc:
                     daemon.malformed[exc.reason] += 1
                     continue
-                pflags = packet.flags
-                if ecn == CE:
-                    daemon.ce_received += 1
-                if pflags & FLAG_RETRANSMIT and not pflags & FLAG_RESULT:
-                    daemon.retransmits_received += 1
+                count_received(daemon, packet, ecn)
                 out = acc.receive(packet, sources[k])
                 if not out:
                     continue
@@ -158,12 +148,9 @@ def plain_loop(daemon) -> None:
         if count:
             queued = 0  # bytes still in the kernel's receive queue (only looked up after a full batch)
             if count == batch and meminfo:
-                try:
-                    rmem = int.from_bytes(getsockopt(sol_socket, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
-                except OSError:
-                    meminfo = False
-                else:
-                    queued = rmem * datagram_bytes // truesize
+                queued = kernel_queue_bytes(raw, datagram_bytes, truesize)
+                if queued is None:
+                    meminfo, queued = False, 0
             process(count, rx, views, floats, queued)
         for g in group_rx:
             try:

@@ -77,6 +77,7 @@ from aiohttp import web
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
+from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
 from panama.runtime import mcast, mmsg, offload
 from panama.runtime.http import start_site
 from panama.runtime.process import main_from_file
@@ -588,6 +589,36 @@ def write_ready_file(path: str, info: dict) -> None:
 
 
 # ---------------------------------------------------------------------- helpers
+def kernel_queue_bytes(raw: socket.socket, datagram_bytes: int, truesize: int) -> int | None:
+    """What waits in ``raw``'s receive queue, as bytes of full ``datagram_bytes`` datagrams
+    (``SO_MEMINFO`` rmem_alloc over ``truesize``, the buffer memory one takes); None when
+    the kernel refuses the option (the loops then stop asking)."""
+    try:
+        rmem = int.from_bytes(raw.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
+    except OSError:
+        return None
+    return rmem * datagram_bytes // truesize
+
+
+def backlog_limits(config: SwitchConfig) -> tuple[int, int, int]:
+    """The data plane's backlog marking (module docstring, ECN): ``(datagram_bytes,
+    threshold_bytes, truesize)``: a full datagram, the backlog above which what leaves is
+    marked CE (``ecn_threshold_pkts`` full datagrams; 0: never), and the receive-buffer
+    memory one datagram takes (0 where ``SO_MEMINFO`` is not available)."""
+    datagram_bytes = codec.datagram_size(config.payload_elems)
+    threshold = config.ecn_threshold_pkts * datagram_bytes if config.ecn_threshold_pkts else 1 << 62
+    return datagram_bytes, threshold, _datagram_truesize(datagram_bytes)
+
+
+def count_received(daemon: SwitchDaemon, packet, ecn: int) -> None:
+    """The data plane's per-datagram counters of a decoded ``packet`` (under ``lock``)."""
+    if ecn == CE:
+        daemon.ce_received += 1
+    flags = packet.flags
+    if flags & FLAG_RETRANSMIT and not flags & FLAG_RESULT:
+        daemon.retransmits_received += 1
+
+
 def _datagram_truesize(datagram_bytes: int) -> int:
     """Receive-buffer bytes the kernel charges for one datagram of ``datagram_bytes`` (0: unknown).
 
