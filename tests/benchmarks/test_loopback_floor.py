@@ -27,13 +27,13 @@ def test_floor_ms(sends, receives, ms):
     assert loopback_floor.floor_ms(sends, receives, COSTS) == pytest.approx(ms)
 
 
-def test_mean_costs_average_runs_per_protocol():
+def test_least_costs_take_the_cheapest_run_per_protocol():
     runs = [
         {"udp": {"send_us": 10.0, "recv_us": 4.0}, "tcp": {"send_us": 20.0, "recv_us": 8.0}},
-        {"udp": {"send_us": 14.0, "recv_us": 6.0}, "tcp": {"send_us": 30.0, "recv_us": 10.0}},
+        {"udp": {"send_us": 9.0, "recv_us": 6.0}, "tcp": {"send_us": 16.0, "recv_us": 10.0}},
     ]
-    assert loopback_floor.mean_costs(runs, "udp") == {"send_us": 12.0, "recv_us": 5.0}
-    assert loopback_floor.mean_costs(runs, "tcp") == {"send_us": 25.0, "recv_us": 9.0}
+    assert loopback_floor.least_costs(runs, "udp") == {"send_us": 10.0, "recv_us": 4.0}
+    assert loopback_floor.least_costs(runs, "tcp") == {"send_us": 16.0, "recv_us": 10.0}
 
 
 def test_measure_moves_every_block_and_keeps_the_cheapest_run():

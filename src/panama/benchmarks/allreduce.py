@@ -21,7 +21,8 @@ data is regenerated there from its seed).
 
 The loopback floor (``floor``, on by default): before the cluster starts and after it
 stops, :mod:`panama.benchmarks.loopback_floor` measures what the kernel alone charges for
-one datagram sent and received by UDP and for the same bytes streamed by TCP; PANAMA's
+one datagram sent and received by UDP and for the same bytes streamed by TCP (the least
+of the two measurements is kept: another tenant's load only ever adds); PANAMA's
 datagrams sent and received per allreduce (counted by the daemons and workers) and gloo's
 ring (``2 (n - 1) / n`` of the vector sent and received per rank) at those costs give each
 implementation's CPU with zero user-space work, their quotient the ratio this host
@@ -355,7 +356,7 @@ def summarize(
 ) -> list[dict[str, Any]]:
     """One row per size from the phase reports of :func:`_collect` (medians over rounds),
     with the loopback floor of ``floors`` (:func:`panama.benchmarks.loopback_floor.measure`
-    runs, averaged) when given."""
+    runs: the least costs of any) when given."""
     rows = []
     for size_mb in cfg.sizes_mb:
         mine = [r for r in reports if r["size_mb"] == size_mb]
@@ -428,8 +429,8 @@ def summarize(
 def _floor_row(row: dict[str, Any], cfg: BenchConfig, floors: list[dict[str, Any]]) -> dict[str, Any]:
     """The loopback floor of one size (module docstring): per-block costs, each
     implementation's CPU at its floor, their ratio, and each measured CPU over its floor."""
-    udp = loopback_floor.mean_costs(floors, "udp")
-    tcp = loopback_floor.mean_costs(floors, "tcp")
+    udp = loopback_floor.least_costs(floors, "udp")
+    tcp = loopback_floor.least_costs(floors, "tcp")
     block = floors[0]["block_bytes"]
     ring = loopback_floor.ring_blocks(row["size_bytes"], cfg.workers, block)
     panama_ms = loopback_floor.floor_ms(row["sends_per_call"], row["datagrams_per_call"], udp)
