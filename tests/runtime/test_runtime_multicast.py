@@ -14,6 +14,7 @@ import pytest
 from rt_helpers import recv_packet, run_ranks
 
 from panama.core import codec
+from panama.core.accelerator import AcceleratorError
 from panama.core.errors import FieldError
 from panama.core.packet import CE, FLAG_RESULT, Packet
 from panama.runtime import mcast, mmsg
@@ -456,3 +457,45 @@ def test_two_tiers_spines_send_each_result_once_to_both_leaves(io):
         (joined,) = st[leaf]["multicast"]["joined"].values()
         assert sum(joined.values()) == calls * PACKETS  # every result came down on the group
         assert st[leaf]["multicast"]["join_refused"] == {}
+
+
+def test_a_rank_whose_real_join_fails_gets_its_leaf_switched_to_unicast(monkeypatch):
+    real = mcast.GroupReceiver
+    refused = []
+    lock = threading.Lock()
+
+    def first_join_fails(*args, **kwargs):
+        with lock:
+            if not refused:  # the probe joined (mcast.join), the plan's group cannot
+                refused.append(threading.current_thread().name)
+                raise OSError(errno.ENOBUFS, "No buffer space available (test)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mcast, "GroupReceiver", first_join_fails)
+    xs = _inputs(7)
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=W, log_level="WARNING") as lc:
+        outs, stats = _run(lc, "latejoin", xs)
+        leaf = lc.switch_stats("leaf0")
+    assert all(out.tobytes() == _exact(xs).tobytes() for per in outs for out in per)
+    (failed,) = [s for s in stats if s["results_path"] == "unicast"]
+    assert "could not join group" in failed["multicast"]["reason"] and "(test)" in failed["multicast"]["reason"]
+    assert failed["multicast"]["reason"].endswith("the leaf sends results by unicast")
+    assert failed["retransmissions"] == 0  # its results came on its own socket, not as answers to resends
+    assert all(s["multicast"]["datagrams"] == 0 for s in stats)  # the leaf switched before any result
+    (why,) = leaf["multicast"]["fallbacks"]
+    assert why.startswith("rank ") and "could not join" in why and "(test)" in why
+    assert leaf["multicast"]["sends"] == 0
+
+
+def test_multicast_off_needs_an_installed_job():
+    daemon = SwitchDaemon(SwitchConfig(switch_id="leafm"))
+    try:
+        with pytest.raises(AcceleratorError, match="not installed"):
+            daemon.multicast_off(3, "test")
+        kids = ["127.0.0.1:40001", "127.0.0.1:40002"]
+        daemon.install_job(3, [{"tree_id": 0, "children": kids}], 1, {"group": _group_text(), "members": kids})
+        assert daemon.multicast_path(3) == "multicast"
+        assert daemon.multicast_off(3, "member gone") == "unicast: member gone"
+        assert daemon.stats()["multicast"]["fallbacks"] == {"member gone": 1}
+    finally:
+        daemon.close()

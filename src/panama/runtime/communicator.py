@@ -314,10 +314,36 @@ class Communicator:
             group = mcast.parse_group(text, "multicast.group")
             self._group = mcast.GroupReceiver(group, RECV_BATCH, DEFAULT_SOCKET_BUFFER_BYTES, offload.RECV_BUFFER_BYTES)
         except (OSError, FieldError) as exc:
-            self.mcast_reason = f"could not join group {text}: {exc} (results only as retransmission answers)"
-            log.warning("job %s rank %d: %s", self.job, self.rank, self.mcast_reason)
+            self._unicast_after_all(f"could not join group {text}: {exc}")
             return
         self.mcast_reason = None
+
+    def _unicast_after_all(self, why: str) -> None:
+        """The probe joined but the plan's group could not be: ask the controller to have
+        the leaf send this job's results by unicast (else they would reach this rank only
+        as answers to its retransmissions); CommunicatorError when it cannot."""
+        body = {"rank": self.rank, "job_id": self.job_id, "reason": why[:300]}
+        try:
+            status, reply = request_json(
+                self.controller,
+                "POST",
+                f"{self._job_path}/unicast",
+                body,
+                timeout_s=30.0,
+                what="controller",
+                token=self.token,
+            )
+        except HttpError as exc:
+            raise CommunicatorError(
+                f"job {self.job} rank {self.rank}: {why}, and asking the controller for unicast results failed: {exc}"
+            ) from None
+        if status != 200:
+            raise CommunicatorError(
+                f"job {self.job} rank {self.rank}: {why}, and the controller could not switch its leaf to unicast "
+                f"(HTTP {status}): {error_text(reply)}"
+            )
+        self.mcast_reason = f"{why}; the leaf sends results by unicast"
+        log.warning("job %s rank %d: %s", self.job, self.rank, self.mcast_reason)
 
     def _heartbeat(self) -> None:
         path = f"{self._job_path}/heartbeat"

@@ -28,6 +28,7 @@ from panama.runtime.http import (
     MAX_BODY_BYTES,
     BadRequest,
     auth_middleware,
+    error_text,
     errors_middleware,
     read_json_object,
 )
@@ -58,6 +59,7 @@ class ControllerHttp:
                 web.post(f"{API}/jobs/{{job}}/register", self.h_register),
                 web.post(f"{API}/jobs/{{job}}/heartbeat", self.h_heartbeat),
                 web.post(f"{API}/jobs/{{job}}/leave", self.h_leave),
+                web.post(f"{API}/jobs/{{job}}/unicast", self.h_unicast),
                 web.get("/metrics", self.h_metrics),
             ]
         )
@@ -369,6 +371,35 @@ class ControllerHttp:
             else:
                 self._save_state()
         return web.json_response({"state": job.state, "reason": job.reason, "job_id": job.job_id})
+
+    async def h_unicast(self, request: web.Request) -> web.Response:
+        """A rank could not join its leaf's results group after all (its probe passed): the
+        leaf daemon sends that job's results to each child from now on (``DELETE
+        /jobs/{job_id}/multicast``), so the rank gets them on its own socket, not only as
+        answers to its retransmissions."""
+        job, x, body = await self._registered_rank(request)
+        reason = body.get("reason")
+        if not isinstance(reason, str) or not 1 <= len(reason) <= 300:
+            raise BadRequest(400, "reason: expected a string of 1-300 characters")
+        if job.life.state is not JobState.RUNNING or job.job_id is None:
+            raise BadRequest(409, f"job {job.name!r}: {job.state}: {job.reason}")
+        leaf = self.topology.tor_of(x.host)
+        group = job.groups.get(leaf)
+        if group is None or format_addr(x.udp) not in group["members"]:
+            return web.json_response({"switch": leaf, "results_path": "unicast"})
+        why = f"rank {x.rank} could not join {group['group']}: {reason}"
+        sw = self.switches[leaf]
+        try:
+            status, data = await self._switch_call(sw, "DELETE", f"/jobs/{job.job_id}/multicast", {"reason": why})
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            raise BadRequest(502, f"switch {leaf} unreachable: {exc or type(exc).__name__}") from None
+        if status != 200:
+            raise BadRequest(502, f"switch {leaf} refused to stop multicast: HTTP {status} {error_text(data)}")
+        job.groups.pop(leaf, None)
+        job.group_reasons[leaf] = why
+        self._save_state()
+        log.warning("job %s: %s sends results by unicast: %s", job.name, leaf, why)
+        return web.json_response({"switch": leaf, "results_path": "unicast"})
 
     async def h_metrics(self, request: web.Request) -> web.Response:
         lines = []

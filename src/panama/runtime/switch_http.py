@@ -122,6 +122,7 @@ class SwitchHttp:
                 web.get("/jobs", self._h_jobs),
                 web.put("/jobs/{job_id}", self._h_install),
                 web.delete("/jobs/{job_id}", self._h_remove),
+                web.delete("/jobs/{job_id}/multicast", self._h_multicast_off),
             ]
         )
         return app
@@ -181,6 +182,21 @@ class SwitchHttp:
         if body.get("join") is not None:
             reply["join"] = {"joined": join_reason is None, "reason": join_reason}
         return web.json_response(reply)
+
+    async def _h_multicast_off(self, request: web.Request) -> web.Response:
+        job_id = _job_id(request)
+        body = await read_json_object(request)
+        unknown = set(body) - {"reason"}
+        if unknown:
+            return _error(400, f"{sorted(unknown)[0]}: unknown key")
+        reason = body.get("reason", "asked by the controller")
+        if not isinstance(reason, str) or not 1 <= len(reason) <= 500:
+            return _error(400, "reason: expected a string of 1-500 characters")
+        try:
+            path = self.multicast_off(job_id, reason)
+        except AcceleratorError as exc:
+            return _error(404, str(exc))
+        return web.json_response({"job": job_id, "multicast": path})
 
     async def _h_remove(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)

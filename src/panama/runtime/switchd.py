@@ -152,6 +152,7 @@ class SwitchDaemon(SwitchHttp):
             self.mcast_reason = "the batched GSO loop sends one copy per child"
         self.groups: dict[int, tuple[frozenset, tuple[Address]]] = {}
         self.group_texts: dict[int, str] = {}
+        self.unicast_reasons: dict[int, str] = {}  # per job whose group was turned off, why
         self.mcast_sends = 0  # results sent as one multicast datagram
         self.mcast_copies_saved = 0  # unicast datagrams those replaced, minus the multicast ones
         self.mcast_fallbacks: Counter[str] = Counter()  # groups installed but served by unicast, by reason
@@ -227,6 +228,7 @@ class SwitchDaemon(SwitchHttp):
     def _group_off(self, job_id: int, reason: str) -> None:
         """Serve ``job_id``'s results by unicast from now on (under ``lock``)."""
         self.groups.pop(job_id, None)
+        self.unicast_reasons[job_id] = reason
         self.mcast_fallbacks[reason] += 1
         log.warning("job %d: multicast results off, unicast per child: %s", job_id, reason)
 
@@ -354,6 +356,17 @@ class SwitchDaemon(SwitchHttp):
                 return [], f"could not join group {format_addr(group)}: {exc}"
         return receivers, None
 
+    def multicast_off(self, job_id: int, reason: str) -> str | None:
+        """Serve ``job_id``'s results to every child by unicast from now on (the controller
+        asks when a member could not join the group after all); returns the path as
+        :meth:`multicast_path`. AcceleratorError when the job is not installed."""
+        with self.lock:
+            if job_id not in self.acc.jobs():
+                raise AcceleratorError(f"{self.config.switch_id}: job {job_id} is not installed")
+            if job_id in self.groups:
+                self._group_off(job_id, reason)
+        return self.multicast_path(job_id)
+
     def multicast_path(self, job_id: int) -> str | None:
         """How ``job_id``'s results to its group's members leave: None (no group installed),
         ``"multicast"``, or ``"unicast: <why>"``."""
@@ -362,7 +375,7 @@ class SwitchDaemon(SwitchHttp):
                 return None
             if job_id in self.groups:
                 return "multicast"
-            return f"unicast: {self.mcast_reason or 'a group send was refused'}"
+            return f"unicast: {self.unicast_reasons.get(job_id) or self.mcast_reason}"
 
     def _parse_group(self, multicast: object, children: set) -> tuple[frozenset, tuple[Address]] | None:
         """An install's ``multicast`` object: (member set, (group,)), or None when absent."""
@@ -414,6 +427,7 @@ class SwitchDaemon(SwitchHttp):
             self.sock.trailers.pop(job_id, None)
             self.groups.pop(job_id, None)
             self.group_texts.pop(job_id, None)
+            self.unicast_reasons.pop(job_id, None)
             left = self.joined.pop(job_id, [])
             if left:
                 self._group_sources = tuple(g for gs in self.joined.values() for g in gs)
