@@ -20,6 +20,7 @@ import numpy as np
 
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.communicator import Communicator
+from panama.runtime.udp import RUNTIME_PROBE_FLOOR_S
 
 
 def run(drop: float, args: argparse.Namespace) -> tuple[float, int, int]:
@@ -39,6 +40,7 @@ def run(drop: float, args: argparse.Namespace) -> tuple[float, int, int]:
                     args.workers,
                     timeout_s=120,
                     min_rto_s=args.min_rto_ms / 1000,
+                    min_pto_s=args.min_pto_ms / 1000 if args.min_pto_ms > 0 else None,
                     token=lc.token,
                 ) as comm:
                     x = np.full(args.floats, r + 1, np.float32)
@@ -63,7 +65,8 @@ def run(drop: float, args: argparse.Namespace) -> tuple[float, int, int]:
         median = statistics.median(t for times, _ in results for t in times)
         retx = sum(st["retransmissions"] for _, st in results)
         fast = sum(st.get("fast_retransmits", 0) for _, st in results)
-        return median, retx, fast
+        probes = sum(st.get("probes", 0) for _, st in results)
+        return median, retx, fast, probes
 
 
 def main() -> None:
@@ -73,15 +76,22 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=15)
     ap.add_argument("--drops", default="0,0.01,0.05")
     ap.add_argument("--min-rto-ms", type=float, default=100.0)
+    ap.add_argument(
+        "--min-pto-ms",
+        type=float,
+        default=1000 * RUNTIME_PROBE_FLOOR_S,
+        help="floor of the tail-loss probe timeout (0: no probes) [default: the runtime's]",
+    )
     args = ap.parse_args()
     drops = [float(d) for d in args.drops.split(",")]
-    print(f"{args.workers} ranks, {args.floats} floats, {args.calls} calls, min RTO {args.min_rto_ms:g} ms")
-    print(f"{'loss':>6} {'median ms':>10} {'x lossless':>11} {'retransmissions':>16} {'fast':>6}")
+    probes = f"min PTO {args.min_pto_ms:g} ms" if args.min_pto_ms > 0 else "no tail-loss probes"
+    print(f"{args.workers} ranks, {args.floats} floats, {args.calls} calls, min RTO {args.min_rto_ms:g} ms, {probes}")
+    print(f"{'loss':>6} {'median ms':>10} {'x lossless':>11} {'retransmissions':>16} {'fast':>6} {'probes':>7}")
     base = None
     for drop in drops:
-        median, retx, fast = run(drop, args)
+        median, retx, fast, n_probes = run(drop, args)
         base = base if base is not None else median
-        print(f"{drop:>6g} {median * 1e3:>10.1f} {median / base:>11.1f} {retx:>16} {fast:>6}", flush=True)
+        print(f"{drop:>6g} {median * 1e3:>10.1f} {median / base:>11.1f} {retx:>16} {fast:>6} {n_probes:>7}", flush=True)
 
 
 if __name__ == "__main__":

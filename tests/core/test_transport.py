@@ -267,3 +267,67 @@ def test_backoff_is_per_packet_and_fresh_packets_keep_the_measured_rto():
     assert w.rto_ps == us(100)  # no connection-wide back-off
     w.receive(result_for(first[1], one), us(320))
     assert w.timer() == us(310 + 400)  # seq 1 answered: only seq 2 is left
+
+
+def _probing(trees=1, window=4, **options):
+    return WorkerTransport(
+        1,
+        0,
+        trees,
+        payload_elems=1,
+        cc="fixed",
+        cc_options={"initial_window": window},
+        initial_rto_ps=ms(100),
+        min_rto_ps=ms(100),
+        max_rto_ps=ms(1000),
+        **options,
+    )
+
+
+def test_no_tail_loss_probes_by_default():
+    w = _probing()
+    w.start(0, np.ones(3, np.float32))
+    w.poll(0)
+    assert w.timer() == ms(100)  # only the RTO
+
+
+def test_a_lost_tail_packet_is_probed_after_the_pto_not_the_rto():
+    w = _probing(min_pto_ps=ms(5))
+    w.start(0, np.ones(3, np.float32))
+    sent = w.poll(0)
+    assert w.timer() == ms(100)  # no RTT sample yet: the first PTO is the RTO
+    one = np.ones(1, np.float32)
+    w.receive(result_for(sent[0], one), us(1000))  # SRTT 1 ms: PTO = max(2 ms, 5 ms)
+    w.receive(result_for(sent[1], one), us(1500))  # the last packet's result is lost
+    assert w.timer() == us(1500) + ms(5)
+    w.handle_timer(us(1500) + ms(5))
+    [probe] = w.poll(us(1500) + ms(5))
+    assert probe.seq == 2 and probe.flags & FLAG_RETRANSMIT
+    assert w.stats["probes"] == 1 and w.stats["timeouts"] == 0 and w.windows() == [4]
+    # one probe per quiet spell; the probed packet is due again one RTO later, no back-off
+    assert w.timer() == us(6500) + ms(100)
+    w.receive(result_for(probe, one, flags=FLAG_RESULT | FLAG_RETRANSMIT), ms(8))
+    assert w.done and w.timer() is None
+
+
+def test_results_that_keep_coming_re_arm_the_probe_and_a_probe_resends_each_trees_lowest():
+    w = _probing(trees=2, window=3, min_pto_ps=ms(5))
+    w.start(0, np.ones(12, np.float32))
+    sent = w.poll(0)  # 3 per tree
+    one = np.ones(1, np.float32)
+    by = {(p.tree_id, p.seq): p for p in sent}
+    w.receive(result_for(by[(0, 0)], one), ms(1))
+    w.poll(ms(1))
+    for k, now in ((1, ms(4)), (2, ms(8))):  # never 5 ms without a result
+        assert w.timer() < now + ms(5)
+        w.receive(result_for(by[(0, k)], one), now)
+        assert w.timer() > now
+        w.poll(now)
+    assert w.stats["probes"] == 0
+    due = w.timer()
+    w.handle_timer(due)
+    probes = w.poll(due)
+    assert sorted((p.tree_id, p.seq) for p in probes) == [(0, 3), (1, 0)]  # each tree's lowest outstanding
+    assert all(p.flags & FLAG_RETRANSMIT for p in probes) and w.stats["probes"] == 2
+    with pytest.raises(ValueError, match="min_pto_ps"):
+        WorkerTransport(1, 0, 1, min_pto_ps=0)

@@ -50,7 +50,7 @@ import numpy as np
 
 from panama.benchmarks import loopback_floor
 from panama.core import codec
-from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS
+from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, RUNTIME_PROBE_FLOOR_S
 from panama.tables import format_table as draw_table
 
 MB = 1_000_000
@@ -70,6 +70,7 @@ class BenchConfig:
     cc: str = "dctcp"
     ecn_threshold_pkts: int = 128
     min_rto_s: float = 0.1
+    min_pto_s: float | None = RUNTIME_PROBE_FLOOR_S  # tail-loss probe floor (None: no probes)
     drop_prob: float = 0.0  # datagrams every daemon drops on receipt (loss recovery under test)
     multicast_results: bool = True  # results to a leaf's workers as one loopback multicast datagram
     gloo: bool = True
@@ -165,6 +166,7 @@ def _worker(
             payload_elems=cfg.payload_elems,
             cc=cfg.cc,
             min_rto_s=cfg.min_rto_s,
+            min_pto_s=cfg.min_pto_s,
             token=token,
         ) as comm:
             for size_mb in cfg.sizes_mb:

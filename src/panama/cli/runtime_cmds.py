@@ -18,7 +18,7 @@ from panama.cli.common import echo_json, usage_error
 from panama.cli.options import model_from_options, model_options
 from panama.core.errors import FieldError
 from panama.runtime.settings import ClusterConfig, ControllerConfig, ProcessSettings, SwitchConfig
-from panama.runtime.udp import RUNTIME_PACKET_MEMORY
+from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PROBE_FLOOR_S
 from panama.tables import format_table
 
 
@@ -275,6 +275,13 @@ def _any_alive(state: dict) -> bool:
     "--min-rto-ms", default=100.0, show_default=True, type=float, help="Workers' minimum retransmission timeout."
 )
 @click.option(
+    "--min-pto-ms",
+    default=1000 * RUNTIME_PROBE_FLOOR_S,
+    show_default=True,
+    type=float,
+    help="Floor of the workers' tail-loss probe timeout (0: no probes).",
+)
+@click.option(
     "--drop-prob",
     default=0.0,
     show_default=True,
@@ -311,6 +318,7 @@ def bench_allreduce(
     cc,
     ecn_threshold,
     min_rto_ms,
+    min_pto_ms,
     drop_prob,
     multicast_results,
     skip_gloo,
@@ -339,6 +347,8 @@ def bench_allreduce(
         raise usage_error("ecn-threshold", f"must be >= 0, got {ecn_threshold}")
     if min_rto_ms <= 0:
         raise usage_error("min-rto-ms", f"must be > 0, got {min_rto_ms}")
+    if min_pto_ms < 0:
+        raise usage_error("min-pto-ms", f"must be >= 0 (0: no probes), got {min_pto_ms}")
     if not 0.0 <= drop_prob < 1.0:
         raise usage_error("drop-prob", f"must be in [0, 1), got {drop_prob}")
     if leaves < 1 or spines < 1:
@@ -356,6 +366,7 @@ def bench_allreduce(
         cc=cc,
         ecn_threshold_pkts=ecn_threshold,
         min_rto_s=min_rto_ms / 1000,
+        min_pto_s=min_pto_ms / 1000 if min_pto_ms > 0 else None,
         drop_prob=drop_prob,
         multicast_results=multicast_results,
         gloo=not skip_gloo,

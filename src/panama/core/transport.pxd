@@ -23,6 +23,8 @@ cdef class WorkerTransport:
     cdef public object max_rto_ps
     cdef public long long max_retries
     cdef public long long dupthresh
+    cdef public object min_pto_ps
+    cdef public object _probe_at
     cdef public object rto_ps
     cdef public object _srtt
     cdef public double _rttvar
@@ -57,7 +59,7 @@ cdef class WorkerTransport:
 
     @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
                    i=cython.longlong, progress=cython.bint, base=list, gen_start=list, gen_len=list, next_k=list,
-                   ccs=list, ctl=CongestionControl, nbytes=cython.longlong, p=Packet)
+                   ccs=list, ctl=CongestionControl, nbytes=cython.longlong, p=Packet, resent=cython.longlong)
     cpdef list poll(self, object now)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, pe=cython.longlong, lo=cython.longlong,
@@ -75,6 +77,12 @@ cdef class WorkerTransport:
 
     @cython.locals(T=cython.longlong, i=cython.longlong)
     cpdef _fast_retransmit(self, long long t, long long base, long long old_base, long long seq)
+
+    cpdef _arm_probe(self, object now)
+
+    @cython.locals(T=cython.longlong, t=cython.longlong, i=cython.longlong, base=cython.longlong,
+                   probes=cython.longlong, queued=set)
+    cpdef _probe(self)
 
     cpdef _ignore(self, str reason)
     cpdef _rtt_sample(self, object rtt)

@@ -45,6 +45,14 @@ contribution costs one duplicate the accelerator drops). Measured in the UDP run
 (``bench/bench_runtime_loss.py --min-rto-ms 20``, 5 % loss at every daemon): median
 call 7.3-7.8x the lossless one with 1, 8.7x with 2, 12-15x with 3, because the last
 packets of a call rarely have three results above them. Pass 3 where a fabric reorders.
+Tail-loss probes (RFC 8985 section 7), only with ``min_pto_ps`` (None, the default: off;
+the simulator keeps its scenario values): the last packets of an allreduce have no later
+results to reveal a loss, so without probes they wait for the RTO. With them, when no
+result arrives for ``PTO = max(2 * SRTT, min_pto_ps)`` while packets are outstanding, the
+lowest outstanding packet of every tree that has one is resent once (``FLAG_RETRANSMIT``,
+counted in ``probes``) without a back-off, a retry or a congestion response; the next
+result arms the probe again. A probe of a packet that was not lost costs one duplicate
+the accelerators drop or answer from their retained slots.
 Windows are left alone: in PANAMA's lossless fabric a loss is not a congestion signal
 (ECN and ``cwnd_cap`` are), and a loss seen by one worker only must not break the tree's
 lock-step. Retransmissions are answered from the accelerators' retained slots, so the
@@ -125,6 +133,7 @@ class WorkerTransport:
         max_rto_ps: int = s(1),
         max_retries: int = 30,
         dupthresh: int = DUPTHRESH,
+        min_pto_ps: int | None = None,
         trace_windows: bool = False,
     ):
         if isinstance(tree_ids, int):
@@ -158,6 +167,10 @@ class WorkerTransport:
         if dupthresh < 1:
             raise ValueError(f"dupthresh must be >= 1, got {dupthresh}")
         self.dupthresh = dupthresh
+        if min_pto_ps is not None and min_pto_ps <= 0:
+            raise ValueError(f"min_pto_ps must be > 0 (or None: no probes), got {min_pto_ps}")
+        self.min_pto_ps = min_pto_ps
+        self._probe_at = -1  # when the next tail-loss probe is due (-1: not armed)
         self.rto_ps = max(min_rto_ps, min(initial_rto_ps, max_rto_ps))
         self._srtt: float | None = None
         self._rttvar = 0.0
@@ -200,6 +213,7 @@ class WorkerTransport:
             "timeouts": 0,
             "results": 0,
             "fast_retransmits": 0,
+            "probes": 0,
             "acks_sent": 0,
             "ece_results": 0,
             "ce_results": 0,
@@ -260,6 +274,7 @@ class WorkerTransport:
         self._recover = [-1] * T
         self._high = [-1] * T
         self._closing_acks.clear()  # the new contributions carry the same acks
+        self._probe_at = -1
         self.active = npkts > 0
 
     @property
@@ -311,6 +326,7 @@ class WorkerTransport:
                     out.append(self._packet(i, _FLAG_RETRANSMIT))
             self.stats["retransmissions"] += len(out)
             self._retx_queue.clear()
+        resent = len(out)
         T = self.num_trees
         base, gen_start, gen_len, next_k, ccs = self._base, self._gen_start, self._gen_len, self._next_k, self.cc
         progress = True
@@ -330,7 +346,15 @@ class WorkerTransport:
             nbytes += HEADER_BYTES + 4 * p.count
         self._n_sent += len(out)
         self._n_bytes += nbytes
+        if len(out) > resent and self._probe_at < 0 and self.min_pto_ps is not None:
+            self._arm_probe(now)  # new data left (a probe itself re-arms nothing: one per quiet spell)
         return out
+
+    def _arm_probe(self, now: int) -> None:
+        """RFC 8985 section 7.2: the probe is due a PTO from ``now`` (no SRTT yet: the RTO)."""
+        srtt = self._srtt
+        pto = self.rto_ps if srtt is None else max(self.min_pto_ps, int(2 * srtt))
+        self._probe_at = now + pto
 
     def _packet(self, i: int, flags: int) -> Packet:
         T = self.num_trees
@@ -378,7 +402,9 @@ class WorkerTransport:
         while heap and due.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)  # answered, or resent again since
         if heap and (first is None or heap[0][0] < first):
-            return heap[0][0]
+            first = heap[0][0]
+        if self._probe_at >= 0 and (first is None or self._probe_at < first):
+            return self._probe_at
         return first
 
     # ------------------------------------------------------------------ network input
@@ -446,8 +472,11 @@ class WorkerTransport:
         ctl.on_result(packet.seq, ece, packet.cwnd_cap, self._gen_start[t] + self._next_k[t])
         if self.trace_windows and ctl.win() != before:
             self.window_trace.append((now, t, ctl.win()))
+        if self.min_pto_ps is not None:
+            self._arm_probe(now)  # a result: the path works, probe again only after a quiet PTO
         if self._remaining == 0:
             self.active = False
+            self._probe_at = -1
             self._inflight.clear()
             self._resent_due.clear()
             self._resent_heap.clear()
@@ -488,6 +517,9 @@ class WorkerTransport:
         """Queue every packet whose timer expired for retransmission (sent by the next ``poll``)."""
         if not self.active:
             return
+        if 0 <= self._probe_at <= now:
+            self._probe_at = -1  # one probe per quiet spell: the next result arms it again
+            self._probe()
         rto = self.rto_ps
         expired = []
         for i, sent_at in self._inflight.items():
@@ -522,6 +554,24 @@ class WorkerTransport:
         for t in trees_hit:
             self.cc[t].on_timeout()
         self.stats["timeouts"] += 1
+
+    def _probe(self) -> None:
+        """Queue every tree's lowest outstanding packet (the tail-loss probe, see the module
+        docstring); its deadline, once resent, is one RTO at its current back-off."""
+        T = self.num_trees
+        queued = set(self._retx_queue)
+        probes = 0
+        for t in range(T):
+            base = self._base[t]
+            if base >= self._gen_start[t] + self._next_k[t]:
+                continue  # nothing of this tree outstanding
+            i = t + T * (base - self._gen_start[t])
+            if i in queued or not (i in self._inflight or i in self._resent_due):
+                continue
+            self._retries.setdefault(i, 0)  # resent without a back-off
+            self._retx_queue.append(i)
+            probes += 1
+        self.stats["probes"] += probes
 
     def _rtt_sample(self, rtt: int) -> None:
         # RFC 6298 section 2: SRTT/RTTVAR with alpha = 1/8, beta = 1/4.

@@ -55,11 +55,12 @@ from panama.core.transport import TransportError, WorkerTransport
 from panama.core.units import s as seconds_to_ps
 from panama.runtime import mcast, mmsg, offload
 from panama.runtime.arrays import as_float32_vector, as_output_vector
-from panama.runtime.diagnosis import switch_findings
+from panama.runtime.diagnosis import job_probe_notes
 from panama.runtime.http import JOB_NAME_RE, JOB_NAME_RULE, HttpError, error_text, job_path, request_json, resolve_token
 from panama.runtime.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
     RUNTIME_PAYLOAD_ELEMS,
+    RUNTIME_PROBE_FLOOR_S,
     Address,
     PacketSocket,
     format_addr,
@@ -102,7 +103,9 @@ class Communicator:
     wait), ``trees`` (number of aggregation trees to ask for; default: the controller's),
     ``payload_elems`` (floats per datagram, at most what the daemons hold),
     ``cc``/``cc_options`` (congestion control by name), ``drop_prob``/``seed`` (drop own
-    outgoing datagrams, for tests), ``heartbeat_s``, RTO bounds in seconds, ``bind_host``
+    outgoing datagrams, for tests), ``heartbeat_s``, RTO bounds in seconds, ``min_pto_s``
+    (the floor of the tail-loss probe timeout, :mod:`panama.core.transport`; None: no
+    probes), ``bind_host``
     (the address daemons send results to), ``token`` (the cluster's bearer token; default
     ``$PANAMA_TOKEN``). ``world_size=1`` returns a copy at once.
     Registration happens at construction when ``size_bytes`` (or ``connect=True``) is
@@ -132,6 +135,7 @@ class Communicator:
         initial_rto_s: float = 0.3,
         min_rto_s: float = 0.1,
         max_rto_s: float = 1.0,
+        min_pto_s: float | None = RUNTIME_PROBE_FLOOR_S,
         connect: bool = False,
         bind_host: str = "127.0.0.1",
         token: str | None = None,
@@ -155,6 +159,8 @@ class Communicator:
             raise FieldError("drop_prob", f"must be in [0, 1), got {drop_prob}")
         if size_bytes is not None and size_bytes < 0:
             raise FieldError("size_bytes", f"must be >= 0, got {size_bytes}")
+        if min_pto_s is not None and not min_pto_s > 0:
+            raise FieldError("min_pto_s", f"must be > 0 (or None: no tail-loss probes), got {min_pto_s}")
         self.controller: Address = parse_addr(controller, field="controller")
         self.token = resolve_token(token)
         self.incarnation = secrets.token_hex(
@@ -174,6 +180,7 @@ class Communicator:
         self._rng = np.random.default_rng(seed)
         self.heartbeat_s = heartbeat_s
         self._rto = (initial_rto_s, min_rto_s, max_rto_s)
+        self.min_pto_s = min_pto_s
         self.sock = PacketSocket((bind_host, 0))
         self._gso = self._gro = False  # set by connect()
         self.addr = self.sock.addr
@@ -284,6 +291,7 @@ class Communicator:
             initial_rto_ps=seconds_to_ps(init_rto),
             min_rto_ps=seconds_to_ps(min_rto),
             max_rto_ps=seconds_to_ps(max_rto),
+            min_pto_ps=None if self.min_pto_s is None else seconds_to_ps(self.min_pto_s),
             max_retries=1_000_000,  # timeout_s bounds every call instead
         )
         self._join_group(reply.get("multicast"))
@@ -604,24 +612,7 @@ class Communicator:
             return f"{msg}; controller unreachable: {exc}"
         if status != 200 or not isinstance(reply, dict):
             return f"{msg}; controller: {error_text(reply)}"
-        notes = []
-        if reply.get("state") != "running":
-            notes.append(f"controller says job is {reply.get('state')}: {reply.get('reason')}")
-        down = [
-            f"{name} ({info.get('udp')})" for name, info in (reply.get("switches") or {}).items() if not info.get("up")
-        ]
-        if down:
-            notes.append("switch(es) not answering: " + ", ".join(down))
-        late = reply.get("stale_ranks") or []
-        if late:
-            notes.append(f"ranks without a recent heartbeat: {late}")
-        notes += switch_findings(reply.get("switches") or {}, self.job_id)
-        if notes:
-            return msg + "; " + "; ".join(notes)
-        return msg + (
-            "; every switch and rank looks alive to the controller and no daemon counted a drop, send error "
-            "or lost slot for this job (suspect loss outside the daemons, e.g. a full socket buffer)"
-        )
+        return f"{msg}; {'; '.join(job_probe_notes(reply, self.job_id))}"
 
     # ------------------------------------------------------------------ lifecycle
     def stats(self) -> dict[str, Any]:

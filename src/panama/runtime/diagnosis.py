@@ -1,5 +1,6 @@
-"""What the daemons' counters say about a stuck allreduce: the communicator's timeout message
-reads them from the controller's job probe (``GET /v1/jobs/{job}?probe=1``)."""
+"""What the controller and the daemons' counters say about a stuck allreduce: the
+communicator's timeout message reads them from the controller's job probe (``GET
+/v1/jobs/{job}?probe=1``)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,23 @@ def switch_findings(switches: dict[str, Any], job_id: int | None) -> list[str]:
         if said:
             notes.append(f"switch {name} ({info.get('udp')}): " + "; ".join(said))
     return notes
+
+
+def job_probe_notes(reply: dict[str, Any], job_id: int | None) -> list[str]:
+    """The findings of a job probe's ``reply`` (job state, switches down, ranks without a
+    heartbeat, :func:`switch_findings`), or one note saying nothing was found."""
+    notes = []
+    if reply.get("state") != "running":
+        notes.append(f"controller says job is {reply.get('state')}: {reply.get('reason')}")
+    switches = reply.get("switches") or {}
+    down = [f"{name} ({info.get('udp')})" for name, info in switches.items() if not info.get("up")]
+    if down:
+        notes.append("switch(es) not answering: " + ", ".join(down))
+    late = reply.get("stale_ranks") or []
+    if late:
+        notes.append(f"ranks without a recent heartbeat: {late}")
+    notes += switch_findings(switches, job_id)
+    return notes or [
+        "every switch and rank looks alive to the controller and no daemon counted a drop, send error "
+        "or lost slot for this job (suspect loss outside the daemons, e.g. a full socket buffer)"
+    ]

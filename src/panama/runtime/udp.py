@@ -45,6 +45,9 @@ RUNTIME_PAYLOAD_ELEMS = codec.MAX_PAYLOAD_ELEMS
 # Runtime default accelerator memory: 512 slots of RUNTIME_PAYLOAD_ELEMS float32 (32 MiB per
 # daemon); with 2 trees per job a leaf advertises cwnd_cap 127 per tree (docs/runtime.md).
 RUNTIME_PACKET_MEMORY = 512
+# Floor of the workers' tail-loss probe timeout (core.transport: PTO = max(2 SRTT, this));
+# 5 ms: no spurious probe in lossless runs on a loaded 2-core host (docs/runtime-performance.md).
+RUNTIME_PROBE_FLOOR_S = 0.005
 _SO_SNDBUFFORCE = getattr(socket, "SO_SNDBUFFORCE", 32)  # Linux values; Python does not export them
 _SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)
 _MSG_TRUNC = int(socket.MSG_TRUNC)  # plain int: the enum's '&' is slow
