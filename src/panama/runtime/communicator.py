@@ -235,15 +235,7 @@ class Communicator:
         deadline = time.monotonic() + self.timeout_s
         while True:
             try:
-                status, reply = request_json(
-                    self.controller,
-                    "POST",
-                    f"{self._job_path}/register",
-                    body,
-                    timeout_s=self.timeout_s + 5.0,
-                    what="controller",
-                    token=self.token,
-                )
+                status, reply = self._controller("POST", "register", body, self.timeout_s + 5.0)
             except HttpError as exc:
                 raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
             # A controller at its connection limit answers 503 before reading the request: retry.
@@ -332,15 +324,7 @@ class Communicator:
         as answers to its retransmissions); CommunicatorError when it cannot."""
         body = {"rank": self.rank, "job_id": self.job_id, "reason": why[:300]}
         try:
-            status, reply = request_json(
-                self.controller,
-                "POST",
-                f"{self._job_path}/unicast",
-                body,
-                timeout_s=30.0,
-                what="controller",
-                token=self.token,
-            )
+            status, reply = self._controller("POST", "unicast", body, 30.0)
         except HttpError as exc:
             raise CommunicatorError(
                 f"job {self.job} rank {self.rank}: {why}, and asking the controller for unicast results failed: {exc}"
@@ -354,13 +338,10 @@ class Communicator:
         log.warning("job %s rank %d: %s", self.job, self.rank, self.mcast_reason)
 
     def _heartbeat(self) -> None:
-        path = f"{self._job_path}/heartbeat"
         body = {"rank": self.rank, "job_id": self.job_id}
         while not self._hb_stop.wait(self.heartbeat_s):
             try:
-                status, reply = request_json(
-                    self.controller, "POST", path, body, timeout_s=2.0, what="controller", token=self.token
-                )
+                status, reply = self._controller("POST", "heartbeat", body, 2.0)
             except HttpError as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
@@ -605,9 +586,7 @@ class Communicator:
         if self._failure is not None:
             return f"{msg}; {self._failure}"
         try:
-            status, reply = request_json(
-                self.controller, "GET", f"{self._job_path}?probe=1", timeout_s=5.0, what="controller", token=self.token
-            )
+            status, reply = self._controller("GET", "?probe=1", None, 5.0)
         except HttpError as exc:
             return f"{msg}; controller unreachable: {exc}"
         if status != 200 or not isinstance(reply, dict):
@@ -636,6 +615,14 @@ class Communicator:
         )
         return base
 
+    def _controller(self, method: str, action: str, body: Any, timeout_s: float) -> tuple[int, Any]:
+        """``method`` on this job's controller path plus ``/action`` (or a ``?query``);
+        raises HttpError when the controller cannot be reached."""
+        path = f"{self._job_path}{action}" if action.startswith("?") else f"{self._job_path}/{action}"
+        return request_json(
+            self.controller, method, path, body, timeout_s=timeout_s, what="controller", token=self.token
+        )
+
     def _check_open(self) -> None:
         if self._closed:
             raise CommunicatorError(f"job {self.job} rank {self.rank}: communicator is closed")
@@ -653,15 +640,7 @@ class Communicator:
             if self._broken is not None:  # a failed rank does not make the job "completed"
                 body["error"] = self._broken[:500]
             try:
-                request_json(
-                    self.controller,
-                    "POST",
-                    f"{self._job_path}/leave",
-                    body,
-                    timeout_s=2.0,
-                    what="controller",
-                    token=self.token,
-                )
+                self._controller("POST", "leave", body, 2.0)
             except HttpError as exc:
                 log.warning("leave failed: %s", exc)
         self.sock.close()
