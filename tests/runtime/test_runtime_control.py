@@ -77,6 +77,7 @@ CONTROLLER_ROUTES = [
     ("POST", "/v1/jobs/anyjob/register", {"rank": 0, "world_size": 2, "udp": "127.0.0.1:5000", "wait_s": 1}),
     ("POST", "/v1/jobs/anyjob/heartbeat", {"rank": 0}),
     ("POST", "/v1/jobs/anyjob/leave", {"rank": 0}),
+    ("POST", "/v1/jobs/anyjob/unicast", {"rank": 0, "reason": "test"}),
 ]
 DAEMON_ROUTES = [
     ("GET", "/stats", None),
@@ -84,6 +85,7 @@ DAEMON_ROUTES = [
     ("GET", "/jobs", None),
     ("PUT", "/jobs/77", {"trees": [{"tree_id": 0, "children": ["127.0.0.1:5000"], "parent": None}]}),
     ("DELETE", "/jobs/77", None),
+    ("DELETE", "/jobs/77/multicast", {"reason": "test"}),
 ]
 
 
@@ -322,6 +324,26 @@ def test_a_bad_put_is_refused_and_the_data_plane_keeps_serving(cluster):
     results, errors = run_ranks(cluster.controller, "after-bad-put", 4, lambda c, r: c.allreduce(data[r]), timeout_s=30)
     assert errors == [None] * 4, errors
     assert_close_to_reference(results[0], data)
+
+
+def test_bad_unicast_requests_are_refused_naming_the_problem(cluster):
+    control = cluster.procs["leaf0"].control
+    for body, status, start in (
+        ({"reason": "x"}, 404, "leaf0: job 4243 is not installed"),
+        ({"reason": ""}, 400, "reason"),
+        ({"reason": 7}, 400, "reason"),
+        ({"why": "x"}, 400, "why: unknown key"),
+    ):
+        got, reply = _call(control, "DELETE", "/jobs/4243/multicast", body)
+        assert got == status and reply["error"].startswith(start), reply
+    for body, status, start in (
+        ({"rank": 0, "reason": "x"}, 404, "job: unknown job"),
+        ({"rank": 0}, 404, "job: unknown job"),
+    ):
+        got, reply = _call(cluster.controller_addr, "POST", "/v1/jobs/nosuchjob/unicast", body)
+        assert got == status and reply["error"].startswith(start), reply
+    status, health = _call(control, "GET", "/health")
+    assert status == 200 and health["data_plane"]["alive"]
 
 
 @pytest.mark.parametrize(
