@@ -69,6 +69,7 @@ def test_set_overrides_parse_toml_values():
         (["scheme=magic"], "scheme"),
         (["background.load=-1"], "background.load"),
         (["panama.min_rto_us=1e9"], "panama.min_rto_us"),
+        (["panama.min_pto_us=0"], "panama.min_pto_us"),
         (["seed"], "seed"),
     ],
 )
@@ -145,3 +146,11 @@ def test_disjoint_placement_refuses_more_workers_than_hosts():
 
     with pytest.raises(ScenarioError, match=r"jobs\.2\.workers.*only 4 of 16 hosts"):
         _placed("disjoint", [6, 6, 6])
+
+
+def test_tail_loss_probes_are_off_unless_the_scenario_sets_a_floor():
+    from panama.sim.runner import transport_settings
+
+    assert transport_settings(default_scenario()).min_pto_ps is None
+    sc = load_scenario(None, ["panama.min_pto_us=200"])
+    assert transport_settings(sc).min_pto_ps == 200_000_000  # picoseconds

@@ -158,6 +158,7 @@ def transport_settings(sc: Scenario) -> TransportSettings:
         initial_rto_ps=round(p.initial_rto_us * PS_PER_US),
         min_rto_ps=round(p.min_rto_us * PS_PER_US),
         max_rto_ps=round(p.max_rto_us * PS_PER_US),
+        min_pto_ps=None if p.min_pto_us is None else round(p.min_pto_us * PS_PER_US),
     )
 
 

@@ -117,6 +117,11 @@ class PanamaConfig(_Model):
     initial_rto_us: float = Field(1000.0, gt=0, description="initial worker retransmission timeout")
     min_rto_us: float = Field(500.0, gt=0, description="minimum worker retransmission timeout")
     max_rto_us: float = Field(100_000.0, gt=0, description="maximum worker retransmission timeout")
+    min_pto_us: float | None = Field(
+        None,
+        gt=0,
+        description="floor of the workers' tail-loss probe timeout (RFC 8985, core/transport.py); None = no probes",
+    )
 
 
 class BackgroundConfig(_Model):

@@ -59,6 +59,7 @@ class TransportSettings:
     initial_rto_ps: int = 1_000_000_000
     min_rto_ps: int = 500_000_000
     max_rto_ps: int = 100_000_000_000
+    min_pto_ps: int | None = None  # tail-loss probes off (the scenario's panama.min_pto_us)
     max_retries: int = 30
 
     def trees_for(self, scheme: str) -> int:
@@ -223,6 +224,7 @@ class TrainingJob:
             initial_rto_ps=s.initial_rto_ps,
             min_rto_ps=s.min_rto_ps,
             max_rto_ps=s.max_rto_ps,
+            min_pto_ps=s.min_pto_ps,
             max_retries=s.max_retries,
         )
         w = PanamaWorker(
