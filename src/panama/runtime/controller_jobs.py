@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import networkx as nx
+
 from panama.core.controller import (
     JobPlan,
     SwitchEntry,
@@ -268,25 +270,20 @@ class _GroupAddresses:
 def install_levels(
     groups: dict[str, dict[str, Any]], joins: dict[str, list[str]], switches: Iterable[str]
 ) -> list[list[str]]:
-    """``switches`` in install order: every daemon that joins a group before the daemons
-    that send to it (level 0: senders to no joining daemon; each level one round of installs)."""
-    members_of = {name: [m for m, texts in joins.items() if g["group"] in texts] for name, g in groups.items()}
-    level: dict[str, int] = {}
-
-    def depth(name: str, seen: frozenset = frozenset()) -> int:
-        if name in level:
-            return level[name]
-        below = [m for m in members_of.get(name, []) if m != name and m not in seen]
-        level[name] = 1 + max((depth(m, seen | {name}) for m in below), default=-1)
-        return level[name]
-
+    """``switches`` in install order, one round of installs per level: every daemon that
+    joins a group before the daemons that send to it (the topological generations of
+    "member before sender"; within a level, the order of ``switches``)."""
     names = list(switches)
-    for name in names:
-        depth(name)
-    out: list[list[str]] = [[] for _ in range(1 + max((level[n] for n in names), default=0))]
-    for name in names:
-        out[level[name]].append(name)
-    return [lv for lv in out if lv]
+    order = {name: k for k, name in enumerate(names)}
+    graph = nx.DiGraph()
+    graph.add_nodes_from(names)
+    graph.add_edges_from(
+        (member, sender)
+        for sender, group in groups.items()
+        for member, texts in joins.items()
+        if group["group"] in texts and member != sender
+    )
+    return [sorted(level, key=order.__getitem__) for level in nx.topological_generations(graph)]
 
 
 def join_failed(job: Job, name: str, joins: dict[str, list[str]], why: str) -> None:
