@@ -28,8 +28,10 @@ import socket
 import time
 from typing import Any
 
+from panama.runtime.udp import DEFAULT_SOCKET_BUFFER_BYTES, force_buffers
+
 BLOCK_BYTES = 65_504  # one runtime datagram: 28-byte header + 16,367 float32 + 8-byte key
-BUFFER_BYTES = 32 * 1024 * 1024
+BUFFER_BYTES = DEFAULT_SOCKET_BUFFER_BYTES  # the runtime's sockets'
 HEADER_BYTES = 28
 WAIT_S = 30.0
 
@@ -38,17 +40,9 @@ def _cpu_s() -> float:
     return time.process_time()  # user + system of this process, ns resolution (os.times: 10 ms ticks)
 
 
-def _buffers(sock: socket.socket) -> None:
-    for force, opt in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):  # *BUFFORCE, as PacketSocket
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, force, BUFFER_BYTES)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, opt, BUFFER_BYTES)
-
-
 def _udp_socket() -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    _buffers(s)
+    force_buffers(s, BUFFER_BYTES)
     s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
     s.bind(("127.0.0.1", 0))
     return s
@@ -149,13 +143,13 @@ def measure_tcp(blocks: int = 10_000, block_bytes: int = BLOCK_BYTES) -> dict[st
     ``send_us``, ``recv_us`` (per block sent, per block's worth of bytes received)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
-        _buffers(listener)
+        force_buffers(listener, BUFFER_BYTES)
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
         total = blocks * block_bytes
         proc, queue = _start(_tcp_receiver, (listener, total, block_bytes))
         with socket.create_connection(listener.getsockname(), timeout=WAIT_S) as tx:
-            _buffers(tx)
+            force_buffers(tx, BUFFER_BYTES)
             tx.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             block = memoryview(bytearray(block_bytes))
             c0 = _cpu_s()
@@ -187,8 +181,7 @@ def measure(blocks: int = 5_000, block_bytes: int = BLOCK_BYTES, repeats: int = 
     for proto, fn in (("udp", measure_udp), ("tcp", measure_tcp)):
         fn(max(1, blocks // 5), block_bytes)
         runs = [fn(blocks, block_bytes) for _ in range(max(1, repeats))]
-        best = min(runs, key=lambda r: r["send_us"] + r["recv_us"])
-        out[proto] = dict(best, totals_us=[r["send_us"] + r["recv_us"] for r in runs])
+        out[proto] = dict(min(runs, key=_total_us), totals_us=[_total_us(r) for r in runs])
     return out
 
 
@@ -206,5 +199,10 @@ def floor_ms(sends: float, receives: float, costs: dict[str, float]) -> float:
 def least_costs(runs: list[dict[str, Any]], proto: str) -> dict[str, float]:
     """``send_us``/``recv_us`` of ``proto`` ("udp" or "tcp") in the :func:`measure` run
     whose sum is least (a floor: other tenants of the machine only ever add)."""
-    best = min((r[proto] for r in runs), key=lambda c: c["send_us"] + c["recv_us"])
+    best = min((r[proto] for r in runs), key=_total_us)
     return {k: best[k] for k in ("send_us", "recv_us")}
+
+
+def _total_us(costs: dict[str, float]) -> float:
+    """CPU of one block sent and received."""
+    return costs["send_us"] + costs["recv_us"]

@@ -28,7 +28,7 @@ import socket
 from panama.core import codec
 from panama.core.errors import FieldError
 from panama.runtime import mmsg
-from panama.runtime.udp import Address, format_addr, parse_addr
+from panama.runtime.udp import Address, force_buffers, format_addr, parse_addr
 
 # Groups are allocated from this block of the administratively scoped range 239.0.0.0/8
 # (RFC 2365): 65,536 groups, index i -> 239.80.(i >> 8).(i & 255).
@@ -91,10 +91,7 @@ def join(group: Address, buffer_bytes: int) -> socket.socket:
     refuses any step."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), buffer_bytes)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)
+        force_buffers(sock, buffer_bytes, send=False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
         sock.bind(group)

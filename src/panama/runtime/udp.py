@@ -127,11 +127,7 @@ class PacketSocket:
     ):
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            for force, opt in ((_SO_RCVBUFFORCE, socket.SO_RCVBUF), (_SO_SNDBUFFORCE, socket.SO_SNDBUF)):
-                try:  # *FORCE passes net.core.[rw]mem_max but needs CAP_NET_ADMIN
-                    sock.setsockopt(socket.SOL_SOCKET, force, buffer_bytes)
-                except OSError:
-                    sock.setsockopt(socket.SOL_SOCKET, opt, buffer_bytes)  # capped by the kernel
+            force_buffers(sock, buffer_bytes)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
             sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ECT0)
             sock.bind(bind)
@@ -452,6 +448,18 @@ class PacketSocket:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def force_buffers(sock: socket.socket, buffer_bytes: int, *, send: bool = True) -> None:
+    """Give ``sock`` a receive (and, with ``send``, a send) buffer of ``buffer_bytes``:
+    ``SO_*BUFFORCE`` passes net.core.[rw]mem_max but needs CAP_NET_ADMIN; without it the
+    plain option, capped by the kernel."""
+    pairs = ((_SO_RCVBUFFORCE, socket.SO_RCVBUF), (_SO_SNDBUFFORCE, socket.SO_SNDBUF))
+    for force, opt in pairs if send else pairs[:1]:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, buffer_bytes)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, opt, buffer_bytes)
 
 
 def new_recv_buffer() -> bytearray:
