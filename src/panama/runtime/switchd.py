@@ -177,6 +177,11 @@ class SwitchDaemon(SwitchHttp):
         self.sock.close()
         self._close_groups()
 
+    def _publish_groups(self) -> None:
+        """Hand the data plane every joined group socket (under ``lock``): a new tuple, which
+        the loop sees by identity and re-registers with its poller."""
+        self._group_sources = tuple(g for gs in self.joined.values() for g in gs)
+
     def _close_groups(self) -> None:
         """Close every group socket (the data plane has stopped)."""
         with self.lock:
@@ -304,7 +309,7 @@ class SwitchDaemon(SwitchHttp):
                 raise
             if receivers:
                 self.joined[job_id] = receivers
-                self._group_sources = tuple(g for gs in self.joined.values() for g in gs)
+                self._publish_groups()
             if join_reason is not None:
                 self.join_reasons[join_reason] += 1
             self.jobs_installed[job_id] = trees
@@ -430,7 +435,7 @@ class SwitchDaemon(SwitchHttp):
             self.unicast_reasons.pop(job_id, None)
             left = self.joined.pop(job_id, [])
             if left:
-                self._group_sources = tuple(g for gs in self.joined.values() for g in gs)
+                self._publish_groups()
                 if self.data_plane_alive():
                     self._retired.extend(left)  # closed by the data plane, their only reader
                     left = []
