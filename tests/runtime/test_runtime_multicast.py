@@ -500,3 +500,22 @@ def test_multicast_off_needs_an_installed_job():
         assert daemon.stats()["multicast"]["fallbacks"] == {"member gone": 1}
     finally:
         daemon.close()
+
+
+def test_workers_probe_the_tail_by_default_and_not_when_told_not_to(cluster):
+    """The runtime's communicators run the core transport's tail-loss probes (5 ms floor)."""
+    from panama.core.units import s as seconds_to_ps
+    from panama.runtime.udp import RUNTIME_PROBE_FLOOR_S
+
+    def body(comm, rank):
+        comm.connect(4 * 1000)
+        return comm.transport.min_pto_ps
+
+    got, errors = run_ranks(cluster.controller, "probes-on", 2, body, timeout_s=30, token=cluster.token)
+    assert errors == [None, None] and got == [seconds_to_ps(RUNTIME_PROBE_FLOOR_S)] * 2
+    got, errors = run_ranks(
+        cluster.controller, "probes-off", 2, body, timeout_s=30, token=cluster.token, min_pto_s=None
+    )
+    assert errors == [None, None] and got == [None, None]
+    with pytest.raises(FieldError, match="min_pto_s"):
+        Communicator(cluster.controller, "probes-bad", 0, 2, min_pto_s=0.0, token=cluster.token)
