@@ -99,6 +99,7 @@ def allreduce(
     gap_ps: int = 0,
     trace_windows: bool = False,
     return_report: bool = False,
+    in_place: bool = False,
 ):
     """Sum float32 vectors across workers through in-memory accelerators.
 
@@ -111,7 +112,9 @@ def allreduce(
     arrives, default 0: its trees are installed then, as at admission, and its workers
     begin. ``calls``: consecutive allreduces of the same input per worker, each started
     ``gap_ps`` after that worker's previous one finished (an idle gap, e.g. compute).
-    ``max_retries``: per packet, as in :class:`WorkerTransport`. Returns the per-worker
+    ``max_retries``: per packet, as in :class:`WorkerTransport`. ``in_place``: each
+    worker reduces its own copy of its input in place (``start(now, buf, out=buf)``, as
+    DDP reduces its buckets), refilled from the input at every call. Returns the per-worker
     outputs of the last call (list, or dict of lists), plus a :class:`FabricReport` when
     ``return_report`` (its ``workers`` entries list ``finished_ps``, when each call
     ended). Raises :class:`FabricError` when the run cannot finish.
@@ -161,6 +164,7 @@ def allreduce(
     workers: dict[tuple[int, int], WorkerTransport] = {}
     worker_leaf: dict[tuple[int, int], str] = {}
     calls_done: dict[tuple[int, int], list[int]] = {}
+    own: dict[tuple[int, int], np.ndarray] = {}  # in_place: each worker's buffer, reduced in place
     jobs_at: dict[str, int] = {}  # switch -> installed jobs (a job's trees there split its share)
 
     def install(key: Hashable) -> None:
@@ -253,7 +257,15 @@ def allreduce(
     def start_call(node: tuple[int, int], now: int) -> None:
         key = keys[node[0]]
         w = workers[node]
-        w.start(now, np.asarray(jobs_in[key][node[1]]))
+        data = np.asarray(jobs_in[key][node[1]])
+        if in_place:
+            buf = own.get(node)
+            if buf is None:
+                buf = own[node] = np.empty_like(data)
+            buf[:] = data
+            w.start(now, buf, out=buf)
+        else:
+            w.start(now, data)
         if w.done:  # an empty vector: nothing to send
             call_finished(node, now)
         pump(node, now)

@@ -60,6 +60,22 @@ def test_lossy_duplicating_reordering_fabric_is_exact(workers, trees, leaves, jo
     assert report.total_retransmissions() > 0
 
 
+@pytest.mark.parametrize("trees,leaves", [(1, 1), (3, 2)])
+def test_in_place_is_exact_under_loss_duplication_and_reordering(trees, leaves):
+    """Results overwrite each worker's own buffer while duplicates and retransmissions of
+    its contributions (views of that buffer) are still in flight: still exactly once."""
+    rng = np.random.default_rng(trees)
+    inputs = make_inputs(rng, 6, 2000, integer=True)
+    kept = [a.copy() for a in inputs]
+    common = dict(trees=trees, leaves=leaves, loss=0.1, duplicate=0.2, reorder=True, seed=5, payload_elems=64, calls=2)
+    outputs, report = fabric.allreduce(inputs, in_place=True, return_report=True, **common)
+    check_outputs(inputs, outputs, integer=True)
+    check_report(report)
+    assert report.duplicated > 0 and report.total_retransmissions() > 0
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(inputs, kept))  # the caller's inputs untouched
+    assert all(o.tobytes() == r.tobytes() for o, r in zip(outputs, fabric.allreduce(inputs, **common)))
+
+
 @given(
     workers=st.integers(1, 16),
     trees=st.integers(1, 4),

@@ -135,7 +135,37 @@ def test_start_writes_into_a_given_out_vector_and_checks_it():
     with pytest.raises(TypeError, match="writable float32 vector of 6"):
         w.start(2, data, out=np.zeros(5, np.float32))
     with pytest.raises(ValueError, match="overlap"):
-        w.start(2, data, out=data)
+        w.start(2, data[:5], out=data[1:])  # shifted: a result would overwrite an unsent contribution
+
+
+def test_in_place_reads_every_contribution_before_its_result_overwrites_it():
+    """out=data: a packet with a result is never sent again (not by a timer, a fast
+    retransmit or a probe), so retransmissions carry the contribution, never the sum."""
+    w = WorkerTransport(
+        1,
+        0,
+        2,
+        payload_elems=2,
+        cc="fixed",
+        cc_options={"initial_window": 8},
+        initial_rto_ps=us(100),
+        min_pto_ps=us(50),
+    )
+    data = np.arange(8, dtype=np.float32)
+    w.start(0, data, out=data)
+    sent = w.poll(0)
+    assert [p.seq for p in sent] == [0, 0, 1, 1]
+    # results for the first packet of each tree; the second packets of both trees are lost
+    for p in sent[:2]:
+        w.receive(result_for(p, p.payload * 10), us(10))
+    assert data.tolist() == [0, 10, 20, 30, 4, 5, 6, 7]
+    w.handle_timer(us(60))  # the probe: each tree's lowest packet without a result
+    again = w.poll(us(60))
+    assert again and all(p.seq == 1 for p in again)
+    assert sorted(x for p in again for x in p.payload.tolist()) == [4, 5, 6, 7]  # contributions, not sums
+    for p in again[:2]:
+        w.receive(result_for(p, p.payload * 10), us(210))
+    assert w.done and w.result() is data and data.tolist() == [0, 10, 20, 30, 40, 50, 60, 70]
 
 
 @pytest.mark.parametrize("dupthresh", [1, 3])

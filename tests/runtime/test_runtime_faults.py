@@ -161,7 +161,12 @@ def test_injected_loss_keeps_results_exact():
             lc.controller,
             "lossy",
             W,
-            lambda c, r: ([c.allreduce(data[r]) for _ in range(3)], c.stats()),
+            # two calls into new vectors, one in place (results overwrite the rank's
+            # own contributions while lost ones are resent)
+            lambda c, r: (
+                [c.allreduce(data[r]) for _ in range(2)] + [c.allreduce(x := data[r].copy(), out=x)],
+                c.stats(),
+            ),
             timeout_s=60,
             min_rto_s=0.02,
             initial_rto_s=0.05,

@@ -111,6 +111,15 @@ IGNORED_IDLE = "idle"
 DUPTHRESH = 1
 
 
+def same_vector(a: np.ndarray, b: np.ndarray) -> bool:
+    """True when the 1-D vectors ``a`` and ``b`` are the same memory, element for element."""
+    return (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.shape == b.shape
+        and a.strides == b.strides
+    )
+
+
 class TransportError(RuntimeError):
     """The transport cannot finish the current allreduce (retries exhausted, bad use)."""
 
@@ -227,9 +236,13 @@ class WorkerTransport:
         """Begin the next allreduce of ``data`` (float32, 1-D) or of ``num_elems`` sizes only.
 
         ``out``: optional writable 1-D float32 vector of ``data``'s length that receives the
-        result (``result()`` returns it); it must not overlap ``data``, which is read again
-        for retransmissions. Default: a new array per call. Reusing one avoids faulting in
-        fresh pages on every call, which real-socket drivers measured as costly.
+        result (``result()`` returns it). Default: a new array per call. Reusing one avoids
+        faulting in fresh pages on every call, which real-socket drivers measured as costly.
+        ``out`` may be ``data`` itself (in place): packet ``i``'s result is written over its
+        own contribution only once it arrived, and a packet with a result is never sent
+        again (retransmissions, probes and timers skip it), so every contribution is read
+        before it is overwritten. Any other overlap is refused: a result would overwrite
+        another packet's contribution before it was sent.
         """
         if self.active:
             raise TransportError(f"job {self.job_id} rank {self.rank}: generation {self.generation} still running")
@@ -243,8 +256,11 @@ class WorkerTransport:
             else:
                 if out.dtype != np.float32 or out.shape != (num_elems,) or not out.flags.writeable:
                     raise TypeError(f"out must be a writable float32 vector of {num_elems} elements")
-                if np.may_share_memory(out, self._data):
-                    raise ValueError("out must not overlap data (data is re-read for retransmissions)")
+                if np.may_share_memory(out, self._data) and not same_vector(out, self._data):
+                    raise ValueError(
+                        "out must be data itself or not overlap it "
+                        "(a packet's contribution is re-read until its result arrives)"
+                    )
                 self._out = out
         else:
             if num_elems is None or num_elems < 0:

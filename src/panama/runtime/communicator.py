@@ -51,7 +51,7 @@ import numpy as np
 
 from panama.core import codec
 from panama.core.errors import FieldError
-from panama.core.transport import TransportError, WorkerTransport
+from panama.core.transport import TransportError, WorkerTransport, same_vector
 from panama.core.units import s as seconds_to_ps
 from panama.runtime import mcast, mmsg, offload
 from panama.runtime.arrays import as_float32_vector, as_output_vector
@@ -373,9 +373,10 @@ class Communicator:
             self.connect(arr.nbytes if self.size_bytes is None else None)
         if self._broken is not None:
             raise CommunicatorError(f"job {self.job} rank {self.rank}: communicator unusable after: {self._broken}")
-        if out_flat is not None and np.may_share_memory(out_flat, arr):
-            # In place: the transport re-reads the input for retransmissions, so it
-            # sends from a staging copy (one buffer reused across calls).
+        if out_flat is not None and np.may_share_memory(out_flat, arr) and not same_vector(out_flat, arr):
+            # Partly overlapping: a result could overwrite a contribution the transport has
+            # yet to send, so it sends from a staging copy (one buffer reused across calls).
+            # In place proper (out is x) needs none: see WorkerTransport.start.
             if self._stage is None or self._stage.size < arr.size:
                 self._stage = np.empty(arr.size, dtype=np.float32)
             stage = self._stage[: arr.size]
