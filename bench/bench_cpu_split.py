@@ -27,6 +27,7 @@ import argparse
 import collections
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -98,7 +99,10 @@ def main() -> None:
     ]
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "perf.data")
-        run = subprocess.Popen(sched, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # Its own session: the ranks it forks and the daemons it starts stop with it.
+        run = subprocess.Popen(
+            sched, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
         try:
             time.sleep(6)  # the cluster is up and the warm-up calls are done
             if run.poll() is not None:
@@ -113,7 +117,10 @@ def main() -> None:
             still_running = run.poll() is None
             shares = split(data)
         finally:
-            run.kill()
+            try:
+                os.killpg(run.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             run.wait()
     total = sum(shares.values())
     if not total:
