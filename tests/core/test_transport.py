@@ -139,32 +139,30 @@ def test_start_writes_into_a_given_out_vector_and_checks_it():
 
 
 def test_in_place_reads_every_contribution_before_its_result_overwrites_it():
-    """out=data: a packet with a result is never sent again (not by a timer, a fast
-    retransmit or a probe), so retransmissions carry the contribution, never the sum."""
-    w = WorkerTransport(
-        1,
-        0,
-        2,
-        payload_elems=2,
-        cc="fixed",
-        cc_options={"initial_window": 8},
-        initial_rto_ps=us(100),
-        min_pto_ps=us(50),
-    )
+    """out=data: a packet with a result is never sent again (not by a fast retransmit, a
+    probe or a timer), so every resend carries the contribution, never the sum."""
+    w = WorkerTransport(1, 0, 1, payload_elems=2, cc="fixed", cc_options={"initial_window": 8}, min_pto_ps=us(50))
     data = np.arange(8, dtype=np.float32)
     w.start(0, data, out=data)
     sent = w.poll(0)
-    assert [p.seq for p in sent] == [0, 0, 1, 1]
-    # results for the first packet of each tree; the second packets of both trees are lost
-    for p in sent[:2]:
-        w.receive(result_for(p, p.payload * 10), us(10))
-    assert data.tolist() == [0, 10, 20, 30, 4, 5, 6, 7]
-    w.handle_timer(us(60))  # the probe: each tree's lowest packet without a result
-    again = w.poll(us(60))
-    assert again and all(p.seq == 1 for p in again)
-    assert sorted(x for p in again for x in p.payload.tolist()) == [4, 5, 6, 7]  # contributions, not sums
-    for p in again[:2]:
-        w.receive(result_for(p, p.payload * 10), us(210))
+    assert [p.seq for p in sent] == [0, 1, 2, 3]
+    resent = []  # (seq, payload) as a driver serialises them, at once
+
+    def send(packets):
+        resent.extend((p.seq, p.payload.tolist()) for p in packets)
+
+    w.receive(result_for(sent[0], sent[0].payload * 10), us(10))
+    w.receive(result_for(sent[2], sent[2].payload * 10), us(11))  # above a gap: seq 1 is resent at once
+    send(w.poll(us(11)))
+    w.receive(result_for(sent[1], sent[1].payload * 10), us(12))  # the first copy of 1 was late, not lost
+    assert data.tolist() == [0, 10, 20, 30, 40, 50, 6, 7]
+    w.handle_timer(us(100))  # the probe: the lowest packet without a result, 3
+    send(w.poll(us(100)))
+    rto_at = w.timer()
+    w.handle_timer(rto_at)  # and its RTO
+    send(w.poll(rto_at))
+    assert resent == [(1, [2, 3]), (3, [6, 7]), (3, [6, 7])]  # contributions, never sums
+    w.receive(result_for(sent[3], np.array([60, 70], np.float32)), rto_at + 1)
     assert w.done and w.result() is data and data.tolist() == [0, 10, 20, 30, 40, 50, 60, 70]
 
 
