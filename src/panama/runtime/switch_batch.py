@@ -50,6 +50,7 @@ from panama.runtime.switchd import (
     DROP_OVERSIZE,
     DROP_SEND_ERROR,
     backlog_limits,
+    count_batch,
     count_received,
     kernel_queue_bytes,
     log,
@@ -137,12 +138,7 @@ def batched_loop(daemon) -> None:
         behind += queued
         rx_bytes = 0
         with daemon.lock:
-            daemon.batches += 1
-            daemon.rx_syscalls += k
-            daemon.rx_packets += count
-            backlog_pkts = count - 1 + queued // datagram_bytes
-            if backlog_pkts > daemon.max_backlog_pkts:
-                daemon.max_backlog_pkts = backlog_pkts
+            count_batch(daemon, count, k, queued, datagram_bytes)
             try:
                 for b, off, n, ecn, src in items:
                     if n < 0 or n > datagram_bytes:  # larger than a slot holds (the plain loop's buffer)

@@ -26,6 +26,7 @@ from panama.runtime.switchd import (
     DROP_OVERSIZE,
     DROP_SEND_ERROR,
     backlog_limits,
+    count_batch,
     count_received,
     kernel_queue_bytes,
     log,
@@ -70,12 +71,7 @@ def plain_loop(daemon) -> None:
                 behind += n
         rx_bytes = 0
         with daemon.lock:
-            daemon.batches += 1
-            daemon.rx_packets += count
-            daemon.rx_syscalls += 1 if batched_io else count
-            backlog_pkts = count - 1 + queued // datagram_bytes
-            if backlog_pkts > daemon.max_backlog_pkts:
-                daemon.max_backlog_pkts = backlog_pkts
+            count_batch(daemon, count, 1 if batched_io else count, queued, datagram_bytes)
             for k in range(count):
                 n = sizes[k]
                 if n < 0:

@@ -629,6 +629,17 @@ def backlog_limits(config: SwitchConfig) -> tuple[int, int, int]:
     return datagram_bytes, threshold, _datagram_truesize(datagram_bytes)
 
 
+def count_batch(daemon: SwitchDaemon, datagrams: int, syscalls: int, queued: int, datagram_bytes: int) -> None:
+    """The data plane's counters of one received batch (under ``lock``): ``datagrams``
+    taken with ``syscalls`` receive calls, ``queued`` bytes still in the kernel's queue."""
+    daemon.batches += 1
+    daemon.rx_packets += datagrams
+    daemon.rx_syscalls += syscalls
+    backlog_pkts = datagrams - 1 + queued // datagram_bytes
+    if backlog_pkts > daemon.max_backlog_pkts:
+        daemon.max_backlog_pkts = backlog_pkts
+
+
 def count_received(daemon: SwitchDaemon, packet, ecn: int) -> None:
     """The data plane's per-datagram counters of a decoded ``packet`` (under ``lock``)."""
     if ecn == CE:
