@@ -395,8 +395,7 @@ class ControllerHttp:
             raise BadRequest(502, f"switch {leaf} unreachable: {exc or type(exc).__name__}") from None
         if status != 200:
             raise BadRequest(502, f"switch {leaf} refused to stop multicast: HTTP {status} {error_text(data)}")
-        job.groups.pop(leaf, None)
-        job.group_reasons[leaf] = why
+        job.drop_group(leaf, why)
         self._save_state()
         log.warning("job %s: %s sends results by unicast: %s", job.name, leaf, why)
         return web.json_response({"switch": leaf, "results_path": "unicast"})

@@ -74,6 +74,12 @@ class Job:
     def state(self) -> str:
         return self.life.state.value
 
+    def drop_group(self, switch: str, why: str) -> None:
+        """``switch`` sends this job's results to each child by unicast from now on: its
+        group is forgotten and ``why`` kept (``group_reasons``)."""
+        self.groups.pop(switch, None)
+        self.group_reasons[switch] = why
+
     def summary(self) -> dict[str, Any]:
         return {
             "job": self.name,
@@ -293,7 +299,6 @@ def join_failed(job: Job, name: str, joins: dict[str, list[str]], why: str) -> N
     texts = set(joins.pop(name, []))
     for parent, group in list(job.groups.items()):
         if group["group"] in texts:
-            del job.groups[parent]
-            job.group_reasons[parent] = f"member {name} could not join {group['group']}: {why}"
+            job.drop_group(parent, f"member {name} could not join {group['group']}: {why}")
     for joined in joins.values():
         joined[:] = [t for t in joined if t not in texts]

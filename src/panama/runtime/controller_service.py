@@ -408,8 +408,7 @@ class ControllerService(ControllerHttp):
             done.append(name)
             path = data.get("multicast") if isinstance(data, dict) else None
             if name in job.groups and path != "multicast":  # the daemon cannot: its workers need not join
-                del job.groups[name]
-                job.group_reasons[name] = f"daemon {name} sends results by unicast ({path})"
+                job.drop_group(name, f"daemon {name} sends results by unicast ({path})")
             if joins.get(name):
                 joined = data.get("join") if isinstance(data, dict) else None
                 if not isinstance(joined, dict) or joined.get("joined") is not True:
