@@ -28,11 +28,12 @@ import socket
 import time
 from typing import Any
 
-from panama.runtime.udp import DEFAULT_SOCKET_BUFFER_BYTES, force_buffers
+from panama.core import codec
+from panama.runtime.udp import DEFAULT_SOCKET_BUFFER_BYTES, RUNTIME_PAYLOAD_ELEMS, force_buffers
 
-BLOCK_BYTES = 65_504  # one runtime datagram: 28-byte header + 16,367 float32 + 8-byte key
+BLOCK_BYTES = codec.datagram_size(RUNTIME_PAYLOAD_ELEMS)  # one runtime datagram: 65,504 bytes
 BUFFER_BYTES = DEFAULT_SOCKET_BUFFER_BYTES  # the runtime's sockets'
-HEADER_BYTES = 28
+HEADER_BYTES = codec.HEADER_BYTES
 WAIT_S = 30.0
 
 
