@@ -10,6 +10,7 @@ cdef class CongestionControl:
     @cython.locals(w=cython.longlong)
     cpdef long long win(self) except -1
     cpdef limit_to_cap(self, long long cap)
+    cpdef limit_to_path(self, long long window)
     cpdef _clamp(self, long long cap)
     cpdef on_result(self, long long seq, bint ece, long long cwnd_cap, long long snd_nxt)
     cpdef on_timeout(self)
@@ -24,6 +25,14 @@ cdef class Dctcp(CongestionControl):
     cdef public long long _cwr_end
 
     @cython.locals(fraction=cython.double)
+    cpdef on_result(self, long long seq, bint ece, long long cwnd_cap, long long snd_nxt)
+
+cdef class DctcpPath(Dctcp):
+    cdef public double floor_share
+    cdef public double ceiling
+    cdef public double floor
+
+    cpdef limit_to_path(self, long long window)
     cpdef on_result(self, long long seq, bint ece, long long cwnd_cap, long long snd_nxt)
 
 cdef class Fixed(CongestionControl):

@@ -6,8 +6,11 @@ transport calls ``on_result`` for every result (the implicit ACK of one packet i
 Every window is clamped to the latest ``cwnd_cap`` carried by results, so accelerator
 memory cannot overflow whatever the algorithm does.
 
-Registry: ``dctcp`` (PANAMA's ECN reaction), ``fixed`` (constant window, as in
-switch-ASIC systems without congestion control), ``none`` (always the full cwnd_cap).
+Registry: ``dctcp-or`` (the source's reaction: DCTCP on the tree-wide OR of ECN marks;
+``dctcp`` is the same class under its earlier name), ``dctcp-path`` (the same reaction
+between a floor and a ceiling derived from the tree's path, :mod:`panama.core.paths`),
+``fixed`` (constant window, as in switch-ASIC systems without congestion control),
+``none`` (always the full cwnd_cap).
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ class CongestionControl:
         """Take a ``cwnd_cap`` learned outside a result (the controller's plan, before the first result)."""
         self.cwnd_cap = max(1, min(MAX_CWND_CAP, cap))
 
+    def limit_to_path(self, window: int) -> None:
+        """Take the tree's path window (:func:`panama.core.paths.path_windows`); only
+        ``dctcp-path`` uses it, every other controller ignores it."""
+
     def _clamp(self, cap: int) -> None:
         self.cwnd_cap = max(1, cap)
         if self.cwnd > self.cwnd_cap:
@@ -75,7 +82,7 @@ class Dctcp(CongestionControl):
     windows evolve in lock-step.
     """
 
-    name = "dctcp"
+    name = "dctcp-or"
 
     def __init__(self, initial_window: float = 10.0, g: float = 1 / 16, initial_alpha: float = 1.0):
         super().__init__(initial_window)
@@ -115,6 +122,59 @@ class Dctcp(CongestionControl):
         self.cwnd = 1.0
 
 
+class DctcpPath(Dctcp):
+    """A tree window kept between a floor and a ceiling set by the tree's path, reacting to
+    the tree-wide echo like :class:`Dctcp` in between.
+
+    - **Ceiling and start**: the tree's path window (:func:`panama.core.paths.path_windows`:
+      the packets in flight that keep its bottleneck share busy with no queue anywhere,
+      from the link rates, delays and hops the controller knows). The window starts
+      there, in congestion avoidance, so an allreduce runs at its path's rate from its
+      first packet; above it a window only builds queue, which is what delayed other
+      flows behind aggregation traffic (docs/experiments.md, "What holds PANAMA's tail").
+    - **Echo (ECE)**: :class:`Dctcp`'s reaction, unchanged, but never below ``floor_share``
+      of the ceiling. The echo is the OR of marks on all of a tree's paths, so on a busy
+      fabric nearly every window carries one whatever the tree does (loss path
+      multiplicity), and the source's reaction then holds a tree far below its path
+      (docs/design.md, "ECN"). A tree at its floor keeps fewer packets in flight than its
+      path carries: it builds no standing queue of its own, and where other flows hold a
+      queue at the marking threshold it gets less than a flow of that path would.
+    Floor and ceiling come from the controller's plan, the same on every worker of a
+    tree, and the echo and cap come with results, so the workers stay in lock-step.
+    Without a path window (``limit_to_path`` never called) it is :class:`Dctcp`.
+    """
+
+    name = "dctcp-path"
+
+    def __init__(
+        self, initial_window: float = 10.0, g: float = 1 / 16, initial_alpha: float = 1.0, floor_share: float = 0.5
+    ):
+        super().__init__(initial_window, g, initial_alpha)
+        if not 0 <= floor_share <= 1:
+            raise ValueError(f"floor_share must be in [0, 1], got {floor_share}")
+        self.floor_share = floor_share
+        self.ceiling = float(MAX_CWND_CAP)
+        self.floor = 1.0
+
+    def limit_to_path(self, window: int) -> None:
+        if window < 1:
+            raise ValueError(f"a path window must be >= 1, got {window}")
+        self.ceiling = float(window)
+        self.floor = max(1.0, float(int(self.ceiling * self.floor_share)))
+        self.cwnd = self.ceiling
+        self.ssthresh = self.ceiling
+        if self.cwnd > self.cwnd_cap:
+            self.cwnd = float(self.cwnd_cap)
+
+    def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:
+        Dctcp.on_result(self, seq, ece, cwnd_cap, snd_nxt)
+        if self.cwnd > self.ceiling:
+            self.cwnd = self.ceiling
+        elif self.cwnd < self.floor:
+            self.cwnd = self.floor
+        self._clamp(cwnd_cap)
+
+
 class Fixed(CongestionControl):
     """Constant window (switch-ASIC style): no ECN reaction, still clamped to cwnd_cap."""
 
@@ -142,7 +202,8 @@ class NoControl(CongestionControl):
         self.cwnd_cap = max(1, cwnd_cap)
 
 
-REGISTRY: dict[str, type[CongestionControl]] = {cls.name: cls for cls in (Dctcp, Fixed, NoControl)}
+REGISTRY: dict[str, type[CongestionControl]] = {cls.name: cls for cls in (Dctcp, DctcpPath, Fixed, NoControl)}
+REGISTRY["dctcp"] = Dctcp  # the source's reaction under its earlier name
 
 
 def make_cc(name: str, **options) -> CongestionControl:

@@ -18,7 +18,9 @@ the tree's next sequence number. Per tree a worker may send ``seq`` only while
 ``seq < ack + window``, ``ack`` being its lowest sequence number without a result; the
 window comes from the tree's congestion controller and never exceeds the latest
 ``cwnd_cap``: before the first result, the cap the controller's plan gave for the tree
-(``cwnd_caps``); then the one every result carries. A result is the implicit ACK of the
+(``cwnd_caps``); then the one every result carries. ``path_windows`` (one per tree, from
+:func:`panama.core.paths.path_windows`) are handed to the congestion controllers (the
+ceiling of ``dctcp-path``). A result is the implicit ACK of the
 packet with the same ``seq``. When the last result of an allreduce arrives, the worker
 sends one header-only ``FLAG_ACK`` per tree (``seq == ack ==`` its new cumulative ack)
 so the accelerators free the results they retained for it instead of holding them
@@ -135,6 +137,7 @@ class WorkerTransport:
         *,
         payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
         cwnd_caps: Sequence[int] | None = None,
+        path_windows: Sequence[int] | None = None,
         cc: str = "dctcp",
         cc_options: dict | None = None,
         initial_rto_ps: int = ms(10),
@@ -169,6 +172,13 @@ class WorkerTransport:
                 raise ValueError(f"cwnd_caps must give one cap in [1, {MAX_CWND_CAP}] per tree, got {caps}")
             for ctl, cap in zip(self.cc, caps):
                 ctl.limit_to_cap(cap)
+        if path_windows is not None:
+            # The plan's path windows (panama.core.paths): the ceiling of ``dctcp-path``.
+            wins = list(path_windows)
+            if len(wins) != self.num_trees or any(not 1 <= w <= MAX_CWND_CAP for w in wins):
+                raise ValueError(f"path_windows must give one window in [1, {MAX_CWND_CAP}] per tree, got {wins}")
+            for ctl, w in zip(self.cc, wins):
+                ctl.limit_to_path(w)
         self.cc_name = cc
         self.min_rto_ps = min_rto_ps
         self.max_rto_ps = max_rto_ps

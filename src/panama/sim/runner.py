@@ -159,6 +159,9 @@ def transport_settings(sc: Scenario) -> TransportSettings:
         min_rto_ps=round(p.min_rto_us * PS_PER_US),
         max_rto_ps=round(p.max_rto_us * PS_PER_US),
         min_pto_ps=None if p.min_pto_us is None else round(p.min_pto_us * PS_PER_US),
+        cc=p.cc,
+        path_floor_share=p.path_floor_share,
+        hop_latency_ps=round(sc.pswitch.processing_latency_ns * 1000),
     )
 
 

@@ -111,7 +111,18 @@ class PanamaConfig(_Model):
     )
     max_jobs_per_switch: int = Field(8, ge=1, description="admission limit of the controller")
     payload_elems: int = Field(361, ge=1, le=361, description="float32 elements per packet (361 fills 1500 B)")
-    initial_window_packets: float = Field(10.0, ge=1, description="initial per-tree window (dctcp)")
+    cc: Literal["dctcp-path", "dctcp-or"] = Field(
+        "dctcp-path",
+        description="tree congestion control of panama and ina-single: dctcp-path (DCTCP between a floor and the "
+        "path window the controller derives from link rates and hops) or dctcp-or (the source's DCTCP on the "
+        "tree-wide OR of marks); docs/design.md, ECN",
+    )
+    path_floor_share: float = Field(
+        0.5, ge=0, le=1, description="dctcp-path: the lowest window as a share of the tree's path window"
+    )
+    initial_window_packets: float = Field(
+        10.0, ge=1, description="initial per-tree window (dctcp-or; dctcp-path starts at the path window)"
+    )
     fixed_window_packets: float = Field(64.0, ge=1, description="per-tree window of ina-fixed (cc 'fixed')")
     dctcp_g: float = Field(1 / 16, gt=0, le=1, description="DCTCP gain of the tree congestion control")
     initial_rto_us: float = Field(1000.0, gt=0, description="initial worker retransmission timeout")

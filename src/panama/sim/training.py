@@ -33,10 +33,12 @@ from typing import Any
 
 from panama.core.controller import Controller, JobPlan, install, uninstall
 from panama.core.errors import FieldError
+from panama.core.paths import path_windows
 from panama.core.transport import TransportError, WorkerTransport
 from panama.sim.dctcp import Dctcp
 from panama.sim.engine import Engine
 from panama.sim.network import Network
+from panama.sim.packet import PANAMA_OVERHEAD_BYTES
 from panama.sim.panama_host import PanamaHost, PanamaWorker
 from panama.sim.ring import RingAllreduce
 
@@ -61,6 +63,9 @@ class TransportSettings:
     max_rto_ps: int = 100_000_000_000
     min_pto_ps: int | None = None  # tail-loss probes off (the scenario's panama.min_pto_us)
     max_retries: int = 30
+    cc: str = "dctcp-path"  # the reaction of panama and ina-single (the scenario's panama.cc)
+    path_floor_share: float = 0.5  # dctcp-path: the floor as a share of the path window
+    hop_latency_ps: int = 0  # accelerator latency per hop, for the path windows
 
     def trees_for(self, scheme: str) -> int:
         return 1 if scheme == "ina-single" else self.num_trees
@@ -68,7 +73,17 @@ class TransportSettings:
     def cc_for(self, scheme: str) -> tuple[str, dict[str, Any]]:
         if scheme == "ina-fixed":
             return "fixed", {"initial_window": self.fixed_window}
-        return "dctcp", {"initial_window": self.initial_window, "g": self.dctcp_g}
+        if self.cc == "dctcp-path":
+            return self.cc, {
+                "initial_window": self.initial_window,
+                "g": self.dctcp_g,
+                "floor_share": self.path_floor_share,
+            }
+        return self.cc, {"initial_window": self.initial_window, "g": self.dctcp_g}
+
+    def packet_bytes(self) -> int:
+        """Wire bytes of a full PANAMA packet (what the path windows are counted in)."""
+        return PANAMA_OVERHEAD_BYTES + FLOAT_BYTES * self.payload_elems
 
 
 @dataclass
@@ -213,12 +228,14 @@ class TrainingJob:
         cap = min(caps)
         self.initial_cwnd_cap = cap if self.initial_cwnd_cap is None else min(cap, self.initial_cwnd_cap)
         host = self.hosts[rank]
+        topo = env.controller.topology
         tr = WorkerTransport(
             plan.job_id,
             rank,
             [t.tree_id for t in plan.trees],
             payload_elems=s.payload_elems,
             cwnd_caps=caps,
+            path_windows=path_windows(topo, plan.trees, s.packet_bytes(), hop_latency_ps=s.hop_latency_ps),
             cc=cc,
             cc_options=cc_options,
             initial_rto_ps=s.initial_rto_ps,
