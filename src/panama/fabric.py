@@ -89,6 +89,7 @@ def allreduce(
     seed: int = 0,
     cc: str = "dctcp",
     cc_options: dict | None = None,
+    path_window: int | None = None,
     payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
     packet_memory: int = 4096,
     link_delay_ps: int = us(1),
@@ -112,7 +113,9 @@ def allreduce(
     arrives, default 0: its trees are installed then, as at admission, and its workers
     begin. ``calls``: consecutive allreduces of the same input per worker, each started
     ``gap_ps`` after that worker's previous one finished (an idle gap, e.g. compute).
-    ``max_retries``: per packet, as in :class:`WorkerTransport`. ``in_place``: each
+    ``max_retries``: per packet, as in :class:`WorkerTransport`. ``path_window``: every
+    tree's path window (``WorkerTransport(path_windows=...)``, the ceiling of
+    ``cc="dctcp-path"``; None: none). ``in_place``: each
     worker reduces its own copy of its input in place (``start(now, buf, out=buf)``, as
     DDP reduces its buckets), refilled from the input at every call. Returns the per-worker
     outputs of the last call (list, or dict of lists), plus a :class:`FabricReport` when
@@ -202,6 +205,7 @@ def allreduce(
                 trees,
                 payload_elems=payload_elems,
                 cwnd_caps=caps,
+                path_windows=None if path_window is None else [path_window] * trees,
                 cc=cc,
                 cc_options=cc_options,
                 initial_rto_ps=link_delay_ps * 40,

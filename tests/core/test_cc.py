@@ -2,7 +2,7 @@
 
 import pytest
 
-from panama.core.cc import Dctcp, Fixed, NoControl, make_cc
+from panama.core.cc import Dctcp, DctcpPath, Fixed, NoControl, make_cc
 
 
 def test_registry_and_unknown_name():
@@ -62,3 +62,43 @@ def test_window_clamped_to_cap_and_timeout_resets():
     none = NoControl()
     none.on_result(0, True, 300, snd_nxt=1)
     assert none.window == 300
+
+
+def test_dctcp_or_is_the_source_reaction_and_keeps_its_earlier_name():
+    assert make_cc("dctcp-or").name == "dctcp-or" and type(make_cc("dctcp")) is type(make_cc("dctcp-or"))
+    assert isinstance(make_cc("dctcp-path"), DctcpPath)
+
+
+def test_dctcp_path_starts_at_the_path_window_and_never_leaves_floor_and_ceiling():
+    cc = DctcpPath(initial_window=10, floor_share=0.5)
+    cc.limit_to_cap(500)
+    cc.limit_to_path(20)
+    assert cc.window == 20 and cc.floor == 10 and cc.ceiling == 20
+    seq = 0
+    for _ in range(200):  # no marks: additive increase stops at the ceiling
+        cc.on_result(seq, False, 500, snd_nxt=seq + cc.window)
+        seq += 1
+    assert cc.window == 20
+    for _ in range(400):  # every result marked: DCTCP cuts, down to the floor only
+        cc.on_result(seq, True, 500, snd_nxt=seq + cc.window)
+        seq += 1
+        assert 10 <= cc.window <= 20
+    assert cc.window == 10 and cc.alpha > 0.9
+    cc.on_result(seq, False, 6, snd_nxt=seq + 6)  # the accelerators' cap still wins
+    assert cc.window == 6
+
+
+def test_dctcp_path_without_a_path_window_is_dctcp():
+    a, b = Dctcp(initial_window=4), DctcpPath(initial_window=4)
+    for seq in range(300):
+        ece = seq % 7 == 3
+        a.on_result(seq, ece, 300, snd_nxt=seq + a.window)
+        b.on_result(seq, ece, 300, snd_nxt=seq + b.window)
+        assert (a.cwnd, a.alpha) == (b.cwnd, b.alpha)
+
+
+def test_dctcp_path_refuses_bad_settings():
+    with pytest.raises(ValueError, match="floor_share"):
+        DctcpPath(floor_share=1.5)
+    with pytest.raises(ValueError, match="path window"):
+        DctcpPath().limit_to_path(0)

@@ -163,6 +163,54 @@ def test_constant_marking_alpha_converges_and_workers_stay_in_lockstep():
     assert abs(ece_fraction - expected) < 0.03
 
 
+@given(
+    workers=st.integers(2, 6),
+    trees=st.integers(1, 3),
+    leaves=st.integers(1, 2),
+    ecn=st.sampled_from([0.0, 0.02, 0.2]),
+    ecn_down=st.sampled_from([0.0, 0.05]),
+    duplicate=st.sampled_from([0.0, 0.05]),
+    path_window=st.integers(1, 24),
+    floor_share=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+    seed=st.integers(0, 2**16),
+)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_property_dctcp_path_windows_identical_on_every_worker(
+    workers, trees, leaves, ecn, ecn_down, duplicate, path_window, floor_share, seed
+):
+    """dctcp-path: whatever marks (up, down) and duplicates, every worker of a tree goes
+    through the same windows in the same order, always within [floor, path window].
+    (Reordering is left out: with DUPTHRESH 1 it makes timeouts, and a timeout is one
+    worker's own, as under dctcp-or; liveness under reordering and loss is
+    test_liveness.py's property.)"""
+    rng = np.random.default_rng(seed)
+    xs = make_inputs(rng, workers, 4 * 200 * trees, integer=True)
+    out, report = fabric.allreduce(
+        xs,
+        trees=trees,
+        leaves=leaves,
+        ecn=ecn,
+        ecn_down=ecn_down,
+        duplicate=duplicate,
+        payload_elems=4,
+        seed=seed,
+        cc="dctcp-path",
+        cc_options={"floor_share": floor_share},
+        path_window=path_window,
+        trace_windows=True,
+        return_report=True,
+        calls=2,
+    )
+    check_outputs(xs, out, True)
+    floor = max(1, int(path_window * floor_share))
+    for t in range(trees):
+        sequences = {tuple(w for _, tree, w in r["window_trace"] if tree == t) for r in report.workers[0]}
+        assert len(sequences) == 1, "workers of a tree diverged"
+        (sequence,) = sequences
+        assert all(min(floor, r["windows"][t]) <= w <= path_window for w in sequence for r in report.workers[0])
+        assert {r["windows"][t] for r in report.workers[0]} <= set(range(1, path_window + 1))
+
+
 def test_unfinishable_run_raises_clear_error():
     xs = [np.ones(1000, np.float32)] * 2
     with pytest.raises(FabricError, match="no result for tree"):

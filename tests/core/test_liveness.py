@@ -150,12 +150,14 @@ def test_the_oldest_packet_gets_a_slot_when_a_burst_took_the_share():
     duplicate=st.sampled_from([0.0, 0.1]),
     reorder=st.booleans(),
     seed=st.integers(0, 2**16),
+    path_window=st.sampled_from([None, 1, 3, 40]),
 )
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_property_no_stall_on_small_memories(
-    memory, trees, jobs, leaves, workers, length, loss, duplicate, reorder, seed
+    memory, trees, jobs, leaves, workers, length, loss, duplicate, reorder, seed, path_window
 ):
-    """Whatever the share, loss, duplication or reordering: every run completes, exactly."""
+    """Whatever the share, loss, duplication or reordering, under the source's reaction
+    (``dctcp-or``) or ``dctcp-path`` with any path window: every run completes, exactly."""
     assume(memory // jobs >= trees)  # every tree gets at least one slot at every switch
     rng = np.random.default_rng(seed)
     inputs = {j: integer_inputs(rng, workers, length) for j in range(jobs)}
@@ -171,6 +173,8 @@ def test_property_no_stall_on_small_memories(
         packet_memory=memory,
         max_retries=400,
         return_report=True,
+        cc="dctcp-or" if path_window is None else "dctcp-path",
+        path_window=path_window,
     )
     for j in inputs:
         assert_exact(inputs[j], outputs[j])

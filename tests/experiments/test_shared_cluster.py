@@ -234,6 +234,9 @@ def test_demo_without_training(tmp_path):
         sim["panama"]["short_fct_p99_us"] / sim["ring"]["short_fct_p99_us"]
     )
     assert "short-flow FCT p99" in demo["table_text"] and "Plots:" in demo["table_text"]
+    # the floor (the same flows without jobs) stands beside, with the number of short flows
+    assert sim["floor"]["short_flows"] == sim["ring"]["short_flows"] > 0
+    assert "no jobs" in demo["table_text"] and f"{sim['ring']['short_flows']:.0f} short flows" in demo["table_text"]
 
 
 def test_cli_report(tiny, tmp_path):

@@ -11,6 +11,9 @@ import click
 
 from panama.cli.common import usage_error
 
+#: Every scheme of the shared-cluster experiment, the baseline first (its default --schemes).
+SCHEMES_ALL = "ring,ina-fixed,ina-single,panama-or,panama"
+
 __all__ = ["demo", "experiment"]
 
 DEFAULT_OUT = Path("panama-out")
@@ -126,12 +129,13 @@ def _shared_cluster_options(f):
         ),
         click.option(
             "--preset",
-            type=click.Choice(["full", "quick", "tiny", "paper"]),
+            type=click.Choice(["full", "quick", "tiny", "paper", "jobs-dominated"]),
             default=None,
             help="Built-in scenario preset. Default paper: fat-tree k=8, 128 hosts, every worker on its own host, "
             "150 ms of traffic at load 0.3, seeds 1-5 (over 2,000 short flows each): 318 s on the 2-core machine "
-            "(measured, compiled, 25 runs with the floor). full: fat-tree k=4, 40 ms, 3 s per seed. tiny: smoke "
-            "tests only.",
+            "(measured, compiled, 25 runs with the floor). jobs-dominated: the paper cluster with only short "
+            "(<= 100 KB) background flows at load 0.1, where the jobs carry most bytes. full: fat-tree k=4, 40 ms, "
+            "3 s per seed. tiny: smoke tests only.",
         ),
         click.option(
             "--scenario",
@@ -149,7 +153,7 @@ def _shared_cluster_options(f):
         ),
         click.option(
             "--schemes",
-            default="ring,ina-fixed,ina-single,panama",
+            default=SCHEMES_ALL,
             show_default=True,
             help="Comma-separated schemes; ring is the baseline of every ratio.",
         ),
@@ -222,14 +226,15 @@ def _resolve_shared_cluster(
         raise usage_error("--quick", f"conflicts with --preset {preset}")
     if scenario_path is not None and (quick or preset is not None):
         raise usage_error("--scenario", "give either a scenario file or a preset, not both")
-    from panama.experiments.cluster_scenario import DEFAULT_PRESET, seed_axis
+    from panama.experiments.cluster_scenario import DEFAULT_PRESET, SCHEME_VARIANTS, seed_axis
 
     preset = "quick" if quick else (preset or DEFAULT_PRESET)
     scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]
-    bad = [s for s in scheme_list if s not in SCHEMES]
+    known = (*SCHEMES, *SCHEME_VARIANTS)
+    bad = [s for s in scheme_list if s not in known]
     if bad or not scheme_list:
         raise usage_error(
-            "--schemes", f"unknown scheme {bad[0] if bad else schemes!r} (choose from {', '.join(SCHEMES)})"
+            "--schemes", f"unknown scheme {bad[0] if bad else schemes!r} (choose from {', '.join(known)})"
         )
     if "ring" not in scheme_list:
         raise usage_error("--schemes", "must include ring (the baseline of every ratio)")
@@ -443,7 +448,8 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
     type=click.Choice(["paper", "full", "quick", "tiny"]),
     default="paper",
     show_default=True,
-    help="Preset of the main shared-cluster result (paper: k=8, 128 hosts; full: k=4).",
+    help="Preset of the main shared-cluster result (paper: k=8, 128 hosts; full: k=4); the jobs-dominated "
+    "preset runs beside it (OUT/shared-cluster-jobs).",
 )
 @click.option(
     "--sweep-preset",
@@ -491,20 +497,24 @@ def reproduce_cmd(
     click.echo("[1/5] comm-ratio", err=True)
     run_comm_ratio(out_dir / "comm-ratio")
     try:
-        kw = _resolve_shared_cluster(
-            False, preset, None, (), "ring,ina-fixed,ina-single,panama", None, None, None, seeds, (), jobs
-        )
+        kw = _resolve_shared_cluster(False, preset, None, (), SCHEMES_ALL, None, None, None, seeds, (), jobs)
         click.echo(f"[2/5] shared-cluster ({kw['preset']}, seeds {seeds})", err=True)
         main = run_shared_cluster(out_dir / "shared-cluster", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
         click.echo(format_table(main.summary), err=True)
-        sweep_dirs = []
+        kw = _resolve_shared_cluster(False, "jobs-dominated", None, (), SCHEMES_ALL, None, None, None, seeds, (), jobs)
+        click.echo(f"[2/5] shared-cluster (jobs-dominated, seeds {seeds})", err=True)
+        jobs_run = run_shared_cluster(
+            out_dir / "shared-cluster-jobs", jobs=jobs, scheduler=scheduler, command=cmd, **kw
+        )
+        click.echo(format_table(jobs_run.summary), err=True)
+        sweep_dirs = [out_dir / "shared-cluster-jobs"]
         if loads.strip():
             kw = _resolve_shared_cluster(
                 False,
                 sweep_preset,
                 None,
                 (),
-                "ring,ina-fixed,ina-single,panama",
+                SCHEMES_ALL,
                 None,
                 None,
                 None,

@@ -17,6 +17,7 @@ from typing import Any
 
 from panama.core.errors import FieldError
 from panama.experiments.cluster_scenario import FLOOR
+from panama.experiments.report_regimes import floor_text, regimes_section
 
 #: Claims of the original work (quoted, for comparison only).
 ORIGINAL = {
@@ -326,13 +327,20 @@ def write_report(
         ]
     if demo and demo.get("train"):
         t = demo["train"]
+        other = t.get("gloo") or t.get("reference")  # demo.json before 2026-11-26: an in-process sum
         lines.append(
             f"| accuracy unaffected by in-network float32 aggregation | no loss of accuracy | test accuracy "
             f"{_f(t['panama']['final_test_accuracy'], '.4f')} (panama) vs "
-            f"{_f(t['reference']['final_test_accuracy'], '.4f')} "
-            f"(in-process sum), replicas identical: {t['panama']['replicas_identical']} | `panama demo` |"
+            f"{_f(other['final_test_accuracy'], '.4f')} "
+            + (
+                f"(DDP on gloo), parameters bitwise equal: {t.get('parameters_bitwise_equal')}"
+                if "gloo" in t
+                else f"(in-process sum), replicas identical: {t['panama']['replicas_identical']}"
+            )
+            + " | `panama demo` |"
         )
     lines.append("")
+    lines += regimes_section(shared)
 
     facts: dict[str, str] = {}
     if cr:
@@ -579,24 +587,6 @@ def _cluster_text(sdir: Path | None) -> str:
     )
 
 
-def _floor_text(main) -> str:
-    """What removing every job gives short flows (the bound of every scheme), if the floor ran."""
-    fl = main["schemes"].get(FLOOR)
-    if not fl:
-        return ""
-    p99 = fl.get("short_fct_p99_pooled_us_gain")
-    lo, hi = fl.get("short_fct_p99_pooled_us_gain_ci_low"), fl.get("short_fct_p99_pooled_us_gain_ci_high")
-    mean = fl.get("short_fct_mean_us_gain")
-    share = (main.get("groups") or [{}])[0].get("aggregation_share")
-    ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-    return (
-        f"The floor bounds every scheme: with every job removed (same flows and seeds), short flows gain "
-        f"{_f(p99)}x{ci} at p99 (pooled) and {_f(mean)}x at the mean; the jobs add "
-        f"{_f(share)} of ring's link bytes. No allreduce scheme can beat removing the jobs, so a claim above "
-        "the floor cannot be reproduced in this configuration. "
-    )
-
-
 def _discussion(cr, main, groups, facts, shared=(), cluster: str = "", jobs=()) -> list[str]:
     lines = ["## Where and why our numbers differ", ""]
     if cr:
@@ -663,7 +653,7 @@ def _discussion(cr, main, groups, facts, shared=(), cluster: str = "", jobs=()) 
             "ECN-controlled (DCTCP-style) by design, so queues stay near the marking threshold under either; what "
             "changes is how long the jobs keep them there. "
             + best_txt
-            + _floor_text(main)
+            + floor_text(main)
             + f"Per-scheme run health in the main configuration (means per seed): {_health(main)}. "
             + (f"Our cluster: {cluster}; gradients and compute times are scaled down together. " if cluster else "")
             + "The original states 'up to': its best case, over configurations that the part of the paper available "

@@ -55,6 +55,7 @@ from panama.experiments.cluster_scenario import (
     NORMALISED,
     PRESETS,
     SCHEME_ORDER,
+    SCHEME_VARIANTS,
     SHORT_BUCKETS,
     SHORT_FLOW_BYTES,
     apply_params,
@@ -188,10 +189,12 @@ def run_point(
     from panama.sim.runner import run_scenario
 
     params = {k: v for k, v in point.items() if k != "scheme"}
-    if point["scheme"] == FLOOR:  # the same flows and seed, no jobs
+    scheme = point["scheme"]
+    if scheme == FLOOR:  # the same flows and seed, no jobs
         sc = apply_params(base, params).model_copy(update={"jobs": []})
     else:
-        sc = apply_params(base, params).with_scheme(point["scheme"])
+        scheme, settings = SCHEME_VARIANTS.get(scheme, (scheme, {}))
+        sc = apply_params(base, {**params, **settings}).with_scheme(scheme)
     out = Path(runs_dir) / point_id(point) if runs_dir else None
     result = run_scenario(sc, out, progress=False, plots=False)
     return metrics_from_result(result, short_bytes=short_bytes, large_bytes=large_bytes)
@@ -247,8 +250,8 @@ def run_shared_cluster(
         base = experiment_scenario(preset)
     schemes = [s for s in dict.fromkeys(schemes) if s != FLOOR]
     for s in schemes:
-        if s not in SCHEMES:
-            raise ValueError(f"unknown scheme {s!r} (choose from {', '.join(SCHEMES)})")
+        if s not in SCHEMES and s not in SCHEME_VARIANTS:
+            raise ValueError(f"unknown scheme {s!r} (choose from {', '.join((*SCHEMES, *SCHEME_VARIANTS))})")
     axes = dict(axes or {})
     if "scheme" in axes:
         raise ValueError("'scheme' is not a sweep axis: use --schemes")
