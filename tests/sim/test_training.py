@@ -56,7 +56,14 @@ def test_scheme_selects_worker_congestion_control():
     assert {cc.name for w in job.workers for cc in w.transport.cc} == {"fixed"}
     r = run_scenario(tiny("panama"), progress=False)
     (job,) = r.sim.jobs
-    assert {cc.name for w in job.workers for cc in w.transport.cc} == {"dctcp"}
+    ccs = [cc for w in job.workers for cc in w.transport.cc]
+    assert {cc.name for cc in ccs} == {"dctcp-path"}
+    # every tree got the controller's path window (the same on every worker)
+    assert len({cc.ceiling for cc in ccs}) == 1 and ccs[0].ceiling < 100
+    sc = tiny("panama")
+    r = run_scenario(sc.model_copy(update={"panama": sc.panama.model_copy(update={"cc": "dctcp-or"})}), progress=False)
+    (job,) = r.sim.jobs
+    assert {cc.name for w in job.workers for cc in w.transport.cc} == {"dctcp-or"}
 
 
 def test_uplink_carries_S_in_network_vs_2_n_minus_1_over_n_S_for_ring():
