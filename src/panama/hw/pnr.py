@@ -35,7 +35,7 @@ __all__ = ["PnrHarness", "PART", "PNR_CONFIG", "pnr_digest", "place_and_route", 
 PNR_CACHE = Path(__file__).resolve().parents[1] / "data" / "hw" / "pnr.json"
 # The largest ECP5: LFE5UM-85F (84k LUT4, 208 DP16KD, 156 MULT18), fastest speed grade.
 PART = {"family": "ecp5", "device": "LFE5UM-85F", "package": "CABGA756", "speed": 8}
-NEXTPNR_ARGS = "--um-85k --package CABGA756 --speed 8 --lpf-allow-unconstrained --seed 1"
+NEXTPNR_ARGS = "--um-85k --package CABGA756 --speed 8 --lpf-allow-unconstrained --timing-allow-fail --seed 1"
 # The configuration ``panama hw report`` gives the measured clock of (``panama hw pnr`` without options).
 PNR_CONFIG = HwConfig(width=256, slots=16, max_trees=4, max_children=4, ports=8)
 PNR_SYNTH_SCRIPT = "read_verilog {src}; synth_ecp5 -top panama_pnr -json {json}"
@@ -204,12 +204,17 @@ def _finish(entry: dict, cfg: HwConfig, save: Path | None) -> dict:
     return dict(entry, source="this run")
 
 
+def _clock_name(net: str) -> str:
+    """``clk`` for nextpnr's ``$glbnet$clk$TRELLIS_IO_IN`` (the global buffer of the clock pin)."""
+    return re.sub(r"\$glbnet\$|\$TRELLIS_IO_IN", "", net)
+
+
 def summarise_report(rep: dict) -> dict:
     """Fmax per clock, utilisation (used of available, per bel type) and the critical path
     of a ``nextpnr --report`` JSON: the path's endpoints, logic levels and delay split, and
     the nets along it (named after the Amaranth signals, so they say which logic it is)."""
     fmax = {
-        clk.replace("$glbnet$", ""): {"achieved_mhz": round(v["achieved"], 2), "target_mhz": round(v["constraint"], 2)}
+        _clock_name(clk): {"achieved_mhz": round(v["achieved"], 2), "target_mhz": round(v["constraint"], 2)}
         for clk, v in rep.get("fmax", {}).items()
     }
     util = {k: [v["used"], v["available"]] for k, v in rep.get("utilization", {}).items() if v["used"]}
@@ -222,7 +227,7 @@ def summarise_report(rep: dict) -> dict:
         routing = sum(s["delay"] for s in steps if s["type"] == "routing")
         nets = [s["net"] for s in steps if s["type"] == "routing"]
         out["critical_path"] = {
-            "clock": f"{p['from']} -> {p['to']}".replace("$glbnet$", ""),
+            "clock": f"{_clock_name(p['from'])} -> {_clock_name(p['to'])}",
             "from": steps[0]["from"]["cell"],
             "to": steps[-1]["to"]["cell"],
             "delay_ns": round(logic + routing, 3),
