@@ -54,9 +54,9 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
     st.iss_beat = Signal(range(max(2, 1 << 11)))
     st.beat_no = Signal(range(max(2, 1 << 11)))  # beats issued for the current packet
     m.d.comb += rd.addr.eq(st.w_s * BPS + st.iss_beat)
-    side_w = (
-        1 + 2 + 1 + 1 + 1 + 1 + NP + 2 + 8 + 64 + len(wp.addr)
-    )  # valid op wr emit last beat0 dests ecn words key addr
+    sbits = len(st.w_s)
+    # valid op wr emit last beat0 dests ecn words key addr slot
+    side_w = 1 + 2 + 1 + 1 + 1 + 1 + NP + 2 + 8 + 64 + len(wp.addr) + sbits
     side0 = Signal(side_w)
     words_left = Signal(signed(20))
     m.d.comb += words_left.eq(HEADER_WORDS + st.e_count)
@@ -81,6 +81,7 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
             st.t_keylo[st.l_t],
             st.t_keyhi[st.l_t],
             (st.w_s * BPS + st.iss_beat)[: len(wp.addr)],
+            st.w_s,
         )
     )
     p1_side = Signal(side_w)
@@ -111,7 +112,7 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
     o_ecn = o_side[7 + NP : 9 + NP]
     o_words = o_side[9 + NP : 17 + NP]
     o_key = o_side[17 + NP : 81 + NP]
-    o_addr = o_side[81 + NP :]
+    o_addr = o_side[81 + NP : 81 + NP + len(wp.addr)]
     result = Cat(a.result for a in adders)
     m.d.comb += [wp.addr.eq(o_addr), wp.data.eq(result), wp.en.eq(Mux(o_valid & o_wr, (1 << len(wp.en)) - 1, 0))]
     key_hi = Cat(o_key[56:64], o_key[48:56], o_key[40:48], o_key[32:40])  # big-endian on the wire
@@ -139,11 +140,11 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
         fifo.r_en.eq(dp.out_ready),
     ]
     # Read-after-write hazard: a packet that reads its slot waits while beats of that
-    # slot are still between the read port and the write port.
+    # slot are still between the read port and the write port. The beats carry their slot
+    # number: an equality of a few bits (comparing row addresses against the slot's row
+    # range, w_s * BPS <= addr < w_s * BPS + BPS, was the critical path on ECP5).
     st.hazard = Signal()
-    m.d.comb += st.hazard.eq(
-        Cat(sg[0] & sg[3] & (sg[81 + NP :] >= st.w_s * BPS) & (sg[81 + NP :] < st.w_s * BPS + BPS) for sg in pipe).any()
-    )
+    m.d.comb += st.hazard.eq(Cat(sg[0] & sg[3] & (sg[-sbits:] == st.w_s) for sg in pipe).any())
     st.room_out = Signal()
     m.d.comb += st.room_out.eq(fifo.level <= fifo_depth - (mbeats + LATENCY + 4))
 

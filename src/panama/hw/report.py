@@ -18,11 +18,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib
+import inspect
 import json
 import re
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -171,16 +173,19 @@ def source_definitions(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def design_digest(cfg: HwConfig = HwConfig(), family: str = "xcup") -> str:
+def design_digest(
+    cfg: HwConfig = HwConfig(), family: str = "xcup", *, script: str = SYNTH_SCRIPT, extra: tuple[str, ...] = ()
+) -> str:
     """SHA-256 naming the synthesised design: family, configuration, synthesis script, and
     every top-level definition of the modules that generate the RTL (``_DESIGN_SOURCES``;
     :func:`source_definitions`), sorted by name. Any code change counts; formatting,
     comments, docstrings, imports and which of these modules holds a definition do not, so
     moving code between them keeps the stored synthesis. The Verilog text itself is no
-    key: its ``src`` attributes name files and lines."""
-    h = hashlib.sha256(f"{family}\n{cfg!r}\n{SYNTH_SCRIPT}\n".encode())
+    key: its ``src`` attributes name files and lines. ``script`` and ``extra`` (more modules,
+    e.g. a harness around the datapath) name another flow (place and route)."""
+    h = hashlib.sha256(f"{family}\n{cfg!r}\n{script}\n".encode())
     definitions = []
-    for name in _DESIGN_SOURCES:
+    for name in _DESIGN_SOURCES + extra:
         path = Path(importlib.import_module(name).__file__)
         if path.suffix != ".py":  # a compiled module: hash its source beside it
             path = path.with_name(path.name.split(".")[0] + ".py")
@@ -195,6 +200,45 @@ def load_synthesis_cache(path: Path = SYNTH_CACHE) -> dict:
         return json.loads(path.read_text())
     except FileNotFoundError:
         return {}
+
+
+CYCLES_CACHE = SYNTH_CACHE.with_name("cycles.json")
+
+
+def cycles_digest(cfg: HwConfig, packets: int) -> str:
+    """Key of a stored :func:`measure_cycles` result: the design (:func:`design_digest`), the
+    simulation driver, the number of packets and the code of :func:`measure_cycles` itself."""
+    bench = ast.dump(ast.parse(textwrap.dedent(inspect.getsource(measure_cycles))))
+    return design_digest(cfg, "sim", script=f"measure_cycles packets={packets}\n{bench}", extra=("panama.hw.driver",))
+
+
+def cycles(
+    cfg: HwConfig = HwConfig(),
+    packets: int = 32,
+    *,
+    rerun: bool = False,
+    cache: Path = CYCLES_CACHE,
+    save: Path | None = None,
+) -> dict:
+    """:func:`measure_cycles` of this very design, from ``cache`` (the package's
+    ``data/hw/cycles.json``) when it holds a run of it, else simulated now (about a minute
+    for the default configuration: 33 s of it is Amaranth compiling the design for its
+    simulator). ``rerun`` simulates even when a stored run exists; ``save`` adds the result
+    to a JSON file of the cache's format."""
+    digest = cycles_digest(cfg, packets)
+    if not rerun:
+        entry = load_synthesis_cache(cache).get(digest)
+        if entry is not None:
+            return dict(entry, source="stored")
+    t0 = time.monotonic()
+    entry = measure_cycles(cfg, packets)
+    entry.update(config=repr(cfg), wall_s=round(time.monotonic() - t0, 1), measured=time.strftime("%Y-%m-%d"))
+    if save is not None:
+        table = load_synthesis_cache(save)
+        table[digest] = entry
+        save.parent.mkdir(parents=True, exist_ok=True)
+        save.write_text(json.dumps(table, indent=2, sort_keys=True) + "\n")
+    return dict(entry, source="this run")
 
 
 def synthesize(
@@ -304,38 +348,82 @@ def _summarise(cells: dict[str, int], family: str) -> dict:
     return out
 
 
+def _rates(cyc: dict, clock_mhz: float) -> tuple[float, float]:
+    seconds_per_packet = cyc["cycles_per_packet"] / (clock_mhz * 1e6)
+    line = cyc["datagram_bytes"] * 8 / seconds_per_packet / 1e9
+    eth = (cyc["datagram_bytes"] + ETH_OVERHEAD_BYTES) * 8 / seconds_per_packet / 1e9
+    return round(line, 2), round(eth, 2)
+
+
+def _config_dict(cfg: HwConfig) -> dict:
+    keys = ("width", "slots", "payload_elems", "max_trees", "max_children", "ports")
+    return {k: getattr(cfg, k) for k in keys}
+
+
+def measured_timing(packets: int = 32) -> dict:
+    """The measured clock: the stored place and route of :data:`panama.hw.pnr.PNR_CONFIG` on
+    the ECP5 part, with that configuration's cycles per packet and its line rate at the
+    achieved Fmax; ``{"status": ...}`` when there is no stored run of the design as it is."""
+    from panama.hw.pnr import PART, PNR_CONFIG, stored_pnr
+
+    res = stored_pnr(PNR_CONFIG)
+    part = f"{PART['device']}-{PART['speed']}{PART['package']}"
+    if res is None or "status" in res or not res.get("fmax"):
+        why = res["status"] if res and "status" in res else "no stored place and route of this design"
+        return {"family": PART["family"], "part": part, "status": f"{why}: run `panama hw pnr --run`"}
+    cyc = cycles(PNR_CONFIG, packets)
+    fmax = min(v["achieved_mhz"] for v in res["fmax"].values())
+    line, eth = _rates(cyc, fmax)
+    return {
+        "family": PART["family"],
+        "part": part,
+        "fmax_mhz": fmax,
+        "lanes": PNR_CONFIG.lanes,
+        "config": _config_dict(PNR_CONFIG),
+        "cycles_per_packet": cyc["cycles_per_packet"],
+        "line_rate_gbps_at_fmax": line,
+        "ethernet_gbps_at_fmax": eth,
+        **{k: res[k] for k in ("fmax", "utilisation", "critical_path", "yosys", "nextpnr", "measured") if k in res},
+        "pnr_wall_s": res.get("pnr_wall_s"),
+    }
+
+
 def report(
     cfg: HwConfig = HwConfig(),
     clock_mhz: float = DEFAULT_CLOCK_MHZ,
-    packets: int = 64,
+    packets: int = 32,
     synth: bool = True,
     family: str = "xcup",
     yosys_log: Path | None = None,
     rerun: bool = False,
     save: Path | None = None,
+    *,
+    simulate: bool = False,
+    save_cycles: Path | None = None,
+    timing: bool = True,
 ) -> dict:
-    meas = measure_cycles(cfg, packets)
-    seconds_per_packet = meas["cycles_per_packet"] / (clock_mhz * 1e6)
-    line = meas["datagram_bytes"] * 8 / seconds_per_packet / 1e9
-    eth = (meas["datagram_bytes"] + ETH_OVERHEAD_BYTES) * 8 / seconds_per_packet / 1e9
+    """Cycles per packet (stored, or simulated: :func:`cycles`), the line rate at the assumed
+    ``clock_mhz``, the measured Fmax on an open-flow FPGA with the line rate there
+    (:func:`measured_timing`), and the Xilinx resource estimate (:func:`synthesize`)."""
+    meas = cycles(cfg, packets, rerun=simulate, save=save_cycles)
+    line, eth = _rates(meas, clock_mhz)
     out = {
         "lanes": cfg.lanes,
         "width_bits": cfg.width,
         "clock_mhz": clock_mhz,
-        "clock_note": "assumed; timing closure (place and route at this clock) was not checked",
-        **meas,
-        "line_rate_gbps": round(line, 2),
-        "ethernet_gbps": round(eth, 2),
-        "config": {
-            "width": cfg.width,
-            "slots": cfg.slots,
-            "payload_elems": cfg.payload_elems,
-            "max_trees": cfg.max_trees,
-            "max_children": cfg.max_children,
-            "ports": cfg.ports,
-        },
+        "clock_note": "assumed; the measured clock is fmax_mhz (another part and configuration: see timing)",
+        **{k: meas[k] for k in ("packets", "datagram_bytes", "beats_per_packet", "cycles_per_packet", "emitted")},
+        "cycles_source": meas["source"],
+        "line_rate_gbps": line,
+        "ethernet_gbps": eth,
+        "config": _config_dict(cfg),
         "packet_memory_bytes": cfg.slots * cfg.beats_per_slot * cfg.width // 8,
     }
+    if timing:
+        t = measured_timing(packets)
+        out["fmax_mhz"] = t.get("fmax_mhz")
+        out["line_rate_gbps_at_fmax"] = t.get("line_rate_gbps_at_fmax")
+        out["timing"] = t
     if synth:
         out["resources"] = synthesize(cfg, family, yosys_log, rerun=rerun, save=save)
     return out
