@@ -3,7 +3,8 @@ cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 
-from panama.sim.engine cimport Engine, Event
+from panama.sim.engine cimport Engine
+from panama.sim.heap cimport Event
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
 from panama.sim.ports cimport Port

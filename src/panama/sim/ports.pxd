@@ -2,7 +2,8 @@
 cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
-from panama.sim.engine cimport Engine, Event
+from panama.sim.engine cimport Engine
+from panama.sim.heap cimport Event
 from panama.sim.nodes cimport Host, Node, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index

@@ -21,7 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from panama.core.packet import CE
-from panama.sim.engine import Event
+from panama.sim.heap import Event
 from panama.sim.nodes import Host, Switch
 from panama.sim.packet import DROP_NO_ROUTE, DROP_QUEUE_FULL, FLAG_TRACKED, SimPacket
 from panama.sim.routing import ecmp_index
