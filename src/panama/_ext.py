@@ -76,6 +76,7 @@ COMPILED_MODULES: tuple[str, ...] = (
 
 ENV_VAR = "PANAMA_NO_EXTENSIONS"
 
+
 def source_of(name: str) -> str:
     """The file ``setup.py`` compiles for module ``name``: the ``.pyx`` of a component
     (its C implementation), else the module's ``.py``."""
