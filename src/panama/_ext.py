@@ -51,12 +51,13 @@ __all__ = [
 ]
 
 # Components with a pure-Python .py and a C .pyx (see the module docstring).
-COMPONENTS: tuple[str, ...] = ("panama.sim.heap",)
+COMPONENTS: tuple[str, ...] = ("panama.sim.heap", "panama.sim.fifos")
 
 # Modules compiled by setup.py: the simulator's hot path and the core modules it drives
 # (the components included). All or none of them run compiled.
 COMPILED_MODULES: tuple[str, ...] = (
     "panama.sim.heap",
+    "panama.sim.fifos",
     "panama.sim.engine",
     "panama.sim.packet",
     "panama.sim.nodes",
