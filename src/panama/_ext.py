@@ -4,14 +4,16 @@ What ``setup.py`` compiles (Cython, where a C compiler is available) into extens
 modules that the import system prefers to the ``.py`` beside them:
 
 * components with two implementations of one contract (:data:`COMPONENTS`): a pure-Python
-  ``name.py`` and a C ``name.pyx`` (declarations in ``name.pxd``). Today the simulator's
-  event queue, :mod:`panama.sim.heap`.
+  ``name.py`` and a C ``name.pyx`` (declarations in ``name.pxd``): the simulator's event
+  queue, :mod:`panama.sim.heap`, and its switch FIFOs (a lossless port's release ring, a
+  switch's hook delay line), :mod:`panama.sim.fifos`. The ``.py`` twin never runs
+  compiled.
 * the other modules of :data:`COMPILED_MODULES`, the simulator's hot modules and the core
   modules it drives, compiled from their own ``.py`` with the C types declared in the
-  ``.pxd`` beside them. Cython needs more than the types in some of them: those still
-  hold branches that run only compiled (``if _COMPILED:``, on C arrays declared in their
-  ``.pxd``: the release ring of ``sim/ports.pxd``, the hook delay line of
-  ``sim/nodes.pxd``, a few more in ``sim`` and ``core``); they are to become components.
+  ``.pxd`` beside them. Cython needs more than the types in a few of them: those still
+  hold branches that run only compiled (``if _COMPILED:``: ``sim/packet.py``,
+  ``sim/sampler.py`` and, in the core, ``core/accelerator.py``, ``core/transport.py``);
+  they are to become components or plain code.
 
 The ``.py`` files run interpreted when no extension was built, when some extension is
 older than its sources (one warning line on stderr), or when the environment variable
