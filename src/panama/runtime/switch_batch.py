@@ -66,6 +66,7 @@ def batched_loop(daemon) -> None:
     header_bytes = codec.HEADER_BYTES
     dp = daemon.dp
     ingest = dp.ingest
+    mark = dp.mark
     drops = dp.drops
     stage = sock.stage
     stage_copy = sock.stage_copy
@@ -125,12 +126,14 @@ def batched_loop(daemon) -> None:
                     behind -= n
                     if off:
                         fl = floats[b][(off + header_bytes) >> 2 :] if not off & 3 else None
-                        sends = ingest(views[b][off : off + n], ecn, fl, src, behind > threshold)
+                        out = ingest(views[b][off : off + n], ecn, fl, src)
                     else:
-                        sends = ingest(views[b][:n], ecn, floats[b][header_bytes >> 2 :], src, behind > threshold)
-                    if sends is None:
+                        out = ingest(views[b][:n], ecn, floats[b][header_bytes >> 2 :], src)
+                    if out is None:
                         continue
-                    for destinations, pkt, tos in sends:
+                    congested = behind > threshold
+                    for destinations, pkt in out:
+                        tos = pkt.ecn if not congested else mark(pkt.ecn, destinations)
                         first = None
                         for to in destinations:
                             if first is None:

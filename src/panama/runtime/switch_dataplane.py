@@ -107,21 +107,21 @@ class DataPlane:
         if backlog_pkts > self.max_backlog_pkts:
             self.max_backlog_pkts = backlog_pkts
 
-    def ingest(self, data: memoryview, ecn: int, floats, source, congested: bool) -> list | None:
+    def ingest(self, data: memoryview, ecn: int, floats, source) -> list | None:
         """One received datagram (``data``, its codepoint ``ecn``, ``floats`` a float32 view
         its payload may be read from without a copy, see :func:`panama.core.codec.decode`):
         the injected loss, decoding (a malformed datagram is counted by reason, never
-        raised), the receive counters, the accelerator. Returns what to send, a list of
-        ``(destinations, packet, tos)``, or None: ``tos`` is the codepoint the accelerator
-        chose, CE when ``congested`` (the daemon's backlog is above its threshold; each
-        destination so marked is counted in ``ce_marked``)."""
+        raised), the receive counters, the accelerator. Returns what the accelerator emits,
+        a list of ``(destinations, packet)``, or None. Each packet leaves with the codepoint
+        the accelerator chose (``packet.ecn``, CE relayed down included), or
+        :meth:`mark`'s while the daemon's own backlog is above its threshold."""
         self.rx_bytes += len(data)
         if self.drop_prob and self.rng.random() < self.drop_prob:
             self.drops[DROP_INJECTED] += 1
             return None
         try:
-            packet = codec.decode(data, ecn, floats, self.keys)
-        except codec.CodecError as exc:
+            packet = _decode(data, ecn, floats, self.keys)
+        except _CodecError as exc:
             self.malformed[exc.reason] += 1
             return None
         if ecn == CE:
@@ -129,19 +129,18 @@ class DataPlane:
         flags = packet.flags
         if flags & FLAG_RETRANSMIT and not flags & FLAG_RESULT:
             self.retransmits_received += 1
-        out = self.acc.receive(packet, source)
-        if not out:
-            return None
-        # The accelerator sets every emitted packet's codepoint (CE relayed down
-        # included); the daemon only adds its own queue's mark.
-        sends = []
-        for destinations, pkt in out:
-            tos = pkt.ecn
-            if congested and tos != CE:
-                tos = CE
-                self.ce_marked += len(destinations)
-            sends.append((destinations, pkt, tos))
-        return sends
+        return self.acc.receive(packet, source) or None
+
+    def mark(self, tos: int, destinations) -> int:
+        """The codepoint of a packet leaving for ``destinations`` while the backlog is above
+        the threshold: CE (each destination so marked counted in ``ce_marked``)."""
+        if tos != CE:
+            self.ce_marked += len(destinations)
+        return CE
+
+
+_decode = codec.decode
+_CodecError = codec.CodecError
 
 
 # ---------------------------------------------------------------------- backlog

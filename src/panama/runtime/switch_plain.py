@@ -38,6 +38,7 @@ def plain_loop(daemon) -> None:
     rx = mmsg.Receiver(raw, bufs)
     dp = daemon.dp
     ingest = dp.ingest
+    mark = dp.mark
     drops = dp.drops
     send_all = sock.send_all
     datagram_bytes, threshold, truesize = dp.datagram_bytes, dp.threshold, dp.truesize
@@ -65,10 +66,12 @@ def plain_loop(daemon) -> None:
                     drops[DROP_OVERSIZE] += 1
                     continue
                 behind -= n
-                sends = ingest(views[k][:n], ecns[k], floats[k], sources[k], behind > threshold)
-                if sends is None:
+                out = ingest(views[k][:n], ecns[k], floats[k], sources[k])
+                if out is None:
                     continue
-                for destinations, pkt, tos in sends:
+                congested = behind > threshold
+                for destinations, pkt in out:
+                    tos = pkt.ecn if not congested else mark(pkt.ecn, destinations)
                     if groups and len(destinations) > 1:
                         group = groups.get(pkt.job_id)
                         if group is not None and group[0] == frozenset(destinations):
