@@ -63,6 +63,7 @@ def batched_loop(daemon) -> None:
     dontwait = int(socket.MSG_DONTWAIT)
     msg_trunc = int(socket.MSG_TRUNC)
     parse_cmsgs = offload.parse_cmsgs
+    cut = offload.segments
     header_bytes = codec.HEADER_BYTES
     dp = daemon.dp
     ingest = dp.ingest
@@ -96,14 +97,10 @@ def batched_loop(daemon) -> None:
             if flags & msg_trunc:
                 items.append((k, 0, -1, ecn, src))
                 count += 1
-            elif seg and seg < n:
-                for off in range(0, n, seg):
-                    items.append((k, off, min(seg, n - off), ecn, src))
+            else:  # a GRO-coalesced buffer is cut at its segment size (one piece if not coalesced)
+                for off, size in cut(n, seg):
+                    items.append((k, off, size, ecn, src))
                     count += 1
-                behind += n
-            else:
-                items.append((k, 0, n, ecn, src))
-                count += 1
                 behind += n
             k += 1
         if not k:
