@@ -97,10 +97,14 @@ def batched_loop(daemon) -> None:
             if flags & msg_trunc:
                 items.append((k, 0, -1, ecn, src))
                 count += 1
-            else:  # a GRO-coalesced buffer is cut at its segment size (one piece if not coalesced)
+            elif seg and seg < n:  # a GRO-coalesced buffer, cut at its segment size
                 for off, size in cut(n, seg):
                     items.append((k, off, size, ecn, src))
                     count += 1
+                behind += n
+            else:
+                items.append((k, 0, n, ecn, src))
+                count += 1
                 behind += n
             k += 1
         if not k:
