@@ -1,8 +1,11 @@
 """Build of the optional compiled fast path (everything else is in pyproject.toml).
 
-The modules listed in ``src/panama/_ext.py`` are plain Python files; where a C compiler
-is available, Cython compiles them (types from the ``.pxd`` files beside them) into
-extension modules that replace them at import time. Without a compiler, or with
+The modules listed in ``src/panama/_ext.py`` are compiled, where a C compiler is
+available, into extension modules that replace them at import time: a module with a
+``.pyx`` beside its ``.py`` (a component such as ``panama.sim.heap``) from that C
+implementation, the others from their ``.py`` with the types of the ``.pxd`` beside
+them. Cython writes the generated ``.c`` files under ``build/cython/``, not into
+``src``. Without a compiler, or with
 ``PANAMA_NO_EXTENSIONS=1`` at install time, the package installs as pure Python and this
 prints one line saying so. Editable installs build the extensions in place
 (``src/panama/.../*.so``, git-ignored).
@@ -37,6 +40,10 @@ DIRECTIVES = {
     "initializedcheck": False,
     "embedsignature": True,
 }
+
+
+# Where Cython writes the .c files it generates (git-ignored, as all of build/).
+BUILD_DIR = os.path.join("build", "cython")
 
 
 def _say(msg: str) -> None:
@@ -90,6 +97,7 @@ def optional_modules() -> list:
         return cythonize(
             [Extension("panama.runtime._mmsg", [os.path.join("src", "panama", "runtime", "_mmsg.pyx")])],
             compiler_directives=DIRECTIVES,
+            build_dir=BUILD_DIR,
             quiet=True,
         )
     except Exception as e:  # noqa: BLE001 - optional
@@ -106,12 +114,12 @@ def ext_modules() -> list:
     except ImportError:
         _say("Cython is not available: installing the pure-Python simulator")
         return []
-    sources = [os.path.join("src", *name.split(".")) + ".py" for name in EXT["COMPILED_MODULES"]]
+    sources = [os.path.relpath(EXT["source_of"](name), HERE) for name in EXT["COMPILED_MODULES"]]
     from setuptools import Extension
 
     exts = [Extension(name, [src]) for name, src in zip(EXT["COMPILED_MODULES"], sources)]
     try:
-        built = cythonize(exts, compiler_directives=DIRECTIVES, quiet=True)
+        built = cythonize(exts, compiler_directives=DIRECTIVES, build_dir=BUILD_DIR, quiet=True)
     except Exception as e:  # a Cython version that cannot translate these sources
         _say(f"compiled fast path not built (Cython: {type(e).__name__}: {e}); installing the pure-Python simulator")
         built = []

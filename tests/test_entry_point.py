@@ -71,3 +71,31 @@ def test_every_registered_command_has_help():
 
     walk(cli, [])
     assert failures == []
+
+
+# First contact: listing the commands imports none of them (torch alone took 2-3 s).
+_IMPORTS_AFTER = """
+import sys
+from panama.cli import main
+sys.argv = ["panama", *sys.argv[1:]]
+try:
+    main()
+except SystemExit:
+    pass
+heavy = ("torch", "numpy", "networkx", "pydantic", "panama.sim", "panama.runtime")
+print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["bench", "--help"], ["controller", "--help"], ["--bogus"]])
+def test_help_and_a_bad_flag_import_no_command(args):
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS_AFTER, *args], capture_output=True, text=True, timeout=120)
+    assert proc.stderr.strip().splitlines()[-1] == "[]", proc.stderr
+
+
+def test_declared_short_help_matches_each_command():
+    """``lazy_help`` (what --help lists without importing) says what the command says."""
+    for group in (cli, cli.get_command(None, "bench"), cli.get_command(None, "controller")):
+        assert set(group.lazy_help) <= set(group.lazy_subcommands)
+        for name, text in group.lazy_help.items():
+            assert text == group.resolve(name).get_short_help_str(limit=1000), name

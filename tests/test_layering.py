@@ -108,26 +108,22 @@ def test_benchmark_scripts_only_use_the_library_and_its_cli():
             assert not name.startswith("tests"), f"{path.name} imports {name}"
 
 
-def _module_level_imports(tree: ast.Module):
-    """Imports that run when the module is imported (not those inside functions or under TYPE_CHECKING)."""
-
-    def walk(node):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
+def _imports(tree: ast.Module):
+    """Every import of a module, at module level or inside a function (a lazy import closes
+    a cycle as surely as an eager one, it only hides it until run time), except those
+    under ``if TYPE_CHECKING:`` (never run)."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            skipped.update(id(n) for child in node.body for n in ast.walk(child))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skipped:
             yield node
-        elif isinstance(node, ast.If):
-            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
-                for child in node.body + node.orelse:
-                    yield from walk(child)
-        elif isinstance(node, ast.Try):
-            for child in node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body]:
-                yield from walk(child)
-
-    for node in tree.body:
-        yield from walk(node)
 
 
 def import_graph(root: pathlib.Path = SRC):
-    """Module -> modules it imports at import time, within the package (networkx DiGraph)."""
+    """Module -> modules it imports (at import time or in a function), within the package
+    (networkx DiGraph)."""
     import networkx as nx
 
     modules = {}
@@ -137,7 +133,7 @@ def import_graph(root: pathlib.Path = SRC):
     graph = nx.DiGraph()
     for name, path in modules.items():
         graph.add_node(name)
-        for node in _module_level_imports(ast.parse(path.read_text())):
+        for node in _imports(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif node.module and node.level == 0:
@@ -168,3 +164,19 @@ def test_the_cycle_check_finds_a_cycle(tmp_path):
     (pkg / "a.py").write_text("from pkg.b import x\n")
     (pkg / "b.py").write_text("import pkg.a\nx = 1\n")
     assert list(nx.simple_cycles(import_graph(pkg))) != []
+
+
+def test_the_cycle_check_finds_a_cycle_closed_by_a_function_level_import(tmp_path):
+    """As switchd and its data-plane loops did before issue 29: the daemon imported the
+    loops inside a function, the loops imported the daemon."""
+    import networkx as nx
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "daemon.py").write_text("import pkg.hints\n\n\ndef serve():\n    from pkg.loop import run\n\n    run()\n")
+    (pkg / "loop.py").write_text("from pkg.daemon import serve\n\n\ndef run():\n    pass\n")
+    # Imports for type checkers only never run: no cycle through pkg.hints.
+    (pkg / "hints.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import pkg.daemon\n")
+    cycles = list(nx.simple_cycles(import_graph(pkg)))
+    assert sorted(map(sorted, cycles)) == [["pkg.daemon", "pkg.loop"]]

@@ -1,12 +1,25 @@
 """The compiled fast path: which modules are compiled, and the switch that turns it off.
 
-The simulator's hot modules (and the core modules it drives) are ordinary Python files
-that Cython compiles, unchanged, into extension modules when the package is installed on
-a machine with a C compiler (``setup.py``; types live in ``.pxd`` files beside them).
-The same ``.py`` files run interpreted when no extension was built, or when the
-environment variable ``PANAMA_NO_EXTENSIONS`` is set to a non-empty value other than
-``0`` (as aiohttp's ``AIOHTTP_NO_EXTENSIONS``): then a finder placed in front of the
-import system loads those modules from their sources even where the ``.so`` exist.
+What ``setup.py`` compiles (Cython, where a C compiler is available) into extension
+modules that the import system prefers to the ``.py`` beside them:
+
+* components with two implementations of one contract (:data:`COMPONENTS`): a pure-Python
+  ``name.py`` and a C ``name.pyx`` (declarations in ``name.pxd``): the simulator's event
+  queue, :mod:`panama.sim.heap`, and its switch FIFOs (a lossless port's release ring, a
+  switch's hook delay line), :mod:`panama.sim.fifos`. The ``.py`` twin never runs
+  compiled.
+* the other modules of :data:`COMPILED_MODULES`, the simulator's hot modules and the core
+  modules it drives, compiled from their own ``.py`` with the C types declared in the
+  ``.pxd`` beside them. Cython needs more than the types in a few of them: those still
+  hold branches that run only compiled (``if _COMPILED:``: ``sim/packet.py``,
+  ``sim/sampler.py`` and, in the core, ``core/accelerator.py``, ``core/transport.py``);
+  they are to become components or plain code.
+
+The ``.py`` files run interpreted when no extension was built, when some extension is
+older than its sources (one warning line on stderr), or when the environment variable
+``PANAMA_NO_EXTENSIONS`` is set to a non-empty value other than ``0`` (as aiohttp's
+``AIOHTTP_NO_EXTENSIONS``): then a finder placed in front of the import system loads
+every module of :data:`COMPILED_MODULES` from its ``.py`` even where the ``.so`` exist.
 Both paths give bit-identical simulation results (``tests/sim/test_compiled.py``).
 
 ``setup.py`` also builds ``panama.runtime._mmsg`` (the runtime's batched socket I/O, a
@@ -28,7 +41,9 @@ import sys
 
 __all__ = [
     "COMPILED_MODULES",
+    "COMPONENTS",
     "ENV_VAR",
+    "source_of",
     "no_extensions",
     "install_pure_finder",
     "extensions_built",
@@ -37,8 +52,14 @@ __all__ = [
     "compiled_modules",
 ]
 
-# Modules compiled by setup.py: the simulator's hot path and the core modules it drives.
+# Components with a pure-Python .py and a C .pyx (see the module docstring).
+COMPONENTS: tuple[str, ...] = ("panama.sim.heap", "panama.sim.fifos")
+
+# Modules compiled by setup.py: the simulator's hot path and the core modules it drives
+# (the components included). All or none of them run compiled.
 COMPILED_MODULES: tuple[str, ...] = (
+    "panama.sim.heap",
+    "panama.sim.fifos",
     "panama.sim.engine",
     "panama.sim.packet",
     "panama.sim.nodes",
@@ -57,6 +78,13 @@ COMPILED_MODULES: tuple[str, ...] = (
 )
 
 ENV_VAR = "PANAMA_NO_EXTENSIONS"
+
+
+def source_of(name: str) -> str:
+    """The file ``setup.py`` compiles for module ``name``: the ``.pyx`` of a component
+    (its C implementation), else the module's ``.py``."""
+    base = os.path.join(_PACKAGE_DIR, *name.split(".")[1:])
+    return base + (".pyx" if name in COMPONENTS else ".py")
 
 
 def no_extensions() -> bool:
@@ -95,9 +123,10 @@ def _stale_extensions() -> list[str]:
         built = _built_extension(name)
         if built is None:
             continue
-        base = os.path.join(_PACKAGE_DIR, *name.split(".")[1:])
+        base, ext = os.path.splitext(source_of(name))
+        exts = (ext, ".pxd")  # the .py twin of a component is not compiled
         t = os.path.getmtime(built)
-        if any(os.path.exists(base + ext) and os.path.getmtime(base + ext) > t for ext in (".py", ".pxd")):
+        if any(os.path.exists(base + ext) and os.path.getmtime(base + ext) > t for ext in exts):
             stale.append(name)
     return stale
 
@@ -112,10 +141,21 @@ def install_pure_finder() -> None:
     Called by ``panama/__init__.py`` before any compiled module is imported."""
     if any(isinstance(f, _PureFinder) for f in sys.meta_path):
         return
-    if not no_extensions() and not _stale_extensions():
+    if no_extensions():
+        sys.meta_path.insert(0, _PureFinder())
         return
-    # Silent on purpose: commands keep their one-line errors on stderr; ``compiled()``
-    # (and the "compiled" key of summary.json and bench output) tells which path runs.
+    stale = _stale_extensions()
+    if not stale:
+        return
+    # One line, once per process: the pure path is about 13x slower, which nobody should
+    # find out from a slow run. (``compiled()``, and the "compiled" key of summary.json
+    # and bench output, say which path ran.)
+    names = ", ".join(n.rpartition(".")[2] for n in stale)
+    print(
+        f"panama: warning: compiled extensions older than their sources ({names}); running the pure-Python "
+        "simulator. Rebuild: python setup.py build_ext --inplace",
+        file=sys.stderr,
+    )
     sys.meta_path.insert(0, _PureFinder())
 
 

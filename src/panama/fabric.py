@@ -121,64 +121,185 @@ def allreduce(
     outputs of the last call (list, or dict of lists), plus a :class:`FabricReport` when
     ``return_report`` (its ``workers`` entries list ``finished_ps``, when each call
     ended). Raises :class:`FabricError` when the run cannot finish.
+
+    The run itself is a :class:`FabricRun`: build, :meth:`~FabricRun.run`,
+    :meth:`~FabricRun.outputs`.
     """
     single = not isinstance(inputs, Mapping)
     jobs_in: dict[Hashable, Sequence[np.ndarray]] = {0: inputs} if single else dict(inputs)  # type: ignore[dict-item]
-    if not jobs_in:
-        raise ValueError("no jobs given")
-    if trees < 1:
-        raise ValueError(f"trees must be >= 1, got {trees}")
-    if leaves < 1:
-        raise ValueError(f"leaves must be >= 1, got {leaves}")
-    for name, value in (("loss", loss), ("duplicate", duplicate), ("ecn", ecn), ("ecn_down", ecn_down)):
-        _check_prob(name, value)
-    for key, arrays in jobs_in.items():
-        if len(arrays) < 1:
-            raise ValueError(f"job {key!r} has no workers")
-        for rank, a in enumerate(arrays):
-            a = np.asarray(a)
-            if a.dtype != np.float32 or a.ndim != 1:
-                raise TypeError(f"job {key!r} rank {rank}: need a 1-D float32 array, got {a.dtype} {a.shape}")
-            if a.shape != np.shape(arrays[0]):
-                raise ValueError(f"job {key!r} rank {rank}: length {a.shape[0]} differs from rank 0's {len(arrays[0])}")
+    fab = FabricRun(
+        jobs_in,
+        links=Links(loss, duplicate, reorder, ecn, ecn_down, link_delay_ps),
+        trees=trees,
+        leaves=leaves,
+        seed=seed,
+        cc=cc,
+        cc_options=cc_options,
+        path_window=path_window,
+        payload_elems=payload_elems,
+        packet_memory=packet_memory,
+        max_events=max_events,
+        max_retries=max_retries,
+        start_ps=start_ps,
+        calls=calls,
+        gap_ps=gap_ps,
+        trace_windows=trace_windows,
+        in_place=in_place,
+    )
+    fab.run()
+    outputs = fab.outputs()
+    result = outputs[0] if single else outputs
+    return (result, fab.report) if return_report else result
 
-    starts = {key: 0 for key in jobs_in}
-    for key, at in (start_ps or {}).items():
-        if key not in starts:
-            raise ValueError(f"start_ps names unknown job {key!r}")
-        if not isinstance(at, int) or at < 0:
-            raise ValueError(f"start_ps of job {key!r} must be an integer >= 0 ps, got {at!r}")
-        starts[key] = at
-    if calls < 1:
-        raise ValueError(f"calls must be >= 1, got {calls}")
-    if gap_ps < 0:
-        raise ValueError(f"gap_ps must be >= 0, got {gap_ps}")
 
-    rand = _Rand(np.random.default_rng(seed))
-    report = FabricReport()
+@dataclass(frozen=True)
+class Links:
+    """What every in-memory link does to a packet: ``loss`` and ``duplicate``
+    probabilities, ``reorder`` (a random extra delay up to 8x the base one), ``ecn``
+    (probability of a CE mark on an ECT packet) and ``ecn_down`` (added for results), a
+    fixed ``delay_ps``."""
 
-    # ---- accelerators; a job's trees are installed when it starts (its admission)
-    leaf_names = [f"leaf{i}" for i in range(leaves)]
-    root_names = [f"root{t}" for t in range(trees)] if leaves > 1 else []
-    accs: dict[str, Accelerator] = {
-        name: Accelerator(packet_memory, payload_elems, name=name) for name in leaf_names + root_names
-    }
-    job_ids = {key: i + 1 for i, key in enumerate(jobs_in)}
-    workers: dict[tuple[int, int], WorkerTransport] = {}
-    worker_leaf: dict[tuple[int, int], str] = {}
-    calls_done: dict[tuple[int, int], list[int]] = {}
-    own: dict[tuple[int, int], np.ndarray] = {}  # in_place: each worker's buffer, reduced in place
-    jobs_at: dict[str, int] = {}  # switch -> installed jobs (a job's trees there split its share)
+    loss: float = 0.0
+    duplicate: float = 0.0
+    reorder: bool = False
+    ecn: float = 0.0
+    ecn_down: float = 0.0
+    delay_ps: int = us(1)
 
-    def install(key: Hashable) -> None:
+    def check(self) -> None:
+        for name, value in (("loss", self.loss), ("duplicate", self.duplicate), ("ecn", self.ecn)):
+            _check_prob(name, value)
+        _check_prob("ecn_down", self.ecn_down)
+
+
+class FabricRun:
+    """One run of the in-memory fabric (see :func:`allreduce`), in named steps:
+    :meth:`_check` the inputs, :meth:`_build_accelerators`, :meth:`install` a job's trees
+    and workers at its admission, then :meth:`run` the event loop (its handlers:
+    :meth:`_deliver_to_accelerator`, :meth:`_deliver_to_worker`, :meth:`_timer`,
+    :meth:`start_call`, :meth:`_start_job`; links are :meth:`transmit`), and finally
+    :meth:`outputs` (which also completes :attr:`report`).
+
+    Events are ``(time_ps, seq, kind, dst, packet, src, codepoint)`` tuples on a heap; the
+    random draws and the pushes happen in one fixed order, so a seed gives one run."""
+
+    def __init__(
+        self,
+        jobs_in: dict[Hashable, Sequence[np.ndarray]],
+        *,
+        links: Links = Links(),
+        trees: int = 1,
+        leaves: int = 1,
+        seed: int = 0,
+        cc: str = "dctcp",
+        cc_options: dict | None = None,
+        path_window: int | None = None,
+        payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
+        packet_memory: int = 4096,
+        max_events: int = 50_000_000,
+        max_retries: int = 30,
+        start_ps: Mapping[Hashable, int] | None = None,
+        calls: int = 1,
+        gap_ps: int = 0,
+        trace_windows: bool = False,
+        in_place: bool = False,
+    ):
+        self.jobs_in = jobs_in
+        self.links = links
+        self.trees = trees
+        self.leaves = leaves
+        self.cc = cc
+        self.cc_options = cc_options
+        self.path_window = path_window
+        self.payload_elems = payload_elems
+        self.packet_memory = packet_memory
+        self.max_events = max_events
+        self.max_retries = max_retries
+        self.calls = calls
+        self.gap_ps = gap_ps
+        self.trace_windows = trace_windows
+        self.in_place = in_place
+        self.starts = self._check(start_ps)
+        self.rand = _Rand(np.random.default_rng(seed))
+        self.report = FabricReport()
+        self._build_accelerators()
+        self.job_ids = {key: i + 1 for i, key in enumerate(jobs_in)}
+        self.keys = {job_id: key for key, job_id in self.job_ids.items()}
+        self.workers: dict[tuple[int, int], WorkerTransport] = {}
+        self.worker_leaf: dict[tuple[int, int], str] = {}
+        self.calls_done: dict[tuple[int, int], list[int]] = {}
+        self.own: dict[tuple[int, int], np.ndarray] = {}  # in_place: each worker's buffer, reduced in place
+        self.jobs_at: dict[str, int] = {}  # switch -> installed jobs (a job's trees there split its share)
+        self.heap: list[tuple] = []
+        self.seq = 0
+        self.timer_at: dict[tuple[int, int], int] = {}
+        self.delay = links.delay_ps
+        self.jitter = 8 * links.delay_ps if links.reorder else 0
+        self.remaining = sum(len(a) for a in jobs_in.values())  # workers with calls left
+        self.finished_ps = 0
+        self.events = 0
+
+    # ------------------------------------------------------------------ set-up
+    def _check(self, start_ps: Mapping[Hashable, int] | None) -> dict[Hashable, int]:
+        """Validate the inputs (ValueError/TypeError naming what is wrong); the jobs' start times."""
+        jobs_in = self.jobs_in
+        if not jobs_in:
+            raise ValueError("no jobs given")
+        if self.trees < 1:
+            raise ValueError(f"trees must be >= 1, got {self.trees}")
+        if self.leaves < 1:
+            raise ValueError(f"leaves must be >= 1, got {self.leaves}")
+        self.links.check()
+        for key, arrays in jobs_in.items():
+            if len(arrays) < 1:
+                raise ValueError(f"job {key!r} has no workers")
+            for rank, a in enumerate(arrays):
+                a = np.asarray(a)
+                if a.dtype != np.float32 or a.ndim != 1:
+                    raise TypeError(f"job {key!r} rank {rank}: need a 1-D float32 array, got {a.dtype} {a.shape}")
+                if a.shape != np.shape(arrays[0]):
+                    raise ValueError(
+                        f"job {key!r} rank {rank}: length {a.shape[0]} differs from rank 0's {len(arrays[0])}"
+                    )
+        starts = {key: 0 for key in jobs_in}
+        for key, at in (start_ps or {}).items():
+            if key not in starts:
+                raise ValueError(f"start_ps names unknown job {key!r}")
+            if not isinstance(at, int) or at < 0:
+                raise ValueError(f"start_ps of job {key!r} must be an integer >= 0 ps, got {at!r}")
+            starts[key] = at
+        if self.calls < 1:
+            raise ValueError(f"calls must be >= 1, got {self.calls}")
+        if self.gap_ps < 0:
+            raise ValueError(f"gap_ps must be >= 0, got {self.gap_ps}")
+        return starts
+
+    def _build_accelerators(self) -> None:
+        """One accelerator per leaf, and one root per tree above them when there are several
+        leaves; a job's trees are installed when it starts (its admission)."""
+        self.leaf_names = [f"leaf{i}" for i in range(self.leaves)]
+        self.root_names = [f"root{t}" for t in range(self.trees)] if self.leaves > 1 else []
+        self.accs: dict[str, Accelerator] = {
+            name: Accelerator(self.packet_memory, self.payload_elems, name=name)
+            for name in self.leaf_names + self.root_names
+        }
+
+    def install(self, key: Hashable) -> None:
         """Install job ``key``'s trees and build its workers with the caps a controller's
         plan would give them (the accelerators' own rule, as shares stand now)."""
-        job_id, arrays = job_ids[key], jobs_in[key]
+        job_id, arrays = self.job_ids[key], self.jobs_in[key]
+        leaves, trees, leaf_names, root_names, accs = (
+            self.leaves,
+            self.trees,
+            self.leaf_names,
+            self.root_names,
+            self.accs,
+        )
         by_leaf: dict[str, list[tuple[int, int]]] = {}
         for rank in range(len(arrays)):
             node = (job_id, rank)
-            worker_leaf[node] = leaf_names[rank % leaves]
-            by_leaf.setdefault(worker_leaf[node], []).append(node)
+            self.worker_leaf[node] = leaf_names[rank % leaves]
+            by_leaf.setdefault(self.worker_leaf[node], []).append(node)
         tree_switches = []
         for t in range(trees):
             if leaves == 1:
@@ -190,182 +311,203 @@ def allreduce(
                 for leaf, nodes in by_leaf.items():
                     accs[leaf].install_tree(job_id, t, nodes, root)
                 tree_switches.append([root, *by_leaf])
+        jobs_at = self.jobs_at
         for sw in {sw for switches in tree_switches for sw in switches}:
             jobs_at[sw] = jobs_at.get(sw, 0) + 1
         caps = [
             min(
-                cwnd_cap_for_slots(packet_memory // jobs_at[sw] // (1 if sw in root_names else trees)) for sw in sw_list
+                cwnd_cap_for_slots(self.packet_memory // jobs_at[sw] // (1 if sw in root_names else trees))
+                for sw in sw_list
             )
             for sw_list in tree_switches
         ]
+        delay = self.links.delay_ps
         for rank in range(len(arrays)):
-            workers[(job_id, rank)] = WorkerTransport(
+            self.workers[(job_id, rank)] = WorkerTransport(
                 job_id,
                 rank,
                 trees,
-                payload_elems=payload_elems,
+                payload_elems=self.payload_elems,
                 cwnd_caps=caps,
-                path_windows=None if path_window is None else [path_window] * trees,
-                cc=cc,
-                cc_options=cc_options,
-                initial_rto_ps=link_delay_ps * 40,
-                min_rto_ps=link_delay_ps * 20,
+                path_windows=None if self.path_window is None else [self.path_window] * trees,
+                cc=self.cc,
+                cc_options=self.cc_options,
+                initial_rto_ps=delay * 40,
+                min_rto_ps=delay * 20,
                 max_rto_ps=ms(100),
-                max_retries=max_retries,
-                trace_windows=trace_windows,
+                max_retries=self.max_retries,
+                trace_windows=self.trace_windows,
             )
-            calls_done[(job_id, rank)] = []
+            self.calls_done[(job_id, rank)] = []
 
-    # ---- event loop
-    heap: list[tuple] = []
-    seq = 0
-    timer_at: dict[tuple[int, int], int] = {}
-    delay = link_delay_ps
-    jitter = 8 * link_delay_ps if reorder else 0
+    # ------------------------------------------------------------------ links and workers
+    def _push(self, event: tuple) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (event[0], self.seq, *event[1:]))
 
-    def transmit(src: Hashable, dst: Hashable, pkt: Packet, now: int, kind: int) -> None:
-        # The codepoint travels beside the packet (set on delivery): one packet object
-        # may be on several links at once (a result sent to every child).
-        nonlocal seq
+    def transmit(self, src: Hashable, dst: Hashable, pkt: Packet, now: int, kind: int) -> None:
+        """Put ``pkt`` on the link ``src`` -> ``dst``: lost, CE-marked, delayed (jitter) and
+        duplicated as the links say. The codepoint travels beside the packet (set on
+        delivery): one packet object may be on several links at once (a result sent to
+        every child)."""
+        links, rand, report = self.links, self.rand, self.report
         report.link_packets += 1
-        if loss and rand() < loss:
+        if links.loss and rand() < links.loss:
             report.lost += 1
             return
         codepoint = pkt.ecn
         if codepoint != NOT_ECT and codepoint != CE:
-            mark = ecn + ecn_down if pkt.flags & FLAG_RESULT else ecn
+            mark = links.ecn + links.ecn_down if pkt.flags & FLAG_RESULT else links.ecn
             if mark and rand() < mark:
                 codepoint = CE
                 report.marked += 1
-        at = now + delay + (int(rand() * jitter) if jitter else 0)
-        seq += 1
-        heapq.heappush(heap, (at, seq, kind, dst, pkt, src, codepoint))
-        if duplicate and rand() < duplicate:
+        jitter = self.jitter
+        at = now + self.delay + (int(rand() * jitter) if jitter else 0)
+        self._push((at, kind, dst, pkt, src, codepoint))
+        if links.duplicate and rand() < links.duplicate:
             report.duplicated += 1
-            seq += 1
-            again = at + (int(rand() * jitter) if jitter else delay)
-            heapq.heappush(heap, (again, seq, kind, dst, pkt, src, codepoint))
+            again = at + (int(rand() * jitter) if jitter else self.delay)
+            self._push((again, kind, dst, pkt, src, codepoint))
 
-    def pump(node: tuple[int, int], now: int) -> None:
-        nonlocal seq
-        w = workers[node]
-        leaf = worker_leaf[node]
+    def pump(self, node: tuple[int, int], now: int) -> None:
+        """Send what worker ``node`` wants sent and re-arm its timer."""
+        w = self.workers[node]
+        leaf = self.worker_leaf[node]
         for pkt in w.poll(now):
-            transmit(node, leaf, pkt, now, _DELIVER_ACC)
+            self.transmit(node, leaf, pkt, now, _DELIVER_ACC)
         deadline = w.timer()
-        if deadline is not None and timer_at.get(node) != deadline:
-            timer_at[node] = deadline
-            seq += 1
-            heapq.heappush(heap, (deadline, seq, _TIMER, node, None, None, 0))
+        if deadline is not None and self.timer_at.get(node) != deadline:
+            self.timer_at[node] = deadline
+            self._push((deadline, _TIMER, node, None, None, 0))
 
-    def start_call(node: tuple[int, int], now: int) -> None:
-        key = keys[node[0]]
-        w = workers[node]
-        data = np.asarray(jobs_in[key][node[1]])
-        if in_place:
-            buf = own.get(node)
+    def start_call(self, node: tuple[int, int], now: int) -> None:
+        """Worker ``node`` starts an allreduce of its input."""
+        key = self.keys[node[0]]
+        w = self.workers[node]
+        data = np.asarray(self.jobs_in[key][node[1]])
+        if self.in_place:
+            buf = self.own.get(node)
             if buf is None:
-                buf = own[node] = np.empty_like(data)
+                buf = self.own[node] = np.empty_like(data)
             buf[:] = data
             w.start(now, buf, out=buf)
         else:
             w.start(now, data)
         if w.done:  # an empty vector: nothing to send
-            call_finished(node, now)
-        pump(node, now)
+            self.call_finished(node, now)
+        self.pump(node, now)
 
-    def call_finished(node: tuple[int, int], now: int) -> None:
-        nonlocal remaining, finished_ps, seq
-        done = calls_done[node]
+    def call_finished(self, node: tuple[int, int], now: int) -> None:
+        """Worker ``node`` has its result: its next call after ``gap_ps``, or it is done."""
+        done = self.calls_done[node]
         done.append(now)
-        if len(done) == calls:
-            remaining -= 1
-            finished_ps = now
+        if len(done) == self.calls:
+            self.remaining -= 1
+            self.finished_ps = now
         else:
-            seq += 1
-            heapq.heappush(heap, (now + gap_ps, seq, _NEXT_CALL, node, None, None, 0))
+            self._push((now + self.gap_ps, _NEXT_CALL, node, None, None, 0))
 
-    keys = {job_id: key for key, job_id in job_ids.items()}
-    remaining = sum(len(a) for a in jobs_in.values())  # workers with calls left
-    finished_ps = 0
-    for key in jobs_in:  # jobs present from the start are admitted together, then begin
-        if starts[key] == 0:
-            install(key)
-    for key in jobs_in:
-        seq += 1
-        heapq.heappush(heap, (starts[key], seq, _START, key, None, None, 0))
+    # ------------------------------------------------------------------ event loop
+    def run(self) -> None:
+        """Admit the jobs present from the start together, schedule every job's start, and
+        run until every worker finished its calls and every packet in flight has arrived
+        (the closing acks free what the accelerators retained for the workers)."""
+        for key in self.jobs_in:
+            if self.starts[key] == 0:
+                self.install(key)
+        for key in self.jobs_in:
+            self._push((self.starts[key], _START, key, None, None, 0))
+        heap = self.heap
+        now = 0
+        handlers = {
+            _DELIVER_ACC: self._deliver_to_accelerator,
+            _DELIVER_WORKER: self._deliver_to_worker,
+            _TIMER: self._timer,
+            _NEXT_CALL: self._next_call,
+            _START: self._start_job,
+        }
+        while self.remaining or heap:
+            if not heap:
+                raise FabricError(
+                    f"stalled at t={now} ps with {self.remaining} workers unfinished: {_missing(self.workers)}"
+                )
+            now, _, kind, dst, pkt, src, codepoint = heapq.heappop(heap)
+            self.events += 1
+            if self.events > self.max_events:
+                raise FabricError(
+                    f"event budget {self.max_events} spent with {self.remaining} workers unfinished: "
+                    f"{_missing(self.workers)}"
+                )
+            handlers[kind](now, dst, pkt, src, codepoint)
 
-    now = 0
-    events = 0
-    # Run until every worker finished its calls and every packet in flight has arrived
-    # (the closing acks free what the accelerators retained for the workers).
-    while remaining or heap:
-        if not heap:
-            raise FabricError(f"stalled at t={now} ps with {remaining} workers unfinished: {_missing(workers)}")
-        now, _, kind, dst, pkt, src, codepoint = heapq.heappop(heap)
-        events += 1
-        if events > max_events:
-            raise FabricError(
-                f"event budget {max_events} spent with {remaining} workers unfinished: {_missing(workers)}"
-            )
-        if kind == _DELIVER_ACC:
-            pkt.ecn = codepoint
-            for destinations, out in accs[dst].receive(pkt, src):
-                for to in destinations:
-                    transmit(dst, to, out, now, _DELIVER_WORKER if to in workers else _DELIVER_ACC)
-        elif kind == _DELIVER_WORKER:
-            pkt.ecn = codepoint
-            w = workers[dst]
-            was_done = w.done
-            w.receive(pkt, now)
-            pump(dst, now)
-            if w.done and not was_done:
-                call_finished(dst, now)
-        elif kind == _TIMER:
-            if timer_at.get(dst) != now:
-                continue  # superseded timer (lazy cancellation)
-            del timer_at[dst]
-            w = workers[dst]
-            try:
-                w.handle_timer(now)
-            except TransportError as exc:
-                raise FabricError(f"worker {dst}: {exc}") from exc
-            pump(dst, now)
-        elif kind == _NEXT_CALL:
-            start_call(dst, now)
-        else:  # _START: a job arrives (installed now unless it was there from t=0)
-            job_id = job_ids[dst]
-            if (job_id, 0) not in workers:
-                install(dst)
-            for rank in range(len(jobs_in[dst])):
-                start_call((job_id, rank), now)
+    def _deliver_to_accelerator(self, now: int, dst: str, pkt: Packet, src: Hashable, codepoint: int) -> None:
+        pkt.ecn = codepoint
+        workers = self.workers
+        for destinations, out in self.accs[dst].receive(pkt, src):
+            for to in destinations:
+                self.transmit(dst, to, out, now, _DELIVER_WORKER if to in workers else _DELIVER_ACC)
 
-    report.simulated_ps = finished_ps
-    report.events = events
-    for name, acc in accs.items():
-        acc.check_invariants()
-        report.occupancy_before_release[name] = acc.occupancy()
-        report.peak_tree_use[name] = [
-            {"job": key, "tree": t, **acc.tree_status(job_ids[key], t)}
-            for key in jobs_in
-            for t in range(trees)
-            if acc.has_tree(job_ids[key], t)
-        ]
-    for name, acc in accs.items():
-        for job_id in list(acc.jobs()):
-            acc.remove_job(job_id)
-        acc.check_invariants()
-        report.occupancy_after_release[name] = acc.used_slots
-        report.accelerators[name] = acc.stats()
-    outputs: dict[Hashable, list[np.ndarray]] = {}
-    for key, arrays in jobs_in.items():
-        job_id = job_ids[key]
-        outputs[key] = [workers[(job_id, r)].result() for r in range(len(arrays))]
-        report.workers[key] = [
-            {**_worker_stats(workers[(job_id, r)]), "finished_ps": calls_done[(job_id, r)]} for r in range(len(arrays))
-        ]
-    result = outputs[0] if single else outputs
-    return (result, report) if return_report else result
+    def _deliver_to_worker(self, now: int, dst: tuple[int, int], pkt: Packet, src: Hashable, codepoint: int) -> None:
+        pkt.ecn = codepoint
+        w = self.workers[dst]
+        was_done = w.done
+        w.receive(pkt, now)
+        self.pump(dst, now)
+        if w.done and not was_done:
+            self.call_finished(dst, now)
+
+    def _timer(self, now: int, dst: tuple[int, int], *_: object) -> None:
+        if self.timer_at.get(dst) != now:
+            return  # superseded timer (lazy cancellation)
+        del self.timer_at[dst]
+        try:
+            self.workers[dst].handle_timer(now)
+        except TransportError as exc:
+            raise FabricError(f"worker {dst}: {exc}") from exc
+        self.pump(dst, now)
+
+    def _next_call(self, now: int, dst: tuple[int, int], *_: object) -> None:
+        self.start_call(dst, now)
+
+    def _start_job(self, now: int, key: Hashable, *_: object) -> None:
+        """A job arrives (installed now unless it was there from t=0); its workers begin."""
+        job_id = self.job_ids[key]
+        if (job_id, 0) not in self.workers:
+            self.install(key)
+        for rank in range(len(self.jobs_in[key])):
+            self.start_call((job_id, rank), now)
+
+    # ------------------------------------------------------------------ results
+    def outputs(self) -> dict[Hashable, list[np.ndarray]]:
+        """Every worker's result by job, after :meth:`run`; completes :attr:`report`
+        (accelerator occupancy and tree use before the jobs are released, then after)."""
+        report, accs, workers = self.report, self.accs, self.workers
+        report.simulated_ps = self.finished_ps
+        report.events = self.events
+        for name, acc in accs.items():
+            acc.check_invariants()
+            report.occupancy_before_release[name] = acc.occupancy()
+            report.peak_tree_use[name] = [
+                {"job": key, "tree": t, **acc.tree_status(self.job_ids[key], t)}
+                for key in self.jobs_in
+                for t in range(self.trees)
+                if acc.has_tree(self.job_ids[key], t)
+            ]
+        for name, acc in accs.items():
+            for job_id in list(acc.jobs()):
+                acc.remove_job(job_id)
+            acc.check_invariants()
+            report.occupancy_after_release[name] = acc.used_slots
+            report.accelerators[name] = acc.stats()
+        outputs: dict[Hashable, list[np.ndarray]] = {}
+        for key, arrays in self.jobs_in.items():
+            job_id = self.job_ids[key]
+            outputs[key] = [workers[(job_id, r)].result() for r in range(len(arrays))]
+            report.workers[key] = [
+                {**_worker_stats(workers[(job_id, r)]), "finished_ps": self.calls_done[(job_id, r)]}
+                for r in range(len(arrays))
+            ]
+        return outputs
 
 
 def _worker_stats(w: WorkerTransport) -> dict:

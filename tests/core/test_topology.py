@@ -17,6 +17,7 @@ from panama.core.topology import (
     topology_from_edge_list,
     topology_from_toml,
 )
+from panama.topology_file import load_topology
 
 
 @pytest.mark.parametrize("k, hosts", [(4, 16), (8, 128), (16, 1024)])
@@ -163,7 +164,7 @@ def test_spec_names_round_trip():
 def test_toml_builtin_and_explicit(tmp_path):
     f = tmp_path / "ft.toml"
     f.write_text('kind = "fat-tree"\nk = 4\ngbps = 40\n')
-    t = parse_topology(str(f))
+    t = load_topology(str(f))
     assert t.counts()["hosts"] == 16 and t.rate_bps("tor0", "agg0") == 40e9
 
     g = tmp_path / "tiny.toml"
@@ -179,7 +180,7 @@ tor = ["r1", "r2"]
 spine = ["s"]
 """
     )
-    t = parse_topology(g)
+    t = load_topology(g)
     assert t.name == "tiny"
     assert t.hosts == ["a", "b", "c"] and t.tors == ["r1", "r2"] and t.spines == ["s"]
     assert t.rate_bps("a", "r1") == 25e9 and t.delay_ps("a", "r1") == 500_000
@@ -190,7 +191,7 @@ spine = ["s"]
 def test_edge_list_infers_kinds(tmp_path):
     f = tmp_path / "net.edges"
     f.write_text("# a two-rack network\nh0 leaf0\nh1 leaf0 25\nh2 leaf1\nleaf0 spine0 100 0.5\nleaf1 spine0 100 0.5\n")
-    t = parse_topology(str(f))
+    t = load_topology(str(f))
     assert t.hosts == ["h0", "h1", "h2"] and t.spines == ["spine0"]
     assert t.rate_bps("h1", "leaf0") == 25e9 and t.delay_ps("leaf0", "spine0") == 500_000
     assert kind_from_name("core3") == "core" and kind_from_name("host7") == "host"
@@ -262,3 +263,14 @@ def test_layout_places_hosts_under_their_tor():
     for tor in t.tors:
         xs = [pos[h][0] for h in t.hosts_of(tor)]
         assert min(xs) < pos[tor][0] < max(xs)
+
+
+def test_the_core_reads_no_file_and_load_topology_does(tmp_path):
+    f = tmp_path / "ft.toml"
+    f.write_text('kind = "fat-tree"\nk = 4\n')
+    with pytest.raises(TopologyError, match="load_topology"):
+        parse_topology(str(f))
+    assert load_topology(str(f)).counts()["hosts"] == 16
+    assert load_topology("fat-tree:k=4").counts()["hosts"] == 16
+    with pytest.raises(TopologyError, match="no such file: does/not/exist.toml"):
+        load_topology("does/not/exist.toml")

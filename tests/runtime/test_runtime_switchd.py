@@ -114,7 +114,7 @@ def test_backlog_above_threshold_marks_ce(daemon_factory):
 
 def test_backlog_counts_what_still_waits_in_the_kernel_after_a_full_batch(daemon_factory):
     """A batch of 2 can never hold 6 datagrams behind the first: the socket queue must count."""
-    from panama.runtime.switchd import _datagram_truesize
+    from panama.runtime.switch_dataplane import _datagram_truesize
 
     if not _datagram_truesize(codec.wire_size(PE)):
         pytest.skip("SO_MEMINFO is not available on this kernel (the backlog then counts the batch only)")

@@ -78,3 +78,28 @@ def test_compiled_and_pure_give_identical_outputs(case, tmp_path):
     assert fast["packet_hops"] > 0
     for name in ("flows.csv", "jobs.csv"):
         assert (tmp_path / "compiled" / name).read_bytes() == (tmp_path / "pure" / name).read_bytes(), name
+
+
+def test_stale_extensions_force_the_pure_path_with_one_warning_line(monkeypatch, capsys):
+    monkeypatch.delenv(_ext.ENV_VAR, raising=False)
+    monkeypatch.setattr(_ext, "_stale_extensions", lambda: ["panama.sim.engine", "panama.sim.heap"])
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, _ext._PureFinder)])
+    _ext.install_pure_finder()
+    _ext.install_pure_finder()  # once per process
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "engine, heap" in err and "pure-Python" in err
+    assert isinstance(sys.meta_path[0], _ext._PureFinder)
+
+
+def test_each_component_has_a_python_and_a_c_implementation():
+    root = Path(panama.__file__).parent
+    for name in _ext.COMPONENTS:
+        assert name in _ext.COMPILED_MODULES
+        base = root.joinpath(*name.split(".")[1:])
+        for ext in (".py", ".pyx", ".pxd"):
+            assert base.with_suffix(ext).exists(), f"{name}: no {ext}"
+        assert _ext.source_of(name) == str(base.with_suffix(".pyx"))
+    code = f"import {_ext.COMPONENTS[0]} as m; print(m.IMPLEMENTATION)"
+    assert _python(code, pure=True) == "python"
+    if _ext.extensions_built():
+        assert _python(code, pure=False) == "C"

@@ -310,12 +310,12 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool, batched: bool = False) -> dict:
 
         def rx_of() -> int:
             with daemon.lock:
-                return daemon.rx_packets
+                return daemon.dp.rx_packets
 
         def calls_of() -> tuple[int, int, int, int, int]:
             with daemon.lock:
                 sk = daemon.sock
-                return daemon.rx_packets, daemon.rx_syscalls, sk.sent_packets, sk.tx_syscalls, sk.gso_datagrams
+                return daemon.dp.rx_packets, daemon.dp.rx_syscalls, sk.sent_packets, sk.tx_syscalls, sk.gso_datagrams
 
     ctx = multiprocessing.get_context("fork")
     results_q = ctx.Queue()

@@ -1,8 +1,11 @@
 """The ``panama`` command line.
 
 Subcommands live in the modules of the layer they drive and are imported only when
-invoked (``LazyGroup``), so ``panama --help`` stays fast and a missing optional
-dependency (torch, dask) only affects the commands that need it.
+invoked (``LazyGroup``), so a missing optional dependency (torch, dask) only affects the
+commands that need it. Listing them (``panama --help``) imports none of them: each
+group declares their one-line help (``lazy_help``; ``tests/test_entry_point.py`` checks
+it against the commands), so the first thing a newcomer types answers at once instead of
+after importing torch.
 
 Every usage or configuration error ends as one line on stderr,
 ``panama <command>: error: <message naming the field>``, and exit code 2.
@@ -14,14 +17,38 @@ import importlib
 import sys
 
 import click
+from click.utils import make_default_short_help
 
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are ``"module:attribute"`` strings resolved on use."""
 
-    def __init__(self, *args, lazy_subcommands: dict[str, str] | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        lazy_subcommands: dict[str, str] | None = None,
+        lazy_help: dict[str, str] | None = None,
+        **kwargs,
+    ):
         super().__init__(*args, **kwargs)
         self.lazy_subcommands = dict(lazy_subcommands or {})
+        # The first sentence of each lazy command's help, for the listing in --help.
+        self.lazy_help = dict(lazy_help or {})
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``--help``, without importing the lazy commands."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.lazy_help:
+                rows.append((name, self.lazy_help[name]))
+                continue
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+            with formatter.section("Commands"):
+                formatter.write_dl([(name, make_default_short_help(text, limit)) for name, text in rows])
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self.lazy_subcommands))
@@ -68,6 +95,17 @@ def _unavailable(name: str, exc: ImportError) -> click.Command:
         "topology": "panama.cli.topology_cmds:topology",
         "train": "panama.cli.train_cmds:train",
     },
+    lazy_help={
+        "cluster": "Start, inspect and stop a local cluster (controller + switch daemons on this machine).",
+        "demo": "A half-minute tour: ring vs panama on a simulated shared cluster, then real training through "
+        "switch daemons.",
+        "experiment": "Experiments that reproduce the claims of the original work (docs/experiments.md).",
+        "hw": "The aggregation accelerator in hardware (Amaranth RTL): verify, report, export Verilog.",
+        "simulate": "Run a packet-level simulation of SCENARIO (a TOML file; omitted: the built-in default).",
+        "switch": "Run one PANAMA switch daemon (a UDP aggregation accelerator) in the foreground.",
+        "topology": "Inspect data-centre topologies (fat-tree, leaf-spine, or from a file).",
+        "train": "Train the reference LeNet data-parallel on W workers and check the replicas agree.",
+    },
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(package_name="panama-ina", prog_name="panama")
@@ -83,6 +121,13 @@ def cli() -> None:
         "allreduce": "panama.cli.runtime_cmds:bench_allreduce",
         "switch": "panama.cli.runtime_cmds:bench_switch",
     },
+    lazy_help={
+        "core": "Aggregate WORKERS x SIZE_MB through one accelerator; compare with numpy.add on the same packets.",
+        "sim": "Simulator speed: packet hops per CPU second, compiled against pure Python.",
+        "allreduce": "Time PANAMA allreduce through a local cluster against gloo (torch.distributed) in the same run.",
+        "switch": "One switch daemon summing pre-built datagrams from a feeder process, against its "
+        "one-datagram-per-call loop and a receive-and-forward socket floor in the same run (payload Gb/s per core).",
+    },
 )
 def bench() -> None:
     """Benchmarks that report ratios against a baseline measured in the same run."""
@@ -93,6 +138,10 @@ def bench() -> None:
     lazy_subcommands={
         "plan": "panama.cli.topology_cmds:controller_plan",
         "serve": "panama.cli.runtime_cmds:controller_serve",
+    },
+    lazy_help={
+        "plan": "Plan aggregation trees for one or more jobs and print the decisions and switch entries.",
+        "serve": "Serve the controller's HTTP/JSON API (docs/runtime.md) for workers and switch daemons.",
     },
 )
 def controller() -> None:

@@ -87,7 +87,7 @@ def simulate(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_pure: bool, as_json: bool) -> None:
-    """Simulator speed: packet hops per wall second, compiled against pure Python.
+    """Simulator speed: packet hops per CPU second, compiled against pure Python.
 
     reference: 4 long-lived DCTCP flows through one 10 Gbps bottleneck (10 µs links, ECN
     K=65 packets), with a bare heapq store-and-forward loop moving the same number of
@@ -96,7 +96,8 @@ def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_p
     in-network jobs and background flows on a k=8 fat-tree. When the compiled fast path
     is installed, the pure-Python path runs the same scenario in a child process
     (PANAMA_NO_EXTENSIONS=1), in turn slice by slice; its rate, the speed-up and whether
-    the results are identical are reported.
+    the results are identical are reported. Each side is timed in CPU seconds and repeated
+    (medians, with their spread), so that two runs agree within 10 % on a shared machine.
     """
     import json
 

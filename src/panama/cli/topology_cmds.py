@@ -24,8 +24,9 @@ from panama.core.controller import (
     ControllerError,
     JobPlan,
 )
-from panama.core.topology import Topology, TopologyError, parse_topology
+from panama.core.topology import Topology, TopologyError
 from panama.tables import format_table
+from panama.topology_file import load_topology as read_topology
 
 DEFAULT_JOB_SIZE_MB = 100.0
 BYTES_PER_MB = 1_000_000
@@ -41,7 +42,7 @@ _CONTROLLER_FIELDS = {
 def load_topology(spec: str, option: str = "--topology") -> Topology:
     """Parse a topology spec or file for the CLI; errors name the option and the field."""
     try:
-        return parse_topology(spec)
+        return read_topology(spec)
     except TopologyError as exc:
         raise usage_error(option, str(exc)) from None
 

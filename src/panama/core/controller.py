@@ -256,82 +256,105 @@ class Controller:
             self._next_job_id = plan.job_id % MAX_JOB_ID + 1
 
     def _decide(self, name: str, job_id: int, hosts: tuple[str, ...], size_bytes: int, num_trees: int) -> JobPlan:
-        topo = self.topology
+        """The plan of one job, in four named steps: whether it may aggregate in the network
+        at all (:meth:`_host_based_reason`), which roots its ToRs allow and how many trees
+        (:meth:`_roots`), the clamps by ToR share and multicast pool (:meth:`_clamp_trees`),
+        and the trees themselves with their caps (:meth:`_build_trees`). Any step may
+        answer host-based allreduce, with its reason."""
 
-        def host_based(reason: str, warnings: Sequence[str] = ()) -> JobPlan:
-            return JobPlan(
-                name,
-                job_id,
-                hosts,
-                size_bytes,
-                False,
-                f"host-based allreduce: {reason}",
-                [],
-                num_trees,
-                tuple(warnings),
-            )
+        def host_based(reason: str) -> JobPlan:
+            return JobPlan(name, job_id, hosts, size_bytes, False, f"host-based allreduce: {reason}", [], num_trees, ())
 
-        distinct = sorted(set(hosts), key=topo.rank)
+        distinct = sorted(set(hosts), key=self.topology.rank)
+        reason = self._host_based_reason(hosts, distinct, size_bytes)
+        if reason:
+            return host_based(reason)
+        tors = sorted({self.topology.tor_of(h) for h in distinct}, key=self.topology.rank)
+        warnings: list[str] = []
+        roots = self._roots(tors, num_trees, warnings)
+        if isinstance(roots, str):
+            return host_based(roots)
+        scope, candidates, want, tor_trees = roots
+        want = self._clamp_trees(tors, want, tor_trees, warnings)
+        if isinstance(want, str):
+            return host_based(want)
+        trees = self._build_trees(name, job_id, candidates, want, tors, distinct, warnings)
+        roots_text = ", ".join(t.root for t in trees)
+        reason = (
+            f"in-network: size {size_bytes} B >= threshold_bytes {self.threshold_bytes} B; "
+            f"{len(trees)} tree{'s' if len(trees) != 1 else ''} at {scope} scope rooted at {roots_text}"
+        )
+        return JobPlan(name, job_id, hosts, size_bytes, True, reason, trees, num_trees, tuple(warnings), scope)
+
+    def _host_based_reason(self, hosts: tuple[str, ...], distinct: list[str], size_bytes: int) -> str | None:
+        """Why the job's allreduce stays on the hosts whatever the network holds (one
+        worker, one host, a host given twice, below the size threshold), or None."""
         if len(hosts) == 1:
-            return host_based("a single worker has nothing to aggregate")
+            return "a single worker has nothing to aggregate"
         if len(distinct) == 1:
-            return host_based(f"all {len(hosts)} workers are on host {distinct[0]} (reduce locally)")
+            return f"all {len(hosts)} workers are on host {distinct[0]} (reduce locally)"
         if len(distinct) != len(hosts):
             dup = next(h for h in distinct if hosts.count(h) > 1)
-            return host_based(
+            return (
                 f"host {dup} runs {hosts.count(dup)} workers; in-network aggregation takes one worker per host "
                 "(reduce locally first, then give each host once)"
             )
         if size_bytes < self.threshold_bytes:
-            return host_based(f"size {size_bytes} B is below threshold_bytes {self.threshold_bytes} B")
+            return f"size {size_bytes} B is below threshold_bytes {self.threshold_bytes} B"
+        return None
 
-        tors = sorted({topo.tor_of(h) for h in distinct}, key=topo.rank)
-        warnings: list[str] = []
-        # Every tree crosses every ToR of the job: check the ToRs first.
+    def _roots(self, tors: list[str], num_trees: int, warnings: list[str]) -> tuple | str:
+        """The usable roots above the job's ToRs: ``(scope, candidates, trees wanted, trees
+        the ToRs' shares hold)``, or why there are none (str). Every tree crosses every
+        ToR of the job, so the ToRs are checked first; then each candidate's other
+        switches. Clamps are explained in ``warnings``."""
+        topo = self.topology
         tor_trees = num_trees
         for t in tors:
             problem = self._no_room(t, 1)
             if problem:
-                return host_based(problem)
+                return problem
             tor_trees = min(tor_trees, self._max_new_trees(t))
         if len(tors) == 1:
-            scope = SCOPE_RACK
-            candidates = [_Candidate(tors[0], {}, (tors[0],), frozenset())]
             if num_trees > 1:
                 warnings.append(
                     f"num_trees clamped from {num_trees} to 1: all workers are under {tors[0]}, "
                     "which aggregates alone (no uplink to balance)"
                 )
-            want = 1
-        else:
-            candidates = self._candidates(tors)
-            if not candidates:
-                return host_based(f"no switch lies above all of the job's ToRs ({', '.join(tors)})")
-            scope = SCOPE_POD if topo.tier(candidates[0].root) == AGG else SCOPE_FABRIC
-            usable = []
-            blocked = []
-            tor_set = set(tors)
-            problems: dict[str, str | None] = {}
-            for c in candidates:
-                problem = None
-                for s in c.switches:
-                    if s not in tor_set:
-                        if s not in problems:
-                            problems[s] = self._no_room(s, 1)
-                        problem = problems[s]
-                        if problem:
-                            break
-                (blocked if problem else usable).append((c, problem))
-            if not usable:
-                return host_based(f"no usable root: {blocked[0][1]}")
-            candidates = [c for c, _ in usable]
-            want = num_trees
-            if want > len(candidates):
-                what = f"{len(candidates)} usable roots" if blocked else f"{len(candidates)} distinct roots"
-                warnings.append(f"num_trees clamped from {num_trees} to {len(candidates)}: the job's ToRs have {what}")
-                want = len(candidates)
-            if blocked:
-                warnings.append(f"{len(blocked)} roots skipped for lack of accelerator room, e.g. {blocked[0][1]}")
+            return SCOPE_RACK, [_Candidate(tors[0], {}, (tors[0],), frozenset())], 1, tor_trees
+        candidates = self._candidates(tors)
+        if not candidates:
+            return f"no switch lies above all of the job's ToRs ({', '.join(tors)})"
+        scope = SCOPE_POD if topo.tier(candidates[0].root) == AGG else SCOPE_FABRIC
+        usable = []
+        blocked = []
+        tor_set = set(tors)
+        problems: dict[str, str | None] = {}
+        for c in candidates:
+            problem = None
+            for s in c.switches:
+                if s not in tor_set:
+                    if s not in problems:
+                        problems[s] = self._no_room(s, 1)
+                    problem = problems[s]
+                    if problem:
+                        break
+            (blocked if problem else usable).append((c, problem))
+        if not usable:
+            return f"no usable root: {blocked[0][1]}"
+        candidates = [c for c, _ in usable]
+        want = num_trees
+        if want > len(candidates):
+            what = f"{len(candidates)} usable roots" if blocked else f"{len(candidates)} distinct roots"
+            warnings.append(f"num_trees clamped from {num_trees} to {len(candidates)}: the job's ToRs have {what}")
+            want = len(candidates)
+        if blocked:
+            warnings.append(f"{len(blocked)} roots skipped for lack of accelerator room, e.g. {blocked[0][1]}")
+        return scope, candidates, want, tor_trees
+
+    def _clamp_trees(self, tors: list[str], want: int, tor_trees: int, warnings: list[str]) -> int | str:
+        """``want`` trees clamped to what the ToRs' shares hold and to the free multicast
+        addresses (each clamp explained in ``warnings``), or why none is left (str)."""
         if want > tor_trees:
             tor = min(tors, key=self._max_new_trees)
             warnings.append(
@@ -341,10 +364,26 @@ class Controller:
             want = tor_trees
         free_groups = self._pool_size - len(self._groups)
         if free_groups == 0:
-            return host_based(f"multicast pool {self.group_pool} is exhausted")
+            return f"multicast pool {self.group_pool} is exhausted"
         if want > free_groups:
             warnings.append(f"num_trees clamped from {want} to {free_groups}: free addresses left in {self.group_pool}")
             want = free_groups
+        return want
+
+    def _build_trees(
+        self,
+        name: str,
+        job_id: int,
+        candidates: list,
+        want: int,
+        tors: list[str],
+        distinct: list[str],
+        warnings: list[str],
+    ) -> list:
+        """Up to ``want`` trees on the chosen roots, each with a multicast group (reserved
+        while the trees are built, handed out by ``admit``) and the ``cwnd_cap`` its
+        switches' shares allow once the job joins (a switch crossed by several of the job's
+        trees splits its share between them)."""
         chosen = self._choose_roots(candidates, want, tors)
         if len(chosen) < want:
             warnings.append(f"only {len(chosen)} trees fit: intermediate switches lack room for more")
@@ -359,16 +398,10 @@ class Controller:
         for t in trees:
             for sw in t.entries:
                 crossing[sw] = crossing.get(sw, 0) + 1
-        trees = [
+        return [
             replace(t, cwnd_cap=tree_cwnd_cap(t, {sw: self._share_after_join(sw) // crossing[sw] for sw in t.entries}))
             for t in trees
         ]
-        roots = ", ".join(t.root for t in trees)
-        reason = (
-            f"in-network: size {size_bytes} B >= threshold_bytes {self.threshold_bytes} B; "
-            f"{len(trees)} tree{'s' if len(trees) != 1 else ''} at {scope} scope rooted at {roots}"
-        )
-        return JobPlan(name, job_id, hosts, size_bytes, True, reason, trees, num_trees, tuple(warnings), scope)
 
     # ------------------------------------------------------------------ capacity
     def tree_caps(self, name: str) -> list[int]:

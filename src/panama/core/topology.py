@@ -1,4 +1,5 @@
-"""Data-centre topologies as typed networkx graphs (pure: no I/O beyond reading a spec file).
+"""Data-centre topologies as typed networkx graphs (pure: no I/O; files are read by
+:func:`panama.topology_file.load_topology`, which hands their text to the parsers here).
 
 Contract
 --------
@@ -21,8 +22,8 @@ Node names (documented in docs/controller.md):
 
 Specs (:func:`parse_topology`): ``fat-tree:k=4[,gbps=10][,host_gbps=..][,delay_us=1]``,
 ``leaf-spine:leaves=4,spines=2,hosts_per_leaf=4[,host_gbps=10][,fabric_gbps=..][,delay_us=1]``,
-or the path of a TOML file or a plain edge-list file (see :func:`topology_from_toml`
-and :func:`topology_from_edge_list`).
+and, from the text of a TOML file or a plain edge-list file, :func:`topology_from_toml`
+and :func:`topology_from_edge_list`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ import math
 import re
 import tomllib
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -544,24 +544,20 @@ def parse_spec(spec: str) -> Topology:
     return build_topology(kind, options)
 
 
-def parse_topology(spec_or_path: str | Path) -> Topology:
-    """A topology from a spec string or the path of a ``.toml`` / edge-list file.
+def looks_like_a_file(spec: str) -> bool:
+    """Whether ``spec`` names a file rather than a topology (no ``:``, and a ``/`` or a
+    ``.toml`` ending)."""
+    return ":" not in spec and (spec.endswith(".toml") or "/" in spec)
 
-    A string naming an existing file is read as TOML when it ends in ``.toml``, else as
-    an edge list; anything else is parsed as a spec.
-    """
-    if isinstance(spec_or_path, Path) or Path(str(spec_or_path)).is_file():
-        path = Path(spec_or_path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise TopologyError("topology", f"cannot read {path}: {exc.strerror}") from None
-        if path.suffix.lower() == ".toml":
-            return topology_from_toml(text, name=path.name)
-        return topology_from_edge_list(text, name=path.name)
-    spec = str(spec_or_path)
-    if ":" not in spec and (spec.endswith(".toml") or "/" in spec):
-        raise TopologyError("topology", f"no such file: {spec}")
+
+def parse_topology(spec: str) -> Topology:
+    """A topology from a spec string (module docstring). Files are read by
+    :func:`panama.topology_file.load_topology`; a spec that names one is refused here."""
+    spec = str(spec)
+    if looks_like_a_file(spec):
+        raise TopologyError(
+            "topology", f"{spec} names a file: the core reads none (panama.topology_file.load_topology does)"
+        )
     return parse_spec(spec)
 
 

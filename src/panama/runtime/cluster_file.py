@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from panama.core.errors import FieldError
-from panama.core.topology import Topology, TopologyError, leaf_spine, parse_topology
+from panama.core.topology import Topology, TopologyError, leaf_spine
 from panama.runtime.udp import Address, AddressError, format_addr, parse_addr
+from panama.topology_file import load_topology
 
 
 class ClusterFileError(FieldError):
@@ -79,7 +80,7 @@ def load_cluster(source: str | Path | dict) -> ClusterSpec:
         if "topology" in data:
             if not isinstance(data["topology"], str):
                 raise ClusterFileError("topology", "expected a spec string or a file path")
-            topo = parse_topology(data["topology"])
+            topo = load_topology(data["topology"])
         else:
             for key in ("leaves", "spines", "hosts_per_leaf"):
                 if key not in data:

@@ -105,11 +105,6 @@ class SwitchConfig(Settings):
         description="UDP GSO/GRO batched loop where the kernel has it and 2+ datagrams fit one send "
         "(PANAMA_UDP_OFFLOAD=0: off).",
     )
-    batch_sums: bool = Field(
-        False,
-        description="In the batched loop, sum through the core's batch API (bit-identical, measured slower; "
-        "PANAMA_BATCH_SUMS=1: on).",
-    )
     drop_prob: float = Field(0.0, ge=0.0, lt=1.0, description="Drop received datagrams (fault injection).")
     seed: int = Field(0, ge=0, description="Seed of the drop generator.")
     status_interval_s: float = Field(

@@ -24,37 +24,22 @@ Same contract as the plain loop (docs in :mod:`panama.runtime.switchd`), per dat
   (or one call per datagram when the kernel refuses GSO: counted fallback, no loss).
   Send errors are counted per datagram, as ``drops["send_error"]``.
 * ECN backlog marking and ``drop_prob`` work per datagram as in the plain loop.
-* Sums: each datagram is summed as it is received (``Accelerator.receive``).
-  ``SwitchConfig.batch_sums`` (``--batch-sums``, or ``PANAMA_BATCH_SUMS=1`` in the
-  daemon's environment) passes the batch through the core's batch API instead
-  (:class:`panama.core.batch.BatchReceiver`: sums of slots left incomplete are deferred to
-  the end of the batch, in arrival order, bit-identical); measured slower here (about
-  1 µs more per datagram: the wrapper's interpreter work exceeds the ufunc calls it
-  saves, docs/runtime-performance.md), so it is off by default.
+* Per datagram: :meth:`panama.runtime.switch_dataplane.DataPlane.ingest`, as in the
+  plain loop; each datagram is summed as it is received (``Accelerator.receive``). (The
+  core's batch API that deferred the sums to the end of a batch was measured slower here
+  and removed in issue 29, docs/runtime-performance.md.)
 """
 
 from __future__ import annotations
 
-import os
 import select
 import socket
 
 import numpy as np
 
 from panama.core import codec
-from panama.core.batch import BatchReceiver
-from panama.core.packet import CE
 from panama.runtime import offload
-from panama.runtime.switchd import (
-    DROP_INJECTED,
-    DROP_OVERSIZE,
-    DROP_SEND_ERROR,
-    backlog_limits,
-    count_batch,
-    count_received,
-    kernel_queue_bytes,
-    log,
-)
+from panama.runtime.switch_dataplane import DROP_OVERSIZE, DROP_SEND_ERROR, kernel_queue_bytes, log
 
 
 def batched_loop(daemon) -> None:
@@ -78,21 +63,16 @@ def batched_loop(daemon) -> None:
     dontwait = int(socket.MSG_DONTWAIT)
     msg_trunc = int(socket.MSG_TRUNC)
     parse_cmsgs = offload.parse_cmsgs
-    decode = codec.decode
-    CodecError = codec.CodecError
+    cut = offload.segments
     header_bytes = codec.HEADER_BYTES
-    acc = daemon.acc
-    batch_sums = cfg.batch_sums or os.environ.get("PANAMA_BATCH_SUMS", "0") == "1"
-    batcher = BatchReceiver(acc) if batch_sums else None
-    daemon.batch_receiver = batcher  # tests and debugging: deferred sums so far
-    receive = batcher.receive if batcher is not None else acc.receive
+    dp = daemon.dp
+    ingest = dp.ingest
+    mark = dp.mark
+    drops = dp.drops
     stage = sock.stage
     stage_copy = sock.stage_copy
     flush = sock.flush
-    drop_prob = cfg.drop_prob
-    rng = daemon._rng  # noqa: SLF001 - the daemon's seeded loss generator
-    keys = daemon.keys
-    datagram_bytes, threshold, truesize = backlog_limits(cfg)
+    datagram_bytes, threshold, truesize = dp.datagram_bytes, dp.threshold, dp.truesize
     meminfo = truesize > 0
     max_datagrams = cfg.batch
     recv = raw.recvmsg_into
@@ -117,9 +97,9 @@ def batched_loop(daemon) -> None:
             if flags & msg_trunc:
                 items.append((k, 0, -1, ecn, src))
                 count += 1
-            elif seg and seg < n:
-                for off in range(0, n, seg):
-                    items.append((k, off, min(seg, n - off), ecn, src))
+            elif seg and seg < n:  # a GRO-coalesced buffer, cut at its segment size
+                for off, size in cut(n, seg):
+                    items.append((k, off, size, ecn, src))
                     count += 1
                 behind += n
             else:
@@ -136,39 +116,25 @@ def batched_loop(daemon) -> None:
             if queued is None:
                 meminfo, queued = False, 0
         behind += queued
-        rx_bytes = 0
         with daemon.lock:
-            count_batch(daemon, count, k, queued, datagram_bytes)
+            dp.count_batch(count, k, queued)
             try:
                 for b, off, n, ecn, src in items:
                     if n < 0 or n > datagram_bytes:  # larger than a slot holds (the plain loop's buffer)
                         behind -= max(n, 0)
-                        daemon.daemon_drops[DROP_OVERSIZE] += 1
+                        drops[DROP_OVERSIZE] += 1
                         continue
                     behind -= n
-                    rx_bytes += n
-                    if drop_prob and rng.random() < drop_prob:
-                        daemon.daemon_drops[DROP_INJECTED] += 1
-                        continue
-                    try:
-                        if off:
-                            fl = floats[b][(off + header_bytes) >> 2 :] if not off & 3 else None
-                            packet = decode(views[b][off : off + n], ecn, fl, keys)
-                        else:
-                            packet = decode(views[b][:n], ecn, floats[b][header_bytes >> 2 :], keys)
-                    except CodecError as exc:
-                        daemon.malformed[exc.reason] += 1
-                        continue
-                    count_received(daemon, packet, ecn)
-                    out = receive(packet, src)
-                    if not out:
+                    if off:
+                        fl = floats[b][(off + header_bytes) >> 2 :] if not off & 3 else None
+                        out = ingest(views[b][off : off + n], ecn, fl, src)
+                    else:
+                        out = ingest(views[b][:n], ecn, floats[b][header_bytes >> 2 :], src)
+                    if out is None:
                         continue
                     congested = behind > threshold
                     for destinations, pkt in out:
-                        tos = pkt.ecn
-                        if congested and tos != CE:
-                            tos = CE
-                            daemon.ce_marked += len(destinations)
+                        tos = pkt.ecn if not congested else mark(pkt.ecn, destinations)
                         first = None
                         for to in destinations:
                             if first is None:
@@ -176,9 +142,6 @@ def batched_loop(daemon) -> None:
                             else:
                                 stage_copy(first, to, tos)
             finally:
-                if batcher is not None:
-                    batcher.flush()  # before the next receive reuses the buffers
                 failed = flush()
                 if failed:
-                    daemon.daemon_drops[DROP_SEND_ERROR] += failed
-                daemon.rx_bytes += rx_bytes
+                    drops[DROP_SEND_ERROR] += failed

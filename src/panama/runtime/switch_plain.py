@@ -2,7 +2,8 @@
 
 Used by :class:`~panama.runtime.switchd.SwitchDaemon` unless the batched GSO/GRO loop of
 :mod:`panama.runtime.switch_batch` can pay (the contract, shared by both, is in
-:mod:`panama.runtime.switchd`). Datagrams are drained from the daemon's socket in batches
+:mod:`panama.runtime.switchd`; the per-datagram work, shared too, is
+:meth:`panama.runtime.switch_dataplane.DataPlane.ingest`). Datagrams are drained from the daemon's socket in batches
 of up to ``batch`` into preallocated buffers (:class:`panama.runtime.mmsg.Receiver`: one
 ``recvmmsg`` where compiled), then from each group socket the daemon joined (its parents'
 results multicast on a loopback cluster, ``install_job``'s ``join``), decoded, summed by
@@ -19,18 +20,8 @@ from __future__ import annotations
 import select
 
 from panama.core import codec
-from panama.core.packet import CE
 from panama.runtime import mmsg
-from panama.runtime.switchd import (
-    DROP_INJECTED,
-    DROP_OVERSIZE,
-    DROP_SEND_ERROR,
-    backlog_limits,
-    count_batch,
-    count_received,
-    kernel_queue_bytes,
-    log,
-)
+from panama.runtime.switch_dataplane import DROP_OVERSIZE, DROP_SEND_ERROR, kernel_queue_bytes, log
 
 
 def plain_loop(daemon) -> None:
@@ -45,19 +36,17 @@ def plain_loop(daemon) -> None:
     # One recvmmsg per batch where compiled (panama.runtime.mmsg), else one recvmsg_into
     # per datagram: sizes (-1: cut), ECN codepoints and sources per buffer.
     rx = mmsg.Receiver(raw, bufs)
-    decode = codec.decode
-    CodecError = codec.CodecError
-    acc = daemon.acc
+    dp = daemon.dp
+    ingest = dp.ingest
+    mark = dp.mark
+    drops = dp.drops
     send_all = sock.send_all
-    drop_prob = cfg.drop_prob
-    rng = daemon._rng
-    keys = daemon.keys
-    datagram_bytes, threshold, truesize = backlog_limits(cfg)
+    datagram_bytes, threshold, truesize = dp.datagram_bytes, dp.threshold, dp.truesize
     meminfo = truesize > 0  # SO_MEMINFO works here
     batch = cfg.batch
     recv = rx.recv
     batched_io = mmsg.BATCHED
-    groups = daemon.groups  # updated in place under the lock by install/remove
+    groups = dp.groups  # updated in place under the lock by install/remove
 
     def process(count: int, src: mmsg.Receiver, views: list, floats: list, queued: int) -> None:
         """Decode, aggregate and forward the ``count`` datagrams ``src`` just received
@@ -69,51 +58,33 @@ def plain_loop(daemon) -> None:
             n = sizes[k]
             if n > 0:
                 behind += n
-        rx_bytes = 0
         with daemon.lock:
-            count_batch(daemon, count, 1 if batched_io else count, queued, datagram_bytes)
+            dp.count_batch(count, 1 if batched_io else count, queued)
             for k in range(count):
                 n = sizes[k]
                 if n < 0:
-                    daemon.daemon_drops[DROP_OVERSIZE] += 1
+                    drops[DROP_OVERSIZE] += 1
                     continue
                 behind -= n
-                rx_bytes += n
-                if drop_prob and rng.random() < drop_prob:
-                    daemon.daemon_drops[DROP_INJECTED] += 1
+                out = ingest(views[k][:n], ecns[k], floats[k], sources[k])
+                if out is None:
                     continue
-                ecn = ecns[k]
-                try:
-                    packet = decode(views[k][:n], ecn, floats[k], keys)
-                except CodecError as exc:
-                    daemon.malformed[exc.reason] += 1
-                    continue
-                count_received(daemon, packet, ecn)
-                out = acc.receive(packet, sources[k])
-                if not out:
-                    continue
-                # The accelerator sets every emitted packet's codepoint (CE relayed
-                # down included); the daemon only adds its own queue's mark.
                 congested = behind > threshold
                 for destinations, pkt in out:
-                    tos = pkt.ecn
-                    if congested and tos != CE:
-                        tos = CE
-                        daemon.ce_marked += len(destinations)
+                    tos = pkt.ecn if not congested else mark(pkt.ecn, destinations)
                     if groups and len(destinations) > 1:
                         group = groups.get(pkt.job_id)
                         if group is not None and group[0] == frozenset(destinations):
                             # Exactly the group's members: one datagram to the group.
                             failed = daemon._send_group(pkt, group, destinations, tos)
                             if failed:
-                                daemon.daemon_drops[DROP_SEND_ERROR] += failed
+                                drops[DROP_SEND_ERROR] += failed
                             continue
                     # One packet to several children: encoded once, sent to each
                     # (software multicast; one sendmmsg where compiled).
                     failed = send_all(pkt, destinations, tos)
                     if failed:
-                        daemon.daemon_drops[DROP_SEND_ERROR] += failed
-            daemon.rx_bytes += rx_bytes
+                        drops[DROP_SEND_ERROR] += failed
 
     # Group sockets this daemon joined (results its parents multicast, see
     # install_job's ``join``): read after the unicast socket on every turn; the poller

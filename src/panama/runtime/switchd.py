@@ -1,6 +1,8 @@
 """``panama switch``: a UDP daemon that runs one aggregation accelerator (one PSwitch).
 
-Data plane (one thread, the plain loop of :mod:`panama.runtime.switch_plain`):
+Data plane (one thread, the plain loop of :mod:`panama.runtime.switch_plain`; its
+state, counters and per-datagram work are a
+:class:`~panama.runtime.switch_dataplane.DataPlane`, ``SwitchDaemon.dp``):
 datagrams are drained from the UDP socket, and from the group sockets the daemon joined
 (``install_job``'s ``join``), in batches of up to ``batch`` into preallocated buffers
 (:class:`panama.runtime.mmsg.Receiver`: one ``recvmmsg`` where compiled, else one
@@ -62,7 +64,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import logging
 import os
 import signal
 import socket
@@ -71,18 +72,19 @@ import threading
 import time
 from collections import Counter
 
-import numpy as np
 from aiohttp import web
 
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
-from panama.core.packet import CE, FLAG_RESULT, FLAG_RETRANSMIT
 from panama.runtime import mcast, mmsg, offload
 from panama.runtime.http import start_site
 from panama.runtime.process import main_from_file
 from panama.runtime.settings import SwitchConfig, SwitchProcess
+from panama.runtime.switch_batch import batched_loop
+from panama.runtime.switch_dataplane import DataPlane, log
 from panama.runtime.switch_http import SwitchHttp
+from panama.runtime.switch_plain import plain_loop
 from panama.runtime.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
     Address,
@@ -92,16 +94,7 @@ from panama.runtime.udp import (
     parse_addr,
 )
 
-log = logging.getLogger("panama.switch")
-
-# Daemon-level drop reasons (the accelerator's own reasons are added to the same counter).
-DROP_INJECTED = "injected"
-DROP_OVERSIZE = "oversize"
-DROP_SEND_ERROR = "send_error"
-
 GROUP_BATCH = 16  # datagrams per receive on a joined group's socket (results from parents)
-_SO_MEMINFO = getattr(socket, "SO_MEMINFO", 55)  # Linux; Python does not export it
-_MEMINFO_BYTES = 9 * 4  # struct of u32, rmem_alloc first
 
 
 class SwitchDaemon(SwitchHttp):
@@ -119,26 +112,15 @@ class SwitchDaemon(SwitchHttp):
         self.sock = PacketSocket(config.udp, offload=want)
         # The batched loop only where it pays: 2+ datagrams per GSO send and GSO or GRO here.
         self.batched = want and (self.sock.offload.gso or self.sock.offload.gro)
-        self.batch_receiver = None  # the batched loop's core.batch.BatchReceiver (PANAMA_BATCH_SUMS=1)
         self.udp_addr = self.sock.addr
         self.control_addr: Address | None = None
         self._stop = threading.Event()
-        self._rng = np.random.default_rng(config.seed)
         self.started_at = time.monotonic()
-        # Counters (read under ``lock``).
-        self.rx_packets = 0
-        self.rx_bytes = 0
-        self.rx_syscalls = 0
-        self.malformed: Counter[str] = Counter()
-        self.daemon_drops: Counter[str] = Counter()
-        self.retransmits_received = 0
-        self.ce_received = 0
-        self.ce_marked = 0
-        self.batches = 0
-        self.max_backlog_pkts = 0
+        # The data plane's state and counters (read and changed under ``lock``): the
+        # installed jobs' keys and groups are its dicts, changed in place.
+        self.dp = DataPlane(config, self.acc)
+        self.keys = self.dp.keys
         self.jobs_installed: dict[int, list[dict]] = {}
-        # Data-plane keys of installed jobs (decode checks them; the socket appends them).
-        self.keys: dict[int, int] = {}
         self.sock.trailers = {}
         self.control_counters: dict[str, int] = {}
         self.dp_errors = 0
@@ -150,7 +132,7 @@ class SwitchDaemon(SwitchHttp):
         self.mcast_reason = mcast.enable_sender(self.sock.sock)
         if self.mcast_reason is None and self.batched:
             self.mcast_reason = "the batched GSO loop sends one copy per child"
-        self.groups: dict[int, tuple[frozenset, tuple[Address]]] = {}
+        self.groups = self.dp.groups
         self.group_texts: dict[int, str] = {}
         self.unicast_reasons: dict[int, str] = {}  # per job whose group was turned off, why
         self.mcast_sends = 0  # results sent as one multicast datagram
@@ -200,12 +182,8 @@ class SwitchDaemon(SwitchHttp):
         while not self._stop.is_set():
             try:
                 if self.batched:
-                    from panama.runtime.switch_batch import batched_loop  # imports this module
-
                     batched_loop(self)
                 else:
-                    from panama.runtime.switch_plain import plain_loop  # imports this module
-
                     plain_loop(self)
             except Exception as exc:  # noqa: BLE001 - the data plane must outlive any one packet
                 with self.lock:
@@ -447,34 +425,35 @@ class SwitchDaemon(SwitchHttp):
         with self.lock:
             acc = self.acc.stats()
             drops = Counter(self.acc.drops)
-            drops.update(self.daemon_drops)
+            dp = self.dp
+            drops.update(dp.drops)
             return {
                 "id": self.config.switch_id,
                 "udp": format_addr(self.udp_addr),
                 "uptime_s": round(time.monotonic() - self.started_at, 3),
                 "payload_elems": self.config.payload_elems,
                 "packet_memory": self.config.packet_memory,
-                "rx_packets": self.rx_packets,
-                "rx_bytes": self.rx_bytes,
+                "rx_packets": dp.rx_packets,
+                "rx_bytes": dp.rx_bytes,
                 "tx_packets": self.sock.sent_packets,
                 "tx_bytes": self.sock.sent_bytes,
-                "rx_syscalls": self.rx_syscalls,
+                "rx_syscalls": dp.rx_syscalls,
                 "tx_syscalls": self.sock.tx_syscalls,
                 "gso_sends": self.sock.gso_sends,
                 "gso_datagrams": self.sock.gso_datagrams,
                 "offload": {**self.sock.offload.as_dict(), "batched_loop": self.batched},
                 "io": "gso/gro" if self.batched else mmsg.IMPLEMENTATION,
                 "drops": dict(drops),
-                "malformed": dict(self.malformed),
+                "malformed": dict(dp.malformed),
                 "send_errors": self.sock.send_errors,
                 "send_errors_by_dest": {d: dict(v) for d, v in self.sock.send_errors_by_dest.items()},
                 "data_plane": self._data_plane_facts(),
                 "control": dict(self.control_counters),
-                "retransmits_received": self.retransmits_received,
-                "ce_received": self.ce_received,
-                "ce_marked": self.ce_marked,
-                "batches": self.batches,
-                "max_backlog_pkts": self.max_backlog_pkts,
+                "retransmits_received": dp.retransmits_received,
+                "ce_received": dp.ce_received,
+                "ce_marked": dp.ce_marked,
+                "batches": dp.batches,
+                "max_backlog_pkts": dp.max_backlog_pkts,
                 "accelerator": acc,
                 "occupancy": {str(k): v for k, v in acc["occupancy"].items()},
                 "jobs": sorted(self.acc.jobs()),
@@ -608,72 +587,6 @@ def write_ready_file(path: str, info: dict) -> None:
 
 
 # ---------------------------------------------------------------------- helpers
-def kernel_queue_bytes(raw: socket.socket, datagram_bytes: int, truesize: int) -> int | None:
-    """What waits in ``raw``'s receive queue, as bytes of full ``datagram_bytes`` datagrams
-    (``SO_MEMINFO`` rmem_alloc over ``truesize``, the buffer memory one takes); None when
-    the kernel refuses the option (the loops then stop asking)."""
-    try:
-        rmem = int.from_bytes(raw.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
-    except OSError:
-        return None
-    return rmem * datagram_bytes // truesize
-
-
-def backlog_limits(config: SwitchConfig) -> tuple[int, int, int]:
-    """The data plane's backlog marking (module docstring, ECN): ``(datagram_bytes,
-    threshold_bytes, truesize)``: a full datagram, the backlog above which what leaves is
-    marked CE (``ecn_threshold_pkts`` full datagrams; 0: never), and the receive-buffer
-    memory one datagram takes (0 where ``SO_MEMINFO`` is not available)."""
-    datagram_bytes = codec.datagram_size(config.payload_elems)
-    threshold = config.ecn_threshold_pkts * datagram_bytes if config.ecn_threshold_pkts else 1 << 62
-    return datagram_bytes, threshold, _datagram_truesize(datagram_bytes)
-
-
-def count_batch(daemon: SwitchDaemon, datagrams: int, syscalls: int, queued: int, datagram_bytes: int) -> None:
-    """The data plane's counters of one received batch (under ``lock``): ``datagrams``
-    taken with ``syscalls`` receive calls, ``queued`` bytes still in the kernel's queue."""
-    daemon.batches += 1
-    daemon.rx_packets += datagrams
-    daemon.rx_syscalls += syscalls
-    backlog_pkts = datagrams - 1 + queued // datagram_bytes
-    if backlog_pkts > daemon.max_backlog_pkts:
-        daemon.max_backlog_pkts = backlog_pkts
-
-
-def count_received(daemon: SwitchDaemon, packet, ecn: int) -> None:
-    """The data plane's per-datagram counters of a decoded ``packet`` (under ``lock``)."""
-    if ecn == CE:
-        daemon.ce_received += 1
-    flags = packet.flags
-    if flags & FLAG_RETRANSMIT and not flags & FLAG_RESULT:
-        daemon.retransmits_received += 1
-
-
-def _datagram_truesize(datagram_bytes: int) -> int:
-    """Receive-buffer bytes the kernel charges for one datagram of ``datagram_bytes`` (0: unknown).
-
-    Measured once with a throwaway socket pair on 127.0.0.1 (SO_MEMINFO rmem_alloc after
-    one datagram), so the daemon can turn its socket's queued memory into datagrams.
-    """
-    try:
-        with (
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx,
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx,
-        ):
-            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * datagram_bytes)
-            rx.bind(("127.0.0.1", 0))
-            tx.sendto(bytes(datagram_bytes), rx.getsockname())
-            deadline = time.monotonic() + 1.0
-            while time.monotonic() < deadline:
-                rmem = int.from_bytes(rx.getsockopt(socket.SOL_SOCKET, _SO_MEMINFO, _MEMINFO_BYTES)[:4], sys.byteorder)
-                if rmem:
-                    return max(rmem, datagram_bytes)
-                time.sleep(0.001)
-    except OSError:
-        pass
-    return 0
-
-
 def _resolve(text: object, field: str) -> Address:
     """Parse ``HOST:PORT`` and resolve the host to the dotted address datagrams come from."""
     if not isinstance(text, str):

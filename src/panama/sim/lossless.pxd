@@ -4,10 +4,10 @@ cimport cython
 from panama.sim.nodes cimport Host, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
-from panama.sim.ports cimport Port, _RelPtr, _rq_pop_back, _rq_put
+from panama.sim.fifos cimport ReleaseRing
+from panama.sim.ports cimport Port
 
 cdef long long _CE, _TRACKED
-cdef bint _COMPILED
 
 cdef class LosslessPort(Port):
     @cython.locals(now=cython.longlong, size=cython.longlong, tx=cython.longlong, bu=cython.longlong,
@@ -28,6 +28,5 @@ cdef class LosslessPort(Port):
     @cython.locals(now=cython.longlong, backlog=cython.longlong)
     cpdef bint _send_paused(self, SimPacket pkt, long long in_idx, long long tx) except -1
 
-    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, ingress=object, head=tuple, q=_RelPtr,
-                   h=cython.Py_ssize_t, n=cython.Py_ssize_t)
+    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, nxt=cython.longlong, rel=ReleaseRing)
     cpdef _release(self)

@@ -26,7 +26,6 @@ __all__ = ["LosslessPort"]
 
 _CE = CE  # a C constant when compiled
 _TRACKED = FLAG_TRACKED  # see panama.sim.ports
-_COMPILED = not __file__.endswith(".py")  # see panama.sim.ports
 
 
 class LosslessPort(Port):
@@ -59,10 +58,7 @@ class LosslessPort(Port):
         if pkt.flags & _TRACKED:
             self.net._ahead(self, pkt, now)
         if self.release is not None:
-            if _COMPILED:
-                _rq_put(self, end, size, in_idx)  # noqa: F821 - ports.pxd: the C release ring
-            else:
-                self._rel_push((end, size, in_idx))
+            self.release.put(end, size, in_idx)
             if not self.rel_armed:
                 self.rel_armed = True
                 self._eng.schedule(end, self._release_ev)
@@ -165,10 +161,7 @@ class LosslessPort(Port):
         pkt.arrive_ps = arrive
         self._push(pkt)
         if self.release is not None:
-            if _COMPILED:
-                _rq_put(self, end, pkt.size_bytes, in_idx)  # noqa: F821 - ports.pxd
-            else:
-                self._rel_push((end, pkt.size_bytes, in_idx))
+            self.release.put(end, pkt.size_bytes, in_idx)
             if not self.rel_armed:
                 self.rel_armed = True
                 self._eng.schedule(end, self._release_ev)
@@ -226,12 +219,7 @@ class LosslessPort(Port):
             if arrive - delay - tx < now:
                 break
             pipe.pop()
-            if rel is None:
-                in_idx = -1
-            elif _COMPILED:
-                in_idx = _rq_pop_back(self)  # noqa: F821 - ports.pxd
-            else:
-                in_idx = rel.pop()[2]
+            in_idx = -1 if rel is None else rel.pop_back()
             held.append((pkt, in_idx))
             self.waiting_ps += tx
         if held:
@@ -262,38 +250,13 @@ class LosslessPort(Port):
         """Lossless switches: free buffer of packets whose transmission ended."""
         now = self._eng.now
         sw = self.owner
-        freed = 0
-        if _COMPILED:  # the same, on the C ring buffer of ports.pxd
-            q = self._rq
-            h = self._rq_head
-            n = self._rq_n
-            while n:
-                if q[h].end > now:
-                    self._eng.schedule(q[h].end, self._release_ev)
-                    break
-                sw._ing[q[h].in_idx] -= q[h].size
-                freed += q[h].size
-                h += 1
-                if h == self._rq_cap:
-                    h = 0
-                n -= 1
-            else:
-                self.rel_armed = False
-            self._rq_head = h
-            self._rq_n = n
+        rel = self.release
+        freed = rel.release(now, sw._ing)
+        nxt = rel.head_end()
+        if nxt >= 0:
+            self._eng.schedule(nxt, self._release_ev)
         else:
-            rel = self.release
-            ingress = sw._ing
-            while rel:
-                head = rel[0]
-                if head[0] > now:
-                    self._eng.schedule(head[0], self._release_ev)
-                    break
-                self._rel_pop()
-                ingress[head[2]] -= head[1]
-                freed += head[1]
-            else:
-                self.rel_armed = False
+            self.rel_armed = False
         if freed:
             sw.used_bytes -= freed
             sw._check_resume()

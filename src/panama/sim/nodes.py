@@ -17,12 +17,12 @@ built, interpreted otherwise (same source, same results).
 from __future__ import annotations
 
 from array import array
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from panama.core.errors import FieldError
-from panama.sim.engine import Event
+from panama.sim.fifos import DelayLine
+from panama.sim.heap import Event
 from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_HANDLER, DROP_NO_ROUTE, NUM_KINDS, SimPacket
 from panama.sim.routing import ecmp_index
 
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
     from panama.sim.ports import Port
 
 __all__ = ["Node", "Host", "Switch", "PacketHook", "HookObject"]
-
-# True when this module runs as a compiled extension: the hook delay line is then a C
-# ring buffer (nodes.pxd) instead of a deque of tuples.
-_COMPILED = not __file__.endswith(".py")
 
 
 class Node:
@@ -187,7 +183,7 @@ class Switch(Node):
         self.resume_offset = 0
         self.pauses_sent = 0
         self.peak_used_bytes = 0
-        self._delayline: deque[tuple[int, Any, int]] = deque()
+        self._delayline = DelayLine()  # hook outputs waiting out hook_latency_ps
         self._dl_armed = False
         self._dl_ev = _DelayLine(self)
         self._npaused = 0  # entries of pause_sent that are True
@@ -272,38 +268,23 @@ class Switch(Node):
 
     def _delay(self, out: list, in_idx: int) -> None:
         t = self._eng.now + self.hook_latency_ps
-        if _COMPILED:
-            _dq_put(self, t, out, in_idx)  # noqa: F821 - nodes.pxd: the C delay line
-        else:
-            self._delayline.append((t, out, in_idx))
+        self._delayline.put(t, out, in_idx)
         if not self._dl_armed:
             self._dl_armed = True
             self._eng.schedule(t, self._dl_ev)
 
     def _drain_delayline(self) -> None:
         now = self._eng.now
-        if _COMPILED:  # the same, on the C ring buffer of nodes.pxd
-            while self._dq_n:
-                t = self._dq[self._dq_head].t
-                if t > now:
-                    self._eng.schedule(t, self._dl_ev)
-                    return
-                in_idx = self._dq[self._dq_head].in_idx
-                out = _dq_pop(self)  # noqa: F821 - nodes.pxd
-                self._emit(out, in_idx)
-        else:
-            dl = self._delayline
-            while dl:
-                t, out, in_idx = dl[0]
-                if t > now:
-                    self._eng.schedule(t, self._dl_ev)
-                    return
-                dl.popleft()
-                self._emit(out, in_idx)
+        dl = self._delayline
+        t = dl.head_time()
+        while t >= 0:
+            if t > now:
+                self._eng.schedule(t, self._dl_ev)
+                return
+            in_idx = dl.head_in_idx()
+            self._emit(dl.pop_head(), in_idx)
+            t = dl.head_time()
         self._dl_armed = False
-
-    def __dealloc__(self) -> None:  # compiled only (a no-op method when interpreted)
-        _dq_free(self)  # noqa: F821 - defined in nodes.pxd
 
     # ------------------------------------------------------------------ PFC
     def set_lossless(self, nports: int) -> None:

@@ -1,26 +1,17 @@
 # Types of panama/sim/ports.py for the compiled fast path (setup.py); the .py is the source.
 cimport cython
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
 
-from panama.sim.engine cimport Engine, Event
+from panama.sim.engine cimport Engine
+from panama.sim.fifos cimport ReleaseRing
+from panama.sim.heap cimport Event
 from panama.sim.nodes cimport Host, Node, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
 
 cdef long long _CE, _TRACKED
-cdef bint _COMPILED
 cdef long long _GENERIC, _HOST, _SWITCH, _HOST_CHECKED, _SWITCH_LOSSLESS
 
 cdef class _Release
-
-# Compiled release queue of a lossless switch port (Port.enable_release): a ring buffer of
-# (end_ps, size, in_idx) entries in C, instead of the interpreted deque of tuples.
-ctypedef struct _Rel:
-    long long end
-    long long size
-    long long in_idx
-
-ctypedef _Rel* _RelPtr
 
 cdef class Port(Event):
     # Fields in the order of use on the hot path (the C struct keeps this order: fewer
@@ -42,12 +33,8 @@ cdef class Port(Event):
     cdef public long long peer_index
     cdef public Node owner
     cdef public object _trace
-    cdef public object release
+    cdef public ReleaseRing release
     cdef public _Release _release_ev
-    cdef _Rel* _rq
-    cdef Py_ssize_t _rq_head
-    cdef Py_ssize_t _rq_n
-    cdef Py_ssize_t _rq_cap
     cdef public long long tx_packets
     cdef public long long tx_bytes
     cdef public long long ecn_marks
@@ -59,8 +46,6 @@ cdef class Port(Event):
     cdef public double rate_bps
     cdef public long long paused_since
     cdef public object waiting
-    cdef public object _rel_push
-    cdef public object _rel_pop
     cdef public object net
     cdef public long long drops
     cdef public long long pauses
@@ -99,52 +84,3 @@ cdef class _Release(Event):
 cdef class HostPort(Port):
     @cython.locals(now=cython.longlong, bu=cython.longlong, size=cython.longlong, end=cython.longlong)
     cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
-
-
-cdef inline int _rq_grow(Port p) except -1:
-    """Double the ring of ``p`` (entries kept in order, from index 0)."""
-    cdef Py_ssize_t cap = p._rq_cap * 2 if p._rq_cap else 64
-    cdef Py_ssize_t j, k
-    cdef _Rel* q = <_Rel*>PyMem_Malloc(cap * sizeof(_Rel))
-    if q == NULL:
-        raise MemoryError()
-    for j in range(p._rq_n):
-        k = p._rq_head + j
-        if k >= p._rq_cap:
-            k -= p._rq_cap
-        q[j] = p._rq[k]
-    PyMem_Free(p._rq)
-    p._rq = q
-    p._rq_head = 0
-    p._rq_cap = cap
-    return 0
-
-
-cdef inline int _rq_put(Port p, long long end, long long size, long long in_idx) except -1:
-    """Append an entry to the release ring of ``p``."""
-    cdef Py_ssize_t i
-    if p._rq_n == p._rq_cap:
-        _rq_grow(p)
-    i = p._rq_head + p._rq_n
-    if i >= p._rq_cap:
-        i -= p._rq_cap
-    p._rq[i].end = end
-    p._rq[i].size = size
-    p._rq[i].in_idx = in_idx
-    p._rq_n += 1
-    return 0
-
-
-cdef inline long long _rq_pop_back(Port p) noexcept:
-    """Remove the newest entry of the (non-empty) ring of ``p``; its ``in_idx``."""
-    cdef Py_ssize_t i
-    p._rq_n -= 1
-    i = p._rq_head + p._rq_n
-    if i >= p._rq_cap:
-        i -= p._rq_cap
-    return p._rq[i].in_idx
-
-
-cdef inline void _rq_free(Port p) noexcept:
-    PyMem_Free(p._rq)
-    p._rq = NULL

@@ -21,7 +21,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from panama.core.packet import CE
-from panama.sim.engine import Event
+from panama.sim.fifos import ReleaseRing
+from panama.sim.heap import Event
 from panama.sim.nodes import Host, Switch
 from panama.sim.packet import DROP_NO_ROUTE, DROP_QUEUE_FULL, FLAG_TRACKED, SimPacket
 from panama.sim.routing import ecmp_index
@@ -36,9 +37,6 @@ _BITS_PS = 8_000_000_000_000  # bits * ps per second (8 * PS_PER_S)
 _NEVER = 1 << 62
 _CE = CE  # a C constant when compiled
 _TRACKED = FLAG_TRACKED  # a packet whose queueing is attributed (panama.sim.qahead)
-# True when this module runs as a compiled extension: lossless switch ports then keep
-# their release queue in a C ring buffer (ports.pxd) instead of a deque of tuples.
-_COMPILED = not __file__.endswith(".py")
 
 # Arrival handlers of a port (Port._mode), chosen by the kind of its peer.
 _GENERIC = 0
@@ -89,8 +87,6 @@ class Port(Event):
         "limit_ps",
         "k_ps",
         "release",
-        "_rel_push",
-        "_rel_pop",
         "rel_armed",
         "_eng",
         "_trace",
@@ -136,9 +132,7 @@ class Port(Event):
         self.waiting_ps = 0
         self.limit_ps = _NEVER
         self.k_ps = _NEVER
-        self.release: deque[tuple[int, int, int]] | None = None  # see enable_release
-        self._rel_push = None
-        self._rel_pop = None
+        self.release: ReleaseRing | None = None  # see enable_release
         self.rel_armed = False
         self._mode = _GENERIC
         self._fire_cb = self._deliver
@@ -156,14 +150,8 @@ class Port(Event):
     def enable_release(self) -> None:
         """Keep ``release``, the ``(end_ps, size, in_idx)`` of every packet whose
         transmission has not ended, to free the owner's shared buffer then (lossless
-        switch ports; :class:`panama.sim.lossless.LosslessPort`). Compiled, the entries
-        are kept in a C ring buffer (``_rq``, ports.pxd) and ``release`` stays empty."""
-        self.release = deque()
-        self._rel_push = self.release.append
-        self._rel_pop = self.release.popleft
-
-    def __dealloc__(self) -> None:  # compiled only (a no-op method when interpreted)
-        _rq_free(self)  # noqa: F821 - defined in ports.pxd
+        switch ports; :class:`panama.sim.lossless.LosslessPort`)."""
+        self.release = ReleaseRing()
 
     def _select_delivery(self) -> None:
         """Pick the arrival handler specialised for the peer (called once the network is built)."""

@@ -34,7 +34,7 @@ import numpy as np
 
 from panama.core.controller import Controller, ControllerError
 from panama.core.errors import FieldError
-from panama.core.topology import HOST, Topology, TopologyError, parse_topology
+from panama.core.topology import HOST, Topology, TopologyError
 from panama.core.units import PS_PER_MS, PS_PER_US
 from panama.progress import StatusLine
 from panama.sim import outputs
@@ -51,6 +51,7 @@ from panama.sim.qahead import QueueAhead
 from panama.sim.scenario import Scenario, ScenarioError, default_scenario, load_scenario
 from panama.sim.training import TrainingJob, TransportSettings
 from panama.sim.workload import FlowSpec, WorkloadError, load_cdf, poisson_flows
+from panama.topology_file import load_topology
 
 __all__ = ["Simulation", "SimResult", "run_scenario", "build_topology", "frozen_gc"]
 
@@ -76,7 +77,7 @@ def build_topology(sc: Scenario) -> Topology:
     """The scenario's topology, with the scenario's rate/delay overrides applied."""
     t = sc.topology
     try:
-        topo = parse_topology(t.spec)
+        topo = load_topology(t.spec)
     except TopologyError as exc:
         raise ScenarioError("topology.spec", str(exc)) from None
     if t.host_rate_gbps is None and t.fabric_rate_gbps is None and t.link_delay_us is None:
