@@ -86,7 +86,9 @@ class ControllerHttp:
         ok, monitor = self.monitor_health()
         return web.json_response(
             {
-                "status": "ok" if ok else "monitor not running",
+                # degraded: serving, but a failed state file write means a restart would lose jobs
+                "status": ("degraded" if self.state_error else "ok") if ok else "monitor not running",
+                "state_file": {"path": str(self.state_file) if self.state_file else None, "error": self.state_error},
                 "monitor": monitor,
                 "topology": self.topology.name,
                 "hosts": len(self.topology.hosts),

@@ -32,11 +32,12 @@ class UnsafePathError(FieldError):
     """A directory or file that another user could read or replace; ``field`` names the setting."""
 
 
-def private_dir(path: str | Path, field: str = "state") -> Path:
+def private_dir(path: str | Path, field: str = "state", strict: bool = True) -> Path:
     """``path`` as a directory only this user can use (created 0700 with its parents if missing).
 
     Raises :class:`UnsafePathError` when it is a symlink, not a directory, owned by another
-    user, or open to group or others.
+    user, or open to group or others (``strict=False``: writable by group or others; for a
+    directory the user chose, such as the parent of ``--state FILE``).
     """
     p = Path(path)
     try:
@@ -46,12 +47,13 @@ def private_dir(path: str | Path, field: str = "state") -> Path:
         pass
     except OSError as exc:
         raise UnsafePathError(field, f"cannot create directory {p}: {exc.strerror or exc}") from None
-    check_private_dir(p, field)
+    check_private_dir(p, field, strict)
     return p
 
 
-def check_private_dir(path: str | Path, field: str = "state") -> None:
-    """Refuse ``path`` unless it is a real directory of this user with mode 0700 or stricter."""
+def check_private_dir(path: str | Path, field: str = "state", strict: bool = True) -> None:
+    """Refuse ``path`` unless it is a real directory of this user with mode 0700 or stricter
+    (``strict=False``: that no one else may write to)."""
     p = Path(path)
     try:
         st = os.lstat(p)
@@ -67,7 +69,7 @@ def check_private_dir(path: str | Path, field: str = "state") -> None:
             f"{p} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}): someone else may read or replace its "
             "files; remove it or choose another path",
         )
-    if stat.S_IMODE(st.st_mode) & 0o077:
+    if stat.S_IMODE(st.st_mode) & (0o077 if strict else 0o022):
         raise UnsafePathError(
             field,
             f"{p} has mode {stat.S_IMODE(st.st_mode):o}: others may read or replace its files; "

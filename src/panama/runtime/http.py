@@ -281,8 +281,9 @@ async def start_site(
     with :func:`auth_middleware` answer a request without it with 401 and close the
     connection). Pending connections are closed after ``pending_timeout_s`` without a
     request; one peer address may hold at most half of ``max_connections`` of them (its
-    oldest is closed first). When ``max_connections`` are open, a new connection closes
-    the oldest pending one older than ``EVICT_MIN_AGE_S`` instead of being refused, so
+    oldest older than ``EVICT_MIN_AGE_S`` is closed when it opens another). When
+    ``max_connections`` are open, a new connection closes the oldest pending one older
+    than ``EVICT_MIN_AGE_S`` instead of being refused, so
     authenticated clients always find room; only when every connection is authenticated
     or brand new is the newcomer answered 503 and closed. An authenticated connection
     that is not handling a request and has not started one within ``header_timeout_s``
@@ -353,7 +354,7 @@ async def start_site(
         info[3] = peername[0] if peername else "?"
         mine = [h for h in server.connections if h in clocks and clocks[h][3] == info[3] and pending(h)]
         if len(mine) > per_peer:
-            victim = oldest_pending(info[3])
+            victim = oldest_pending(info[3], min_age=EVICT_MIN_AGE_S)
             if victim is not None:
                 evict(victim, "evicted_per_peer")
 
