@@ -24,9 +24,8 @@ OTHER_UID = 65534  # nobody
 def _cli(args, env_extra, timeout=120):
     env = dict(os.environ, **env_extra)
     env.pop("PANAMA_CLUSTER_STATE", None)
-    return subprocess.run(
-        [sys.executable, "-m", "panama.cli.runtime_cmds", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
+    cmd = [sys.executable, "-m", "panama.cli.runtime_cmds", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _one_line_error(proc, *words):
