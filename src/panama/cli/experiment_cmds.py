@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from panama.cli.common import usage_error
+from panama.cli.common import OutDir, usage_error
 
 __all__ = ["demo", "experiment"]
 
@@ -74,7 +74,7 @@ def experiment() -> None:
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutDir(),
     default=DEFAULT_OUT / "comm-ratio",
     show_default=True,
     help="Output directory.",
@@ -283,7 +283,7 @@ def _resolve_shared_cluster(
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutDir(),
     default=None,
     help="Output directory (resumes finished runs found there). Default: panama-out/shared-cluster[-quick].",
 )
@@ -426,7 +426,7 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutDir(),
     default=DEFAULT_OUT,
     show_default=True,
     help="Root output directory (comm-ratio/, shared-cluster/, shared-cluster-sweep/, demo/).",
@@ -543,7 +543,7 @@ def reproduce_cmd(
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutDir(),
     default=Path("panama-demo-out"),
     show_default=True,
     help="Output directory (resumes finished simulation runs found there).",

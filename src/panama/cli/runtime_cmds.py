@@ -166,6 +166,7 @@ def cluster_up(state_path, as_json, **options):
     from panama.runtime.cluster import ClusterError, LocalCluster
 
     config = model_from_options(ClusterConfig, options)
+    _check_bindable(config.host)
     state_file = _state_file(state_path, create=True)
     if state_file.exists() or state_file.is_symlink():
         old = _read_state(state_file)
@@ -185,6 +186,17 @@ def cluster_up(state_path, as_json, **options):
         echo_json(state)
     else:
         _print_status(state, state_file)
+
+
+def _check_bindable(host: str) -> None:
+    """``--host`` must be an address of this machine (one line, exit 2, instead of EADDRNOTAVAIL later)."""
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind((host, 0))
+        except OSError as exc:
+            raise usage_error("host", f"cannot bind {host}: {exc.strerror or exc} (give an address of this machine)")
 
 
 @cluster.command("down")

@@ -215,7 +215,13 @@ class LocalCluster:
     def _free_port(self, kind: int) -> int:
         # A port free on this host's loopback; in a fresh namespace every port is free,
         # and a daemon that still finds its port taken makes start() retry.
-        return free_port("127.0.0.1" if self.netns else self.host, kind=kind)
+        host = "127.0.0.1" if self.netns else self.host
+        try:
+            return free_port(host, kind=kind)
+        except OSError as exc:  # e.g. EADDRNOTAVAIL: not an address of this machine
+            raise ClusterError(
+                f"host: cannot bind {host}: {exc.strerror or exc} (give an address of this machine, see 'ip addr')"
+            ) from None
 
     def stop_processes_only(self) -> None:
         stop_processes(list(self.procs.values()))
