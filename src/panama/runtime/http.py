@@ -148,6 +148,22 @@ def request_json(
     return resp.status, data.decode("utf-8", "replace")
 
 
+def check_access(addr: Address, token: str | None, what: str = "controller", timeout_s: float = 5.0) -> None:
+    """Raise :class:`HttpError` unless the controller at ``addr`` answers an authenticated
+    request (``GET /v1/jobs``) with ``token`` (default ``$PANAMA_TOKEN``): it is down, or
+    the token is missing or wrong (``status`` 401)."""
+    status, body = request_json(addr, "GET", "/v1/jobs", timeout_s=timeout_s, what=what, token=token)
+    if status == 401:
+        raise HttpError(
+            f"{what} at {addr[0]}:{addr[1]} refused the token: {error_text(body)} (the cluster's token goes in "
+            f"${TOKEN_ENV} or token=)",
+            status,
+            body,
+        )
+    if status != 200:
+        raise HttpError(f"{what} at {addr[0]}:{addr[1]} answered HTTP {status}: {error_text(body)}", status, body)
+
+
 def error_text(body: Any) -> str:
     """The ``error`` field of a JSON error body, or the body itself."""
     if isinstance(body, dict) and "error" in body:
