@@ -353,11 +353,31 @@ def shared_cluster_cmd(
         raise click.ClickException(str(exc)) from None
     if not quiet:
         click.echo(format_table(res.summary))
+        for line in _schemes_used(res.runs, res.summary.get("config", {}).get("threshold_bytes")):
+            click.echo(line)
         files = ", ".join(v for v in res.summary.get("files", {}).values())
         click.echo(
             f"\n{res.summary['computed_runs']} runs computed, {res.summary['resumed_runs']} resumed; "
             f"wrote {out_dir}/: {files}"
         )
+
+
+def _schemes_used(runs: list[dict], threshold_bytes: int | None) -> list[str]:
+    """One line per scheme: which allreduce each job actually ran under it, and why some ran ring."""
+    used: dict[str, dict[str, set[str]]] = {}
+    for run in runs:
+        scheme = str(run["params"].get("scheme"))
+        for job, ran in (run["result"].get("job_scheme_used") or {}).items():
+            used.setdefault(scheme, {}).setdefault(str(ran), set()).add(job)
+    lines = []
+    for scheme, by_used in used.items():
+        parts = [f"{ran}: {', '.join(sorted(jobs))}" for ran, jobs in sorted(by_used.items())]
+        why = ""
+        if scheme != "ring" and "ring" in by_used:
+            limit = f"{threshold_bytes:,} B" if threshold_bytes is not None else "the threshold"
+            why = f" (ring: gradient below threshold_bytes {limit}, or no accelerator room)"
+        lines.append(f"jobs under {scheme} ran {'; '.join(parts)}{why}")
+    return lines
 
 
 # --------------------------------------------------------------------------- report
