@@ -73,7 +73,7 @@ def check_private_dir(path: str | Path, field: str = "state", strict: bool = Tru
         raise UnsafePathError(
             field,
             f"{p} has mode {stat.S_IMODE(st.st_mode):o}: others may read or replace its files; "
-            f"chmod 700 {p} (or choose another path)",
+            f"chmod {'700' if strict else 'go-w'} {p} (or choose another path)",
         )
 
 
