@@ -178,3 +178,28 @@ def test_dead_cluster_is_noticed_within_seconds():
         for c in comms:
             if c is not None:
                 c.close()
+
+
+def test_a_request_without_the_token_loses_its_connection(small):
+    """A 401 (or an open /v1/health without the token) closes its connection, so it holds
+    no place; a connection with the token stays open for its next request."""
+    import os
+
+    addr = parse_addr(small.controller)
+    token = small.token or os.environ["PANAMA_TOKEN"]
+
+    def exchange(headers: str) -> tuple[bytes, bytes]:
+        with socket.create_connection(addr, timeout=10) as s:
+            s.sendall(f"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+            first = s.recv(65536)
+            s.settimeout(1.0)
+            try:
+                after = s.recv(65536)
+            except TimeoutError:
+                after = b"still open"
+            return first, after
+
+    first, after = exchange("")
+    assert first.startswith(b"HTTP/1.1 401") and after == b""
+    first, after = exchange(f"Authorization: Bearer {token}\r\n")
+    assert first.startswith(b"HTTP/1.1 200") and after == b"still open"
