@@ -90,6 +90,8 @@ def test_connection_flood_without_token_leaves_running_job_unaffected(small):
     assert errors == [None, None, None], errors
     assert all(n > 5 for n in results), results
     assert opened[0] >= 300
+    health = small.controller_call("GET", "/v1/health")[1]
+    assert sum(health["connections"].values()) > 0, health  # the flood was seen and turned away
 
 
 def test_clean_leave_fails_peers_at_once_naming_the_rank(small):

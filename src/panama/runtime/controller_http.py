@@ -23,6 +23,7 @@ from panama.core.topology import natural_key
 from panama.runtime.cluster_file import SwitchInfo
 from panama.runtime.controller_jobs import Job, Rank
 from panama.runtime.http import (
+    ADMISSION_COUNTERS,
     JOB_NAME_RE,
     JOB_NAME_RULE,
     MAX_BODY_BYTES,
@@ -89,6 +90,7 @@ class ControllerHttp:
                 # degraded: serving, but a failed state file write means a restart would lose jobs
                 "status": ("degraded" if self.state_error else "ok") if ok else "monitor not running",
                 "state_file": {"path": str(self.state_file) if self.state_file else None, "error": self.state_error},
+                "connections": dict(ADMISSION_COUNTERS),  # closed (pending, idle) or refused by start_site
                 "monitor": monitor,
                 "topology": self.topology.name,
                 "hosts": len(self.topology.hosts),
