@@ -128,6 +128,14 @@ def test_token_and_state_files_are_private(tmp_path):
         assert state_file.stat().st_mode & 0o777 == 0o600
         token_file = tmp_path / "state" / "run" / "token"
         assert token_file.read_text() == state["token"] and token_file.stat().st_mode & 0o777 == 0o600
+        # issue 27: the directories 0700, every log, settings and cluster file 0600
+        for d in (tmp_path / "state", tmp_path / "state" / "run"):
+            assert d.stat().st_mode & 0o777 == 0o700, d
+        run_files = [p for p in (tmp_path / "state" / "run").iterdir() if p.suffix in (".log", ".json", ".toml")]
+        assert any(p.suffix == ".log" for p in run_files)
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in run_files), [
+            (p.name, oct(p.stat().st_mode & 0o777)) for p in run_files
+        ]
         ctl = tuple(state["controller"].rsplit(":", 1))
         ctl = (ctl[0], int(ctl[1]))
         assert _call(ctl, "GET", "/v1/jobs", token="")[0] == 401
