@@ -38,13 +38,20 @@ def rss_kb(pid: int) -> int | None:
     return None
 
 
-def rank_main(controller: str, token: str, job: int, rank: int, end: float, calls: int, out) -> None:
+def rank_main(controller: str, token: str, job: int, rank: int, end: float, calls: int, out, barrier, go) -> None:
     n = JOBS[job]
     rng = np.random.default_rng(job)  # the same base on every rank of the job
     sessions = done = wrong = 0
     error = None
     try:
-        while time.time() < end:
+        while True:
+            # the job's ranks agree whether to start another session (rank 0 decides)
+            if rank == 0:
+                go.value = int(time.time() < end)
+            barrier.wait(timeout=600)
+            if not go.value:
+                break
+            barrier.wait(timeout=600)  # everyone read it before rank 0 may change it
             name = f"soak-{job}-{sessions}"
             with Communicator(controller, name, rank, RANKS, timeout_s=120, token=token) as comm:
                 for _ in range(calls):
@@ -78,9 +85,12 @@ def main() -> int:
         out = ctx.Queue()
         procs = []
         for job in range(len(JOBS)):
+            barrier, go = ctx.Barrier(RANKS), ctx.Value("i", 1)
             for rank in range(RANKS):
-                # each rank of a job draws the same base: same seed per job
-                p = ctx.Process(target=rank_main, args=(lc.controller, lc.token, job, rank, end, args.calls, out))
+                p = ctx.Process(
+                    target=rank_main,
+                    args=(lc.controller, lc.token, job, rank, end, args.calls, out, barrier, go),
+                )
                 p.start()
                 procs.append(p)
         samples: list[dict] = []
