@@ -38,20 +38,19 @@ def rss_kb(pid: int) -> int | None:
     return None
 
 
-def rank_main(controller: str, token: str, job: int, rank: int, end: float, calls: int, out, barrier, go) -> None:
+def rank_main(controller: str, token: str, job: int, rank: int, end: float, calls: int, out, started) -> None:
     n = JOBS[job]
     rng = np.random.default_rng(job)  # the same base on every rank of the job
     sessions = done = wrong = 0
     error = None
     try:
         while True:
-            # the job's ranks agree whether to start another session (rank 0 decides)
-            if rank == 0:
-                go.value = int(time.time() < end)
-            barrier.wait(timeout=600)
-            if not go.value:
-                break
-            barrier.wait(timeout=600)  # everyone read it before rank 0 may change it
+            # The job's ranks agree whether to start another session: one starts it while
+            # time is left, or because another already did (decided and marked under one lock).
+            with started.get_lock():
+                if not (time.time() < end or max(started[:]) > sessions):
+                    break
+                started[rank] = sessions + 1
             name = f"soak-{job}-{sessions}"
             with Communicator(controller, name, rank, RANKS, timeout_s=120, token=token) as comm:
                 for _ in range(calls):
@@ -85,11 +84,11 @@ def main() -> int:
         out = ctx.Queue()
         procs = []
         for job in range(len(JOBS)):
-            barrier, go = ctx.Barrier(RANKS), ctx.Value("i", 1)
+            started = ctx.Array("i", RANKS)  # sessions each rank of the job has started
             for rank in range(RANKS):
                 p = ctx.Process(
                     target=rank_main,
-                    args=(lc.controller, lc.token, job, rank, end, args.calls, out, barrier, go),
+                    args=(lc.controller, lc.token, job, rank, end, args.calls, out, started),
                 )
                 p.start()
                 procs.append(p)
