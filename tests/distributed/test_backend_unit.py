@@ -149,3 +149,30 @@ def test_hook_reduces_in_place(gloo_one_rank):
     state = register_panama_hook(ddp, comm)
     ddp(torch.randn(4, 6)).sum().backward()
     assert state.in_place and comm.outs_were_inputs and all(comm.outs_were_inputs)
+
+
+def test_a_blocked_collective_wait_runs_signal_handlers():
+    """A rank blocked in a collective's wait() runs a signal handler (torchrun's SIGTERM,
+    Ctrl-C) instead of ignoring it until the collective ends (issue 27)."""
+    import signal
+
+    from panama.distributed.backend import _FutureWork
+
+    class Stop(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Stop
+
+    work = _FutureWork(torch.futures.Future())  # never completes
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        with pytest.raises(Stop):
+            work.wait()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    done = torch.futures.Future()
+    done.set_result([1])
+    assert _FutureWork(done).wait() is True

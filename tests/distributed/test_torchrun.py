@@ -172,3 +172,29 @@ def test_fabric_failure_is_a_typed_error_on_every_rank(tmp_path):
         assert rr["later_error"]["type"] == "PanamaFabricError"
         assert rr["later_error"]["message"] == err["message"]
         assert rr["stats"]["mode"] == "broken"
+
+
+def test_survivor_of_a_dead_cluster_owner_fails_fast(tmp_path):
+    """Rank 0 started the run's automatic cluster and dies: rank 1's all_reduce fails with
+    PanamaFabricError within 10 s saying the cluster is gone (before: the full 60 s, with a
+    heartbeat warning every second)."""
+    proc = torchrun([str(WORKER), "orphan", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    rr = json.loads((tmp_path / "rank1.json").read_text())
+    assert rr["error"]["type"] == "PanamaFabricError", rr
+    assert "the cluster is gone" in rr["error"]["message"], rr
+    assert rr["seconds"] < 10.0, rr
+    assert proc.stderr.count("controller unreachable") <= 2, proc.stderr[-3000:]  # logged once, not every second
+
+
+def test_init_process_group_checks_controller_and_token(tmp_path):
+    """A wrong token is reported by init_process_group on every rank, not at the first
+    backward() (a dead controller takes the same path: HttpError from the same check)."""
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=2, log_level="WARNING") as lc:
+        env = cluster_env(lc.controller, "wrong-token-" + "x" * 30)
+        proc = torchrun([str(WORKER), "init", str(tmp_path)], env=env)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    for r in range(2):
+        err = json.loads((tmp_path / f"rank{r}.json").read_text())["error"]
+        assert err is not None and "PanamaDistributedError" in err["mro"], err
+        assert "refused the token" in err["message"], err

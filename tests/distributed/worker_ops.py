@@ -5,6 +5,9 @@ issue order between the two paths, subgroups as their own jobs, a multi-datagram
 ``worker_ops.py fail OUT_DIR`` (2 ranks, ``PANAMA_CONTROLLER`` set): DDP training; before
 step 3 rank 0 kills the daemon whose pid is in ``PANAMA_TEST_KILL_PID``; every rank records
 the error its backward raised and the one a later all_reduce raised.
+``worker_ops.py orphan OUT_DIR`` (2 ranks, no ``PANAMA_CONTROLLER``): rank 0 starts the
+automatic cluster and dies; rank 1 records what its next all_reduce raised and when.
+``worker_ops.py init OUT_DIR``: every rank records what init_process_group raised.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 
@@ -156,11 +160,42 @@ def fail(rank: int, world: int) -> dict:
     return res
 
 
+def orphan(rank: int, world: int, out_dir: Path) -> dict:
+    """Rank 0 owns the automatic cluster and exits after one all_reduce (its daemons stop with
+    it); rank 1's next all_reduce must fail with PanamaFabricError, long before its timeout."""
+    dist.all_reduce(torch.ones(1000))
+    dist.barrier()
+    if rank == 0:
+        (out_dir / "rank0.json").write_text(json.dumps({"exited": True}))
+        os._exit(0)  # no shutdown: as if it had crashed (exit 0 so that torchrun waits for rank 1)
+    time.sleep(1.0)  # rank 0 and its cluster are gone
+    start = time.monotonic()
+    res: dict = {}
+    try:
+        dist.all_reduce(torch.ones(1000))
+        res["error"] = None
+    except Exception as exc:
+        res["error"] = err_info(exc)
+    res["seconds"] = time.monotonic() - start
+    (out_dir / "rank1.json").write_text(json.dumps(res))
+    os._exit(0)  # the group's owner is gone: nothing to close
+
+
 def main() -> int:
     mode, out_dir = sys.argv[1], Path(sys.argv[2])
+    if mode == "init":  # the controller or the token is bad: init_process_group says so
+        try:
+            dist.init_process_group(backend="panama")
+            res = {"error": None}
+        except Exception as exc:
+            res = {"error": err_info(exc)}
+        (out_dir / f"rank{os.environ['RANK']}.json").write_text(json.dumps(res))
+        return 0
     dist.init_process_group(backend="panama")
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
+        if mode == "orphan":
+            orphan(rank, world, out_dir)
         res = {"ops": ops, "fail": fail}[mode](rank, world)
     except Exception as exc:
         res = {"crash": err_info(exc), "traceback": traceback.format_exc()}

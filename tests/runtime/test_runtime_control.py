@@ -128,6 +128,14 @@ def test_token_and_state_files_are_private(tmp_path):
         assert state_file.stat().st_mode & 0o777 == 0o600
         token_file = tmp_path / "state" / "run" / "token"
         assert token_file.read_text() == state["token"] and token_file.stat().st_mode & 0o777 == 0o600
+        # issue 27: the directories 0700, every log, settings and cluster file 0600
+        for d in (tmp_path / "state", tmp_path / "state" / "run"):
+            assert d.stat().st_mode & 0o777 == 0o700, d
+        run_files = [p for p in (tmp_path / "state" / "run").iterdir() if p.suffix in (".log", ".json", ".toml")]
+        assert any(p.suffix == ".log" for p in run_files)
+        assert all(p.stat().st_mode & 0o777 == 0o600 for p in run_files), [
+            (p.name, oct(p.stat().st_mode & 0o777)) for p in run_files
+        ]
         ctl = tuple(state["controller"].rsplit(":", 1))
         ctl = (ctl[0], int(ctl[1]))
         assert _call(ctl, "GET", "/v1/jobs", token="")[0] == 401
@@ -297,7 +305,8 @@ def test_a_job_whose_rank_failed_is_failed_not_completed(cluster):
         return None
 
     results, errors = run_ranks(cluster.controller, job, 2, body, timeout_s=4, connect=True)
-    assert errors == [None, None] and "did not finish" in results[0]
+    # rank 1 left cleanly without joining: rank 0 is told so at once (not after its timeout)
+    assert errors == [None, None] and "rank 1 left the job cleanly after 0 allreduce(s)" in results[0]
     info = _job(cluster, job)
     assert info["state"] == "failed" and "rank 0 left after an error" in info["reason"], info
 
@@ -492,6 +501,9 @@ def test_the_monitor_survives_an_error_and_reports_it():
 
 
 def test_idle_and_excess_connections_are_closed():
+    """Past max_connections a newcomer closes the oldest connection that never sent a
+    request (so clients that did always find room); only when every connection has been
+    served is it answered 503. Idle connections are closed after their timeout."""
     import asyncio
 
     from aiohttp import web
@@ -506,25 +518,39 @@ def test_idle_and_excess_connections_are_closed():
         app.add_routes([web.get("/", hello)])
         runner = web.AppRunner(app)
         await runner.setup()
-        server, watchdog = await start_site(runner, "127.0.0.1", 0, max_connections=3, header_timeout_s=0.5)
+        server, watchdog = await start_site(
+            runner, "127.0.0.1", 0, max_connections=3, header_timeout_s=0.5, pending_timeout_s=0.5
+        )
         port = server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()
+        get = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
 
         def clients():
             idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
             idle[0].sendall(b"GET / HTTP/1.1\r\nHo")  # headers trickled, never finished
-            time.sleep(0.2)
+            time.sleep(0.3)
             extra = socket.create_connection(("127.0.0.1", port), timeout=10)
-            extra.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            extra.sendall(get)
+            evicting = extra.recv(4096)  # served: the oldest pending connection made room
+            first_closed = idle[0].recv(4096) == b""
+            for s in (*idle, extra):
+                s.close()
+            time.sleep(1.0)  # the server has seen them close
+            served = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3)]
+            for s in served:  # keep-alive connections that were served: never evicted
+                s.sendall(get)
+                s.recv(4096)
+            extra = socket.create_connection(("127.0.0.1", port), timeout=10)
+            extra.sendall(get)
             busy = extra.recv(4096)
+            extra.close()
             closed = []
-            for s in idle:  # each is closed by the server once the header timeout passed
+            for s in served:  # each is closed by the server once its idle timeout passed
                 s.settimeout(15)
                 closed.append(s.recv(4096) == b"")
                 s.close()
-            extra.close()
             status, body = request_json(("127.0.0.1", port), "GET", "/", token="")
-            return busy, closed, status
+            return evicting, first_closed, busy, closed, status
 
         try:
             return await loop.run_in_executor(None, clients)
@@ -533,7 +559,8 @@ def test_idle_and_excess_connections_are_closed():
             server.close()
             await runner.cleanup()
 
-    busy, closed, status = asyncio.run(main())
+    evicting, first_closed, busy, closed, status = asyncio.run(main())
+    assert evicting.startswith(b"HTTP/1.1 200") and first_closed
     assert busy.startswith(b"HTTP/1.1 503") and b"connections" in busy
     assert closed == [True, True, True]
     assert status == 200

@@ -168,6 +168,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except OSError as exc:  # a file or socket the command could not use: one line, never a traceback
+        where = f": {exc.filename}" if exc.filename else ""
+        click.echo(f"panama: error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

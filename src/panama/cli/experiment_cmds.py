@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from panama.cli.common import usage_error
+from panama.cli.common import OutDir, usage_error
 
 #: Every scheme of the shared-cluster experiment, the baseline first (its default --schemes).
 SCHEMES_ALL = "ring,ina-fixed,ina-single,panama-or,panama"
@@ -77,7 +77,7 @@ def experiment() -> None:
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutDir(),
     default=DEFAULT_OUT / "comm-ratio",
     show_default=True,
     help="Output directory.",
@@ -288,7 +288,7 @@ def _resolve_shared_cluster(
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutDir(),
     default=None,
     help="Output directory (resumes finished runs found there). Default: panama-out/shared-cluster[-quick].",
 )
@@ -358,11 +358,31 @@ def shared_cluster_cmd(
         raise click.ClickException(str(exc)) from None
     if not quiet:
         click.echo(format_table(res.summary))
+        for line in _schemes_used(res.runs, res.summary.get("config", {}).get("threshold_bytes")):
+            click.echo(line)
         files = ", ".join(v for v in res.summary.get("files", {}).values())
         click.echo(
             f"\n{res.summary['computed_runs']} runs computed, {res.summary['resumed_runs']} resumed; "
             f"wrote {out_dir}/: {files}"
         )
+
+
+def _schemes_used(runs: list[dict], threshold_bytes: int | None) -> list[str]:
+    """One line per scheme: which allreduce each job actually ran under it, and why some ran ring."""
+    used: dict[str, dict[str, set[str]]] = {}
+    for run in runs:
+        scheme = str(run["params"].get("scheme"))
+        for job, ran in (run["result"].get("job_scheme_used") or {}).items():
+            used.setdefault(scheme, {}).setdefault(str(ran), set()).add(job)
+    lines = []
+    for scheme, by_used in used.items():
+        parts = [f"{ran}: {', '.join(sorted(jobs))}" for ran, jobs in sorted(by_used.items())]
+        why = ""
+        if scheme != "ring" and "ring" in by_used:
+            limit = f"{threshold_bytes:,} B" if threshold_bytes is not None else "the threshold"
+            why = f" (ring: gradient below threshold_bytes {limit}, or no accelerator room)"
+        lines.append(f"jobs under {scheme} ran {'; '.join(parts)}{why}")
+    return lines
 
 
 # --------------------------------------------------------------------------- report
@@ -431,7 +451,7 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutDir(),
     default=DEFAULT_OUT,
     show_default=True,
     help="Root output directory (comm-ratio/, shared-cluster/, shared-cluster-sweep/, demo/).",
@@ -553,7 +573,7 @@ def reproduce_cmd(
 @click.option(
     "--out",
     "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutDir(),
     default=Path("panama-demo-out"),
     show_default=True,
     help="Output directory (resumes finished simulation runs found there).",

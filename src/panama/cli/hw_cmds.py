@@ -28,7 +28,7 @@ def hw() -> None:
 
 @hw.command(name="verify")
 @click.option("--packets", type=int, default=2000, show_default=True, help="Datagrams in the random stream.")
-@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the stream.")
+@click.option("--seed", type=click.IntRange(min=0), default=1, show_default=True, help="Seed of the stream (>= 0).")
 @click.option(
     "--width", type=int, default=None, help="Stream width in bits (default: the small CI configuration, 256)."
 )

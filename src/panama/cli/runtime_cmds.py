@@ -8,6 +8,7 @@ starts its daemons that way, with the interpreter it runs under).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -115,10 +116,37 @@ _state_option = click.option(
 )
 
 
-def _state_file(state_path):
+def _state_file(state_path, create: bool = False) -> Path:
+    """The state file; its directory checked (ours, not a symlink, closed to others: the
+    default one mode 0700) and, with ``create``, made 0700 when missing. One line, exit 2
+    when it is unsafe (docs/runtime.md, "Trust model")."""
     from panama.runtime.cluster import default_state_path
+    from panama.runtime.files import UnsafePathError, check_private_dir, private_dir
 
-    return Path(state_path) if state_path else default_state_path()
+    path = Path(state_path) if state_path else default_state_path()
+    strict = not state_path and "PANAMA_CLUSTER_STATE" not in os.environ  # our own /tmp directory
+    try:
+        if create:
+            private_dir(path.parent, "state", strict=strict)
+        elif path.parent.exists() or path.parent.is_symlink():
+            check_private_dir(path.parent, "state", strict=strict)
+    except UnsafePathError as exc:
+        raise usage_error(exc.field, exc.detail) from None
+    return path
+
+
+def _read_state(state_file: Path) -> dict:
+    """The state file's JSON: refused when it is a symlink, another user's, or not JSON."""
+    from panama.runtime.files import UnsafePathError, read_private_file
+
+    try:
+        return json.loads(read_private_file(state_file, "state"))
+    except UnsafePathError as exc:
+        raise usage_error(exc.field, exc.detail) from None
+    except json.JSONDecodeError as exc:
+        raise usage_error("state", f"{state_file} is not JSON ({exc}); remove it") from None
+    except OSError as exc:
+        raise click.ClickException(f"cannot read cluster state {state_file}: {exc.strerror or exc}") from None
 
 
 @cluster.command("up")
@@ -138,9 +166,10 @@ def cluster_up(state_path, as_json, **options):
     from panama.runtime.cluster import ClusterError, LocalCluster
 
     config = model_from_options(ClusterConfig, options)
-    state_file = _state_file(state_path)
-    if state_file.exists():
-        old = json.loads(state_file.read_text())
+    _check_bindable(config.host)
+    state_file = _state_file(state_path, create=True)
+    if state_file.exists() or state_file.is_symlink():
+        old = _read_state(state_file)
         if _any_alive(old):
             raise usage_error("state", f"a cluster is already running ({state_file}); run 'panama cluster down' first")
     workdir = state_file.parent / "run"
@@ -150,7 +179,6 @@ def cluster_up(state_path, as_json, **options):
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     state = lc.detach()
-    state_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     from panama.runtime.http import write_secret_file
 
     write_secret_file(state_file, json.dumps(state, indent=2))  # holds the token: mode 0600
@@ -158,6 +186,17 @@ def cluster_up(state_path, as_json, **options):
         echo_json(state)
     else:
         _print_status(state, state_file)
+
+
+def _check_bindable(host: str) -> None:
+    """``--host`` must be an address of this machine (one line, exit 2, instead of EADDRNOTAVAIL later)."""
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind((host, 0))
+        except OSError as exc:
+            raise usage_error("host", f"cannot bind {host}: {exc.strerror or exc} (give an address of this machine)")
 
 
 @cluster.command("down")
@@ -178,7 +217,7 @@ def cluster_down(state_path, timeout):
     state_file = _state_file(state_path)
     if not state_file.exists():
         raise click.ClickException(f"no cluster state at {state_file} (nothing to stop)")
-    state = json.loads(state_file.read_text())
+    state = _read_state(state_file)
     procs = [
         Proc(name, "", None, pid, Path("."), Path(".")) for name, pid in state.get("pids", {}).items() if _is_ours(pid)
     ]
@@ -199,7 +238,7 @@ def cluster_status(state_path, as_json):
     state_file = _state_file(state_path)
     if not state_file.exists():
         raise click.ClickException(f"no cluster state at {state_file} (start one with 'panama cluster up')")
-    state = json.loads(state_file.read_text())
+    state = _read_state(state_file)
     pids = state.get("pids", {})
     state["controller_up"] = bool(state.get("controller")) and probe_health(
         parse_addr(state["controller"]), "/v1/health", "controller"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from panama.cli.common import usage_error
+from panama.cli.common import OutDir, usage_error
 from panama.sim.scenario import SCHEMES, ScenarioError, load_scenario
 
 __all__ = ["simulate", "bench_sim"]
@@ -18,7 +18,7 @@ __all__ = ["simulate", "bench_sim"]
     "--out",
     "out_dir",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutDir(),
     help="Output directory (created): summary.json, flows.csv, jobs.csv, resolved.toml/.json, PNG plots.",
 )
 @click.option(

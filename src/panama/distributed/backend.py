@@ -67,6 +67,7 @@ from torch._C._distributed_c10d import (
 from panama.runtime import env
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.communicator import Communicator, CommunicatorError, JobRefused
+from panama.runtime.http import HttpError, check_access
 
 BACKEND_NAME = "panama"
 log = logging.getLogger("panama.distributed")
@@ -139,9 +140,15 @@ class _FutureWork(Work):
     def __init__(self, fut: torch.futures.Future):
         super().__init__()
         self._fut = fut
+        self._done = threading.Event()
+        fut.add_done_callback(lambda _: self._done.set())
 
     def wait(self, timeout: timedelta | None = None) -> bool:  # bounded by the collective's own timeout
-        self._fut.wait()
+        # Wait in Python, in slices: a signal handler (SIGTERM from torchrun's agent, Ctrl-C)
+        # runs while a collective is blocked, which it could not inside Future.wait().
+        while not self._done.wait(0.5):
+            pass
+        self._fut.wait()  # raises the collective's error
         return True
 
     def get_future(self) -> torch.futures.Future:
@@ -203,6 +210,11 @@ class PanamaProcessGroup(dist.ProcessGroup):
             self._comm = Communicator(
                 self._cluster.controller, self.stats.job, rank, size, timeout_s=timeout_s, token=self._cluster.token
             )
+            try:  # a dead controller or a wrong token fails init_process_group, not the first backward()
+                check_access(self._comm.controller, self._comm.token)
+            except HttpError as exc:
+                self._comm.close()
+                raise PanamaDistributedError(f"panama backend: group {self._group_id} rank {rank}: {exc}") from None
         self._size_hint = env.size_hint_from_env()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=f"panama-pg-{self._group_id}-r{rank}", daemon=True)
@@ -265,7 +277,9 @@ class PanamaProcessGroup(dist.ProcessGroup):
         # host every daemon is a process on the ranks' CPUs and every tree edge a loopback
         # hop, so the smallest fabric is the fastest (docs/runtime-performance.md: one rack 1.5-1.7x
         # gloo's speed, 2 tiers 0.8-0.96x, panama bench allreduce, 2026-11-24).
-        lc = LocalCluster(leaves=1, spines=1, hosts_per_leaf=self._size, log_level="WARNING")
+        # Multicast results off: every local user could join a loopback group and read the
+        # gradients and the job key of a cluster this user never chose to start (docs/training.md).
+        lc = LocalCluster(leaves=1, spines=1, hosts_per_leaf=self._size, log_level="WARNING", multicast_results=False)
         lc.start()
         log.info("panama backend: started a local cluster for %d ranks, controller %s", self._size, lc.controller)
         return _Cluster(lc.controller, getattr(lc, "token", None), local=lc)

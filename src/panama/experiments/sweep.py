@@ -28,6 +28,7 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -318,13 +319,14 @@ def run_sweep(
                     else:
                         finish(pid, p, result, elapsed)
             else:
-                pool = cf.ProcessPoolExecutor(max_workers=n_jobs)
+                # Workers ignore SIGINT: Ctrl-C reaches the whole process group, and only
+                # this process decides (it stops every worker: _stop_pool).
+                pool = cf.ProcessPoolExecutor(max_workers=n_jobs, initializer=_ignore_sigint)
                 try:
                     futures = {pool.submit(_timed_call, fn, p): (pid, p) for pid, p in todo}
                     _collect(cf.as_completed(futures), futures, finish, fail)
                 except BaseException:
-                    # interrupted: drop queued points; finished ones are already on disk
-                    pool.shutdown(wait=False, cancel_futures=True)
+                    _stop_pool(pool)  # interrupted: finished points are already on disk
                     raise
                 pool.shutdown()
     finally:
@@ -335,6 +337,26 @@ def run_sweep(
         raise SweepError(f"{len(failures)} of {len(plist)} sweep points failed ({listing})", failures)
     records = [done[pid] for pid in ids]
     return SweepResult(records, computed=computed, resumed=[pid for pid in ids if pid not in computed])
+
+
+def _ignore_sigint() -> None:
+    """Pool worker initializer: Ctrl-C is the parent's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_pool(pool: cf.ProcessPoolExecutor, grace_s: float = 2.0) -> None:
+    """Drop queued points and end the running ones now (SIGTERM, then SIGKILL after
+    ``grace_s``), waiting for every worker so none outlives this process."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        proc.join(grace_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(grace_s)
 
 
 def _collect(completed, futures: dict, finish, fail) -> None:

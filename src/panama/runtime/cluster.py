@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from panama.core.topology import leaf_spine
+from panama.runtime.files import UnsafePathError, private_dir, write_private_file
 from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
 from panama.runtime.lifeline import pid_alive
 from panama.runtime.settings import (
@@ -145,8 +146,10 @@ class LocalCluster:
         if self.workdir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="panama-cluster-")
             self.workdir = self._tmp.name
-        work = Path(self.workdir)
-        work.mkdir(parents=True, exist_ok=True)
+        try:  # mode 0700, ours, not a symlink: its logs, settings and token are nobody else's
+            work = private_dir(self.workdir, "workdir")
+        except UnsafePathError as exc:
+            raise ClusterError(str(exc)) from None
         if self.token is None:  # $PANAMA_TOKEN when set (its clients then reach this cluster), else a fresh one
             self.token = resolve_token(None) or new_token()
         check_token(self.token)
@@ -189,7 +192,7 @@ class LocalCluster:
             proc = self._spawn(name, role, SwitchProcess(switch=switch, **self._process_settings(name, work)), work)
             proc.udp, proc.control = switch.udp, switch.control
         cluster_file = work / "cluster.toml"
-        cluster_file.write_text(self.cluster_toml())
+        write_private_file(cluster_file, self.cluster_toml())
         controller = ControllerConfig(
             cluster_file=cluster_file,
             listen=(self.host, self.controller_port),
@@ -212,7 +215,13 @@ class LocalCluster:
     def _free_port(self, kind: int) -> int:
         # A port free on this host's loopback; in a fresh namespace every port is free,
         # and a daemon that still finds its port taken makes start() retry.
-        return free_port("127.0.0.1" if self.netns else self.host, kind=kind)
+        host = "127.0.0.1" if self.netns else self.host
+        try:
+            return free_port(host, kind=kind)
+        except OSError as exc:  # e.g. EADDRNOTAVAIL: not an address of this machine
+            raise ClusterError(
+                f"host: cannot bind {host}: {exc.strerror or exc} (give an address of this machine, see 'ip addr')"
+            ) from None
 
     def stop_processes_only(self) -> None:
         stop_processes(list(self.procs.values()))
@@ -237,10 +246,12 @@ class LocalCluster:
         ready = settings.ready_file
         ready.unlink(missing_ok=True)
         config_file = settings.save(work / f"{name}.json")
+        config_file.chmod(0o600)
         cmd = [self.python, "-m", DAEMON_MODULES[type(settings)], str(config_file)]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd]  # exec: same PID, signals reach the daemon
-        with open(log, "ab") as out:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with open(fd, "ab") as out:  # 0600: job names and worker addresses are nobody else's business
             popen = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )

@@ -25,10 +25,10 @@ socket; the same decode, key and source check: only its leaf's unicast address c
 the group and why not. A group joined at the probe but refused at the real join leaves
 this rank on unicast retransmission answers only (slow, logged): the probe makes it rare.
 
-A background thread heart-beats to the controller; when the controller tears the job
-down (a rank stopped heart-beating, a daemon died) the next wait fails at once with the
-controller's reason. Every blocking wait is bounded by ``timeout_s`` and its error says
-what was missing (ranks, packets, the switch that did not answer).
+A background thread heart-beats (:mod:`panama.runtime.heartbeat`); the next wait fails at
+once with the controller's reason when it ends the job (a rank stopped, a daemon died, a
+size mismatch), names a peer that left cleanly, or says the cluster is gone. Every wait is
+bounded by ``timeout_s`` and its error says what was missing.
 
 Admission: the controller aggregates in-network only jobs whose gradient size
 (``size_bytes`` hint, else the size of the first ``allreduce``) reaches its threshold.
@@ -43,7 +43,6 @@ import logging
 import secrets
 import select
 import socket
-import threading
 import time
 from typing import Any
 
@@ -56,6 +55,7 @@ from panama.core.units import s as seconds_to_ps
 from panama.runtime import mcast, mmsg, offload
 from panama.runtime.arrays import as_float32_vector, as_output_vector
 from panama.runtime.diagnosis import job_probe_notes
+from panama.runtime.heartbeat import Heartbeat
 from panama.runtime.http import JOB_NAME_RE, JOB_NAME_RULE, HttpError, error_text, job_path, request_json, resolve_token
 from panama.runtime.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
@@ -74,6 +74,7 @@ log = logging.getLogger("panama.communicator")
 # before the loop sends again (64 datagrams at most between sends, as the GRO path).
 RECV_BATCH = 8  # 8 x 64 KB buffers: the batch stays in the core's L2 until the transport reads it
 RECV_BATCH_ROUNDS = 8
+HURRY_AFTER_S = 0.3  # a call slower than this makes the heartbeat report every 0.25 s
 
 # Reasons a received datagram is ignored by the communicator itself (the transport
 # counts its own reasons in ``transport.stats['ignored']``).
@@ -163,9 +164,7 @@ class Communicator:
             raise FieldError("min_pto_s", f"must be > 0 (or None: no tail-loss probes), got {min_pto_s}")
         self.controller: Address = parse_addr(controller, field="controller")
         self.token = resolve_token(token)
-        self.incarnation = secrets.token_hex(
-            8
-        )  # this registration of this rank (a restarted rank replaces its stale self)
+        self.incarnation = secrets.token_hex(8)  # this registration (a restarted rank replaces its stale self)
         self.job = job
         self._job_path = f"/v1/jobs/{job_path(job)}"
         self.rank = rank
@@ -192,8 +191,7 @@ class Communicator:
         self._rx: mmsg.Receiver | None = None  # the plain path's batch receiver (made at first use)
         self.transport: WorkerTransport | None = None
         self.plan: dict[str, Any] | None = None
-        self.first_hop: Address | None = None
-        self.first_hop_name: str | None = None
+        self.first_hop, self.first_hop_name = None, None  # Address, switch name: set by connect()
         self.job_id: int | None = None
         self.ignored: dict[str, int] = {}
         self.malformed: dict[str, int] = {}
@@ -202,11 +200,12 @@ class Communicator:
         self.refused = 0  # ICMP port unreachable from the first hop (its socket is gone)
         self.gro_buffers = 0  # receives that returned several datagrams (GRO)
         self._stage: np.ndarray | None = None
-        self._failure: str | None = None
         self._broken: str | None = None
         self._closed = False
-        self._hb_stop = threading.Event()
-        self._hb_thread: threading.Thread | None = None
+        self._hb: Heartbeat | None = None
+        self._in_call: tuple[int, int] | None = None  # (call index, elements) while an allreduce runs
+        self._last: int | None = None  # elements of the last completed allreduce
+        self._refused_at = 0.0  # when the first hop last answered ICMP port unreachable
         # None: this rank can join a loopback group (probed now); else why it cannot.
         self.mcast_reason = mcast.probe_join(bind_host) if multicast else "multicast=False (communicator option)"
         self._group: mcast.GroupReceiver | None = None
@@ -287,10 +286,15 @@ class Communicator:
             max_retries=1_000_000,  # timeout_s bounds every call instead
         )
         self._join_group(reply.get("multicast"))
-        self._hb_thread = threading.Thread(
-            target=self._heartbeat, name=f"panama-hb-{self.job}-{self.rank}", daemon=True
+        self._hb = Heartbeat(
+            lambda body: self._controller("POST", "heartbeat", body, 2.0),
+            self._progress,
+            self.heartbeat_s,
+            f"panama-hb-{self.job}-{self.rank}",
+            f"job {self.job} rank {self.rank}",
+            f"job {self.job} (job_id {self.job_id})",
         )
-        self._hb_thread.start()
+        self._hb.start()
         log.info(
             "job %s rank %d: job_id %d, trees %s, first hop %s (%s), payload %d floats",
             self.job,
@@ -337,19 +341,19 @@ class Communicator:
         self.mcast_reason = f"{why}; the leaf sends results by unicast"
         log.warning("job %s rank %d: %s", self.job, self.rank, self.mcast_reason)
 
-    def _heartbeat(self) -> None:
-        body = {"rank": self.rank, "job_id": self.job_id}
-        while not self._hb_stop.wait(self.heartbeat_s):
-            try:
-                status, reply = self._controller("POST", "heartbeat", body, 2.0)
-            except HttpError as exc:
-                log.warning("heartbeat failed: %s", exc)
-                continue
-            if status == 200 and isinstance(reply, dict) and reply.get("state") == "running":
-                continue
-            reason = reply.get("reason") if isinstance(reply, dict) else None
-            self._failure = f"controller ended job {self.job} (job_id {self.job_id}): {reason or error_text(reply)}"
-            return
+    def _progress(self) -> dict[str, Any]:
+        """What a heartbeat reports: calls completed and, during one, its index and size."""
+        body: dict[str, Any] = {"rank": self.rank, "job_id": self.job_id, "calls": self.calls, "last": self._last}
+        current = self._in_call
+        if current is not None:
+            body["call"], body["elems"] = current
+        return body
+
+    @property
+    def _failure(self) -> str | None:
+        """Why this rank's current call cannot complete, as far as the heartbeat knows, else None."""
+        hb, rank = self._hb, self.rank
+        return hb and hb.stop_reason(rank, self.calls, self._refused_at, self.first_hop_name)
 
     # ------------------------------------------------------------------ allreduce
     def allreduce(self, x: Any, out: Any = None) -> Any:
@@ -387,14 +391,13 @@ class Communicator:
         except BaseException as exc:  # the transport is mid-generation: no further calls
             self._broken = str(exc) or type(exc).__name__
             raise
-        self.calls += 1
+        self._last, self.calls = arr.size, self.calls + 1
         return wrap(result) if out is None else out
 
     def _run(self, flat: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         tr = self.transport
         assert tr is not None and self.first_hop is not None
-        sock = self.sock
-        raw = sock.sock
+        raw = self.sock.sock
         raw.setblocking(True)
         leaf = self.first_hop
         view = self._recv_view
@@ -403,15 +406,27 @@ class Communicator:
         gro = self._gro
         cmsg_space = offload.RECV_CMSG_SPACE if gro else socket.CMSG_SPACE(4)
         f32 = self._recv_f32
-        iov = [view]
-        decode = codec.decode
-        keys = self._keys
-        recv = raw.recvmsg_into
         deadline = time.monotonic() + self.timeout_s
         rx = None if gro else self._receiver()
         grp = self._group
         if grp is not None:
             poller.register(grp.sock, select.POLLIN)
+        failure = self._failure
+        if failure is not None:
+            raise CommunicatorError(f"job {self.job} rank {self.rank}: {failure}")
+        decode, iov = codec.decode, [view]
+        self._in_call = (self.calls, int(flat.size))
+        hurry_at = time.monotonic() + HURRY_AFTER_S
+        try:
+            return self._loop(tr, flat, out, deadline, hurry_at, poller, rx, grp, leaf, iov, cmsg_space, f32, decode)
+        finally:
+            self._in_call = None
+            if self._hb is not None:
+                self._hb.hurry(False)
+
+    def _loop(self, tr, flat, out, deadline, hurry_at, poller, rx, grp, leaf, iov, cmsg_space, f32, decode):
+        """The send/receive loop of one allreduce (:meth:`_run` prepares its arguments)."""
+        view, keys, recv, hb = iov[0], self._keys, self.sock.sock.recvmsg_into, self._hb
         tr.start(now_ps(), flat, out=out)
         while not tr.done:
             now = now_ps()
@@ -435,9 +450,15 @@ class Communicator:
                 except TransportError as exc:  # pragma: no cover - max_retries is effectively off
                     raise CommunicatorError(self._timeout_message(str(exc))) from None
                 continue
-            if self._failure is not None:
-                raise CommunicatorError(f"job {self.job} rank {self.rank}: {self._failure}")
-            left = deadline - time.monotonic()
+            if hb is not None and hb.alert:  # the controller said something (cheap check first)
+                failure = self._failure
+                if failure is not None:
+                    raise CommunicatorError(f"job {self.job} rank {self.rank}: {failure}")
+            t = time.monotonic()
+            left = deadline - t
+            if t > hurry_at and hb is not None:
+                hurry_at = deadline  # once: a slow call makes the heartbeat report often (leave, size mismatch)
+                hb.hurry()
             if left <= 0:
                 raise CommunicatorError(
                     self._timeout_message(f"allreduce did not finish within timeout_s={self.timeout_s:g}")
@@ -494,6 +515,7 @@ class Communicator:
                 count = rx.recv(RECV_BATCH)
             except ConnectionRefusedError:  # ICMP: nothing listens at the first hop
                 self.refused += 1
+                self._refused_at = time.monotonic()
                 return got
             if not count:
                 return got
@@ -528,6 +550,7 @@ class Communicator:
                 break
             except ConnectionRefusedError:  # ICMP: nothing listens at the first hop
                 self.refused += 1
+                self._refused_at = time.monotonic()
                 break
             got += 1
             if src != leaf:
@@ -633,11 +656,11 @@ class Communicator:
         if self._closed:
             return
         self._closed = True
-        self._hb_stop.set()
-        if self._hb_thread is not None:
-            self._hb_thread.join(timeout=3.0)
+        if self._hb is not None:
+            self._hb.stop()
         if self.plan is not None:
-            body: dict[str, Any] = {"rank": self.rank, "job_id": self.job_id}
+            # calls: the peers' allreduces up to this many can still complete (they fail after it)
+            body: dict[str, Any] = {"rank": self.rank, "job_id": self.job_id, "calls": self.calls, "last": self._last}
             if self._broken is not None:  # a failed rank does not make the job "completed"
                 body["error"] = self._broken[:500]
             try:
@@ -668,9 +691,10 @@ class Communicator:
     def __del__(self) -> None:  # pragma: no cover - best effort
         try:
             if not self._closed:
-                self._hb_stop.set()
-                self.sock.close()
-                if self._group is not None:
-                    self._group.close()
+                if self._hb is not None:
+                    self._hb.stop(0.0)
+                for part in (self.sock, self._group):
+                    if part is not None:
+                        part.close()
         except Exception:
             pass

@@ -23,6 +23,7 @@ from panama.core.topology import natural_key
 from panama.runtime.cluster_file import SwitchInfo
 from panama.runtime.controller_jobs import Job, Rank
 from panama.runtime.http import (
+    ADMISSION_COUNTERS,
     JOB_NAME_RE,
     JOB_NAME_RULE,
     MAX_BODY_BYTES,
@@ -86,7 +87,10 @@ class ControllerHttp:
         ok, monitor = self.monitor_health()
         return web.json_response(
             {
-                "status": "ok" if ok else "monitor not running",
+                # degraded: serving, but a failed state file write means a restart would lose jobs
+                "status": ("degraded" if self.state_error else "ok") if ok else "monitor not running",
+                "state_file": {"path": str(self.state_file) if self.state_file else None, "error": self.state_error},
+                "connections": dict(ADMISSION_COUNTERS),  # closed (pending, idle) or refused by start_site
                 "monitor": monitor,
                 "topology": self.topology.name,
                 "hosts": len(self.topology.hosts),
@@ -351,18 +355,32 @@ class ControllerHttp:
         return job, x, body
 
     async def h_heartbeat(self, request: web.Request) -> web.Response:
-        job, x, _ = await self._registered_rank(request)
+        """A rank is alive; its progress (``calls``; ``call`` and ``elems`` during an
+        allreduce) lets the controller name a size mismatch; the answer names the ranks
+        that left cleanly (``left``: rank -> calls completed)."""
+        job, x, body = await self._registered_rank(request)
+        self._progress(x, body)
+        call, elems = _int_field(body, "call", 0, default=None), _int_field(body, "elems", 0, default=None)
         if job.life.state is JobState.RUNNING:
             x.last_seen = time.monotonic()
-        return web.json_response({"state": job.state, "reason": job.reason, "job_id": job.job_id})
+            if call is not None and elems is not None:
+                x.call = (call, elems)
+            await self._check_sizes(job)
+        left = {str(r.rank): r.calls for r in job.ranks.values() if r.left}
+        return web.json_response({"state": job.state, "reason": job.reason, "job_id": job.job_id, "left": left})
 
     async def h_leave(self, request: web.Request) -> web.Response:
         job, x, body = await self._registered_rank(request)
         error = body.get("error")
         if error is not None and not isinstance(error, str):
             raise BadRequest(400, f"error: expected a string, got {type(error).__name__}")
+        self._progress(x, body)
+        if job.life.state is JobState.RUNNING:
+            await self._check_sizes(job)
         if job.life.state is JobState.RUNNING:
             x.left = True
+            if not error and not all(r.left for r in job.ranks.values()):
+                log.info("job %s: rank %d left cleanly after %s allreduce(s)", job.name, x.rank, x.calls)
             if error:
                 x.error = error[:500]
                 await self.teardown(job, JobInput.RANK_FAILED, f"rank {x.rank} left after an error: {x.error}")
@@ -371,6 +389,29 @@ class ControllerHttp:
             else:
                 self._save_state()
         return web.json_response({"state": job.state, "reason": job.reason, "job_id": job.job_id})
+
+    @staticmethod
+    def _progress(x: Rank, body: dict) -> None:
+        """A heartbeat's or leave's ``calls`` and ``last`` (the size of the last completed call)."""
+        x.calls = _int_field(body, "calls", 0, default=x.calls)
+        last = _int_field(body, "last", 0, default=None)
+        if x.calls and last is not None:
+            x.last = (x.calls - 1, last)
+
+    async def _check_sizes(self, job: Job) -> None:
+        """Fail the job when two ranks passed different sizes to the same allreduce."""
+        seen: dict[int, tuple[int, int]] = {}  # call index -> (rank, elements)
+        for r in sorted(job.ranks.values(), key=lambda r: r.rank):
+            for index, elems in (c for c in (r.last, r.call) if c is not None):
+                first = seen.setdefault(index, (r.rank, elems))
+                if first[1] != elems:
+                    why = (
+                        f"size mismatch in allreduce #{index + 1}: rank {first[0]} passed {first[1]} floats, rank "
+                        f"{r.rank} passed {elems} (every rank must pass the same size to each allreduce)"
+                    )
+                    log.warning("job %s: %s", job.name, why)
+                    await self.teardown(job, JobInput.RANK_FAILED, why)
+                    return
 
     async def h_unicast(self, request: web.Request) -> web.Response:
         """A rank could not join its leaf's results group after all (its probe passed): the

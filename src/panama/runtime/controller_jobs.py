@@ -32,6 +32,9 @@ class Rank:
     error: str | None = None  # why the rank left, when it left after a failure
     request: Any = None  # the waiting register request while the job is registering (provisional)
     multicast: bool = False  # it said at registration that it can join a loopback group
+    calls: int | None = None  # allreduces it completed (its heartbeats and its leave say)
+    call: tuple[int, int] | None = None  # (index, elements) of the allreduce it last reported under way
+    last: tuple[int, int] | None = None  # (index, elements) of the last allreduce it completed
 
     def gone(self) -> bool:
         """A provisional registration whose client hung up (its register call is no longer waiting)."""

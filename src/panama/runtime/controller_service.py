@@ -131,6 +131,7 @@ class ControllerService(ControllerHttp):
         self.default_packet_memory = default_packet_memory
         self.multicast_results = multicast_results
         self.controller: Controller | None = None  # exactly one, made by start()
+        self.state_error: str | None = None  # why the last state file write failed (health: degraded)
         self.controllers_created = 0
         self.jobs: dict[str, Job] = {}
         self.history: OrderedDict[int, Job] = OrderedDict()
@@ -323,10 +324,15 @@ class ControllerService(ControllerHttp):
         if self.state_file is None:
             return
         running = [j.to_state() for j in self.jobs.values() if j.life.state is JobState.RUNNING]
-        try:
+        try:  # a full or unwritable disk leaves the previous file whole (write_secret_file)
             write_secret_file(self.state_file, json.dumps({"version": 1, "jobs": running}, indent=1))
-        except OSError as exc:  # the service goes on; a restart then recovers less
-            log.error("cannot write state file %s: %s", self.state_file, exc)
+        except OSError as exc:  # the service goes on, /v1/health says "degraded"; a restart recovers less
+            self.state_error = f"cannot write state file {self.state_file}: {exc.strerror or exc}"
+            log.error("%s (kept its previous content)", self.state_error)
+        else:
+            if self.state_error is not None:
+                log.warning("state file %s written again", self.state_file)
+            self.state_error = None
 
     # ------------------------------------------------------------------ job lifecycle
     def _fire(self, job: Job, event: JobInput, reason: str) -> None:

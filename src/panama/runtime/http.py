@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from panama.core.errors import FieldError
+from panama.runtime.files import write_private_file
 from panama.runtime.udp import Address
 
 log = logging.getLogger("panama.http")
@@ -43,7 +44,14 @@ MAX_JSON_DEPTH = 32
 HEADER_TIMEOUT_S = 10.0  # a connection must complete a request's headers within this
 BODY_TIMEOUT_S = 10.0  # and its body within this once the headers are in
 KEEPALIVE_TIMEOUT_S = 30.0  # idle keep-alive connections are closed after this
-MAX_CONNECTIONS = 256  # more concurrent connections are answered 503 and closed
+MAX_CONNECTIONS = 256  # open connections; past it the oldest pending one is closed (else 503)
+PENDING_TIMEOUT_S = 2.0  # a connection must send a request with the token within this
+EVICT_MIN_AGE_S = 0.2  # a pending connection younger than this is never closed to make room
+
+# Connections (their handlers' ids) that sent a request with the right token: they are
+# never closed to make room (start_site). Counters of what admission closed or refused.
+_AUTHENTICATED: set[int] = set()
+ADMISSION_COUNTERS: dict[str, int] = {}
 
 
 class HttpError(RuntimeError):
@@ -89,16 +97,10 @@ def read_token_file(path: str | Path) -> str:
 
 
 def write_secret_file(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, readable by the owner only (mode 0600)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, p)
+    """Write ``text`` to ``path`` atomically, readable by the owner only (mode 0600): a fresh
+    ``O_EXCL | O_NOFOLLOW`` temporary name, every byte written, fsynced, renamed
+    (:func:`panama.runtime.files.write_private_file`); OSError leaves ``path`` as it was."""
+    write_private_file(path, text)
 
 
 def job_path(job: str) -> str:
@@ -146,6 +148,22 @@ def request_json(
     return resp.status, data.decode("utf-8", "replace")
 
 
+def check_access(addr: Address, token: str | None, what: str = "controller", timeout_s: float = 5.0) -> None:
+    """Raise :class:`HttpError` unless the controller at ``addr`` answers an authenticated
+    request (``GET /v1/jobs``) with ``token`` (default ``$PANAMA_TOKEN``): it is down, or
+    the token is missing or wrong (``status`` 401)."""
+    status, body = request_json(addr, "GET", "/v1/jobs", timeout_s=timeout_s, what=what, token=token)
+    if status == 401:
+        raise HttpError(
+            f"{what} at {addr[0]}:{addr[1]} refused the token: {error_text(body)} (the cluster's token goes in "
+            f"${TOKEN_ENV} or token=)",
+            status,
+            body,
+        )
+    if status != 200:
+        raise HttpError(f"{what} at {addr[0]}:{addr[1]} answered HTTP {status}: {error_text(body)}", status, body)
+
+
 def error_text(body: Any) -> str:
     """The ``error`` field of a JSON error body, or the body itself."""
     if isinstance(body, dict) and "error" in body:
@@ -170,22 +188,26 @@ def auth_middleware(token: str, open_paths: frozenset[str], counters: dict[str, 
 
     @web.middleware
     async def check(request: web.Request, handler):
-        if request.path not in open_paths:
-            got = request.headers.get("Authorization", "").encode("utf-8", "replace")
-            if not hmac.compare_digest(got, expected):
-                if counters is not None:
-                    counters["unauthorized"] = counters.get("unauthorized", 0) + 1
-                why = "missing" if not got else "wrong token"
-                return web.json_response(
-                    {
-                        "error": f"authorization: {why} (send Authorization: Bearer <token>; clients take token= or "
-                        f"${TOKEN_ENV})"
-                    },
-                    status=401,
-                    headers={"WWW-Authenticate": 'Bearer realm="panama"'},
-                )
-        return await handler(request)
+        got = request.headers.get("Authorization", "").encode("utf-8", "replace")
+        if hmac.compare_digest(got, expected):
+            _AUTHENTICATED.add(id(request.protocol))  # this connection keeps its place (start_site)
+            return await handler(request)
+        if request.path in open_paths:
+            response = await handler(request)
+        else:
+            if counters is not None:
+                counters["unauthorized"] = counters.get("unauthorized", 0) + 1
+            why = "missing" if not got else "wrong token"
+            hint = f"send Authorization: Bearer <token>; clients take token= or ${TOKEN_ENV}"
+            response = web.json_response(
+                {"error": f"authorization: {why} ({hint})"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="panama"'},
+            )
+        response.force_close()  # a connection without the token holds no place once answered
+        return response
 
+    check._panama_auth = True  # type: ignore[attr-defined]  # start_site: connections must authenticate
     return check
 
 
@@ -260,21 +282,37 @@ def _json_depth(text: str) -> int:
 
 
 async def start_site(
-    runner, host: str, port: int, *, max_connections: int = MAX_CONNECTIONS, header_timeout_s: float = HEADER_TIMEOUT_S
+    runner,
+    host: str,
+    port: int,
+    *,
+    max_connections: int = MAX_CONNECTIONS,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    pending_timeout_s: float = PENDING_TIMEOUT_S,
 ) -> tuple[Any, asyncio.Task]:
-    """Listen on ``host:port`` for ``runner`` (an aiohttp ``AppRunner``, set up) with limits.
+    """Listen on ``host:port`` for ``runner`` (an aiohttp ``AppRunner``, set up) with limits
+    that a client without the token cannot exhaust.
 
-    More than ``max_connections`` concurrent connections: the new one is answered 503 and
-    closed. A connection that is not handling a request and has not started one within
-    ``header_timeout_s`` (since it opened or since its last request) is closed: this bounds
-    both idle connections and headers trickled in slowly. Bodies are bounded by
-    :func:`read_json_object`. Returns the asyncio server and its watchdog task (close
-    and cancel both on shutdown).
+    A connection is *pending* until it has sent a request with the right token (servers
+    with :func:`auth_middleware` answer a request without it with 401 and close the
+    connection). Pending connections are closed after ``pending_timeout_s`` without a
+    request; one peer address may hold at most half of ``max_connections`` of them (its
+    oldest older than ``EVICT_MIN_AGE_S`` is closed when it opens another). When
+    ``max_connections`` are open, a new connection closes the oldest pending one older
+    than ``EVICT_MIN_AGE_S`` instead of being refused, so
+    authenticated clients always find room; only when every connection is authenticated
+    or brand new is the newcomer answered 503 and closed. An authenticated connection
+    that is not handling a request and has not started one within ``header_timeout_s``
+    (since its last request) is closed. Bodies are bounded by :func:`read_json_object`.
+    Returns the asyncio server and its watchdog task (close and cancel both on shutdown).
     """
     loop = asyncio.get_running_loop()
     server = runner.server
-    clocks: dict[Any, tuple[float, int]] = {}  # handler -> (since, requests parsed then)
+    gated = any(getattr(m, "_panama_auth", False) for m in runner.app.middlewares)
+    clocks: dict[Any, list] = {}  # handler -> [opened, since, requests parsed then, peer]
     refused = _busy_body(max_connections)
+    per_peer = max(1, max_connections // 2)
+    counters = ADMISSION_COUNTERS
 
     class Busy(asyncio.Protocol):
         """Over the limit: answer 503 once the client has sent its request (so it reads the
@@ -293,32 +331,81 @@ async def start_site(
         def connection_lost(self, exc):
             self.timer.cancel()
 
+    def authenticated(handler) -> bool:
+        return id(handler) in _AUTHENTICATED or (not gated and getattr(handler, "_request_count", 0) > 0)
+
+    def pending(handler) -> bool:
+        return (
+            handler.transport is not None
+            and not authenticated(handler)
+            and getattr(handler, "_request_count", 0) == 0
+            and getattr(handler, "_current_request", None) is None
+        )
+
+    def evict(handler, why: str) -> None:
+        counters[why] = counters.get(why, 0) + 1
+        clocks.pop(handler, None)
+        handler.force_close()
+
+    def oldest_pending(peer: str | None = None, min_age: float = 0.0):
+        now = loop.time()
+        best = None
+        for handler in server.connections:
+            info = clocks.get(handler)
+            if info is None or not pending(handler) or now - info[0] < min_age:
+                continue
+            if peer is not None and info[3] != peer:
+                continue
+            if best is None or info[0] < clocks[best][0]:
+                best = handler
+        return best
+
+    def check_peer(handler) -> None:
+        # Runs once the connection is made (its peer is known): one peer's pending connections are capped.
+        info = clocks.get(handler)
+        transport = handler.transport
+        if info is None or transport is None:
+            return
+        peername = transport.get_extra_info("peername")
+        info[3] = peername[0] if peername else "?"
+        mine = [h for h in server.connections if h in clocks and clocks[h][3] == info[3] and pending(h)]
+        if len(mine) > per_peer:
+            victim = oldest_pending(info[3], min_age=EVICT_MIN_AGE_S)
+            if victim is not None:
+                evict(victim, "evicted_per_peer")
+
     def factory():
-        if len(server.connections) >= max_connections:
-            return Busy()
+        if sum(1 for h in server.connections if h.transport is not None) >= max_connections:
+            victim = oldest_pending(min_age=EVICT_MIN_AGE_S)
+            if victim is None:
+                counters["refused_busy"] = counters.get("refused_busy", 0) + 1
+                return Busy()
+            evict(victim, "evicted_pending")
         handler = server()
-        clocks[handler] = (loop.time(), 0)
+        _AUTHENTICATED.discard(id(handler))  # a recycled id of a closed connection
+        now = loop.time()
+        clocks[handler] = [now, now, 0, None]
+        loop.call_later(0, check_peer, handler)  # after connection_made
         return handler
 
     async def watchdog() -> None:
         while True:
-            await asyncio.sleep(min(1.0, header_timeout_s / 4))
+            await asyncio.sleep(min(0.25, pending_timeout_s / 4, header_timeout_s / 4))
             now = loop.time()
             live = set(server.connections)
-            for handler, (since, seen) in list(clocks.items()):
+            for handler, info in list(clocks.items()):
+                opened, since, seen, _ = info
                 if handler not in live:
-                    if now - since > 1.0:  # not yet registered, or gone
+                    if now - opened > 1.0:  # not yet registered, or gone
                         del clocks[handler]
+                        _AUTHENTICATED.discard(id(handler))
                     continue
                 count = getattr(handler, "_request_count", 0)
                 if count != seen or getattr(handler, "_current_request", None) is not None:
-                    clocks[handler] = (now, count)
-                elif now - since > header_timeout_s:
-                    handler.force_close()
-                    transport = handler.transport
-                    if transport is not None:
-                        transport.close()
-                    del clocks[handler]
+                    info[1], info[2] = now, count
+                elif now - since > (header_timeout_s if authenticated(handler) else pending_timeout_s):
+                    evict(handler, "closed_idle")
+                    _AUTHENTICATED.discard(id(handler))
 
     srv = await loop.create_server(factory, host, port, reuse_address=True, backlog=128)
     return srv, asyncio.create_task(watchdog())

@@ -78,6 +78,7 @@ from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
 from panama.runtime import mcast, mmsg, offload
+from panama.runtime.files import write_private_file
 from panama.runtime.http import start_site
 from panama.runtime.process import main_from_file
 from panama.runtime.settings import SwitchConfig, SwitchProcess
@@ -579,11 +580,8 @@ def run_switch(config: SwitchConfig, ready_file: str | None = None, token: str |
 
 
 def write_ready_file(path: str, info: dict) -> None:
-    """Write ``info`` as JSON to ``path`` atomically (write a temporary file, then rename)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(info, f)
-    os.replace(tmp, path)
+    """Write ``info`` as JSON to ``path`` atomically, mode 0600 (``files.write_private_file``)."""
+    write_private_file(path, json.dumps(info))
 
 
 # ---------------------------------------------------------------------- helpers

@@ -306,6 +306,9 @@ def terminal_table(result: SimResult) -> str:
         ]
         headers = ("job", "scheme", "used", "trees", "workers", "iters", "mean iter µs", "total µs")
         lines += ["", format_table(rows, headers, align="lllrrrrr")]
+        for name, j in s["jobs"].items():  # why a job did not run the scheme it asked for
+            if j["scheme_used"] != j["scheme"]:
+                lines.append(f"{name} ran {j['scheme_used']} instead of {j['scheme']}: {j.get('admission')}")
     if s["link_bytes"]:
         lines.append("")
         lines.append("bytes by link tier: " + ", ".join(f"{k} {v / 1e6:.2f} MB" for k, v in s["link_bytes"].items()))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
 
 from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.core.errors import FieldError
@@ -35,8 +35,17 @@ class ScenarioError(FieldError):
         return self.field
 
 
+# Finite ranges for every setting: inf, NaN and values whose picosecond or byte count
+# overflows are refused with the key's name, like any other bad value (booleans are strict:
+# true/false only, never "yes" or 1).
+MAX_MS = 1e6  # 1,000 s of simulated time
+MAX_US = 1e9  # the same, in microseconds
+MAX_BYTES = 10**12  # 1 TB
+MAX_GBPS = 1e4  # 10 Tb/s
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class TopologyConfig(_Model):
@@ -46,53 +55,69 @@ class TopologyConfig(_Model):
         "leaf-spine:leaves=4,spines=2,hosts_per_leaf=4",
         description="topology spec (fat-tree:k=4, leaf-spine:leaves=..,spines=..,hosts_per_leaf=..) or a file path",
     )
-    host_rate_gbps: float | None = Field(None, gt=0, description="host-ToR link rate; None keeps the spec's")
-    fabric_rate_gbps: float | None = Field(None, gt=0, description="switch-switch link rate; None keeps the spec's")
-    link_delay_us: float | None = Field(None, ge=0, description="one-way propagation delay per link")
+    host_rate_gbps: float | None = Field(
+        None, gt=0, le=MAX_GBPS, description="host-ToR link rate; None keeps the spec's"
+    )
+    fabric_rate_gbps: float | None = Field(
+        None, gt=0, le=MAX_GBPS, description="switch-switch link rate; None keeps the spec's"
+    )
+    link_delay_us: float | None = Field(None, ge=0, le=MAX_US, description="one-way propagation delay per link")
 
 
 class NetworkConfig(_Model):
     """Switch queues, ECN marking, PFC and host DCTCP (mapped onto panama.sim.network/dctcp)."""
 
-    pfc: bool = Field(True, description="lossless fabric: PFC PAUSE with a shared buffer per switch")
+    pfc: StrictBool = Field(True, description="lossless fabric: PFC PAUSE with a shared buffer per switch")
     queue_limit_bytes: int = Field(
         450_000,
         ge=1500,
+        le=MAX_BYTES,
         description="drop-tail limit per output queue when pfc=false, for a 10 Gbps port (scaled by the port's rate "
         "when queue_limit_scales_with_rate)",
     )
-    queue_limit_scales_with_rate: bool = Field(
+    queue_limit_scales_with_rate: StrictBool = Field(
         True,
         description="queue limits (and the default PFC buffer) scale with link rate like the ECN threshold; false: "
         "the same bytes at every rate, so at 100 Gbps the ECN threshold (650 packets) exceeds the buffer and PFC, "
         "not ECN, controls the queues (docs/experiments.md, 100 Gb/s)",
     )
     switch_buffer_bytes: int | None = Field(
-        None, ge=1500, description="shared buffer per switch when pfc=true; None = the sum of its ports' queue limits"
+        None,
+        ge=1500,
+        le=MAX_BYTES,
+        description="shared buffer per switch when pfc=true; None = the sum of its ports' queue limits",
     )
     pfc_alpha: float = Field(0.125, gt=0, le=64, description="dynamic PFC threshold: pause when ingress > alpha x free")
-    pfc_headroom_factor: float = Field(3.0, ge=0, description="PFC headroom per ingress: factor x rate x delay + 2 MTU")
-    ecn: bool = Field(True, description="ECN marking (DCTCP step marking at enqueue)")
-    ecn_k_packets: float = Field(65.0, ge=0, description="marking threshold in MTU packets at 10 Gbps, scaled by rate")
-    ecn_k_bytes: int | None = Field(
-        None, ge=0, description="fixed marking threshold in bytes (overrides ecn_k_packets)"
+    pfc_headroom_factor: float = Field(
+        3.0, ge=0, le=1e3, description="PFC headroom per ingress: factor x rate x delay + 2 MTU"
     )
-    host_ecn: bool = Field(
+    ecn: StrictBool = Field(True, description="ECN marking (DCTCP step marking at enqueue)")
+    ecn_k_packets: float = Field(
+        65.0, ge=0, le=1e9, description="marking threshold in MTU packets at 10 Gbps, scaled by rate"
+    )
+    ecn_k_bytes: int | None = Field(
+        None, ge=0, le=MAX_BYTES, description="fixed marking threshold in bytes (overrides ecn_k_packets)"
+    )
+    host_ecn: StrictBool = Field(
         True,
         description="host NIC queues mark ECN at the same threshold (a CE-marking qdisc); without it a sender "
         "limited by its own NIC grows its window without bound and delays everything else its host sends",
     )
     mtu_bytes: int = Field(1500, ge=256, le=9000, description="IP MTU; TCP segments carry mtu_bytes - 40")
-    dctcp_initial_window_packets: float = Field(10.0, ge=1, description="initial cwnd of background/ring TCP flows")
-    dctcp_min_rto_us: float = Field(1000.0, gt=0, description="minimum retransmission timeout of TCP flows")
-    dctcp_max_rto_us: float = Field(100_000.0, gt=0, description="maximum retransmission timeout of TCP flows")
+    dctcp_initial_window_packets: float = Field(
+        10.0, ge=1, le=1e6, description="initial cwnd of background/ring TCP flows"
+    )
+    dctcp_min_rto_us: float = Field(1000.0, gt=0, le=MAX_US, description="minimum retransmission timeout of TCP flows")
+    dctcp_max_rto_us: float = Field(
+        100_000.0, gt=0, le=MAX_US, description="maximum retransmission timeout of TCP flows"
+    )
 
 
 class PSwitchConfig(_Model):
     """The aggregation accelerator attached to every switch."""
 
-    packet_memory_slots: int = Field(4096, ge=1, description="accelerator memory, in packet slots")
-    processing_latency_ns: float = Field(500.0, ge=0, description="per-packet accelerator latency")
+    packet_memory_slots: int = Field(4096, ge=1, le=1 << 20, description="accelerator memory, in packet slots")
+    processing_latency_ns: float = Field(500.0, ge=0, le=MAX_US, description="per-packet accelerator latency")
     reserve_shares: int = Field(
         1,
         ge=0,
@@ -107,9 +132,12 @@ class PanamaConfig(_Model):
 
     num_trees: int = Field(4, ge=1, le=64, description="aggregation trees per job (panama, ina-fixed)")
     threshold_bytes: int = Field(
-        DEFAULT_THRESHOLD_BYTES, ge=0, description="jobs whose gradient is smaller than this use ring allreduce"
+        DEFAULT_THRESHOLD_BYTES,
+        ge=0,
+        le=MAX_BYTES,
+        description="jobs whose gradient is smaller than this use ring allreduce",
     )
-    max_jobs_per_switch: int = Field(8, ge=1, description="admission limit of the controller")
+    max_jobs_per_switch: int = Field(8, ge=1, le=4096, description="admission limit of the controller")
     payload_elems: int = Field(361, ge=1, le=361, description="float32 elements per packet (361 fills 1500 B)")
     cc: Literal["dctcp-path", "dctcp-or"] = Field(
         "dctcp-path",
@@ -121,16 +149,17 @@ class PanamaConfig(_Model):
         0.5, ge=0, le=1, description="dctcp-path: the lowest window as a share of the tree's path window"
     )
     initial_window_packets: float = Field(
-        10.0, ge=1, description="initial per-tree window (dctcp-or; dctcp-path starts at the path window)"
+        10.0, ge=1, le=1e6, description="initial per-tree window (dctcp-or; dctcp-path starts at the path window)"
     )
-    fixed_window_packets: float = Field(64.0, ge=1, description="per-tree window of ina-fixed (cc 'fixed')")
+    fixed_window_packets: float = Field(64.0, ge=1, le=1e6, description="per-tree window of ina-fixed (cc 'fixed')")
     dctcp_g: float = Field(1 / 16, gt=0, le=1, description="DCTCP gain of the tree congestion control")
-    initial_rto_us: float = Field(1000.0, gt=0, description="initial worker retransmission timeout")
-    min_rto_us: float = Field(500.0, gt=0, description="minimum worker retransmission timeout")
-    max_rto_us: float = Field(100_000.0, gt=0, description="maximum worker retransmission timeout")
+    initial_rto_us: float = Field(1000.0, gt=0, le=MAX_US, description="initial worker retransmission timeout")
+    min_rto_us: float = Field(500.0, gt=0, le=MAX_US, description="minimum worker retransmission timeout")
+    max_rto_us: float = Field(100_000.0, gt=0, le=MAX_US, description="maximum worker retransmission timeout")
     min_pto_us: float | None = Field(
         None,
         gt=0,
+        le=MAX_US,
         description="floor of the workers' tail-loss probe timeout (RFC 8985, core/transport.py); None = no probes",
     )
 
@@ -142,22 +171,22 @@ class BackgroundConfig(_Model):
         "web-search", description="web-search, data-mining, fb-hadoop, ali-storage, or a CDF file path"
     )
     load: float = Field(0.3, ge=0, le=1.5, description="offered load per host, fraction of its link rate")
-    start_ms: float = Field(0.0, ge=0, description="first arrival not before this time")
-    stop_ms: float | None = Field(None, ge=0, description="no arrivals after this time; None = duration_ms")
+    start_ms: float = Field(0.0, ge=0, le=MAX_MS, description="first arrival not before this time")
+    stop_ms: float | None = Field(None, ge=0, le=MAX_MS, description="no arrivals after this time; None = duration_ms")
     hosts: list[str] | None = Field(None, description="source/destination hosts; None = every host")
-    max_flow_bytes: int | None = Field(None, gt=0, description="truncate sampled sizes (None = no limit)")
+    max_flow_bytes: int | None = Field(None, gt=0, le=MAX_BYTES, description="truncate sampled sizes (None = no limit)")
 
 
 class JobConfig(_Model):
     """One data-parallel training job: compute, then allreduce, ``iterations`` times."""
 
     name: str | None = Field(None, description="job name; None = job<index>")
-    workers: int = Field(4, ge=2, description="number of workers (ignored when hosts are given)")
+    workers: int = Field(4, ge=2, le=1 << 20, description="number of workers (ignored when hosts are given)")
     hosts: list[str] | None = Field(None, description="worker hosts; None = drawn at random (seeded)")
-    gradient_bytes: int = Field(1_000_000, ge=4, description="gradient size per worker and iteration")
-    compute_us: float = Field(200.0, ge=0, description="computation time per iteration")
-    iterations: int = Field(5, ge=1, description="training iterations")
-    start_us: float = Field(0.0, ge=0, description="start time of the job")
+    gradient_bytes: int = Field(1_000_000, ge=4, le=MAX_BYTES, description="gradient size per worker and iteration")
+    compute_us: float = Field(200.0, ge=0, le=MAX_US, description="computation time per iteration")
+    iterations: int = Field(5, ge=1, le=10**6, description="training iterations")
+    start_us: float = Field(0.0, ge=0, le=MAX_US, description="start time of the job")
     scheme: Scheme | None = Field(None, description="allreduce scheme; None = the scenario's scheme")
 
     @model_validator(mode="after")
@@ -173,10 +202,12 @@ class JobConfig(_Model):
 class Scenario(_Model):
     """A complete simulation: fabric, switches, traffic, jobs, scheme, seed and duration."""
 
-    seed: int = Field(1, ge=0, description="master seed; workload, placement and sim use separate streams")
-    duration_ms: float = Field(10.0, gt=0, description="background arrivals happen in [0, duration_ms)")
+    seed: int = Field(
+        1, ge=0, le=2**63 - 1, description="master seed; workload, placement and sim use separate streams"
+    )
+    duration_ms: float = Field(10.0, gt=0, le=MAX_MS, description="background arrivals happen in [0, duration_ms)")
     max_time_ms: float | None = Field(
-        None, gt=0, description="hard stop of simulated time; None = 10 * duration_ms + 100"
+        None, gt=0, le=MAX_MS, description="hard stop of simulated time; None = 10 * duration_ms + 100"
     )
     scheme: Scheme = Field("panama", description="allreduce scheme of every job without its own")
     topology: TopologyConfig = Field(default_factory=TopologyConfig, description="[topology] table")
@@ -191,10 +222,11 @@ class Scenario(_Model):
         "may share hosts), disjoint (every worker on its own host, drawn at random), packed (jobs fill racks in "
         "order from a random first rack, every worker on its own host)",
     )
-    sample_interval_us: float = Field(10.0, gt=0, description="queue-occupancy sampling period")
+    sample_interval_us: float = Field(10.0, ge=0.001, le=MAX_US, description="queue-occupancy sampling period")
     burst_bin_us: float = Field(
         0.0,
         ge=0,
+        le=MAX_US,
         description="bin of the PANAMA burst meter (aggregation packets per bin per switch output port, "
         "diagnostics.panama_bursts); 0 = off (it adds about a fifth to the CPU time of PANAMA-heavy runs)",
     )
@@ -206,6 +238,8 @@ class Scenario(_Model):
             raise FieldError("panama.min_rto_us", "must be <= panama.max_rto_us")
         if not self.network.dctcp_min_rto_us <= self.network.dctcp_max_rto_us:
             raise FieldError("network.dctcp_min_rto_us", "must be <= network.dctcp_max_rto_us")
+        if 0 < self.burst_bin_us < 0.001:
+            raise FieldError("burst_bin_us", f"must be 0 (off) or >= 0.001 (1 ns), got {self.burst_bin_us}")
         names = [j.name for j in self.jobs if j.name is not None]
         if len(set(names)) != len(names):
             raise FieldError("jobs", "job names must be distinct")
@@ -284,7 +318,12 @@ def load_scenario(path: str | Path | None = None, sets: Iterable[str] = ()) -> S
         p = Path(path)
         if not p.is_file():
             raise ScenarioError("SCENARIO", f"no such file: {p}")
-        text = p.read_text()
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ScenarioError(str(p), f"not UTF-8 text (byte {exc.start}); save the scenario as UTF-8") from None
+        except OSError as exc:
+            raise ScenarioError(str(p), f"cannot read: {exc.strerror or exc}") from None
         try:
             data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
         except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
