@@ -69,27 +69,50 @@ def test_dctcp_or_is_the_source_reaction_and_keeps_its_earlier_name():
     assert isinstance(make_cc("dctcp-path"), DctcpPath)
 
 
-def test_dctcp_path_starts_at_the_path_window_and_never_leaves_floor_and_ceiling():
-    cc = DctcpPath(initial_window=10, floor_share=0.5)
+def test_dctcp_path_holds_the_path_window_while_the_echo_is_quiet():
+    cc = DctcpPath(initial_window=10)
     cc.limit_to_cap(500)
     cc.limit_to_path(20)
-    assert cc.window == 20 and cc.floor == 10 and cc.ceiling == 20
+    assert cc.window == 20 and cc.floor == 20 and cc.ceiling == 20 and cc.alpha == 0
     seq = 0
-    for _ in range(200):  # no marks: additive increase stops at the ceiling
+    for _ in range(300):  # unmarked, or marked more rarely than g: additive increase stops at the path window
+        cc.on_result(seq, seq % 40 == 7, 500, snd_nxt=seq + cc.window)
+        seq += 1
+        assert cc.window == 20
+    assert cc.alpha < cc.g
+
+
+def test_dctcp_path_competes_like_dctcp_above_the_path_window_and_never_drops_below_it():
+    cc = DctcpPath()
+    cc.limit_to_cap(500)
+    cc.limit_to_path(20)
+    seq, windows = 0, []
+    for _ in range(2000):  # one result in 12 marked: queues at K that the tree did not build alone
+        cc.on_result(seq, seq % 12 == 0, 500, snd_nxt=seq + cc.window)
+        seq += 1
+        windows.append(cc.window)
+        assert cc.window >= 20
+    assert cc.alpha > cc.g and max(windows) > 20  # grows above the path window, cut back by DCTCP
+    assert min(windows[1000:]) < max(windows[1000:])
+    for _ in range(2000):  # the marks stop: alpha decays below g, the window returns to the path window
         cc.on_result(seq, False, 500, snd_nxt=seq + cc.window)
         seq += 1
     assert cc.window == 20
-    for _ in range(400):  # every result marked: DCTCP cuts, down to the floor only
-        cc.on_result(seq, True, 500, snd_nxt=seq + cc.window)
-        seq += 1
-        assert 10 <= cc.window <= 20
-    assert cc.window == 10 and cc.alpha > 0.9
     cc.on_result(seq, False, 6, snd_nxt=seq + 6)  # the accelerators' cap still wins
     assert cc.window == 6
 
 
+def test_dctcp_path_floor_share_lets_the_echo_cut_below_the_path_window():
+    cc = DctcpPath(floor_share=0.5)
+    cc.limit_to_path(20)
+    for seq in range(400):
+        cc.on_result(seq, True, 500, snd_nxt=seq + cc.window)
+        assert 10 <= cc.window
+    assert cc.window == 10
+
+
 def test_dctcp_path_without_a_path_window_is_dctcp():
-    a, b = Dctcp(initial_window=4), DctcpPath(initial_window=4)
+    a, b = Dctcp(initial_window=4, initial_alpha=0.0), DctcpPath(initial_window=4)
     for seq in range(300):
         ece = seq % 7 == 3
         a.on_result(seq, ece, 300, snd_nxt=seq + a.window)

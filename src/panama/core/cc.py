@@ -8,7 +8,8 @@ memory cannot overflow whatever the algorithm does.
 
 Registry: ``dctcp-or`` (the source's reaction: DCTCP on the tree-wide OR of ECN marks;
 ``dctcp`` is the same class under its earlier name), ``dctcp-path`` (the same reaction
-between a floor and a ceiling derived from the tree's path, :mod:`panama.core.paths`),
+above a floor set by the tree's path, :mod:`panama.core.paths`, and held at that path
+window while the echo is quiet),
 ``fixed`` (constant window, as in switch-ASIC systems without congestion control),
 ``none`` (always the full cwnd_cap).
 """
@@ -123,31 +124,36 @@ class Dctcp(CongestionControl):
 
 
 class DctcpPath(Dctcp):
-    """A tree window kept between a floor and a ceiling set by the tree's path, reacting to
-    the tree-wide echo like :class:`Dctcp` in between.
+    """A tree window that never drops below its path window and exceeds it only while the
+    echo shows queues held at the marking threshold: DCTCP above that floor.
 
-    - **Ceiling and start**: the tree's path window (:func:`panama.core.paths.path_windows`:
-      the packets in flight that keep its bottleneck share busy with no queue anywhere,
-      from the link rates, delays and hops the controller knows). The window starts
-      there, in congestion avoidance, so an allreduce runs at its path's rate from its
-      first packet; above it a window only builds queue, which is what delayed other
-      flows behind aggregation traffic (docs/experiments.md, "What holds PANAMA's tail").
-    - **Echo (ECE)**: :class:`Dctcp`'s reaction, unchanged, but never below ``floor_share``
-      of the ceiling. The echo is the OR of marks on all of a tree's paths, so on a busy
-      fabric nearly every window carries one whatever the tree does (loss path
-      multiplicity), and the source's reaction then holds a tree far below its path
-      (docs/design.md, "ECN"). A tree at its floor keeps fewer packets in flight than its
-      path carries: it builds no standing queue of its own, and where other flows hold a
-      queue at the marking threshold it gets less than a flow of that path would.
-    Floor and ceiling come from the controller's plan, the same on every worker of a
-    tree, and the echo and cap come with results, so the workers stay in lock-step.
-    Without a path window (``limit_to_path`` never called) it is :class:`Dctcp`.
+    - **Path window** (:func:`panama.core.paths.path_windows`): the packets in flight that
+      keep the tree's bottleneck share busy with no queue anywhere, from the link rates,
+      delays and hops the controller knows. The window starts there (no slow start: the
+      path is known).
+    - **While the echo is quiet** (DCTCP's ``alpha`` below ``g``: fewer than about one
+      result in sixteen marked) the window stays at the path window: above it a window
+      only builds a queue of the tree's own, which is what delayed other flows behind
+      aggregation traffic (docs/experiments.md, "What holds PANAMA's tail").
+    - **While it is not**, some path holds a queue at the marking threshold that the tree
+      did not build alone (at its path window it cannot), so its round trip is longer
+      than the path's base one and the path window no longer fills its share: the window
+      may then grow above it and is governed by :class:`Dctcp`'s reaction, unchanged.
+    - **Never below the path window** (``floor_share`` of it; 1 by default). The echo is
+      the OR of marks on all of a tree's paths, so on a busy fabric nearly every window
+      carries one whatever the tree does (loss path multiplicity), and the source's
+      reaction then holds a tree far below its path (docs/design.md, "ECN"). At its path
+      window a tree cannot hold a standing queue on its own, and where other flows hold
+      one at the threshold it gets less than a flow of that path would.
+    Path window, ``alpha`` (from the echo) and the cap come from the plan and the results,
+    the same on every worker of a tree, so the workers stay in lock-step. Without a path
+    window (``limit_to_path`` never called) it is :class:`Dctcp` (started at ``alpha = 0``).
     """
 
     name = "dctcp-path"
 
     def __init__(
-        self, initial_window: float = 10.0, g: float = 1 / 16, initial_alpha: float = 1.0, floor_share: float = 0.5
+        self, initial_window: float = 10.0, g: float = 1 / 16, initial_alpha: float = 0.0, floor_share: float = 1.0
     ):
         super().__init__(initial_window, g, initial_alpha)
         if not 0 <= floor_share <= 1:
@@ -168,7 +174,7 @@ class DctcpPath(Dctcp):
 
     def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:
         Dctcp.on_result(self, seq, ece, cwnd_cap, snd_nxt)
-        if self.cwnd > self.ceiling:
+        if self.cwnd > self.ceiling and self.alpha < self.g:
             self.cwnd = self.ceiling
         elif self.cwnd < self.floor:
             self.cwnd = self.floor

@@ -141,12 +141,12 @@ class PanamaConfig(_Model):
     payload_elems: int = Field(361, ge=1, le=361, description="float32 elements per packet (361 fills 1500 B)")
     cc: Literal["dctcp-path", "dctcp-or"] = Field(
         "dctcp-path",
-        description="tree congestion control of panama and ina-single: dctcp-path (DCTCP between a floor and the "
-        "path window the controller derives from link rates and hops) or dctcp-or (the source's DCTCP on the "
-        "tree-wide OR of marks); docs/design.md, ECN",
+        description="tree congestion control of panama and ina-single: dctcp-path (the path window the "
+        "controller derives from link rates and hops, DCTCP above it while the echo shows queues at K) or "
+        "dctcp-or (the source's DCTCP on the tree-wide OR of marks); docs/design.md, ECN",
     )
     path_floor_share: float = Field(
-        0.5, ge=0, le=1, description="dctcp-path: the lowest window as a share of the tree's path window"
+        1.0, ge=0, le=1, description="dctcp-path: the lowest window as a share of the tree's path window"
     )
     initial_window_packets: float = Field(
         10.0, ge=1, le=1e6, description="initial per-tree window (dctcp-or; dctcp-path starts at the path window)"

@@ -64,7 +64,7 @@ class TransportSettings:
     min_pto_ps: int | None = None  # tail-loss probes off (the scenario's panama.min_pto_us)
     max_retries: int = 30
     cc: str = "dctcp-path"  # the reaction of panama and ina-single (the scenario's panama.cc)
-    path_floor_share: float = 0.5  # dctcp-path: the floor as a share of the path window
+    path_floor_share: float = 1.0  # dctcp-path: the floor as a share of the path window
     hop_latency_ps: int = 0  # accelerator latency per hop, for the path windows
 
     def trees_for(self, scheme: str) -> int:
