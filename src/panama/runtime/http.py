@@ -20,6 +20,7 @@ import re
 import secrets
 import socket
 import stat
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -47,6 +48,7 @@ KEEPALIVE_TIMEOUT_S = 30.0  # idle keep-alive connections are closed after this
 MAX_CONNECTIONS = 256  # open connections; past it the oldest pending one is closed (else 503)
 PENDING_TIMEOUT_S = 2.0  # a connection must send a request with the token within this
 EVICT_MIN_AGE_S = 0.2  # a pending connection younger than this is never closed to make room
+BUSY_RETRY_S = 5.0  # clients ask a server at its connection limit again for this long
 
 # Connections (their handlers' ids) that sent a request with the right token: they are
 # never closed to make room (start_site). Counters of what admission closed or refused.
@@ -123,8 +125,24 @@ def request_json(
 
     ``token`` (default ``$PANAMA_TOKEN``) goes in ``Authorization: Bearer``. Raises
     :class:`HttpError` naming ``what`` and the address when the server is unreachable
-    or the connection breaks; HTTP error statuses are returned, not raised.
+    or the connection breaks; HTTP error statuses are returned, not raised. A server at
+    its connection limit (503 ``connections: ...``, answered before the request is read)
+    is asked again with back-off for up to ``min(timeout_s, BUSY_RETRY_S)``.
     """
+    deadline = time.monotonic() + min(timeout_s, BUSY_RETRY_S)
+    delay = 0.05
+    while True:
+        status, reply = _request_once(addr, method, path, body, timeout_s, what, token)
+        busy = status == 503 and error_text(reply).startswith("connections:")
+        if not busy or time.monotonic() + delay >= deadline:
+            return status, reply
+        time.sleep(delay)
+        delay = min(2 * delay, 0.5)
+
+
+def _request_once(
+    addr: Address, method: str, path: str, body: Any, timeout_s: float, what: str, token: str | None
+) -> tuple[int, Any]:
     conn = http.client.HTTPConnection(addr[0], addr[1], timeout=timeout_s)
     try:
         payload = None if body is None else json.dumps(body).encode()
