@@ -377,13 +377,15 @@ def write_report(
             "| run | allreduce | workers | epochs | final test accuracy | replicas identical | wall s |",
             "|---|---|---|---|---|---|---|",
         ]
-        for name in ("panama", "reference"):
+        for name in (n for n in ("panama", "gloo", "reference") if n in t):
             r = t[name]
             lines.append(
                 f"| {name} | {r['allreduce']} | {r['workers']} | {r['epochs']} | "
                 f"{_f(r['final_test_accuracy'], '.4f')} | "
                 f"{r['replicas_identical']} | {_f(r['total_seconds'], '.1f')} |"
             )
+        if "parameters_bitwise_equal" in t:
+            lines += ["", f"Parameters of panama and DDP on gloo bitwise equal: {t['parameters_bitwise_equal']}."]
         lines.append("")
 
     jobs = _run_jobs(main_dir, ((main or {}).get("config") or {}).get("preset"))
