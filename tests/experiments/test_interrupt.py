@@ -34,8 +34,11 @@ def test_ctrl_c_during_shared_cluster_leaves_no_process_behind(tmp_path):
     """SIGINT to the process group (as a terminal sends it) while two pool workers run:
     the command exits 130 with one line within seconds, and nothing of its session
     survives (before: the workers kept running, and were orphaned after more Ctrl-C)."""
-    cmd = [sys.executable, "-m", "panama", "experiment", "shared-cluster", "--quick", "--jobs", "2"]
-    cmd += ["--no-plot", "--quiet", "--out", str(tmp_path / "out")]
+    # Two paper-scale points (tens of seconds each even compiled: --quick, 2 s compiled,
+    # could finish before the signal arrived).
+    cmd = [sys.executable, "-m", "panama", "experiment", "shared-cluster", "--preset", "paper", "--seeds", "1"]
+    cmd += ["--schemes", "ring,panama", "--no-floor", "--jobs", "2", "--no-plot", "--quiet"]
+    cmd += ["--out", str(tmp_path / "out")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 120
