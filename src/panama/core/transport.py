@@ -19,8 +19,8 @@ the tree's next sequence number. Per tree a worker may send ``seq`` only while
 window comes from the tree's congestion controller and never exceeds the latest
 ``cwnd_cap``: before the first result, the cap the controller's plan gave for the tree
 (``cwnd_caps``); then the one every result carries. ``path_windows`` (one per tree, from
-:func:`panama.core.paths.path_windows`) are handed to the congestion controllers (the
-ceiling of ``dctcp-path``). A result is the implicit ACK of the
+:func:`panama.core.paths.path_windows`) are handed to the congestion controllers
+(``dctcp-path`` starts there and never drops below it; the others ignore them). A result is the implicit ACK of the
 packet with the same ``seq``. When the last result of an allreduce arrives, the worker
 sends one header-only ``FLAG_ACK`` per tree (``seq == ack ==`` its new cumulative ack)
 so the accelerators free the results they retained for it instead of holding them
@@ -173,7 +173,7 @@ class WorkerTransport:
             for ctl, cap in zip(self.cc, caps):
                 ctl.limit_to_cap(cap)
         if path_windows is not None:
-            # The plan's path windows (panama.core.paths): the ceiling of ``dctcp-path``.
+            # The plan's path windows (panama.core.paths): start and floor of ``dctcp-path``.
             wins = list(path_windows)
             if len(wins) != self.num_trees or any(not 1 <= w <= MAX_CWND_CAP for w in wins):
                 raise ValueError(f"path_windows must give one window in [1, {MAX_CWND_CAP}] per tree, got {wins}")

@@ -209,6 +209,11 @@ class TrainingJob:
         self._dispatchers = [self._env.dispatchers[h] for h in self.hosts]
         self._rank_of: dict[int, int] = {}
         self._cc = self._env.settings.cc_for(scheme)
+        # The trees' path windows: fixed by the topology and the plan, the same for every worker.
+        s = self._env.settings
+        self._path_windows = path_windows(
+            self._env.controller.topology, plan.trees, s.packet_bytes(), hop_latency_ps=s.hop_latency_ps
+        )
 
     def _make_worker(self, rank: int) -> PanamaWorker:
         """The worker of ``rank``, built when it joins its first allreduce.
@@ -228,14 +233,13 @@ class TrainingJob:
         cap = min(caps)
         self.initial_cwnd_cap = cap if self.initial_cwnd_cap is None else min(cap, self.initial_cwnd_cap)
         host = self.hosts[rank]
-        topo = env.controller.topology
         tr = WorkerTransport(
             plan.job_id,
             rank,
             [t.tree_id for t in plan.trees],
             payload_elems=s.payload_elems,
             cwnd_caps=caps,
-            path_windows=path_windows(topo, plan.trees, s.packet_bytes(), hop_latency_ps=s.hop_latency_ps),
+            path_windows=self._path_windows,
             cc=cc,
             cc_options=cc_options,
             initial_rto_ps=s.initial_rto_ps,
