@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 from panama.core.errors import FieldError
 from panama.experiments.cluster_scenario import FLOOR
 from panama.experiments.report_regimes import floor_text, regimes_section
+from panama.experiments.report_regimes import fmt_number as _f
 
 #: Claims of the original work (quoted, for comparison only).
 ORIGINAL = {
@@ -40,12 +40,6 @@ def _load(path: Path, field: str) -> dict[str, Any]:
         raise ReportError(field, f"{path} not found (run the experiment first)") from None
     except (OSError, ValueError) as exc:
         raise ReportError(field, f"cannot read {path}: {exc}") from None
-
-
-def _f(x: Any, spec: str = ".2f") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "–"
-    return format(x, spec)
 
 
 def _ci(st: Mapping[str, Any], key: str, spec: str = ".2f") -> str:

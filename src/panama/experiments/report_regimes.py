@@ -15,10 +15,14 @@ from panama.experiments.cluster_scenario import FLOOR
 NO_ROOM_GAIN = 1.5
 
 
-def _f(x: Any, spec: str = ".2f") -> str:
+def fmt_number(x: Any, spec: str = ".2f") -> str:
+    """A number for the results page; ``–`` when missing or not finite (report.py uses it too)."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
     return format(x, spec)
+
+
+_f = fmt_number
 
 
 def _regime(summary: Mapping[str, Any]) -> str:
