@@ -10,9 +10,9 @@ them. Cython writes the generated ``.c`` files under ``build/cython/``, not into
 prints one line saying so. Editable installs build the extensions in place
 (``src/panama/.../*.so``, git-ignored).
 
-Apart from those, and optional on its own: ``panama.runtime._mmsg`` (a ``.pyx``, Linux
+Apart from those, and optional on its own: ``panama.runtime.net._mmsg`` (a ``.pyx``, Linux
 only), the runtime's batched ``recvmmsg``/``sendmmsg`` I/O. Its failure to build leaves
-the other extensions in place; :mod:`panama.runtime.mmsg` then uses its pure-Python
+the other extensions in place; :mod:`panama.runtime.net.mmsg` then uses its pure-Python
 classes.
 """
 
@@ -83,7 +83,7 @@ class OptionalBuildExt(build_ext):
 
 
 # Built apart from COMPILED_MODULES and optional one by one (see the docstring).
-OPTIONAL_MODULES = ("panama.runtime._mmsg",)
+OPTIONAL_MODULES = ("panama.runtime.net._mmsg",)
 
 
 def optional_modules() -> list:
@@ -95,13 +95,14 @@ def optional_modules() -> list:
 
     try:
         return cythonize(
-            [Extension("panama.runtime._mmsg", [os.path.join("src", "panama", "runtime", "_mmsg.pyx")])],
+            [Extension("panama.runtime.net._mmsg", [os.path.join("src", "panama", "runtime", "net", "_mmsg.pyx")])],
             compiler_directives=DIRECTIVES,
             build_dir=BUILD_DIR,
             quiet=True,
         )
     except Exception as e:  # noqa: BLE001 - optional
-        _say(f"panama.runtime._mmsg not built (Cython: {type(e).__name__}: {e}); the runtime uses its pure-Python I/O")
+        why = f"Cython: {type(e).__name__}: {e}"
+        _say(f"panama.runtime.net._mmsg not built ({why}); the runtime uses its pure-Python I/O")
         return []
 
 

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.communicator import Communicator
+from panama.runtime.worker.communicator import Communicator
 
 MODES = ("in place", "separate out")
 

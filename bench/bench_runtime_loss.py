@@ -19,8 +19,8 @@ import time
 import numpy as np
 
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.communicator import Communicator
-from panama.runtime.udp import RUNTIME_PROBE_FLOOR_S
+from panama.runtime.net.udp import RUNTIME_PROBE_FLOOR_S
+from panama.runtime.worker.communicator import Communicator
 
 
 def run(drop: float, args: argparse.Namespace) -> tuple[float, int, int]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.communicator import Communicator
+from panama.runtime.worker.communicator import Communicator
 
 JOBS = (1_000, 60_000, 250_000, 1_000_000)  # floats per allreduce, one job each
 RANKS = 3

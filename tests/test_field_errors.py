@@ -9,8 +9,8 @@ from panama.core.errors import FieldError
 from panama.core.topology import TopologyError
 from panama.experiments.comm_ratio import ModelTableError
 from panama.experiments.report import ReportError
-from panama.runtime.cluster_file import ClusterFileError
-from panama.runtime.udp import AddressError, parse_addr
+from panama.runtime.controller.cluster_file import ClusterFileError
+from panama.runtime.net.udp import AddressError, parse_addr
 from panama.settings import SettingsError
 from panama.sim.scenario import ScenarioError
 

@@ -31,7 +31,8 @@ CORE_FORBIDDEN = {
 RULES = {
     "core": CORE_FORBIDDEN,
     "sim": {"panama.runtime", "panama.experiments", "panama.cli", "torch", "click"},
-    "runtime": {"panama.sim", "panama.experiments", "panama.cli", "click"},
+    "runtime": {"panama.sim", "panama.experiments", "panama.cli", "panama.training", "click"},
+    "training": {"panama.sim", "panama.experiments", "panama.cli", "click"},
     "fabric.py": {"panama.sim", "panama.runtime", "panama.experiments", "panama.cli", "click"},
     "hw": {"panama.sim", "panama.runtime", "panama.experiments", "panama.cli", "panama.fabric", "click"},
     "experiments": {"panama.cli", "click"},

@@ -15,7 +15,11 @@ import pathlib
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src" / "panama"
 DRIVERS = [SRC / "fabric.py", *sorted((SRC / "sim").rglob("*.py")), *sorted((SRC / "runtime").rglob("*.py"))]
 # Modules that drive a worker: they must learn caps from the plan and results only.
-WORKER_DRIVERS = [SRC / "sim" / "panama_host.py", SRC / "sim" / "training.py", SRC / "runtime" / "communicator.py"]
+WORKER_DRIVERS = [
+    SRC / "sim" / "panama_host.py",
+    SRC / "sim" / "training.py",
+    SRC / "runtime" / "worker" / "communicator.py",
+]
 ACCELERATOR_INTROSPECTION = {"tree_status", "occupancy", "children_of", "parent_of", "check_invariants"}
 
 

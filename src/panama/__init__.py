@@ -22,7 +22,7 @@ def __getattr__(name: str):
     # The communicator pulls in sockets and (optionally) torch; import it lazily so
     # ``import panama`` stays cheap and the core stays usable without the runtime.
     if name == "Communicator":
-        from panama.runtime.communicator import Communicator
+        from panama.runtime.worker.communicator import Communicator
 
         return Communicator
     raise AttributeError(f"module 'panama' has no attribute {name!r}")

@@ -22,10 +22,10 @@ older than its sources (one warning line on stderr), or when the environment var
 every module of :data:`COMPILED_MODULES` from its ``.py`` even where the ``.so`` exist.
 Both paths give bit-identical simulation results (``tests/sim/test_compiled.py``).
 
-``setup.py`` also builds ``panama.runtime._mmsg`` (the runtime's batched socket I/O, a
+``setup.py`` also builds ``panama.runtime.net._mmsg`` (the runtime's batched socket I/O, a
 ``.pyx``): it is not one of these modules, since its fallback is other code
-(:mod:`panama.runtime.mmsg`), not its own source; :func:`compiled` does not cover it,
-``PANAMA_NO_EXTENSIONS`` switches it off too, and ``panama.runtime.mmsg.IMPLEMENTATION``
+(:mod:`panama.runtime.net.mmsg`), not its own source; :func:`compiled` does not cover it,
+``PANAMA_NO_EXTENSIONS`` switches it off too, and ``panama.runtime.net.mmsg.IMPLEMENTATION``
 says which runs.
 
 This module is read by ``setup.py`` (with ``runpy``): it imports the standard library

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from panama.benchmarks.switch import SwitchBenchConfig, run_bench_switch
 from panama.cli import cli
-from panama.runtime import mmsg
+from panama.runtime.net import mmsg
 
 
 def test_bench_switch_measures_the_daemon_and_the_floor():

@@ -10,8 +10,8 @@ import numpy as np
 
 from panama.core import codec
 from panama.core.packet import Packet
-from panama.runtime.communicator import Communicator
-from panama.runtime.udp import Address, PacketSocket
+from panama.runtime.net.udp import Address, PacketSocket
+from panama.runtime.worker.communicator import Communicator
 
 F32_EPS = float(np.finfo(np.float32).eps)
 

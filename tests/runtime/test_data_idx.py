@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from panama.runtime.data import (
+from panama.training.data import (
     FASHION_MNIST_FILES,
     IdxFormatError,
     load_digits,

@@ -13,9 +13,9 @@ import torch.distributed as dist
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from panama.runtime.ddp_hook import PanamaHookState, panama_allreduce_hook, register_panama_hook
-from panama.runtime.models import make_lenet
-from panama.runtime.training import worker_context
+from panama.runtime.worker.ddp_hook import PanamaHookState, panama_allreduce_hook, register_panama_hook
+from panama.training.models import make_lenet
+from panama.training.run import worker_context
 
 # Explicit tolerances for "same gradient as gloo": float32 sums of W=2 terms may only
 # differ by the order of additions, i.e. a few ulps.
@@ -108,7 +108,7 @@ def test_hook_has_torch_comm_hook_signature():
 def _compare_worker(rank: int, world: int, store_path: str, controller: str, job: str, out_q) -> None:
     """One rank: a stock-DDP model and a PANAMA-hook model take the same steps; report gradients."""
     try:
-        from panama.runtime.communicator import Communicator
+        from panama.runtime.worker.communicator import Communicator
 
         torch.set_num_threads(1)
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")

@@ -7,7 +7,7 @@ import pytest
 from conftest import TEST_PAYLOAD_ELEMS
 from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
 
-from panama.runtime.communicator import Communicator, CommunicatorError
+from panama.runtime.worker.communicator import Communicator, CommunicatorError
 
 W = 4
 # Sizes around and across the datagram payload (1000 floats), and odd shapes.
@@ -173,7 +173,7 @@ def test_out_buffers_and_in_place(cluster):
 def test_datagram_count_matches_the_tree_edge_formula(cluster):
     """Every tree edge carries each packet once up and once down (the bench's hop model)."""
     from panama.benchmarks.allreduce import loopback_datagrams
-    from panama.runtime import mmsg
+    from panama.runtime.net import mmsg
 
     n = 10 * TEST_PAYLOAD_ELEMS + 7  # 11 packets per rank over 2 trees
     rx_before = sum(s["rx_packets"] for s in cluster.switch_stats().values())

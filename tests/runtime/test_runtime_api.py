@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from panama.runtime.cluster_file import ClusterFileError, load_cluster, spread_hosts
+from panama.runtime.controller.cluster_file import ClusterFileError, load_cluster, spread_hosts
 from panama.runtime.http import request_json
 
 

@@ -57,7 +57,7 @@ def test_help_of_every_command(capsys):
 
 
 def test_cluster_up_status_down(tmp_path):
-    from panama.runtime.udp import free_port
+    from panama.runtime.net.udp import free_port
 
     state = tmp_path / "cluster.json"
     fixed = free_port("127.0.0.1")

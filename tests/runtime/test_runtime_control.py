@@ -19,8 +19,8 @@ import pytest
 from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
 
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.communicator import Communicator, CommunicatorError
 from panama.runtime.http import request_json
+from panama.runtime.worker.communicator import Communicator, CommunicatorError
 
 TOKEN = os.environ["PANAMA_TOKEN"]
 
@@ -248,7 +248,7 @@ def test_a_rank_that_registers_again_with_a_new_incarnation_replaces_its_stale_s
 
 CRASHING_RANK = """
 import sys
-from panama.runtime.communicator import Communicator
+from panama.runtime.worker.communicator import Communicator
 Communicator(sys.argv[1], sys.argv[2], 1, 3, timeout_s=120, connect=True)
 """
 
@@ -457,7 +457,7 @@ def test_a_switch_that_lost_the_job_is_named(rack):
 def test_the_monitor_survives_an_error_and_reports_it():
     import asyncio
 
-    from panama.runtime.controller_service import ControllerService, load_cluster
+    from panama.runtime.controller.service import ControllerService, load_cluster
 
     spec = load_cluster(
         {
@@ -590,7 +590,7 @@ def test_a_saved_plan_is_restored_exactly_by_a_fresh_controller(spec):
     """What a restarted controller reads from its state file gives back the same plan and bookkeeping."""
     from panama.core.controller import Controller, ControllerError
     from panama.core.topology import parse_topology
-    from panama.runtime.controller_jobs import plan_from_dict
+    from panama.runtime.controller.jobs import plan_from_dict
 
     topo = parse_topology(spec)
     hosts = topo.hosts[:4]

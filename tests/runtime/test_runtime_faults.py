@@ -16,8 +16,8 @@ from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
 from panama.core import codec
 from panama.core.packet import ECT0, Packet
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.communicator import CommunicatorError
-from panama.runtime.udp import PacketSocket
+from panama.runtime.net.udp import PacketSocket
+from panama.runtime.worker.communicator import CommunicatorError
 
 W = 4
 
@@ -184,7 +184,7 @@ def test_injected_loss_keeps_results_exact():
 
 _WORKER = r"""
 import sys, time, numpy as np
-from panama.runtime.communicator import Communicator
+from panama.runtime.worker.communicator import Communicator
 c = Communicator(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), timeout_s=20)
 c.allreduce(np.ones(5000, np.float32))
 print("first-done", flush=True)
@@ -219,7 +219,7 @@ def test_a_dead_worker_fails_the_others_and_frees_the_job(cluster):
         errors: list = [None] * 3
 
         def run(rank):
-            from panama.runtime.communicator import Communicator
+            from panama.runtime.worker.communicator import Communicator
 
             try:
                 with Communicator(cluster.controller, "victim", rank, W, timeout_s=timeout_s) as comm:

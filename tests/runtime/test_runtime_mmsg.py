@@ -1,4 +1,4 @@
-"""panama.runtime.mmsg: the compiled (recvmmsg/sendmmsg) and pure-Python batched I/O give the same results."""
+"""panama.runtime.net.mmsg: the compiled (recvmmsg/sendmmsg) and pure-Python batched I/O give the same results."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import pytest
 
 from panama.core import codec
 from panama.core.packet import CE, ECT0, Packet
-from panama.runtime import mmsg
-from panama.runtime.udp import PacketSocket, format_addr
+from panama.runtime.net import mmsg
+from panama.runtime.net.udp import PacketSocket, format_addr
 
 IMPLS = [pytest.param((mmsg.PyReceiver, mmsg.PySender), id="python")]
 try:
-    from panama.runtime import _mmsg
+    from panama.runtime.net import _mmsg
 except ImportError:  # not built here: the Python classes are what the runtime uses
     _mmsg = None
 IMPLS.append(
     pytest.param(
         (_mmsg.Receiver, _mmsg.Sender) if _mmsg else None,
         id="compiled",
-        marks=pytest.mark.skipif(_mmsg is None, reason="panama.runtime._mmsg not built"),
+        marks=pytest.mark.skipif(_mmsg is None, reason="panama.runtime.net._mmsg not built"),
     )
 )
 

@@ -1,4 +1,4 @@
-"""Loopback multicast of results (panama.runtime.mcast): exact results with it on and off,
+"""Loopback multicast of results (panama.runtime.net.mcast): exact results with it on and off,
 with loss, with both datagram I/O paths; fallbacks report their reasons; foreign senders
 to a group are counted, not used; one multicast datagram per result at the leaf."""
 
@@ -17,13 +17,13 @@ from panama.core import codec
 from panama.core.accelerator import AcceleratorError
 from panama.core.errors import FieldError
 from panama.core.packet import CE, FLAG_RESULT, Packet
-from panama.runtime import mcast, mmsg
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.communicator import FOREIGN_SOURCE, Communicator
-from panama.runtime.controller_jobs import Job, Rank, _Recorder, allocate_groups, install_levels, join_failed
+from panama.runtime.controller.jobs import Job, Rank, _Recorder, allocate_groups, install_levels, join_failed
+from panama.runtime.net import mcast, mmsg
+from panama.runtime.net.udp import PacketSocket, format_addr, free_port
 from panama.runtime.settings import SwitchConfig
-from panama.runtime.switchd import SwitchDaemon
-from panama.runtime.udp import PacketSocket, format_addr, free_port
+from panama.runtime.switch.daemon import SwitchDaemon
+from panama.runtime.worker.communicator import FOREIGN_SOURCE, Communicator
 
 W = 4
 N = 300_001  # 19 datagrams of the default 16,367 floats per rank and call
@@ -43,7 +43,7 @@ def _exact(xs: list[np.ndarray]) -> np.ndarray:
 
 @pytest.fixture(params=["compiled", "python"])
 def io(request, monkeypatch):
-    """Both datagram I/O paths (panama.runtime.mmsg): the daemons (PANAMA_NO_EXTENSIONS in
+    """Both datagram I/O paths (panama.runtime.net.mmsg): the daemons (PANAMA_NO_EXTENSIONS in
     their environment) and the in-process workers (the module's classes swapped)."""
     if request.param == "python":
         monkeypatch.setenv("PANAMA_NO_EXTENSIONS", "1")
@@ -52,7 +52,7 @@ def io(request, monkeypatch):
         monkeypatch.setattr(mmsg, "BATCHED", False)
         monkeypatch.setattr(mmsg, "IMPLEMENTATION", "python")
     elif mmsg.IMPLEMENTATION == "python":
-        pytest.skip("panama.runtime._mmsg not built")
+        pytest.skip("panama.runtime.net._mmsg not built")
     return request.param
 
 
@@ -505,7 +505,7 @@ def test_multicast_off_needs_an_installed_job():
 def test_workers_probe_the_tail_by_default_and_not_when_told_not_to(cluster):
     """The runtime's communicators run the core transport's tail-loss probes (5 ms floor)."""
     from panama.core.units import s as seconds_to_ps
-    from panama.runtime.udp import RUNTIME_PROBE_FLOOR_S
+    from panama.runtime.net.udp import RUNTIME_PROBE_FLOOR_S
 
     def body(comm, rank):
         comm.connect(4 * 1000)

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.skipif(
 WORKER = r"""
 import json, sys
 import numpy as np
-from panama.runtime.communicator import Communicator
+from panama.runtime.worker.communicator import Communicator
 controller, rank, world, ip, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 x = np.random.default_rng([7, rank]).standard_normal(n).astype(np.float32)
 with Communicator(controller, "netns", rank, world, bind_host=ip, timeout_s=30) as comm:

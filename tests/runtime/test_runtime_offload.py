@@ -1,4 +1,4 @@
-"""UDP GSO/GRO batching (panama.runtime.offload): detection, fallbacks, exact round trips, ECN, malformed segments."""
+"""UDP GSO/GRO batching (runtime.net.offload): detection, fallbacks, exact round trips, ECN, malformed segments."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from panama.core import codec
 from panama.core.packet import CE, ECT0, FLAG_RESULT, Packet
-from panama.runtime import offload
-from panama.runtime.switchd import SwitchConfig, SwitchDaemon
-from panama.runtime.udp import PacketSocket, format_addr
+from panama.runtime.net import offload
+from panama.runtime.net.udp import PacketSocket, format_addr
+from panama.runtime.switch.daemon import SwitchConfig, SwitchDaemon
 
 PE = 8
 KEY = 0x1234

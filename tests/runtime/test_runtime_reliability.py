@@ -13,8 +13,8 @@ import pytest
 from rt_helpers import run_ranks
 
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.communicator import Communicator, CommunicatorError
-from panama.runtime.udp import parse_addr
+from panama.runtime.net.udp import parse_addr
+from panama.runtime.worker.communicator import Communicator, CommunicatorError
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +71,13 @@ def test_connection_flood_without_token_leaves_running_job_unaffected(small):
         comm.allreduce(x)  # registered and running before the flood
         if rank == 0:
             started.set()
-        end = time.monotonic() + 5.0  # 2.5 x heartbeat_timeout_s
-        n = 0
-        while time.monotonic() < end:
+        # The same count on every rank (a deadline per rank let one rank leave while
+        # another still waited for it): 100 x 50 ms is at least 5 s, 2.5 x heartbeat_timeout_s.
+        for _ in range(100):
             out = comm.allreduce(x)
             assert out[0] == 6.0
-            n += 1
             time.sleep(0.05)
-        return n
+        return 100
 
     flooder = threading.Thread(target=lambda: (started.wait(30), _flood(addr, stop, 300, opened)), daemon=True)
     flooder.start()

@@ -1,4 +1,4 @@
-"""Daemons start from settings files (``python -m panama.runtime.switchd CONFIG.json``), not CLI strings."""
+"""Daemons start from settings files (``python -m panama.runtime.switch.daemon CONFIG.json``), not CLI strings."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _daemon(module: str, path, **kw):
 def test_a_bad_switch_settings_file_is_one_line_exit_2(tmp_path, content, field):
     path = tmp_path / "switch.json"
     path.write_text(content)
-    proc = _daemon("panama.runtime.switchd", path)
+    proc = _daemon("panama.runtime.switch.daemon", path)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and field in proc.stderr, proc.stderr
 
@@ -41,7 +41,7 @@ def test_a_bad_switch_settings_file_is_one_line_exit_2(tmp_path, content, field)
 def test_a_daemon_without_a_token_refuses_to_start(tmp_path):
     path = SwitchProcess(switch=SwitchConfig(switch_id="s")).save(tmp_path / "s.json")
     env = {k: v for k, v in os.environ.items() if k != "PANAMA_TOKEN"}
-    proc = _daemon("panama.runtime.switchd", path, env=env)
+    proc = _daemon("panama.runtime.switch.daemon", path, env=env)
     assert proc.returncode == 2 and "token-file: required" in proc.stderr, proc.stderr
 
 
@@ -57,7 +57,7 @@ def test_switch_daemon_runs_from_its_settings_file(tmp_path):
         log_level="WARNING",
     )
     path = settings.save(tmp_path / "leaf9.json")
-    popen = subprocess.Popen([sys.executable, "-m", "panama.runtime.switchd", str(path)], stderr=subprocess.PIPE)
+    popen = subprocess.Popen([sys.executable, "-m", "panama.runtime.switch.daemon", str(path)], stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while not ready.exists() and popen.poll() is None and time.monotonic() < deadline:

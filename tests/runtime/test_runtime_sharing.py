@@ -85,7 +85,7 @@ def test_small_memory_and_lost_datagrams_still_finish_exactly(rack):
 
 
 def test_a_refused_job_raises_job_refused_with_the_controllers_reason(rack, monkeypatch):
-    from panama.runtime.communicator import Communicator, CommunicatorError, JobRefused
+    from panama.runtime.worker.communicator import Communicator, CommunicatorError, JobRefused
 
     monkeypatch.setenv("PANAMA_CONTROLLER", rack.controller)
     monkeypatch.setenv("PANAMA_TOKEN", rack.token)

@@ -136,7 +136,7 @@ def test_a_full_disk_never_leaves_a_truncated_file(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------- the controller's state file
 def _service(state_file: Path):
-    from panama.runtime.controller_service import ControllerService, load_cluster
+    from panama.runtime.controller.service import ControllerService, load_cluster
 
     spec = load_cluster(
         {

@@ -11,9 +11,9 @@ from rt_helpers import recv_packet
 
 from panama.core import codec
 from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, Packet
-from panama.runtime import mmsg
-from panama.runtime.switchd import SwitchConfig, SwitchDaemon
-from panama.runtime.udp import PacketSocket, format_addr
+from panama.runtime.net import mmsg
+from panama.runtime.net.udp import PacketSocket, format_addr
+from panama.runtime.switch.daemon import SwitchConfig, SwitchDaemon
 from panama.settings import SettingsError
 
 PE = 8
@@ -25,7 +25,7 @@ PE = 8
 )
 def daemon_factory(request, monkeypatch):
     """Daemons running the plain loop (one datagram per buffer; batched receives and
-    multicast sends through panama.runtime.mmsg, compiled where built, and its pure-Python
+    multicast sends through panama.runtime.net.mmsg, compiled where built, and its pure-Python
     classes), or the GSO/GRO batched loop."""
     batched, io = request.param
     if io == "python":
@@ -114,7 +114,7 @@ def test_backlog_above_threshold_marks_ce(daemon_factory):
 
 def test_backlog_counts_what_still_waits_in_the_kernel_after_a_full_batch(daemon_factory):
     """A batch of 2 can never hold 6 datagrams behind the first: the socket queue must count."""
-    from panama.runtime.switch_dataplane import _datagram_truesize
+    from panama.runtime.switch.dataplane import _datagram_truesize
 
     if not _datagram_truesize(codec.wire_size(PE)):
         pytest.skip("SO_MEMINFO is not available on this kernel (the backlog then counts the batch only)")

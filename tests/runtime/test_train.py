@@ -13,9 +13,9 @@ import torch
 from torch.nn import functional as F
 
 from panama.cli import main
-from panama.runtime.data import Dataset, load_digits
-from panama.runtime.models import flat_parameters, make_lenet
-from panama.runtime.training import (
+from panama.training.data import Dataset, load_digits
+from panama.training.models import flat_parameters, make_lenet
+from panama.training.run import (
     EpochStats,
     TrainConfig,
     TrainingError,
@@ -266,7 +266,7 @@ def test_corrupt_data_dir_exit_2_naming_the_file(tmp_path, capsys):
 
 
 def test_tcp_byte_counter_counts_this_process_sockets():
-    from panama.runtime.training import TcpByteCounter
+    from panama.training.run import TcpByteCounter
 
     counter = TcpByteCounter()
     if not counter.available:
@@ -290,7 +290,7 @@ def test_tcp_byte_counter_counts_this_process_sockets():
 
 def test_cli_trains_from_idx_files(tmp_path, capsys):
     """--data-dir end to end on small generated (gzip) IDX files: 10 classes of bright squares."""
-    from panama.runtime.data import FASHION_MNIST_FILES, write_idx
+    from panama.training.data import FASHION_MNIST_FILES, write_idx
 
     rng = np.random.default_rng(0)
 

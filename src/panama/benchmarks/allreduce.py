@@ -50,7 +50,7 @@ import numpy as np
 
 from panama.benchmarks import loopback_floor
 from panama.core import codec
-from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, RUNTIME_PROBE_FLOOR_S
+from panama.runtime.net.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, RUNTIME_PROBE_FLOOR_S
 from panama.tables import format_table as draw_table
 
 MB = 1_000_000
@@ -138,7 +138,7 @@ def _worker(
 ) -> None:
     """One rank: both implementations, alternating phases (module docstring); reports to ``queue``."""
     try:
-        from panama.runtime.communicator import Communicator
+        from panama.runtime.worker.communicator import Communicator
 
         dist = torch = None
         if cfg.gloo:

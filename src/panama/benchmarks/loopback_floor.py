@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from panama.core import codec
-from panama.runtime.udp import DEFAULT_SOCKET_BUFFER_BYTES, RUNTIME_PAYLOAD_ELEMS, force_buffers
+from panama.runtime.net.udp import DEFAULT_SOCKET_BUFFER_BYTES, RUNTIME_PAYLOAD_ELEMS, force_buffers
 
 BLOCK_BYTES = codec.datagram_size(RUNTIME_PAYLOAD_ELEMS)  # one runtime datagram: 65,504 bytes
 BUFFER_BYTES = DEFAULT_SOCKET_BUFFER_BYTES  # the runtime's sockets'

@@ -2,7 +2,7 @@
 
 What is measured
 ----------------
-A :class:`~panama.runtime.switchd.SwitchDaemon` runs its real data-plane thread on a
+A :class:`~panama.runtime.switch.daemon.SwitchDaemon` runs its real data-plane thread on a
 real UDP socket on 127.0.0.1 (the same receive, decode, key check, accelerator and
 multicast send as in a cluster). A feeder *process* plays ``workers`` workers of
 ``jobs`` jobs with ``trees`` trees each: every datagram's payload and key trailer are
@@ -20,7 +20,7 @@ daemon waited for the feeder; ``daemon_cpu_share`` says how busy it was).
 
 Batched path (``offload``, default): the daemon runs with ``SwitchConfig.offload``
 (its GSO/GRO loop where the kernel has it and 2+ datagrams fit one 64 KB send,
-:mod:`panama.runtime.switch_batch`) and the feeder sends each worker's new sequence
+:mod:`panama.runtime.switch.loop_batch`) and the feeder sends each worker's new sequence
 numbers of a tree with one GSO ``sendmsg`` and reads results with GRO, as batching
 workers would. ``baseline_payload_gbps``: the same daemon with ``offload=False`` (one
 datagram per system call) fed one datagram per call, in the same run;
@@ -53,9 +53,9 @@ import numpy as np
 from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.packet import ECT0, MAX_CWND_CAP, Packet
-from panama.runtime import offload as offload_mod
-from panama.runtime.switchd import SwitchConfig, SwitchDaemon
-from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, format_addr
+from panama.runtime.net import offload as offload_mod
+from panama.runtime.net.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, format_addr
+from panama.runtime.switch.daemon import SwitchConfig, SwitchDaemon
 from panama.tables import format_pairs
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -18,8 +18,8 @@ import click
 from panama.cli.common import echo_json, usage_error
 from panama.cli.options import model_from_options, model_options
 from panama.core.errors import FieldError
+from panama.runtime.net.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PROBE_FLOOR_S
 from panama.runtime.settings import ClusterConfig, ControllerConfig, ProcessSettings, SwitchConfig
-from panama.runtime.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PROBE_FLOOR_S
 from panama.tables import format_table
 
 
@@ -64,11 +64,11 @@ def switch(**options):
 
     The controller installs jobs through the HTTP control address; GET /metrics there
     gives Prometheus counters, GET /stats the same as JSON. SIGTERM/SIGINT stop it.
-    Every option is a field of the daemon's settings (``python -m panama.runtime.switchd
+    Every option is a field of the daemon's settings (``python -m panama.runtime.switch.daemon
     CONFIG.json`` takes the same as a JSON file).
     """
     from panama.runtime.settings import SwitchProcess
-    from panama.runtime.switchd import run_switch_process
+    from panama.runtime.switch.daemon import run_switch_process
 
     config = model_from_options(SwitchConfig, options)
     for field in ("udp", "control"):
@@ -92,9 +92,9 @@ def controller_serve(**options):
     """Serve the controller's HTTP/JSON API (docs/runtime.md) for workers and switch daemons.
 
     Every option is a field of the controller's settings (``python -m
-    panama.runtime.controller_service CONFIG.json`` takes the same as a JSON file).
+    panama.runtime.controller.service CONFIG.json`` takes the same as a JSON file).
     """
-    from panama.runtime.controller_service import run_controller_process
+    from panama.runtime.controller.service import run_controller_process
     from panama.runtime.settings import ControllerProcess
 
     config = model_from_options(ControllerConfig, options)
@@ -233,7 +233,7 @@ def cluster_down(state_path, timeout):
 def cluster_status(state_path, as_json):
     """Show the recorded cluster and whether each process answers."""
     from panama.runtime.cluster import probe_health
-    from panama.runtime.udp import parse_addr
+    from panama.runtime.net.udp import parse_addr
 
     state_file = _state_file(state_path)
     if not state_file.exists():
@@ -368,7 +368,7 @@ def bench_allreduce(
 ):
     """Time PANAMA allreduce through a local cluster against gloo (torch.distributed) in the same run."""
     from panama.benchmarks.allreduce import BenchConfig, format_table, run_bench, write_results
-    from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
+    from panama.runtime.net.udp import RUNTIME_PAYLOAD_ELEMS
 
     try:
         sizes = [float(x) for x in size_mb.split(",") if x.strip()]
@@ -447,7 +447,7 @@ def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_me
     one-datagram-per-call loop and a receive-and-forward socket floor in the same run
     (payload Gb/s per core)."""
     from panama.benchmarks.switch import SwitchBenchConfig, format_table, run_bench_switch
-    from panama.runtime.udp import RUNTIME_PAYLOAD_ELEMS
+    from panama.runtime.net.udp import RUNTIME_PAYLOAD_ELEMS
 
     cfg = SwitchBenchConfig(
         jobs=jobs,

@@ -8,7 +8,7 @@ import click
 
 from panama.cli.common import usage_error
 from panama.cli.options import model_from_options, model_options
-from panama.runtime.train_config import TrainConfig
+from panama.training.config import TrainConfig
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -31,9 +31,9 @@ def train(out: Path | None, quiet: bool, **options) -> None:
     step. Prints one row per epoch (test accuracy, seconds, bytes sent per worker), writes
     a JSON result, and exits with code 1 if the replicas' parameters are not bitwise equal.
     """
-    from panama.runtime.data import IdxFormatError, load_dataset
-    from panama.runtime.training import TrainingError, default_out_path, format_bytes
-    from panama.runtime.training import train as run_training
+    from panama.training.data import IdxFormatError, load_dataset
+    from panama.training.run import TrainingError, default_out_path, format_bytes
+    from panama.training.run import train as run_training
 
     cfg = model_from_options(TrainConfig, options)
     try:

@@ -19,7 +19,7 @@ Rules (the whole table is :data:`TRANSITIONS`; anything not in it raises
 
 ``completed``, ``failed`` and ``refused`` are final. A registering job cannot be deleted
 while it is ``installing`` (the admission in progress decides first). The module is
-pure: no clock, no I/O; the controller service (``panama.runtime.controller_service``)
+pure: no clock, no I/O; the controller service (``panama.runtime.controller.service``)
 fires the inputs.
 """
 

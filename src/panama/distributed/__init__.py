@@ -7,7 +7,7 @@
 
 float32 SUM/AVG all_reduce goes through the PANAMA switch daemons, everything else through
 an inner gloo group (:mod:`panama.distributed.backend`). Discovery and job names:
-:mod:`panama.runtime.env`. Documentation: docs/training.md, section "torchrun".
+:mod:`panama.runtime.worker.env`. Documentation: docs/training.md, section "torchrun".
 """
 
 from panama.distributed.backend import (
@@ -18,7 +18,7 @@ from panama.distributed.backend import (
     register,
     stats,
 )
-from panama.runtime.env import EnvError
+from panama.runtime.worker.env import EnvError
 
 register()
 

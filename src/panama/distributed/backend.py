@@ -5,7 +5,7 @@ CPU). Each process group is a :class:`PanamaProcessGroup`, a Python subclass of 
 ``ProcessGroup`` (the same kind PyTorch's own tests run DDP on), holding:
 
 - one :class:`panama.Communicator`: one PANAMA job per group, named by
-  :func:`panama.runtime.env.job_name` (torchrun run id, restart count, a nonce drawn
+  :func:`panama.runtime.worker.env.job_name` (torchrun run id, restart count, a nonce drawn
   by the group's rank 0 for this run, the torch group name); it registers with the
   controller at the group's first PANAMA all_reduce;
 - one inner gloo group (``ProcessGroupGloo`` on the same store, prefix ``panama-gloo/``)
@@ -64,10 +64,10 @@ from torch._C._distributed_c10d import (
     Work,
 )
 
-from panama.runtime import env
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.communicator import Communicator, CommunicatorError, JobRefused
 from panama.runtime.http import HttpError, check_access
+from panama.runtime.worker import env
+from panama.runtime.worker.communicator import Communicator, CommunicatorError, JobRefused
 
 BACKEND_NAME = "panama"
 log = logging.getLogger("panama.distributed")

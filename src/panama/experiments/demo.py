@@ -5,7 +5,7 @@
    ``panama`` and once without any job (the floor: what no scheme can beat), same flows,
    same placement, same seed: short-flow FCT, with the number of flows, and large-job
    training time.
-2. ``panama train`` (:func:`panama.runtime.training.train`) of the reference LeNet with
+2. ``panama train`` (:func:`panama.training.run.train`) of the reference LeNet with
    the gradients summed by PANAMA switch daemons on 127.0.0.1, and once more with stock
    DDP on gloo (``allreduce="gloo"``): same data, seed and steps, so the replicas'
    parameters must come out bitwise equal (with two workers a sum has one rounding).
@@ -102,8 +102,8 @@ def run_demo(
         "train": None,
     }
     if train:
-        from panama.runtime.training import TrainConfig
-        from panama.runtime.training import train as run_train
+        from panama.training.run import TrainConfig
+        from panama.training.run import train as run_train
 
         results = {}
         for name, mode in (("panama", "panama"), ("gloo", "gloo")):

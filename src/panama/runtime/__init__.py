@@ -1,13 +1,19 @@
-"""The real UDP runtime: switch daemons, controller service, local cluster, worker library.
+"""The real UDP runtime: thin drivers of :mod:`panama.core` (see docs/runtime.md), in rooms:
 
-Thin drivers of :mod:`panama.core` (see docs/runtime.md):
+- :mod:`panama.runtime.net` — socket I/O: addresses, the picosecond clock, the packet
+  socket (ECN via IP_TOS), batched system calls, GSO/GRO, loopback multicast;
+- :mod:`panama.runtime.switch` — ``panama switch``: one Accelerator behind a UDP socket;
+- :mod:`panama.runtime.controller` — ``panama controller serve`` (HTTP/JSON);
+- :mod:`panama.runtime.worker` — ``Communicator`` (allreduce for one rank of one job) and
+  the DDP hook;
+- shared by those rooms: :mod:`.settings` (every setting of these processes, declared
+  once), :mod:`.http` (the authenticated control-plane client and server), :mod:`.files`
+  (private state files), :mod:`.process` and :mod:`.lifeline` (daemon start-up and
+  lifetime);
+- :mod:`panama.runtime.cluster` — ``LocalCluster`` and ``panama cluster up|down|status``.
 
-- :mod:`panama.runtime.udp` — addresses, picosecond clock, the packet socket (ECN via IP_TOS);
-- :mod:`panama.runtime.switchd` — ``panama switch``: one Accelerator behind a UDP socket;
-- :mod:`panama.runtime.controller_service` — ``panama controller serve`` (HTTP/JSON);
-- :mod:`panama.runtime.cluster` — ``LocalCluster`` and ``panama cluster up|down|status``;
-- :mod:`panama.runtime.communicator` — ``Communicator``: allreduce for one rank of one job;
-- ``panama bench allreduce`` and ``panama bench switch`` measure this package: :mod:`panama.benchmarks`.
+``panama train`` lives in :mod:`panama.training`; ``panama bench allreduce`` and
+``panama bench switch`` measure this package (:mod:`panama.benchmarks`).
 
 Nothing is imported here, so ``import panama.runtime`` stays cheap.
 """

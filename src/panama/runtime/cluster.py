@@ -32,6 +32,7 @@ from panama.core.topology import leaf_spine
 from panama.runtime.files import UnsafePathError, private_dir, write_private_file
 from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
 from panama.runtime.lifeline import pid_alive
+from panama.runtime.net.udp import Address, format_addr, free_port, parse_addr
 from panama.runtime.settings import (
     ClusterConfig,
     ControllerConfig,
@@ -40,12 +41,11 @@ from panama.runtime.settings import (
     SwitchConfig,
     SwitchProcess,
 )
-from panama.runtime.udp import Address, format_addr, free_port, parse_addr
 
 # The module each kind of daemon runs as (``python -m MODULE SETTINGS.json``).
 DAEMON_MODULES: dict[type[ProcessSettings], str] = {
-    SwitchProcess: "panama.runtime.switchd",
-    ControllerProcess: "panama.runtime.controller_service",
+    SwitchProcess: "panama.runtime.switch.daemon",
+    ControllerProcess: "panama.runtime.controller.service",
 }
 
 

@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 from panama.core.errors import FieldError
 from panama.runtime.files import write_private_file
-from panama.runtime.udp import Address
+from panama.runtime.net.udp import Address
 
 log = logging.getLogger("panama.http")
 

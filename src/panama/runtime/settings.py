@@ -6,8 +6,8 @@
 * :class:`ProcessSettings`: what every daemon process takes besides its own settings
   (log level, ready file, lifeline, token file); :class:`SwitchProcess` and
   :class:`ControllerProcess` join the two into the JSON file a daemon is started with:
-  ``python -m panama.runtime.switchd CONFIG.json`` and
-  ``python -m panama.runtime.controller_service CONFIG.json`` (``LocalCluster`` writes
+  ``python -m panama.runtime.switch.daemon CONFIG.json`` and
+  ``python -m panama.runtime.controller.service CONFIG.json`` (``LocalCluster`` writes
   these files; nothing round-trips through command-line strings).
 
 Defaults come from named constants of the layer that owns them (the core controller's
@@ -28,7 +28,7 @@ from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema, fi
 
 from panama.core import codec
 from panama.core.controller import DEFAULT_MAX_JOBS_PER_SWITCH, DEFAULT_THRESHOLD_BYTES
-from panama.runtime.udp import (
+from panama.runtime.net.udp import (
     RUNTIME_PACKET_MEMORY,
     RUNTIME_PAYLOAD_ELEMS,
     Address,
@@ -206,13 +206,13 @@ class ProcessSettings(Settings):
 
 
 class SwitchProcess(ProcessSettings):
-    """The file ``python -m panama.runtime.switchd CONFIG.json`` reads."""
+    """The file ``python -m panama.runtime.switch.daemon CONFIG.json`` reads."""
 
     switch: SwitchConfig
 
 
 class ControllerProcess(ProcessSettings):
-    """The file ``python -m panama.runtime.controller_service CONFIG.json`` reads."""
+    """The file ``python -m panama.runtime.controller.service CONFIG.json`` reads."""
 
     controller: ControllerConfig
 

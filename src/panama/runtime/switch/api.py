@@ -1,6 +1,6 @@
 """A switch daemon's HTTP control and metrics API: routes, handlers, Prometheus text.
 
-:class:`SwitchHttp` is the control side of :class:`panama.runtime.switchd.SwitchDaemon`
+:class:`SwitchHttp` is the control side of :class:`panama.runtime.switch.daemon.SwitchDaemon`
 (a mixin: the handlers call the daemon's ``install_job``/``remove_job``/``stats`` under
 its lock); the data plane lives there.
 """
@@ -14,7 +14,7 @@ from aiohttp import web
 
 from panama.core.accelerator import AcceleratorError
 from panama.runtime.http import MAX_BODY_BYTES, auth_middleware, errors_middleware, read_json_object
-from panama.runtime.udp import (
+from panama.runtime.net.udp import (
     AddressError,
     format_addr,
 )

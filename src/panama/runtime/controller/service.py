@@ -19,7 +19,7 @@ that registers again with a new ``incarnation`` replaces its stale self. The con
 admits the job (one admission at a time), gives it a random data-plane key, installs
 it on every daemon of its trees (all or nothing) and answers every rank with its trees,
 key and first-hop daemon (and, with ``multicast_results``, the loopback group its leaf
-sends results to: :func:`panama.runtime.controller_jobs.allocate_groups`). Ranks
+sends results to: :func:`panama.runtime.controller.jobs.allocate_groups`). Ranks
 heart-beat; the job is torn down (removed from the daemons, released in the controller)
 when every rank has left (``completed``), when a rank leaves after an error, misses
 heartbeats for ``heartbeat_timeout_s``, or a daemon of its trees is down or no longer
@@ -57,9 +57,9 @@ from panama.core.controller import (
     uninstall,
 )
 from panama.core.jobs import JobInput, JobState
-from panama.runtime.cluster_file import ClusterFileError, ClusterSpec, SwitchInfo, load_cluster, spread_hosts
-from panama.runtime.controller_http import ControllerHttp
-from panama.runtime.controller_jobs import (
+from panama.runtime.controller.api import ControllerHttp
+from panama.runtime.controller.cluster_file import ClusterFileError, ClusterSpec, SwitchInfo, load_cluster, spread_hosts
+from panama.runtime.controller.jobs import (
     Job,
     Rank,
     _Recorder,
@@ -73,8 +73,8 @@ from panama.runtime.http import (
     start_site,
     write_secret_file,
 )
+from panama.runtime.net.udp import Address, format_addr, parse_addr
 from panama.runtime.settings import ControllerConfig, ControllerProcess
-from panama.runtime.udp import Address, format_addr, parse_addr
 
 log = logging.getLogger("panama.controller")
 PROBE_TIMEOUTS_DOWN = 3  # consecutive /health timeouts before a daemon counts as down
@@ -638,7 +638,7 @@ def run_controller(service: ControllerService, listen: Address, ready_file: str 
     import os
     import signal
 
-    from panama.runtime.switchd import write_ready_file
+    from panama.runtime.switch.daemon import write_ready_file
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -678,11 +678,11 @@ def run_controller_process(settings: ControllerProcess, token: str) -> None:
     run_controller(service, settings.controller.listen, str(settings.ready_file) if settings.ready_file else None)
 
 
-if __name__ == "__main__":  # python -m panama.runtime.controller_service CONFIG.json (LocalCluster uses it)
+if __name__ == "__main__":  # python -m panama.runtime.controller.service CONFIG.json (LocalCluster uses it)
     import sys
 
     from panama.runtime.process import main_from_file
 
     sys.exit(
-        main_from_file(sys.argv[1:], ControllerProcess, run_controller_process, "panama.runtime.controller_service")
+        main_from_file(sys.argv[1:], ControllerProcess, run_controller_process, "panama.runtime.controller.service")
     )

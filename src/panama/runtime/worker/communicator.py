@@ -8,15 +8,15 @@ transport wants sent to the worker's first-hop (leaf) daemon, feeds it every res
 datagram from that daemon, and fires its timer. Protocol decisions (packetisation, tree
 round robin, windows, retransmissions) stay in the core.
 
-Batching (:mod:`panama.runtime.offload`): where 2+ datagrams of the job's size fit one
+Batching (:mod:`panama.runtime.net.offload`): where 2+ datagrams of the job's size fit one
 64 KB send and the kernel has them, the packets of each poll leave in UDP GSO sends
 (copied at once into per-codepoint batches) and results arrive GRO-coalesced, cut back
 into datagrams (one codepoint per buffer: GRO merges only equal TOS); otherwise, or with
-``PANAMA_UDP_OFFLOAD=0``, one datagram per buffer through :mod:`panama.runtime.mmsg`
+``PANAMA_UDP_OFFLOAD=0``, one datagram per buffer through :mod:`panama.runtime.net.mmsg`
 (each poll's packets with one ``sendmmsg``, results 8 per ``recvmmsg`` where compiled,
 else one system call per datagram). ``stats()["offload"]`` and ``stats()["io"]`` say which.
 
-Multicast results (:mod:`panama.runtime.mcast`): with ``multicast=True`` (default) the
+Multicast results (:mod:`panama.runtime.net.mcast`): with ``multicast=True`` (default) the
 worker tells the controller at registration whether it can join a loopback group (a
 throwaway join); when the plan names a group for it, it joins it on a second socket and
 receives results from both sockets in the same loop (plain batch receives on the group
@@ -25,7 +25,7 @@ socket; the same decode, key and source check: only its leaf's unicast address c
 the group and why not. A group joined at the probe but refused at the real join leaves
 this rank on unicast retransmission answers only (slow, logged): the probe makes it rare.
 
-A background thread heart-beats (:mod:`panama.runtime.heartbeat`); the next wait fails at
+A background thread heart-beats (:mod:`panama.runtime.worker.heartbeat`); the next wait fails at
 once with the controller's reason when it ends the job (a rank stopped, a daemon died, a
 size mismatch), names a peer that left cleanly, or says the cluster is gone. Every wait is
 bounded by ``timeout_s`` and its error says what was missing.
@@ -52,12 +52,9 @@ from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.transport import TransportError, WorkerTransport, same_vector
 from panama.core.units import s as seconds_to_ps
-from panama.runtime import mcast, mmsg, offload
-from panama.runtime.arrays import as_float32_vector, as_output_vector
-from panama.runtime.diagnosis import job_probe_notes
-from panama.runtime.heartbeat import Heartbeat
 from panama.runtime.http import JOB_NAME_RE, JOB_NAME_RULE, HttpError, error_text, job_path, request_json, resolve_token
-from panama.runtime.udp import (
+from panama.runtime.net import mcast, mmsg, offload
+from panama.runtime.net.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
     RUNTIME_PAYLOAD_ELEMS,
     RUNTIME_PROBE_FLOOR_S,
@@ -67,6 +64,9 @@ from panama.runtime.udp import (
     now_ps,
     parse_addr,
 )
+from panama.runtime.worker.arrays import as_float32_vector, as_output_vector
+from panama.runtime.worker.diagnosis import job_probe_notes
+from panama.runtime.worker.heartbeat import Heartbeat
 
 log = logging.getLogger("panama.communicator")
 
@@ -676,9 +676,9 @@ class Communicator:
         """A communicator for this process from the environment: ``$PANAMA_CONTROLLER``,
         ``$PANAMA_TOKEN``, ``$PANAMA_JOB`` (else from ``$TORCHELASTIC_RUN_ID``), ``$RANK``,
         ``$WORLD_SIZE``, ``$PANAMA_TIMEOUT_S``, ``$PANAMA_SIZE_BYTES`` (see
-        :mod:`panama.runtime.env`); keyword arguments override them. A missing or malformed
-        variable raises :class:`panama.runtime.env.EnvError` naming it."""
-        from panama.runtime.env import communicator_kwargs_from_env
+        :mod:`panama.runtime.worker.env`); keyword arguments override them. A missing or malformed
+        variable raises :class:`panama.runtime.worker.env.EnvError` naming it."""
+        from panama.runtime.worker.env import communicator_kwargs_from_env
 
         return cls(**communicator_kwargs_from_env(**overrides))
 

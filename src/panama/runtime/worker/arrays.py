@@ -1,6 +1,6 @@
 """The arrays an allreduce takes and gives: float32 numpy arrays and CPU torch tensors as flat vectors.
 
-Used by :class:`panama.runtime.communicator.Communicator`; torch is imported only when a
+Used by :class:`panama.runtime.worker.communicator.Communicator`; torch is imported only when a
 tensor is passed (the runtime works without it).
 """
 

@@ -18,11 +18,11 @@ import torch.distributed as dist
 import torch.multiprocessing as tmp
 from torch.nn import functional as F
 
-from panama.runtime.data import Dataset
-from panama.runtime.ddp_hook import register_panama_hook
-from panama.runtime.models import flat_parameters, make_lenet, num_parameters, parameter_digest
-from panama.runtime.train_config import TrainConfig
-from panama.runtime.train_steps import (
+from panama.runtime.worker.ddp_hook import register_panama_hook
+from panama.training.config import TrainConfig
+from panama.training.data import Dataset
+from panama.training.models import flat_parameters, make_lenet, num_parameters, parameter_digest
+from panama.training.steps import (
     TcpByteCounter,
     _Status,
     epoch_batches,
@@ -91,7 +91,7 @@ def _worker(
         n_params = num_parameters(model)
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         if cfg.allreduce == "panama":
-            from panama.runtime.communicator import Communicator
+            from panama.runtime.worker.communicator import Communicator
 
             assert controller is not None and job is not None
             # size_bytes makes the constructor register now (a barrier over the ranks),
@@ -188,9 +188,9 @@ WORKER_PRELOAD = [
     "torch",
     "torch.distributed",
     "torch._dynamo",
-    "panama.runtime.training",
-    "panama.runtime.train_worker",
-    "panama.runtime.communicator",
+    "panama.training.run",
+    "panama.training.worker",
+    "panama.runtime.worker.communicator",
 ]
 
 

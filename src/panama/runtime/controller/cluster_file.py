@@ -13,7 +13,7 @@ from typing import Any
 
 from panama.core.errors import FieldError
 from panama.core.topology import Topology, TopologyError, leaf_spine
-from panama.runtime.udp import Address, AddressError, format_addr, parse_addr
+from panama.runtime.net.udp import Address, AddressError, format_addr, parse_addr
 from panama.topology_file import load_topology
 
 

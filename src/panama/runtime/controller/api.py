@@ -1,7 +1,7 @@
 """The controller service's HTTP API (``/v1``): routes, handlers and request parsing.
 
 :class:`ControllerHttp` is the request side of
-:class:`panama.runtime.controller_service.ControllerService` (a mixin: the handlers read
+:class:`panama.runtime.controller.service.ControllerService` (a mixin: the handlers read
 and change the service's state in its one asyncio loop); the job lifecycle, daemon
 probing and recovery live there.
 """
@@ -20,8 +20,8 @@ from aiohttp import web
 from panama.core.codec import MAX_PAYLOAD_ELEMS
 from panama.core.jobs import JobInput, JobState
 from panama.core.topology import natural_key
-from panama.runtime.cluster_file import SwitchInfo
-from panama.runtime.controller_jobs import Job, Rank
+from panama.runtime.controller.cluster_file import SwitchInfo
+from panama.runtime.controller.jobs import Job, Rank
 from panama.runtime.http import (
     ADMISSION_COUNTERS,
     JOB_NAME_RE,
@@ -33,7 +33,7 @@ from panama.runtime.http import (
     errors_middleware,
     read_json_object,
 )
-from panama.runtime.udp import AddressError, format_addr, parse_addr
+from panama.runtime.net.udp import AddressError, format_addr, parse_addr
 
 log = logging.getLogger("panama.controller")
 

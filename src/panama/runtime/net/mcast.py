@@ -27,8 +27,8 @@ import socket
 
 from panama.core import codec
 from panama.core.errors import FieldError
-from panama.runtime import mmsg
-from panama.runtime.udp import Address, force_buffers, format_addr, parse_addr
+from panama.runtime.net import mmsg
+from panama.runtime.net.udp import Address, force_buffers, format_addr, parse_addr
 
 # Groups are allocated from this block of the administratively scoped range 239.0.0.0/8
 # (RFC 2365): 65,536 groups, index i -> 239.80.(i >> 8).(i & 255).

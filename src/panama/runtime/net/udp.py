@@ -10,7 +10,7 @@ Batched sends (:meth:`PacketSocket.stage`, :meth:`PacketSocket.flush`): datagram
 copied at once into their destination's batch (so their payload memory may be reused;
 a datagram of another size or ECN codepoint sends the batch before it first, so each
 destination receives in emission order), and ``flush`` sends each batch with one UDP GSO
-``sendmsg`` where the socket has GSO (:mod:`panama.runtime.offload`), else one datagram
+``sendmsg`` where the socket has GSO (:mod:`panama.runtime.net.offload`), else one datagram
 per call; counters (``sent_packets``, ``send_errors``...) count datagrams either way.
 A socket made with ``offload=True`` also has GRO enabled: its reader must split
 coalesced buffers (the switch daemon's batched loop does).
@@ -29,8 +29,8 @@ import numpy as np
 from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.packet import ECT0, Packet
-from panama.runtime import mmsg
-from panama.runtime import offload as offload_mod
+from panama.runtime.net import mmsg
+from panama.runtime.net import offload as offload_mod
 
 # Socket buffers: the receive queue plays the role of the switch buffer that PFC keeps
 # from overflowing in a real fabric, so it must hold the windows of every sender
@@ -155,7 +155,7 @@ class PacketSocket:
         self.send_errors_by_dest: dict[str, dict[str, int]] = {}
         self.last_send_error: str | None = None
         self._last = 0
-        # GSO/GRO (panama.runtime.offload): probed only when asked, since GRO changes what
+        # GSO/GRO (panama.runtime.net.offload): probed only when asked, since GRO changes what
         # a receive returns (the reader must split coalesced buffers).
         self.offload = offload_mod.probe(sock) if offload else offload_mod.Offload()
         self.gso_sends = 0  # sendmsg calls that carried several datagrams

@@ -17,8 +17,8 @@ from panama.core.controller import (
     TreePlan,
 )
 from panama.core.jobs import JobLifecycle
-from panama.runtime import mcast
-from panama.runtime.udp import Address, format_addr, free_port
+from panama.runtime.net import mcast
+from panama.runtime.net.udp import Address, format_addr, free_port
 
 
 @dataclass
@@ -63,7 +63,7 @@ class Job:
     ended: float | None = None
     recovered: bool = False
     installed_at: float = 0.0  # monotonic time it became running (probes older than this say nothing of it)
-    # Loopback multicast of results (panama.runtime.mcast): per leaf daemon the install's
+    # Loopback multicast of results (panama.runtime.net.mcast): per leaf daemon the install's
     # {"group", "members"}; per leaf without one, why not.
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     group_reasons: dict[str, str] = field(default_factory=dict)
@@ -180,7 +180,7 @@ class _Recorder:
 def allocate_groups(
     job: Job, recorders: dict[str, _Recorder], switch_udp: dict[str, Address], jobs: Iterable[Job], enabled: bool
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, list[str]]]:
-    """Loopback multicast groups of a job being admitted (:mod:`panama.runtime.mcast`).
+    """Loopback multicast groups of a job being admitted (:mod:`panama.runtime.net.mcast`).
 
     A daemon whose tree children (every tree of the job the same) are 2 or more of the
     job's workers gets ``{"group": "239.80.x.y:PORT", "members": [worker addresses]}``

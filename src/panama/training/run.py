@@ -12,7 +12,7 @@ One training step, identical in every mode (d2l §13.5, data parallelism):
      into the first replica then copies the sum back, as the reference does;
    - ``gloo``: ``workers`` processes, stock ``DistributedDataParallel`` over a gloo process
      group on 127.0.0.1 (the host-based baseline);
-   - ``panama``: the same DDP model with :func:`~panama.runtime.ddp_hook.register_panama_hook`:
+   - ``panama``: the same DDP model with :func:`~panama.runtime.worker.ddp_hook.register_panama_hook`:
      gradients travel through the PANAMA switch daemons via :class:`panama.Communicator`
      (a :class:`~panama.runtime.cluster.LocalCluster` is started for the run when no
      ``controller`` is given);
@@ -51,9 +51,7 @@ import torch
 from torch.nn import functional as F
 
 from panama.core.errors import FieldError
-from panama.runtime.data import Dataset, load_dataset
-from panama.runtime.models import flat_parameters, make_lenet, num_parameters, parameter_digest
-from panama.runtime.train_config import (
+from panama.training.config import (
     ALLREDUCE_MODES,
     BYTES_SOURCE,
     EpochStats,
@@ -63,7 +61,9 @@ from panama.runtime.train_config import (
     default_out_path,
     format_bytes,
 )
-from panama.runtime.train_steps import (
+from panama.training.data import Dataset, load_dataset
+from panama.training.models import flat_parameters, make_lenet, num_parameters, parameter_digest
+from panama.training.steps import (
     TcpByteCounter,
     _Status,
     _torch_threads,
@@ -74,7 +74,7 @@ from panama.runtime.train_steps import (
     seed_generators,
     shard,
 )
-from panama.runtime.train_worker import _status_text, _worker_entry, worker_context
+from panama.training.worker import _status_text, _worker_entry, worker_context
 
 __all__ = [
     "ALLREDUCE_MODES",
@@ -385,7 +385,7 @@ def train(
     ``dataset`` overrides ``config.data_dir`` (already loaded data). ``on_epoch`` is called
     with each finished epoch's row, ``on_status`` with a progress line at most every
     5 s. Raises :class:`TrainingError` when a worker fails or stays silent longer than
-    ``config.timeout_s``, :class:`panama.runtime.data.IdxFormatError` for bad data files.
+    ``config.timeout_s``, :class:`panama.training.data.IdxFormatError` for bad data files.
     """
     data = dataset if dataset is not None else load_dataset(config.data_dir)
     if data.num_train < config.workers:

@@ -1,10 +1,10 @@
 """The switch daemon's plain data-plane loop: one datagram per buffer, batched system calls.
 
-Used by :class:`~panama.runtime.switchd.SwitchDaemon` unless the batched GSO/GRO loop of
-:mod:`panama.runtime.switch_batch` can pay (the contract, shared by both, is in
-:mod:`panama.runtime.switchd`; the per-datagram work, shared too, is
-:meth:`panama.runtime.switch_dataplane.DataPlane.ingest`). Datagrams are drained from the daemon's socket in batches
-of up to ``batch`` into preallocated buffers (:class:`panama.runtime.mmsg.Receiver`: one
+Used by :class:`~panama.runtime.switch.daemon.SwitchDaemon` unless the batched GSO/GRO loop of
+:mod:`panama.runtime.switch.loop_batch` can pay (the contract, shared by both, is in
+:mod:`panama.runtime.switch.daemon`; the per-datagram work, shared too, is
+:meth:`panama.runtime.switch.dataplane.DataPlane.ingest`). Datagrams are drained from the daemon's socket in batches
+of up to ``batch`` into preallocated buffers (:class:`panama.runtime.net.mmsg.Receiver`: one
 ``recvmmsg`` where compiled), then from each group socket the daemon joined (its parents'
 results multicast on a loopback cluster, ``install_job``'s ``join``), decoded, summed by
 the accelerator and what it emits sent at once (one ``sendmmsg`` to all destinations
@@ -20,12 +20,12 @@ from __future__ import annotations
 import select
 
 from panama.core import codec
-from panama.runtime import mmsg
-from panama.runtime.switch_dataplane import DROP_OVERSIZE, DROP_SEND_ERROR, kernel_queue_bytes, log
+from panama.runtime.net import mmsg
+from panama.runtime.switch.dataplane import DROP_OVERSIZE, DROP_SEND_ERROR, kernel_queue_bytes, log
 
 
 def plain_loop(daemon) -> None:
-    """Run the plain loop of ``daemon`` (a :class:`~panama.runtime.switchd.SwitchDaemon`) until it stops."""
+    """Run the plain loop of ``daemon`` (a :class:`~panama.runtime.switch.daemon.SwitchDaemon`) until it stops."""
     cfg = daemon.config
     sock = daemon.sock
     raw = sock.sock
@@ -33,7 +33,7 @@ def plain_loop(daemon) -> None:
     bufs = [bytearray(codec.datagram_size(cfg.payload_elems) + 1) for _ in range(cfg.batch)]
     views = [memoryview(b) for b in bufs]
     floats = [codec.payload_view(b) for b in bufs]  # decode slices payloads from these
-    # One recvmmsg per batch where compiled (panama.runtime.mmsg), else one recvmsg_into
+    # One recvmmsg per batch where compiled (panama.runtime.net.mmsg), else one recvmsg_into
     # per datagram: sizes (-1: cut), ECN codepoints and sources per buffer.
     rx = mmsg.Receiver(raw, bufs)
     dp = daemon.dp

@@ -1,20 +1,20 @@
 """``panama switch``: a UDP daemon that runs one aggregation accelerator (one PSwitch).
 
-Data plane (one thread, the plain loop of :mod:`panama.runtime.switch_plain`; its
+Data plane (one thread, the plain loop of :mod:`panama.runtime.switch.loop_plain`; its
 state, counters and per-datagram work are a
-:class:`~panama.runtime.switch_dataplane.DataPlane`, ``SwitchDaemon.dp``):
+:class:`~panama.runtime.switch.dataplane.DataPlane`, ``SwitchDaemon.dp``):
 datagrams are drained from the UDP socket, and from the group sockets the daemon joined
 (``install_job``'s ``join``), in batches of up to ``batch`` into preallocated buffers
-(:class:`panama.runtime.mmsg.Receiver`: one ``recvmmsg`` where compiled, else one
+(:class:`panama.runtime.net.mmsg.Receiver`: one ``recvmmsg`` where compiled, else one
 ``recvmsg_into`` per datagram; one ``poll`` over all sockets when every queue is empty),
 decoded by :mod:`panama.core.codec`, handed to
 :meth:`panama.core.accelerator.Accelerator.receive` with the source address as
 ``from_node``, and what it emits is encoded and sent at once, to all its destinations
-with one :meth:`~panama.runtime.udp.PacketSocket.send_all` (one ``sendmmsg`` where
+with one :meth:`~panama.runtime.net.udp.PacketSocket.send_all` (one ``sendmmsg`` where
 compiled), so the accelerator runs with ``copy_payloads=False``. ``/stats`` ``io`` names
 the I/O in use. Nothing here decides protocol behaviour.
 
-Multicast results (:mod:`panama.runtime.mcast`): a job installed with a loopback group
+Multicast results (:mod:`panama.runtime.net.mcast`): a job installed with a loopback group
 (``multicast``: group and members, from the controller) has every emission whose
 destination set is exactly the members sent as one datagram to the group (same
 codepoint), when this daemon can (socket bound to 127.0.0.1, TTL 0, interface
@@ -47,7 +47,7 @@ resolved and checked routable from the data-plane socket) before anything is app
 400 naming the field, nothing installed.
 
 Batching: with ``offload`` (default) the data plane runs the batched loop of
-:mod:`panama.runtime.switch_batch` (UDP GRO receives, GSO sends, :mod:`.offload`) where
+:mod:`panama.runtime.switch.loop_batch` (UDP GRO receives, GSO sends, :mod:`.offload`) where
 the kernel has them and 2+ datagrams of ``payload_elems`` fit one GSO send; otherwise
 the loop below. ``/stats`` reports which (``offload``), ``rx_syscalls``, ``gso_sends``.
 
@@ -77,16 +77,10 @@ from aiohttp import web
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
-from panama.runtime import mcast, mmsg, offload
 from panama.runtime.files import write_private_file
 from panama.runtime.http import start_site
-from panama.runtime.process import main_from_file
-from panama.runtime.settings import SwitchConfig, SwitchProcess
-from panama.runtime.switch_batch import batched_loop
-from panama.runtime.switch_dataplane import DataPlane, log
-from panama.runtime.switch_http import SwitchHttp
-from panama.runtime.switch_plain import plain_loop
-from panama.runtime.udp import (
+from panama.runtime.net import mcast, mmsg, offload
+from panama.runtime.net.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
     Address,
     AddressError,
@@ -94,6 +88,12 @@ from panama.runtime.udp import (
     format_addr,
     parse_addr,
 )
+from panama.runtime.process import main_from_file
+from panama.runtime.settings import SwitchConfig, SwitchProcess
+from panama.runtime.switch.api import SwitchHttp
+from panama.runtime.switch.dataplane import DataPlane, log
+from panama.runtime.switch.loop_batch import batched_loop
+from panama.runtime.switch.loop_plain import plain_loop
 
 GROUP_BATCH = 16  # datagrams per receive on a joined group's socket (results from parents)
 
@@ -127,7 +127,7 @@ class SwitchDaemon(SwitchHttp):
         self.dp_errors = 0
         self.dp_last_error: str | None = None
         self._thread: threading.Thread | None = None
-        # Loopback multicast of results (panama.runtime.mcast): None when this socket can
+        # Loopback multicast of results (panama.runtime.net.mcast): None when this socket can
         # send to groups (TTL 0, interface 127.0.0.1), else why not. ``groups``: per job,
         # (member set, (group,)); a result to exactly the members leaves as one datagram.
         self.mcast_reason = mcast.enable_sender(self.sock.sock)
@@ -228,7 +228,7 @@ class SwitchDaemon(SwitchHttp):
         """Install every tree of ``job_id`` with data-plane ``key`` atomically (all or none).
 
         ``multicast``: ``{"group": "239.x.y.z:PORT", "members": ["HOST:PORT", ...]}`` (from the
-        controller, panama.runtime.mcast): results to exactly these children (every member a
+        controller, panama.runtime.net.mcast): results to exactly these children (every member a
         child of the job's trees) leave as one datagram to the group, when this daemon can
         send loopback multicast (else unicast per child, the reason counted in ``/stats``).
         ``join``: ``["239.x.y.z:PORT", ...]``, the groups this daemon's parents send the
@@ -602,5 +602,5 @@ def run_switch_process(settings: SwitchProcess, token: str) -> None:
     run_switch(settings.switch, str(settings.ready_file) if settings.ready_file else None, token=token)
 
 
-if __name__ == "__main__":  # python -m panama.runtime.switchd CONFIG.json (LocalCluster starts daemons so)
-    sys.exit(main_from_file(sys.argv[1:], SwitchProcess, run_switch_process, "panama.runtime.switchd"))
+if __name__ == "__main__":  # python -m panama.runtime.switch.daemon CONFIG.json (LocalCluster starts daemons so)
+    sys.exit(main_from_file(sys.argv[1:], SwitchProcess, run_switch_process, "panama.runtime.switch.daemon"))

@@ -1,12 +1,12 @@
 """The switch daemon's batched data-plane loop: GRO receives and GSO sends (:mod:`.offload`).
 
-Used by :class:`~panama.runtime.switchd.SwitchDaemon` instead of its one-datagram-per-
+Used by :class:`~panama.runtime.switch.daemon.SwitchDaemon` instead of its one-datagram-per-
 call loop when batching can pay: offload is asked for (``SwitchConfig.offload``, not
 forced off by ``PANAMA_UDP_OFFLOAD=0``), the kernel has GSO or GRO on the daemon's
 socket, and at least 2 datagrams of the configured size fit one GSO send (with the
 default 65,504-byte datagrams they do not, and the plain loop runs).
 
-Same contract as the plain loop (docs in :mod:`panama.runtime.switchd`), per datagram:
+Same contract as the plain loop (docs in :mod:`panama.runtime.switch.daemon`), per datagram:
 
 * Receive: up to ``batch`` non-blocking ``recvmsg_into`` calls (or ``batch`` datagrams)
   per batch, each into a 64 KiB buffer; a GRO-coalesced buffer is cut at its segment size
@@ -16,7 +16,7 @@ Same contract as the plain loop (docs in :mod:`panama.runtime.switchd`), per dat
   kernel only coalesces datagrams with equal IP TOS, so the buffer's TOS is every
   segment's ECN codepoint.
 * Send: every emitted datagram is copied into its destination's batch
-  (:meth:`~panama.runtime.udp.PacketSocket.stage`; multicast copies the encoded bytes;
+  (:meth:`~panama.runtime.net.udp.PacketSocket.stage`; multicast copies the encoded bytes;
   a datagram of another size or codepoint sends the batch before it first, so each
   destination gets its datagrams in emission order: results reordered by batching would
   look like loss to the workers' fast retransmit), and all batches leave after the
@@ -24,7 +24,7 @@ Same contract as the plain loop (docs in :mod:`panama.runtime.switchd`), per dat
   (or one call per datagram when the kernel refuses GSO: counted fallback, no loss).
   Send errors are counted per datagram, as ``drops["send_error"]``.
 * ECN backlog marking and ``drop_prob`` work per datagram as in the plain loop.
-* Per datagram: :meth:`panama.runtime.switch_dataplane.DataPlane.ingest`, as in the
+* Per datagram: :meth:`panama.runtime.switch.dataplane.DataPlane.ingest`, as in the
   plain loop; each datagram is summed as it is received (``Accelerator.receive``). (The
   core's batch API that deferred the sums to the end of a batch was measured slower here
   and removed in issue 29, docs/runtime-performance.md.)
@@ -38,8 +38,8 @@ import socket
 import numpy as np
 
 from panama.core import codec
-from panama.runtime import offload
-from panama.runtime.switch_dataplane import DROP_OVERSIZE, DROP_SEND_ERROR, kernel_queue_bytes, log
+from panama.runtime.net import offload
+from panama.runtime.switch.dataplane import DROP_OVERSIZE, DROP_SEND_ERROR, kernel_queue_bytes, log
 
 
 def batched_loop(daemon) -> None:

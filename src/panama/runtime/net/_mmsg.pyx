@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 """Compiled batched datagram I/O (Linux ``recvmmsg`` / ``sendmmsg``) for the runtime's hot loops.
 
-Optional: :mod:`panama.runtime.mmsg` imports this module when it was built (``setup.py``,
+Optional: :mod:`panama.runtime.net.mmsg` imports this module when it was built (``setup.py``,
 Linux only) and ``PANAMA_NO_EXTENSIONS`` is not set, and otherwise uses its pure-Python
 classes with the same contract (one ``recvmsg_into`` / ``sendmsg`` per datagram). The
 contract of every method is written there; this file only restates what differs in how.
@@ -168,7 +168,7 @@ cdef class Receiver:
         return src
 
     def recv(self, int max_count):
-        """See :meth:`panama.runtime.mmsg.PyReceiver.recv`."""
+        """See :meth:`panama.runtime.net.mmsg.PyReceiver.recv`."""
         cdef int n = max_count if max_count < self.count else self.count
         cdef int k, got, err
         cdef msghdr *h
@@ -300,7 +300,7 @@ cdef class Sender:
         return failed
 
     def send(self, parts, destinations, int tos, int default_tos):
-        """See :meth:`panama.runtime.mmsg.PySender.send`."""
+        """See :meth:`panama.runtime.net.mmsg.PySender.send`."""
         cdef Py_buffer views[3]
         cdef int nparts = len(parts)
         cdef int ndest = len(destinations)
@@ -354,7 +354,7 @@ cdef class Sender:
 
 
     def send_each(self, messages, destinations, toses, int default_tos):
-        """See :meth:`panama.runtime.mmsg.PySender.send_each`."""
+        """See :meth:`panama.runtime.net.mmsg.PySender.send_each`."""
         cdef int nmsg = len(messages)
         cdef int k, j, p, nparts, m = 0
         cdef int held = 0

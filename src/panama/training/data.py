@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from panama.runtime.models import INPUT_SIZE, NUM_CLASSES
+from panama.training.models import INPUT_SIZE, NUM_CLASSES
 
 IDX_DTYPES: dict[int, np.dtype] = {
     0x08: np.dtype("u1"),

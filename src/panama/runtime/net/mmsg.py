@@ -2,7 +2,7 @@
 
 Two implementations of one contract, chosen once at import:
 
-* :mod:`panama.runtime._mmsg`, compiled by ``setup.py`` on Linux: one ``recvmmsg``
+* :mod:`panama.runtime.net._mmsg`, compiled by ``setup.py`` on Linux: one ``recvmmsg``
   receives a whole batch, one ``sendmmsg`` sends one datagram to all of a node's
   children (software multicast), no Python call and no user-level copy per datagram;
 * :class:`PyReceiver` / :class:`PySender` here: the same results with one
@@ -164,7 +164,7 @@ def _compiled():
     if _ext.no_extensions():
         return None
     try:
-        from panama.runtime import _mmsg
+        from panama.runtime.net import _mmsg
     except ImportError:
         return None
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_mmsg.pyx")

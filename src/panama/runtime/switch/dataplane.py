@@ -3,11 +3,11 @@
 :class:`DataPlane` owns what the data plane reads and counts: the accelerator it feeds,
 the installed jobs' data-plane keys (``keys``: decode checks them) and loopback groups
 (``groups``), the seeded generator of injected loss, the backlog marking limits and the
-counters ``/stats`` reports. Each loop (:mod:`panama.runtime.switch_plain`, one datagram
-per buffer; :mod:`panama.runtime.switch_batch`, GRO/GSO) receives datagrams its own way,
+counters ``/stats`` reports. Each loop (:mod:`panama.runtime.switch.loop_plain`, one datagram
+per buffer; :mod:`panama.runtime.switch.loop_batch`, GRO/GSO) receives datagrams its own way,
 then calls :meth:`DataPlane.count_batch` once per received batch and
 :meth:`DataPlane.ingest` once per datagram, and sends what ``ingest`` returns its own way.
-The control plane (:class:`panama.runtime.switchd.SwitchDaemon`) installs keys and
+The control plane (:class:`panama.runtime.switch.daemon.SwitchDaemon`) installs keys and
 groups here and reads the counters, always under the daemon's lock, which the loops hold
 while they call in.
 
@@ -156,7 +156,7 @@ def kernel_queue_bytes(raw: socket.socket, datagram_bytes: int, truesize: int) -
 
 
 def backlog_limits(config: SwitchConfig) -> tuple[int, int, int]:
-    """The data plane's backlog marking (:mod:`panama.runtime.switchd`, ECN):
+    """The data plane's backlog marking (:mod:`panama.runtime.switch.daemon`, ECN):
     ``(datagram_bytes, threshold_bytes, truesize)``: a full datagram, the backlog above
     which what leaves is marked CE (``ecn_threshold_pkts`` full datagrams; 0: never), and
     the receive-buffer memory one datagram takes (0 where ``SO_MEMINFO`` is not

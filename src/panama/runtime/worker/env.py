@@ -1,7 +1,7 @@
 """Where a worker finds its PANAMA cluster and job: environment variables and job names.
 
 Read by the ``panama`` torch.distributed backend (:mod:`panama.distributed`) and by
-:meth:`Communicator.from_env <panama.runtime.communicator.Communicator.from_env>` (a PANAMA
+:meth:`Communicator.from_env <panama.runtime.worker.communicator.Communicator.from_env>` (a PANAMA
 communicator for programs that do not use torch.distributed):
 
 - ``PANAMA_CONTROLLER``: ``HOST:PORT`` of a running controller (``panama cluster up``,
@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from panama.runtime.http import TOKEN_ENV
-from panama.runtime.udp import parse_addr
+from panama.runtime.net.udp import parse_addr
 
 CONTROLLER_ENV = "PANAMA_CONTROLLER"
 JOB_ENV = "PANAMA_JOB"
@@ -114,7 +114,7 @@ def job_name(group: str, nonce: str) -> str:
 
 
 def communicator_kwargs_from_env(**overrides: Any) -> dict[str, Any]:
-    """The :class:`~panama.runtime.communicator.Communicator` arguments of this process, read
+    """The :class:`~panama.runtime.worker.communicator.Communicator` arguments of this process, read
     from the environment (what :meth:`Communicator.from_env` passes).
 
     Controller ``$PANAMA_CONTROLLER`` (required), token ``$PANAMA_TOKEN``, job

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from panama.progress import Throttle
-from panama.runtime.train_config import EVAL_BATCH, STATUS_INTERVAL_S
+from panama.training.config import EVAL_BATCH, STATUS_INTERVAL_S
 
 
 def seed_generators(seed: int) -> tuple[np.random.Generator, np.random.Generator]:

@@ -1,0 +1,9 @@
+"""The worker side: what one rank of one job links against.
+
+- :mod:`.communicator` — :class:`~.communicator.Communicator`, PANAMA allreduce for one rank;
+- :mod:`.ddp_hook` — the ``DistributedDataParallel`` communication hook;
+- :mod:`.heartbeat` — the rank's heartbeat thread;
+- :mod:`.env` — where a worker finds its cluster and job (environment, job names);
+- :mod:`.arrays` — the arrays an allreduce takes and gives;
+- :mod:`.diagnosis` — what the counters say about a stuck allreduce.
+"""
