@@ -10,9 +10,10 @@ from typing import Any
 import click
 
 from panama.cli.common import OutDir, usage_error
+from panama.experiments.schemes import SCHEME_ORDER
 
 #: Every scheme of the shared-cluster experiment, the baseline first (its default --schemes).
-SCHEMES_ALL = "ring,ina-fixed,ina-single,panama-or,panama"
+SCHEMES_ALL = ",".join(SCHEME_ORDER)
 
 __all__ = ["demo", "experiment"]
 
@@ -226,7 +227,8 @@ def _resolve_shared_cluster(
         raise usage_error("--quick", f"conflicts with --preset {preset}")
     if scenario_path is not None and (quick or preset is not None):
         raise usage_error("--scenario", "give either a scenario file or a preset, not both")
-    from panama.experiments.cluster_scenario import DEFAULT_PRESET, SCHEME_VARIANTS, seed_axis
+    from panama.experiments.cluster_scenario import DEFAULT_PRESET, seed_axis
+    from panama.experiments.schemes import SCHEME_VARIANTS
 
     preset = "quick" if quick else (preset or DEFAULT_PRESET)
     scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]

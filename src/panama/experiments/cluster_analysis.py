@@ -7,7 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from panama.experiments.cluster_scenario import BASELINE, FLOOR, NORMALISED, SHORT_FLOW_BYTES
+from panama.experiments.cluster_scenario import NORMALISED, SHORT_FLOW_BYTES
+from panama.experiments.schemes import BASELINE, FLOOR
 from panama.experiments.stats import mean_ci, percentile, ratio_ci
 
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from panama.experiments.cluster_analysis import _group_key, normalise_runs
-from panama.experiments.cluster_scenario import BASELINE, FLOOR, SHORT_BUCKETS, SHORT_FLOW_BYTES
+from panama.experiments.cluster_scenario import SHORT_BUCKETS, SHORT_FLOW_BYTES
+from panama.experiments.schemes import BASELINE, FLOOR
 from panama.experiments.sweep import (
     write_json_atomic,
 )

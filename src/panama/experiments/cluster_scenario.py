@@ -12,16 +12,6 @@ from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.experiments.comm_ratio import load_models
 from panama.sim.diagnostics import SHORT_BUCKETS as DIAGNOSTIC_BUCKETS
 
-SCHEME_ORDER = ("ring", "ina-fixed", "ina-single", "panama-or", "panama")
-BASELINE = "ring"
-#: Experiment schemes that are a simulator scheme with settings of their own: ``panama-or``
-#: is PANAMA with the source's tree reaction (DCTCP on the OR of marks, ``panama.cc =
-#: "dctcp-or"``), beside ``panama`` with the default (``dctcp-path``), in every table.
-SCHEME_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"panama-or": ("panama", {"panama.cc": "dctcp-or"})}
-#: The floor: the same scenario with its jobs removed (same background flows, same seed),
-#: run beside the schemes so every ratio can be read against what the fabric gives
-#: short flows without any training traffic.
-FLOOR = "background"
 #: Short-flow size buckets reported on their own (the simulator's, key, label, [low, high)
 #: bytes): queueing dominates the tiny ones, bandwidth the larger ones, and a pooled p99
 #: hides which.

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from panama.core.errors import FieldError
-from panama.experiments.cluster_scenario import FLOOR
 from panama.experiments.report_regimes import floor_text, regimes_section
 from panama.experiments.report_regimes import fmt_number as _f
+from panama.experiments.schemes import FLOOR
 
 #: Claims of the original work (quoted, for comparison only).
 ORIGINAL = {

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from panama.experiments.cluster_scenario import FLOOR
+from panama.experiments.schemes import FLOOR
 
 #: Below this pooled p99 gain the floor leaves no room: the background sets the tail.
 NO_ROOM_GAIN = 1.5

@@ -49,13 +49,10 @@ from panama.experiments.cluster_analysis import check_consistency, normalise_run
 from panama.experiments.cluster_outputs import format_table, load_summary, write_outputs
 from panama.experiments.cluster_scenario import (
     DEFAULT_PRESET,
-    FLOOR,
     JOB_MIX,
     LARGE_FLOW_BYTES,
     NORMALISED,
     PRESETS,
-    SCHEME_ORDER,
-    SCHEME_VARIANTS,
     SHORT_BUCKETS,
     SHORT_FLOW_BYTES,
     apply_params,
@@ -63,6 +60,7 @@ from panama.experiments.cluster_scenario import (
     experiment_scenario,
     seed_axis,
 )
+from panama.experiments.schemes import FLOOR, SCHEME_ORDER, SCHEME_VARIANTS
 from panama.experiments.stats import percentile
 from panama.experiments.sweep import (
     SweepError,

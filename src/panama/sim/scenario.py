@@ -15,7 +15,7 @@ import json
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import tomli_w
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
@@ -23,8 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.core.errors import FieldError
 
-SCHEMES = ("panama", "ina-single", "ina-fixed", "ring")
+# The allreduce schemes of the simulator, declared once (the type of the settings field;
+# the tuple is derived from it).
 Scheme = Literal["panama", "ina-single", "ina-fixed", "ring"]
+SCHEMES: tuple[str, ...] = get_args(Scheme)
 
 
 class ScenarioError(FieldError):
