@@ -75,15 +75,9 @@ def _worker(
     job: str | None,
     token: str | None = None,
 ) -> None:
-    workers = cfg.workers
-    torch.set_num_threads(cfg.threads)
-    ifname = _loopback_ifname()
-    if ifname is not None:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", ifname)
-    store = dist.FileStore(store_path, workers)
-    dist.init_process_group(
-        "gloo", store=store, rank=rank, world_size=workers, timeout=timedelta(seconds=cfg.timeout_s)
-    )
+    """One rank: join the gloo group, build the replica (and its PANAMA communicator),
+    train every epoch reporting each on ``out_queue``, then report the final parameters."""
+    _join_group(cfg, rank, store_path)
     comm = None
     try:
         init_rng, shuffle_rng = seed_generators(cfg.seed)
@@ -91,61 +85,17 @@ def _worker(
         n_params = num_parameters(model)
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         if cfg.allreduce == "panama":
-            from panama.runtime.worker.communicator import Communicator
-
-            assert controller is not None and job is not None
-            # size_bytes makes the constructor register now (a barrier over the ranks),
-            # so the trees are installed before the first timed step.
-            comm = Communicator(
-                controller, job, rank, workers, size_bytes=4 * n_params, timeout_s=cfg.timeout_s, token=token
-            )
-            register_panama_hook(ddp, comm, workers)
+            comm = _communicator(cfg, rank, n_params, controller, job, token)
+            register_panama_hook(ddp, comm, cfg.workers)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.lr)
         status = _Status((lambda s: out_queue.put(("status", rank, s))) if rank == 0 else None)
-        x, y = data.train_images, data.train_labels
         tcp_counter = TcpByteCounter(_peer(controller))
         for epoch in range(1, cfg.epochs + 1):
-            t0 = time.perf_counter()
-            sent_before = _bytes_sent(comm)
-            tcp_counter.sent()  # start of the epoch's count
-            batches = epoch_batches(data.num_train, cfg.batch_size, workers, shuffle_rng)
-            loss_sum, seen = 0.0, 0
-            for step, batch in enumerate(batches):
-                idx = shard(batch, workers, rank)
-                loss = F.cross_entropy(ddp(x[idx]), y[idx], reduction="sum")
-                # DDP averages over ranks: scale so the average is the global batch's mean gradient.
-                (loss * (workers / batch.numel())).backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=False)
-                loss_sum += float(loss.detach())
-                seen += idx.numel()
-                status.step(epoch, step + 1, len(batches))
-            seconds = time.perf_counter() - t0
-            tcp_sent = tcp_counter.sent()
-            tcp = None if tcp_sent is None else float(tcp_sent)
-            if cfg.allreduce == "panama":
-                sent = float(_bytes_sent(comm) - sent_before)
-            elif tcp is not None:
-                sent = tcp
-            else:
-                sent = len(batches) * ring_bytes_per_worker(4 * n_params, workers)
-            accuracy = evaluate_accuracy(model, data.test_images, data.test_labels) if rank == 0 else None
-            out_queue.put(
-                (
-                    "epoch",
-                    rank,
-                    {
-                        "epoch": epoch,
-                        "steps": len(batches),
-                        "loss_sum": loss_sum,
-                        "seen": seen,
-                        "seconds": seconds,
-                        "bytes_sent": sent,
-                        "tcp_bytes_sent": tcp,
-                        "test_accuracy": accuracy,
-                    },
-                )
+            record = _epoch(cfg, rank, epoch, data, ddp, optimizer, comm, tcp_counter, status, shuffle_rng)
+            record["test_accuracy"] = (
+                evaluate_accuracy(model, data.test_images, data.test_labels) if rank == 0 else None
             )
+            out_queue.put(("epoch", rank, record))
         done = {
             "sha256": parameter_digest(model),
             "num_parameters": n_params,
@@ -161,6 +111,69 @@ def _worker(
         if comm is not None:
             comm.close()
         dist.destroy_process_group()
+
+
+def _join_group(cfg: TrainConfig, rank: int, store_path: str) -> None:
+    """The gloo process group over a file store (on loopback), every rank of the run."""
+    torch.set_num_threads(cfg.threads)
+    ifname = _loopback_ifname()
+    if ifname is not None:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", ifname)
+    store = dist.FileStore(store_path, cfg.workers)
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=cfg.workers, timeout=timedelta(seconds=cfg.timeout_s)
+    )
+
+
+def _communicator(cfg: TrainConfig, rank: int, n_params: int, controller, job, token) -> Any:
+    """This rank's PANAMA communicator, registered with the controller before it returns."""
+    from panama.runtime.worker.communicator import Communicator
+
+    assert controller is not None and job is not None
+    # size_bytes makes the constructor register now (a barrier over the ranks),
+    # so the trees are installed before the first timed step.
+    return Communicator(
+        controller, job, rank, cfg.workers, size_bytes=4 * n_params, timeout_s=cfg.timeout_s, token=token
+    )
+
+
+def _epoch(cfg, rank, epoch, data, ddp, optimizer, comm, tcp_counter, status, shuffle_rng) -> dict[str, Any]:
+    """Train one epoch of this rank's shards; its record (loss, time, bytes sent)."""
+    workers = cfg.workers
+    x, y = data.train_images, data.train_labels
+    t0 = time.perf_counter()
+    sent_before = _bytes_sent(comm)
+    tcp_counter.sent()  # start of the epoch's count
+    batches = epoch_batches(data.num_train, cfg.batch_size, workers, shuffle_rng)
+    loss_sum, seen = 0.0, 0
+    for step, batch in enumerate(batches):
+        idx = shard(batch, workers, rank)
+        loss = F.cross_entropy(ddp(x[idx]), y[idx], reduction="sum")
+        # DDP averages over ranks: scale so the average is the global batch's mean gradient.
+        (loss * (workers / batch.numel())).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=False)
+        loss_sum += float(loss.detach())
+        seen += idx.numel()
+        status.step(epoch, step + 1, len(batches))
+    seconds = time.perf_counter() - t0
+    tcp_sent = tcp_counter.sent()
+    tcp = None if tcp_sent is None else float(tcp_sent)
+    if cfg.allreduce == "panama":
+        sent = float(_bytes_sent(comm) - sent_before)
+    elif tcp is not None:
+        sent = tcp
+    else:
+        sent = len(batches) * ring_bytes_per_worker(4 * num_parameters(ddp.module), workers)
+    return {
+        "epoch": epoch,
+        "steps": len(batches),
+        "loss_sum": loss_sum,
+        "seen": seen,
+        "seconds": seconds,
+        "bytes_sent": sent,
+        "tcp_bytes_sent": tcp,
+    }
 
 
 def _peer(addr: str | None) -> tuple[tuple[str, int], ...]:
