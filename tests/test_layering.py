@@ -181,3 +181,46 @@ def test_the_cycle_check_finds_a_cycle_closed_by_a_function_level_import(tmp_pat
     (pkg / "hints.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import pkg.daemon\n")
     cycles = list(nx.simple_cycles(import_graph(pkg)))
     assert sorted(map(sorted, cycles)) == [["pkg.daemon", "pkg.loop"]]
+
+
+def design_map(text: str) -> dict[str, set[str]]:
+    """The package map of docs/design.md: package -> the ``panama`` packages its arrow lists
+    (continuation lines included; other names, e.g. numpy, are not checked)."""
+    block = text.split("## Package map", 1)[1].split("```", 2)[1]
+    arrows: dict[str, set[str]] = {}
+    current, column = None, 0
+    for line in block.splitlines():
+        if line.startswith("panama."):
+            current = line.split()[0].removeprefix("panama.")
+            column = line.index("->") + 2
+            arrows[current] = set()
+        if current is None or len(line) <= column:
+            continue
+        for word in line[column:].replace(",", " ").replace(":", " ").split():
+            arrows[current].add(word.removeprefix("panama.").split(".")[0])
+    return arrows
+
+
+def test_the_design_map_draws_the_arrows_of_the_code():
+    """Every package of src/panama is in docs/design.md's map, and each arrow names exactly
+    the packages it imports (module- or function-level)."""
+    graph = import_graph()
+    package = {name: name.split(".")[1] for name in graph if name.count(".") >= 1}
+    real: dict[str, set[str]] = {p: set() for p in package.values() if p != "__main__"}
+    for a, b in graph.edges():
+        if a in package and b in package and package[a] != package[b] and package[a] in real:
+            real[package[a]].add(package[b])
+    drawn = design_map((SRC.parents[1] / "docs" / "design.md").read_text())
+    assert set(drawn) == set(real)
+    assert {p: drawn[p] & set(real) for p in drawn} == real
+
+
+def test_the_design_map_is_read_with_its_continuation_lines():
+    text = (
+        "## Package map\n\n```\n"
+        "panama.cli     the command        -> sim, runtime,\n"
+        "               lazily                training, numpy\n"
+        "panama.core    the protocol       -> numpy only\n"
+        "```\n"
+    )
+    assert design_map(text) == {"cli": {"sim", "runtime", "training", "numpy"}, "core": {"numpy", "only"}}
