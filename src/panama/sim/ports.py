@@ -288,6 +288,8 @@ class Port(Event):
     def _deliver_switch(self) -> None:
         """Arrival at a lossy switch: ECMP forwarding and the next port's :meth:`send`
         inlined (the hot path of the simulator); hooked kinds go to their hook."""
+        # Long: one function so that the compiled path keeps every local in C across the
+        # whole burst of arrivals (a call per step would cost the simulator its hot loop).
         sw = self.peer
         hooks = sw.hooked
         pipe = self.pipe
