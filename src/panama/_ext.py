@@ -46,6 +46,7 @@ __all__ = [
     "source_of",
     "no_extensions",
     "install_pure_finder",
+    "warn_stale",
     "extensions_built",
     "module_is_compiled",
     "compiled",
@@ -150,13 +151,19 @@ def install_pure_finder() -> None:
     # One line, once per process: the pure path is about 13x slower, which nobody should
     # find out from a slow run. (``compiled()``, and the "compiled" key of summary.json
     # and bench output, say which path ran.)
-    names = ", ".join(n.rpartition(".")[2] for n in stale)
+    warn_stale([n.rpartition(".")[2] for n in stale], "the pure-Python simulator")
+    sys.meta_path.insert(0, _PureFinder())
+
+
+def warn_stale(names: list[str], fallback: str) -> None:
+    """The one stderr line saying that the extensions ``names`` are older than their sources,
+    so ``fallback`` runs instead (the simulator here, the runtime's socket I/O in
+    :mod:`panama.runtime.net.mmsg`)."""
     print(
-        f"panama: warning: compiled extensions older than their sources ({names}); running the pure-Python "
-        "simulator. Rebuild: python setup.py build_ext --inplace",
+        f"panama: warning: compiled extensions older than their sources ({', '.join(names)}); running "
+        f"{fallback}. Rebuild: python setup.py build_ext --inplace",
         file=sys.stderr,
     )
-    sys.meta_path.insert(0, _PureFinder())
 
 
 def extensions_built() -> bool:

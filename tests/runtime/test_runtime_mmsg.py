@@ -304,3 +304,17 @@ def test_bad_arguments_raise_alike(impl):
             impl[0](tx, [])
     finally:
         tx.close()
+
+
+@pytest.mark.skipif(_mmsg is None, reason="panama.runtime.net._mmsg not built")
+def test_a_stale_build_falls_back_with_one_warning_line(monkeypatch, capsys):
+    """A ``_mmsg`` older than its ``.pyx`` is not used, and stderr says so (once, at import)."""
+    from panama import environment
+
+    monkeypatch.delenv(environment.NO_EXTENSIONS, raising=False)
+    assert mmsg._compiled() is _mmsg and capsys.readouterr().err == ""
+    real = mmsg.os.path.getmtime
+    monkeypatch.setattr(mmsg.os.path, "getmtime", lambda p: real(p) + (1e6 if str(p).endswith(".pyx") else 0))
+    assert mmsg._compiled() is None
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "older than their sources (_mmsg)" in err and "build_ext" in err

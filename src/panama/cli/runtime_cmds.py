@@ -8,13 +8,13 @@ starts its daemons that way, with the interpreter it runs under).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 import click
 
+from panama import environment
 from panama.cli.common import echo_json, usage_error
 from panama.cli.options import model_from_options, model_options
 from panama.core.errors import FieldError
@@ -124,7 +124,7 @@ def _state_file(state_path, create: bool = False) -> Path:
     from panama.runtime.files import UnsafePathError, check_private_dir, private_dir
 
     path = Path(state_path) if state_path else default_state_path()
-    strict = not state_path and "PANAMA_CLUSTER_STATE" not in os.environ  # our own /tmp directory
+    strict = not state_path and environment.cluster_state() is None  # our own /tmp directory
     try:
         if create:
             private_dir(path.parent, "state", strict=strict)

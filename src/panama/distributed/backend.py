@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import queue
 import secrets
 import threading
@@ -64,6 +63,7 @@ from torch._C._distributed_c10d import (
     Work,
 )
 
+from panama import environment
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.http import HttpError, check_access
 from panama.runtime.worker import env
@@ -265,9 +265,8 @@ class PanamaProcessGroup(dist.ProcessGroup):
         controller = env.controller_from_env()
         if controller is not None:
             return _Cluster(controller, env.token_from_env())
-        local_world = os.environ.get("LOCAL_WORLD_SIZE")
-        world = os.environ.get("WORLD_SIZE")
-        if local_world and world and local_world != world:
+        local_world, world = environment.local_world_size(), environment.world_size()
+        if local_world is not None and world is not None and local_world != world:
             raise PanamaDistributedError(
                 f"{env.CONTROLLER_ENV} is not set and the job spans several hosts (WORLD_SIZE={world}, "
                 f"LOCAL_WORLD_SIZE={local_world}): a local cluster on rank 0's loopback cannot serve them; "

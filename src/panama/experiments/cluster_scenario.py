@@ -199,11 +199,12 @@ def seed_axis(preset: str, base_seed: int, *, from_preset: bool) -> list[int]:
 def code_version() -> str:
     """Short git revision of the code, ``-dirty`` if tracked files changed; ``$PANAMA_CODE_VERSION``
     when set (runs from an exported tree); ``unknown`` outside a checkout."""
-    import os
     import subprocess
 
-    if os.environ.get("PANAMA_CODE_VERSION"):
-        return os.environ["PANAMA_CODE_VERSION"]
+    from panama import environment
+
+    if environment.code_version() is not None:
+        return environment.code_version()
 
     here = Path(__file__).resolve().parent
     try:

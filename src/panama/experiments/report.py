@@ -52,10 +52,10 @@ def _ci(st: Mapping[str, Any], key: str, spec: str = ".2f") -> str:
 
 
 def _git_rev() -> str:
-    import os
+    from panama import environment
 
-    if os.environ.get("PANAMA_CODE_VERSION"):
-        return os.environ["PANAMA_CODE_VERSION"]
+    if environment.code_version() is not None:
+        return environment.code_version()
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=False

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from panama import environment
 from panama.core.topology import leaf_spine
 from panama.runtime.files import UnsafePathError, private_dir, write_private_file
 from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
@@ -59,9 +60,9 @@ class _PortTaken(Exception):
 
 def default_state_path() -> Path:
     """Where ``panama cluster up`` records its processes (override with ``--state``)."""
-    base = os.environ.get("PANAMA_CLUSTER_STATE")
-    if base:
-        return Path(base)
+    base = environment.cluster_state()
+    if base is not None:
+        return base
     return Path(tempfile.gettempdir()) / f"panama-cluster-{os.getuid()}" / "cluster.json"
 
 

@@ -15,7 +15,6 @@ import hmac
 import http.client
 import json
 import logging
-import os
 import re
 import secrets
 import socket
@@ -25,13 +24,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from panama import environment
 from panama.core.errors import FieldError
 from panama.runtime.files import write_private_file
 from panama.runtime.net.udp import Address
 
 log = logging.getLogger("panama.http")
 
-TOKEN_ENV = "PANAMA_TOKEN"
+TOKEN_ENV = environment.TOKEN  # named in panama.environment
 TOKEN_BYTES = 32  # 256 bits of randomness, 43 url-safe characters
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,512}$")
 
@@ -81,8 +81,7 @@ def resolve_token(token: str | None) -> str | None:
     """``token``, or ``$PANAMA_TOKEN`` when it is None (None if neither is set)."""
     if token is not None:
         return token
-    env = os.environ.get(TOKEN_ENV, "").strip()
-    return env or None
+    return environment.token()
 
 
 def read_token_file(path: str | Path) -> str:

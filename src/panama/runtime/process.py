@@ -12,11 +12,11 @@ a traceback.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from panama import environment
 from panama.core.errors import FieldError
 from panama.runtime.http import TOKEN_ENV, check_token, read_token_file
 from panama.runtime.lifeline import exit_with as tie_to
@@ -29,8 +29,8 @@ def process_token(settings: ProcessSettings) -> str:
     """The token in ``token_file``, else ``$PANAMA_TOKEN``; :class:`FieldError` if neither."""
     if settings.token_file is not None:
         return read_token_file(settings.token_file)
-    env = os.environ.get(TOKEN_ENV, "").strip()
-    if env:
+    env = environment.token()
+    if env is not None:
         return check_token(env, TOKEN_ENV)
     raise FieldError(
         "token-file", f"required (or set ${TOKEN_ENV}): the control API only answers requests that carry its token"

@@ -13,7 +13,8 @@ Two implementations of one contract, chosen once at import:
 daemon's ``/stats`` and the communicator's ``stats()`` report it as ``io``. The compiled
 module is not in :data:`panama._ext.COMPILED_MODULES` (it has no ``.py`` twin to fall
 back to: this module is the fallback), so ``panama._ext.compiled()`` does not cover it; a
-build older than ``_mmsg.pyx`` is not used.
+build older than ``_mmsg.pyx`` is not used (one warning line on stderr says so, as for the
+simulator's extensions).
 
 Contract (both):
 
@@ -54,7 +55,7 @@ import os
 import socket
 from collections.abc import Sequence
 
-from panama import _ext
+from panama import _ext, environment
 
 _IP_TOS_LEVEL = int(socket.IPPROTO_IP)
 _IP_TOS = int(socket.IP_TOS)
@@ -161,7 +162,7 @@ class PySender:
 def _compiled():
     """The compiled module, unless switched off, not built, or older than its ``.pyx`` (an
     edited source in an editable install that was not rebuilt: as :mod:`panama._ext`)."""
-    if _ext.no_extensions():
+    if environment.no_extensions():
         return None
     try:
         from panama.runtime.net import _mmsg
@@ -169,10 +170,12 @@ def _compiled():
         return None
     source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_mmsg.pyx")
     try:
-        if os.path.getmtime(source) > os.path.getmtime(_mmsg.__file__):
-            return None
+        stale = os.path.getmtime(source) > os.path.getmtime(_mmsg.__file__)
     except (OSError, TypeError):  # no source beside it (an installed wheel): use what was built
-        pass
+        stale = False
+    if stale:  # one line, once per process (this runs at import): the fallback is slower
+        _ext.warn_stale(["_mmsg"], "the pure-Python socket I/O (one system call per datagram)")
+        return None
     return _mmsg
 
 

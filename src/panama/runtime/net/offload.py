@@ -29,13 +29,14 @@ Contract
 from __future__ import annotations
 
 import errno
-import os
 import socket
 import struct
 import sys
 from dataclasses import dataclass
 
-ENV_VAR = "PANAMA_UDP_OFFLOAD"
+from panama import environment
+
+ENV_VAR = environment.UDP_OFFLOAD  # named in panama.environment
 SOL_UDP = 17  # Linux values; Python does not export them
 UDP_SEGMENT = 103
 UDP_GRO = 104
@@ -67,7 +68,7 @@ class Offload:
 
 def env_allows() -> bool:
     """False when ``PANAMA_UDP_OFFLOAD=0`` (or ``off``/``false``/``no``) forces the fallback."""
-    return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "off", "false", "no")
+    return environment.udp_offload()
 
 
 def probe(sock: socket.socket, *, gro: bool = True) -> Offload:

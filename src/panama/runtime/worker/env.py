@@ -17,81 +17,64 @@ communicator for programs that do not use torch.distributed):
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
-from panama.runtime.http import TOKEN_ENV
+from panama import environment
+from panama.environment import EnvError
 from panama.runtime.net.udp import parse_addr
 
-CONTROLLER_ENV = "PANAMA_CONTROLLER"
-JOB_ENV = "PANAMA_JOB"
-TIMEOUT_ENV = "PANAMA_TIMEOUT_S"
-SIZE_ENV = "PANAMA_SIZE_BYTES"
+__all__ = [
+    "CONTROLLER_ENV",
+    "DEFAULT_TIMEOUT_S",
+    "EnvError",
+    "communicator_kwargs_from_env",
+    "controller_from_env",
+    "job_name",
+    "sanitize",
+    "size_hint_from_env",
+    "timeout_from_env",
+    "token_from_env",
+]
+
+CONTROLLER_ENV = environment.CONTROLLER  # the names live in panama.environment
 DEFAULT_TIMEOUT_S = 60.0
 
 _JOB_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 JOB_NAME_MAX = 128  # the controller's rule (runtime/http.py JOB_NAME_RE)
 
 
-class EnvError(ValueError):
-    """An environment variable PANAMA reads is missing or malformed; the message names it."""
-
-
 def controller_from_env() -> str | None:
     """``$PANAMA_CONTROLLER`` checked as ``HOST:PORT``, or None when unset or empty."""
-    value = os.environ.get(CONTROLLER_ENV, "").strip()
-    if not value:
+    value = environment.controller()
+    if value is None:
         return None
     try:
-        parse_addr(value, field=CONTROLLER_ENV)
+        parse_addr(value, field=environment.CONTROLLER)
     except ValueError as exc:
-        raise EnvError(f"{CONTROLLER_ENV}: {exc}") from None
+        raise EnvError(environment.CONTROLLER, getattr(exc, "detail", str(exc))) from None
     return value
 
 
 def token_from_env() -> str | None:
-    return os.environ.get(TOKEN_ENV) or None
+    """``$PANAMA_TOKEN``, or None."""
+    return environment.token()
 
 
 def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
-    return _positive_float(TIMEOUT_ENV, default)
+    """``$PANAMA_TIMEOUT_S`` (> 0), else ``default``."""
+    return environment.timeout_s(default)
 
 
 def size_hint_from_env() -> int | None:
-    value = os.environ.get(SIZE_ENV)
-    if value is None or value == "":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise EnvError(f"{SIZE_ENV}: must be an integer number of bytes, got {value!r}") from None
-    if n < 0:
-        raise EnvError(f"{SIZE_ENV}: must be >= 0, got {n}")
-    return n
+    """``$PANAMA_SIZE_BYTES`` (>= 0), or None."""
+    return environment.size_bytes()
 
 
-def _positive_float(name: str, default: float) -> float:
-    value = os.environ.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        x = float(value)
-    except ValueError:
-        raise EnvError(f"{name}: must be a number of seconds, got {value!r}") from None
-    if not x > 0:
-        raise EnvError(f"{name}: must be > 0, got {value!r}")
-    return x
-
-
-def _int_env(name: str) -> int:
-    value = os.environ.get(name)
+def _required_int(name: str, value: int | None) -> int:
     if value is None:
-        raise EnvError(f"{name}: not set (run under torchrun, or set it)")
-    try:
-        return int(value)
-    except ValueError:
-        raise EnvError(f"{name}: must be an integer, got {value!r}") from None
+        raise EnvError(name, "not set (run under torchrun, or set it)")
+    return value
 
 
 def sanitize(part: str, limit: int = 48) -> str:
@@ -107,8 +90,8 @@ def job_name(group: str, nonce: str) -> str:
     group's rank 0 for this run (so a rerun with a fixed ``--rdzv-id``, or one after a
     crash, never meets the old job's name), and the torch group name.
     """
-    run = sanitize(os.environ.get("TORCHELASTIC_RUN_ID", "") or "none")
-    restart = sanitize(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"), 8) or "0"
+    run = sanitize(environment.run_id() or "none")
+    restart = sanitize(environment.restart_count(), 8) or "0"
     name = f"torch-{run}-r{restart}-{sanitize(nonce, 16)}-g{sanitize(group, 40) or 'x'}"
     return name[:JOB_NAME_MAX]
 
@@ -129,21 +112,21 @@ def communicator_kwargs_from_env(**overrides: Any) -> dict[str, Any]:
         controller = controller_from_env()
         if controller is None:
             raise EnvError(
-                f"{CONTROLLER_ENV}: not set (HOST:PORT of the PANAMA controller, e.g. from panama cluster status)"
+                environment.CONTROLLER, "not set (HOST:PORT of the PANAMA controller, e.g. from panama cluster status)"
             )
         kw["controller"] = controller
     if "job" not in overrides:
-        job = os.environ.get(JOB_ENV) or ""
-        if not job:
-            run = os.environ.get("TORCHELASTIC_RUN_ID")
-            if not run:
-                raise EnvError(f"{JOB_ENV}: not set (a job name shared by the ranks; or run under torchrun)")
+        job = environment.job()
+        if job is None:
+            run = environment.run_id()
+            if run is None:
+                raise EnvError(environment.JOB, "not set (a job name shared by the ranks; or run under torchrun)")
             job = f"torch-{sanitize(run)}"
         kw["job"] = job
     if "rank" not in overrides:
-        kw["rank"] = _int_env("RANK")
+        kw["rank"] = _required_int(environment.RANK, environment.rank())
     if "world_size" not in overrides:
-        kw["world_size"] = _int_env("WORLD_SIZE")
+        kw["world_size"] = _required_int(environment.WORLD_SIZE, environment.world_size())
     if "timeout_s" not in overrides:
         kw["timeout_s"] = timeout_from_env(30.0)
     if "size_bytes" not in overrides:
