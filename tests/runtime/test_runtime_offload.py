@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import threading
 import time
 
 import numpy as np
@@ -322,3 +323,33 @@ def test_panama_switch_has_the_offload_switch():
 
     res = CliRunner().invoke(cli, ["switch", "--help"])
     assert res.exit_code == 0 and "--offload / --no-offload" in res.output
+
+
+@needs_gro
+def test_a_communicator_config_turns_offload_off_and_stays_exact(cluster):
+    """``CommunicatorConfig.offload=False`` (``Communicator(offload=False)``): one datagram
+    per buffer although batching would pay, same results."""
+    from rt_helpers import assert_close_to_reference, random_arrays
+
+    from panama.runtime.settings import CommunicatorConfig
+    from panama.runtime.worker.communicator import Communicator
+
+    world = 2
+    inputs = random_arrays(np.random.default_rng(17), world, (20_001,))
+    config = CommunicatorConfig(timeout_s=60, offload=False)
+    results: list = [None] * world
+
+    def run(rank: int) -> None:
+        with Communicator.from_config(cluster.controller, "no-offload", rank, world, config) as comm:
+            assert comm.config == config
+            results[rank] = (comm.allreduce(inputs[rank]), comm.stats())
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=90)
+    assert all(r is not None for r in results), "a rank failed"
+    for out, stats in results:
+        assert_close_to_reference(out, inputs)
+        assert stats["io"] != "gso/gro" and stats["offload"]["reason"] == "not requested"

@@ -98,3 +98,27 @@ def test_local_cluster_refuses_bad_settings_before_starting_anything():
         LocalCluster(host="0.0.0.0")
     with pytest.raises(SettingsError, match="^switch_drop_prob"):
         LocalCluster(switch_drop_prob={"spine0": 2.0})
+
+
+def test_a_communicator_is_built_from_its_config():
+    """``Communicator(...)``'s keyword arguments are the fields of ``CommunicatorConfig``: one
+    declaration, one validation (errors name the argument), ``from_config`` takes it whole."""
+    import inspect
+
+    from panama.runtime.settings import CommunicatorConfig
+    from panama.runtime.worker.communicator import Communicator
+
+    params = inspect.signature(Communicator).parameters
+    knobs = {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY} - {"connect", "token"}
+    assert knobs == set(CommunicatorConfig.model_fields)
+    for name in knobs:
+        assert params[name].default == CommunicatorConfig.model_fields[name].default, name
+    config = CommunicatorConfig(timeout_s=3.0, cc="fixed", offload=False, min_pto_s=None)
+    with Communicator.from_config("127.0.0.1:9", "solo", 0, 1, config) as comm:
+        assert comm.config == config and comm.timeout_s == 3.0
+    with Communicator("127.0.0.1:9", "solo", 0, 1, timeout_s=3.0, cc="fixed", offload=False, min_pto_s=None) as comm:
+        assert comm.config == config
+    for kw, field in (({"timeout_s": 0}, "timeout_s"), ({"bind_host": "0.0.0.0"}, "bind_host"), ({"seed": -1}, "seed")):
+        with pytest.raises(SettingsError) as info:
+            Communicator("127.0.0.1:9", "solo", 0, 1, **kw)
+        assert info.value.field == field

@@ -1,8 +1,12 @@
 """Settings of the runtime's processes, declared once (pydantic models, :mod:`panama.settings`).
 
 * :class:`SwitchConfig`: one switch daemon (``panama switch``);
-* :class:`ControllerConfig`: the controller service (``panama controller serve``);
+* :class:`ControllerConfig`: the controller service (``panama controller serve``); its
+  :class:`ControllerOptions` are what the service itself takes (no file, no address);
 * :class:`ClusterConfig`: a local cluster of both (``LocalCluster``, ``panama cluster up``);
+* :class:`CommunicatorConfig`: the knobs of one worker's
+  :class:`~panama.runtime.worker.communicator.Communicator` (its identity, job and rank, and
+  its token are arguments, not settings);
 * :class:`ProcessSettings`: what every daemon process takes besides its own settings
   (log level, ready file, lifeline, token file); :class:`SwitchProcess` and
   :class:`ControllerProcess` join the two into the JSON file a daemon is started with:
@@ -22,7 +26,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema, field_validator
 
@@ -31,6 +35,7 @@ from panama.core.controller import DEFAULT_MAX_JOBS_PER_SWITCH, DEFAULT_THRESHOL
 from panama.runtime.net.udp import (
     RUNTIME_PACKET_MEMORY,
     RUNTIME_PAYLOAD_ELEMS,
+    RUNTIME_PROBE_FLOOR_S,
     Address,
     AddressError,
     format_addr,
@@ -41,7 +46,9 @@ from panama.settings import Settings
 __all__ = [
     "AddressSetting",
     "ClusterConfig",
+    "CommunicatorConfig",
     "ControllerConfig",
+    "ControllerOptions",
     "ControllerProcess",
     "DEFAULT_ECN_THRESHOLD_PKTS",
     "DEFAULT_HEARTBEAT_TIMEOUT_S",
@@ -112,11 +119,10 @@ class SwitchConfig(Settings):
     )
 
 
-class ControllerConfig(Settings):
-    """Settings of the controller service (``panama controller serve --help``)."""
+class ControllerOptions(Settings):
+    """What the controller service itself takes (:class:`ControllerConfig` adds its cluster
+    file and listen address): ``ControllerService(cluster, options)``."""
 
-    cluster_file: Path = Field(description="Cluster TOML: topology and daemon addresses.")
-    listen: AddressSetting = Field(("127.0.0.1", 7070), description="HTTP bind address HOST:PORT (port 0: any).")
     threshold_bytes: int = Field(
         DEFAULT_THRESHOLD_BYTES,
         ge=0,
@@ -142,6 +148,13 @@ class ControllerConfig(Settings):
         "(group of 239.80.0.0/16, TTL 0) where the daemon and its workers are all on 127.0.0.1; any local "
         "process can then read results (docs/runtime.md).",
     )
+
+
+class ControllerConfig(ControllerOptions):
+    """Settings of the controller service (``panama controller serve --help``)."""
+
+    cluster_file: Path = Field(description="Cluster TOML: topology and daemon addresses.")
+    listen: AddressSetting = Field(("127.0.0.1", 7070), description="HTTP bind address HOST:PORT (port 0: any).")
 
 
 class ClusterConfig(Settings):
@@ -191,6 +204,51 @@ class ClusterConfig(Settings):
             raise ValueError(f"expected an IPv4 address, got {value!r}") from None
         if ip.is_unspecified or ip.is_multicast or str(ip) == "255.255.255.255":
             raise ValueError(f"{value} is not an address workers can reach: give one address of this machine")
+        return value
+
+
+class CommunicatorConfig(Settings):
+    """The knobs of one worker's :class:`~panama.runtime.worker.communicator.Communicator`
+    (``Communicator.from_config``; its keyword arguments are these fields)."""
+
+    size_bytes: int | None = Field(
+        None, ge=0, description="Gradient size announced to admission (bytes) [default: the first allreduce's]."
+    )
+    timeout_s: float = Field(30.0, gt=0.0, allow_inf_nan=False, description="Bound of every wait (seconds).")
+    trees: int | None = Field(None, ge=1, description="Aggregation trees to ask for [default: the controller's].")
+    payload_elems: int | None = Field(
+        None,
+        ge=1,
+        le=codec.MAX_PAYLOAD_ELEMS,
+        description=f"float32 per datagram, at most what the daemons hold [default: {RUNTIME_PAYLOAD_ELEMS}].",
+    )
+    cc: str = Field("dctcp", min_length=1, description="Congestion control by name (panama.core.cc).")
+    cc_options: dict[str, Any] | None = Field(None, description="Options of the congestion control.")
+    drop_prob: float = Field(0.0, ge=0.0, lt=1.0, description="Drop own outgoing datagrams (fault injection).")
+    seed: int = Field(0, ge=0, description="Seed of the drop generator.")
+    heartbeat_s: float = Field(1.0, gt=0.0, allow_inf_nan=False, description="Seconds between heartbeats.")
+    initial_rto_s: float = Field(0.3, gt=0.0, allow_inf_nan=False, description="First retransmission timeout (s).")
+    min_rto_s: float = Field(0.1, gt=0.0, allow_inf_nan=False, description="Smallest retransmission timeout (s).")
+    max_rto_s: float = Field(1.0, gt=0.0, allow_inf_nan=False, description="Largest retransmission timeout (s).")
+    min_pto_s: float | None = Field(
+        RUNTIME_PROBE_FLOOR_S,
+        gt=0.0,
+        allow_inf_nan=False,
+        description="Floor of the tail-loss probe timeout (s; None: no probes).",
+    )
+    bind_host: str = Field("127.0.0.1", description="The address daemons send results to (not 0.0.0.0).")
+    multicast: bool = Field(True, description="Receive results by loopback multicast where the controller offers it.")
+    offload: bool = Field(
+        True,
+        description="UDP GSO sends and GRO receives where the kernel has them and 2+ datagrams fit one send "
+        "(PANAMA_UDP_OFFLOAD=0: off).",
+    )
+
+    @field_validator("bind_host")
+    @classmethod
+    def _sendable_host(cls, value: str) -> str:
+        if value in ("0.0.0.0", ""):
+            raise ValueError("give the address daemons can send results to, not the unspecified address")
         return value
 
 

@@ -132,8 +132,8 @@ def parse_cmsgs(anc: list) -> tuple[int, int]:
 
 
 def segments(nbytes: int, segment_bytes: int) -> list[tuple[int, int]]:
-    """``(offset, length)`` of each datagram in a buffer of ``nbytes`` cut every ``segment_bytes``
-    (the switch daemon's batched loop cuts GRO buffers with it)."""
+    """``(offset, length)`` of each datagram in a buffer of ``nbytes`` cut every ``segment_bytes``:
+    the one GRO cutter (the switch daemon's batched loop and the communicator's GRO path)."""
     if segment_bytes <= 0 or segment_bytes >= nbytes:
         return [(0, nbytes)]
     return [(off, min(segment_bytes, nbytes - off)) for off in range(0, nbytes, segment_bytes)]

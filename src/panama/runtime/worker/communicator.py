@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from panama import environment
 from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.transport import TransportError, WorkerTransport, same_vector
@@ -64,21 +65,17 @@ from panama.runtime.net.udp import (
     now_ps,
     parse_addr,
 )
+from panama.runtime.settings import CommunicatorConfig
 from panama.runtime.worker.arrays import as_float32_vector, as_output_vector
 from panama.runtime.worker.diagnosis import job_probe_notes
 from panama.runtime.worker.heartbeat import Heartbeat
+from panama.runtime.worker.results import FOREIGN_SOURCE, RECV_BATCH, receive_batch, receive_gro
+
+__all__ = ["Communicator", "CommunicatorError", "FOREIGN_SOURCE", "JobRefused"]
 
 log = logging.getLogger("panama.communicator")
 
-# Plain path (one datagram per buffer): datagrams per receive call, and calls per drain
-# before the loop sends again (64 datagrams at most between sends, as the GRO path).
-RECV_BATCH = 8  # 8 x 64 KB buffers: the batch stays in the core's L2 until the transport reads it
-RECV_BATCH_ROUNDS = 8
 HURRY_AFTER_S = 0.3  # a call slower than this makes the heartbeat report every 0.25 s
-
-# Reasons a received datagram is ignored by the communicator itself (the transport
-# counts its own reasons in ``transport.stats['ignored']``).
-FOREIGN_SOURCE = "foreign_source"
 
 
 class CommunicatorError(RuntimeError):
@@ -99,16 +96,20 @@ class Communicator:
     """One rank of one job: ``allreduce(x)`` returns the elementwise sum over all ranks.
 
     ``controller``: ``"HOST:PORT"`` of ``panama controller serve``. ``job``: job name shared
-    by the ranks; ``rank`` in ``[0, world_size)``. Options: ``size_bytes`` (gradient size
+    by the ranks; ``rank`` in ``[0, world_size)``. The options are the fields of
+    :class:`~panama.runtime.settings.CommunicatorConfig` (declared, bounded and described
+    there; :meth:`from_config` takes one whole): ``size_bytes`` (gradient size
     hint for admission; default: the first allreduce's size), ``timeout_s`` (bound of every
     wait), ``trees`` (number of aggregation trees to ask for; default: the controller's),
     ``payload_elems`` (floats per datagram, at most what the daemons hold),
     ``cc``/``cc_options`` (congestion control by name), ``drop_prob``/``seed`` (drop own
     outgoing datagrams, for tests), ``heartbeat_s``, RTO bounds in seconds, ``min_pto_s``
     (the floor of the tail-loss probe timeout, :mod:`panama.core.transport`; None: no
-    probes), ``bind_host``
-    (the address daemons send results to), ``token`` (the cluster's bearer token; default
-    ``$PANAMA_TOKEN``). ``world_size=1`` returns a copy at once.
+    probes), ``bind_host`` (the address daemons send results to), ``multicast``,
+    ``offload`` (UDP GSO/GRO where they pay; ``$PANAMA_UDP_OFFLOAD=0`` still turns them off);
+    a bad value raises :class:`~panama.settings.SettingsError` naming it. Besides them:
+    ``token`` (the cluster's bearer token; default ``$PANAMA_TOKEN``) and ``connect``.
+    ``world_size=1`` returns a copy at once.
     Registration happens at construction when ``size_bytes`` (or ``connect=True``) is
     given, else at the first ``allreduce``.
 
@@ -141,46 +142,71 @@ class Communicator:
         bind_host: str = "127.0.0.1",
         token: str | None = None,
         multicast: bool = True,
+        offload: bool = True,
     ):
+        config = CommunicatorConfig(
+            size_bytes=size_bytes,
+            timeout_s=timeout_s,
+            trees=trees,
+            payload_elems=payload_elems,
+            cc=cc,
+            cc_options=cc_options,
+            drop_prob=drop_prob,
+            seed=seed,
+            heartbeat_s=heartbeat_s,
+            initial_rto_s=initial_rto_s,
+            min_rto_s=min_rto_s,
+            max_rto_s=max_rto_s,
+            min_pto_s=min_pto_s,
+            bind_host=bind_host,
+            multicast=multicast,
+            offload=offload,
+        )
+        self._setup(controller, job, rank, world_size, config, token)
+        if (connect or config.size_bytes is not None) and world_size > 1:
+            self.connect()
+
+    @classmethod
+    def from_config(
+        cls,
+        controller: str,
+        job: str,
+        rank: int,
+        world_size: int,
+        config: CommunicatorConfig | None = None,
+        *,
+        token: str | None = None,
+        connect: bool = False,
+    ) -> Communicator:
+        """A communicator whose knobs are ``config`` (default: every default); registers at
+        once when ``connect`` or ``config.size_bytes`` is given, as the constructor."""
+        return cls(
+            controller, job, rank, world_size, token=token, connect=connect, **dict(config or CommunicatorConfig())
+        )
+
+    def _setup(
+        self, controller: str, job: str, rank: int, world_size: int, config: CommunicatorConfig, token: str | None
+    ) -> None:
+        """Identity checked, knobs taken from ``config``, the socket and receive buffers made."""
         if not isinstance(job, str) or not JOB_NAME_RE.match(job):
             raise FieldError("job", f"{job!r} is not a valid job name ({JOB_NAME_RULE})")
-        if bind_host in ("0.0.0.0", ""):
-            raise FieldError("bind_host", "give the address daemons can send results to, not the unspecified address")
         if not isinstance(world_size, int) or world_size < 1:
             raise FieldError("world_size", f"must be a positive integer, got {world_size!r}")
         if not isinstance(rank, int) or not 0 <= rank < world_size:
             raise FieldError("rank", f"must be an integer in [0, {world_size}), got {rank!r}")
-        if timeout_s <= 0:
-            raise FieldError("timeout_s", f"must be > 0, got {timeout_s}")
-        if trees is not None and trees < 1:
-            raise FieldError("trees", f"must be >= 1, got {trees}")
-        if payload_elems is not None and not 1 <= payload_elems <= codec.MAX_PAYLOAD_ELEMS:
-            raise FieldError("payload_elems", f"must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {payload_elems}")
-        if not 0.0 <= drop_prob < 1.0:
-            raise FieldError("drop_prob", f"must be in [0, 1), got {drop_prob}")
-        if size_bytes is not None and size_bytes < 0:
-            raise FieldError("size_bytes", f"must be >= 0, got {size_bytes}")
-        if min_pto_s is not None and not min_pto_s > 0:
-            raise FieldError("min_pto_s", f"must be > 0 (or None: no tail-loss probes), got {min_pto_s}")
+        self.config = config
         self.controller: Address = parse_addr(controller, field="controller")
         self.token = resolve_token(token)
         self.incarnation = secrets.token_hex(8)  # this registration (a restarted rank replaces its stale self)
-        self.job = job
-        self._job_path = f"/v1/jobs/{job_path(job)}"
-        self.rank = rank
-        self.world_size = world_size
-        self.size_bytes = size_bytes
-        self.timeout_s = float(timeout_s)
-        self.trees_requested = trees
-        self.payload_elems_requested = payload_elems or RUNTIME_PAYLOAD_ELEMS
-        self.cc = cc
-        self.cc_options = cc_options
-        self.drop_prob = drop_prob
-        self._rng = np.random.default_rng(seed)
-        self.heartbeat_s = heartbeat_s
-        self._rto = (initial_rto_s, min_rto_s, max_rto_s)
-        self.min_pto_s = min_pto_s
-        self.sock = PacketSocket((bind_host, 0))
+        self.job, self._job_path = job, f"/v1/jobs/{job_path(job)}"
+        self.rank, self.world_size = rank, world_size
+        self.size_bytes = config.size_bytes
+        self.timeout_s = config.timeout_s
+        self.trees_requested = config.trees
+        self.payload_elems_requested = config.payload_elems or RUNTIME_PAYLOAD_ELEMS
+        self.drop_prob = config.drop_prob
+        self._rng = np.random.default_rng(config.seed)
+        self.sock = PacketSocket((config.bind_host, 0))
         self._gso = self._gro = False  # set by connect()
         self.addr = self.sock.addr
         self._recv_buf = bytearray(offload.RECV_BUFFER_BYTES)  # a datagram, or a GRO buffer of several
@@ -205,12 +231,11 @@ class Communicator:
         self._hb: Heartbeat | None = None
         self._in_call: tuple[int, int] | None = None  # (call index, elements) while an allreduce runs
         self._last: int | None = None  # elements of the last completed allreduce
-        self._refused_at = 0.0  # when the first hop last answered ICMP port unreachable
+        self.refused_at = 0.0  # when the first hop last answered ICMP port unreachable
         # None: this rank can join a loopback group (probed now); else why it cannot.
-        self.mcast_reason = mcast.probe_join(bind_host) if multicast else "multicast=False (communicator option)"
+        multicast = config.multicast
+        self.mcast_reason = mcast.probe_join(config.bind_host) if multicast else "multicast=False (communicator option)"
         self._group: mcast.GroupReceiver | None = None
-        if (connect or size_bytes is not None) and world_size > 1:
-            self.connect()
 
     # ------------------------------------------------------------------ registration
     def connect(self, size_bytes: int | None = None) -> dict[str, Any]:
@@ -220,6 +245,46 @@ class Communicator:
         self._check_open()
         if size_bytes is not None:
             self.size_bytes = size_bytes
+        reply = self._register()
+        self.plan = reply
+        self.job_id = int(reply["job_id"])
+        self.first_hop = parse_addr(reply["first_hop"]["udp"], field="first_hop")
+        self.first_hop_name = reply["first_hop"]["switch"]
+        self.sock.connect(self.first_hop)
+        # GSO sends and GRO receives where 2+ datagrams fit one send and the kernel has them.
+        datagram_bytes = codec.datagram_size(int(reply["payload_elems"]))
+        if self.config.offload and offload.env_allows() and offload.segments_per_send(datagram_bytes) >= 2:
+            found = self.sock.enable_offload(gro=True)
+            self._gso, self._gro = found.gso, found.gro
+        self.key = int(reply["key"], 16)
+        self.sock.set_key(self.key)
+        self._keys = {self.job_id: self.key}
+        self.transport = self._transport(reply)
+        self._join_group(reply.get("multicast"))
+        self._hb = Heartbeat(
+            lambda body: self._controller("POST", "heartbeat", body, 2.0),
+            self._progress,
+            self.config.heartbeat_s,
+            f"panama-hb-{self.job}-{self.rank}",
+            f"job {self.job} rank {self.rank}",
+            f"job {self.job} (job_id {self.job_id})",
+        )
+        self._hb.start()
+        log.info(
+            "job %s rank %d: job_id %d, trees %s, first hop %s (%s), payload %d floats",
+            self.job,
+            self.rank,
+            self.job_id,
+            [t["tree_id"] for t in reply["trees"]],
+            self.first_hop_name,
+            format_addr(self.first_hop),
+            reply["payload_elems"],
+        )
+        return reply
+
+    def _register(self) -> dict[str, Any]:
+        """``POST register`` (retried while the controller is at its connection limit) and
+        its admitted plan; CommunicatorError or JobRefused otherwise."""
         body = {
             "rank": self.rank,
             "world_size": self.world_size,
@@ -244,7 +309,7 @@ class Communicator:
             time.sleep(0.2)
             body["wait_s"] = max(0.5, deadline - time.monotonic())
         if status != 200:
-            hint = " (pass token= or set PANAMA_TOKEN to the cluster's token)" if status == 401 else ""
+            hint = f" (pass token= or set {environment.TOKEN} to the cluster's token)" if status == 401 else ""
             raise CommunicatorError(
                 f"job {self.job} rank {self.rank}: controller refused registration (HTTP {status}): "
                 f"{error_text(reply)}{hint}"
@@ -257,55 +322,25 @@ class Communicator:
                 'the torch backend, which falls back to gloo: init_process_group("panama"))',
                 reason,
             )
-        self.plan = reply
-        self.job_id = int(reply["job_id"])
-        self.first_hop = parse_addr(reply["first_hop"]["udp"], field="first_hop")
-        self.first_hop_name = reply["first_hop"]["switch"]
-        self.sock.connect(self.first_hop)
-        # GSO sends and GRO receives where 2+ datagrams fit one send and the kernel has them.
-        datagram_bytes = codec.datagram_size(int(reply["payload_elems"]))
-        if offload.env_allows() and offload.segments_per_send(datagram_bytes) >= 2:
-            found = self.sock.enable_offload(gro=True)
-            self._gso, self._gro = found.gso, found.gro
-        self.key = int(reply["key"], 16)
-        self.sock.set_key(self.key)
-        self._keys = {self.job_id: self.key}
-        init_rto, min_rto, max_rto = self._rto
-        self.transport = WorkerTransport(
+        return reply
+
+    def _transport(self, plan: dict[str, Any]) -> WorkerTransport:
+        """The core transport of this rank for the admitted ``plan``, with this communicator's knobs."""
+        cfg = self.config
+        return WorkerTransport(
             self.job_id,
             self.rank,
-            [t["tree_id"] for t in reply["trees"]],
-            payload_elems=int(reply["payload_elems"]),
-            cwnd_caps=[int(t["cwnd_cap"]) for t in reply["trees"]],
-            cc=self.cc,
-            cc_options=self.cc_options,
-            initial_rto_ps=seconds_to_ps(init_rto),
-            min_rto_ps=seconds_to_ps(min_rto),
-            max_rto_ps=seconds_to_ps(max_rto),
-            min_pto_ps=None if self.min_pto_s is None else seconds_to_ps(self.min_pto_s),
+            [t["tree_id"] for t in plan["trees"]],
+            payload_elems=int(plan["payload_elems"]),
+            cwnd_caps=[int(t["cwnd_cap"]) for t in plan["trees"]],
+            cc=cfg.cc,
+            cc_options=cfg.cc_options,
+            initial_rto_ps=seconds_to_ps(cfg.initial_rto_s),
+            min_rto_ps=seconds_to_ps(cfg.min_rto_s),
+            max_rto_ps=seconds_to_ps(cfg.max_rto_s),
+            min_pto_ps=None if cfg.min_pto_s is None else seconds_to_ps(cfg.min_pto_s),
             max_retries=1_000_000,  # timeout_s bounds every call instead
         )
-        self._join_group(reply.get("multicast"))
-        self._hb = Heartbeat(
-            lambda body: self._controller("POST", "heartbeat", body, 2.0),
-            self._progress,
-            self.heartbeat_s,
-            f"panama-hb-{self.job}-{self.rank}",
-            f"job {self.job} rank {self.rank}",
-            f"job {self.job} (job_id {self.job_id})",
-        )
-        self._hb.start()
-        log.info(
-            "job %s rank %d: job_id %d, trees %s, first hop %s (%s), payload %d floats",
-            self.job,
-            self.rank,
-            self.job_id,
-            [t["tree_id"] for t in reply["trees"]],
-            self.first_hop_name,
-            format_addr(self.first_hop),
-            reply["payload_elems"],
-        )
-        return reply
 
     def _join_group(self, info: object) -> None:
         """Join the results group the plan names for this rank, if any (else keep the reason)."""
@@ -353,7 +388,7 @@ class Communicator:
     def _failure(self) -> str | None:
         """Why this rank's current call cannot complete, as far as the heartbeat knows, else None."""
         hb, rank = self._hb, self.rank
-        return hb and hb.stop_reason(rank, self.calls, self._refused_at, self.first_hop_name)
+        return hb and hb.stop_reason(rank, self.calls, self.refused_at, self.first_hop_name)
 
     # ------------------------------------------------------------------ allreduce
     def allreduce(self, x: Any, out: Any = None) -> Any:
@@ -427,17 +462,18 @@ class Communicator:
     def _loop(self, tr, flat, out, deadline, hurry_at, poller, rx, grp, leaf, iov, cmsg_space, f32, decode):
         """The send/receive loop of one allreduce (:meth:`_run` prepares its arguments)."""
         view, keys, recv, hb = iov[0], self._keys, self.sock.sock.recvmsg_into, self._hb
+        floats = self._recv_floats
         tr.start(now_ps(), flat, out=out)
         while not tr.done:
             now = now_ps()
             self._send(tr.poll(now))
             # Drain what has arrived; wait (bounded) only when nothing has.
             if rx is not None:
-                got = self._receive_batch(rx, self._rx_views, self._rx_floats, tr, leaf, decode, keys)
+                got = receive_batch(self, rx, self._rx_views, self._rx_floats, tr, leaf, decode, keys)
             else:
-                got = self._receive_gro(tr, leaf, recv, iov, cmsg_space, view, f32, decode, keys)
+                got = receive_gro(self, tr, leaf, recv, iov, cmsg_space, view, f32, floats, decode, keys)
             if grp is not None and not tr.done:
-                n = self._receive_batch(grp.rx, grp.views, grp.floats, tr, leaf, decode, keys)
+                n = receive_batch(self, grp.rx, grp.views, grp.floats, tr, leaf, decode, keys)
                 grp.datagrams += n
                 got += n
             if tr.done:
@@ -503,90 +539,6 @@ class Communicator:
             self._rx_floats = [codec.payload_view(b) for b in bufs]
             self._rx = mmsg.Receiver(self.sock.sock, bufs)
         return self._rx
-
-    def _receive_batch(self, rx: mmsg.Receiver, views, floats, tr: WorkerTransport, leaf: Address, decode, keys) -> int:
-        """Receive what has arrived at ``rx`` (the unicast or the group socket's receiver,
-        datagram k into ``views[k]``; up to RECV_BATCH_ROUNDS batches) and feed what came
-        from ``leaf`` to the transport; returns the datagrams received (0: none waiting)."""
-        got = 0
-        sizes, ecns, sources = rx.sizes, rx.ecns, rx.sources
-        for _ in range(RECV_BATCH_ROUNDS):
-            try:
-                count = rx.recv(RECV_BATCH)
-            except ConnectionRefusedError:  # ICMP: nothing listens at the first hop
-                self.refused += 1
-                self._refused_at = time.monotonic()
-                return got
-            if not count:
-                return got
-            got += count
-            for k in range(count):
-                if sources[k] != leaf:
-                    self.ignored[FOREIGN_SOURCE] = self.ignored.get(FOREIGN_SOURCE, 0) + 1
-                    continue
-                n = sizes[k]
-                try:
-                    # A cut datagram (-1) is short for the codec, as before.
-                    pkt = decode(views[k][: max(n, 0)], ecns[k], floats[k], keys)
-                except codec.CodecError as exc:
-                    self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
-                    continue
-                tr.receive(pkt, now_ps())
-                if tr.done:
-                    return got
-            if count < RECV_BATCH:
-                return got
-        return got
-
-    def _receive_gro(self, tr, leaf, recv, iov, cmsg_space, view, f32, decode, keys) -> int:
-        """The GRO path (smaller datagrams, coalesced): one recvmsg_into per buffer, cut
-        into datagrams; returns the datagrams received (0: nothing was waiting)."""
-        got = 0
-        dontwait = int(socket.MSG_DONTWAIT)  # plain int: enum flags are slow
-        while True:
-            try:
-                n, anc, flags, src = recv(iov, cmsg_space, dontwait)
-            except BlockingIOError:
-                break
-            except ConnectionRefusedError:  # ICMP: nothing listens at the first hop
-                self.refused += 1
-                self._refused_at = time.monotonic()
-                break
-            got += 1
-            if src != leaf:
-                self.ignored[FOREIGN_SOURCE] = self.ignored.get(FOREIGN_SOURCE, 0) + 1
-                continue
-            ecn, seg = offload.parse_cmsgs(anc) if anc else (0, 0)
-            if seg and seg < n:  # several results back to back, one codepoint
-                self.gro_buffers += 1
-                for off in range(0, n, seg):
-                    size = min(seg, n - off)
-                    try:
-                        pkt = decode(
-                            view[off : off + size],
-                            ecn,
-                            None if off & 3 else f32[(off + codec.HEADER_BYTES) >> 2 :],
-                            keys,
-                        )
-                    except codec.CodecError as exc:
-                        self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
-                        continue
-                    tr.receive(pkt, now_ps())
-                    if tr.done:
-                        break
-                got += (n - 1) // seg
-                if tr.done or got >= 64:
-                    break
-                continue
-            try:
-                pkt = decode(view[:n], ecn, self._recv_floats, keys)
-            except codec.CodecError as exc:
-                self.malformed[exc.reason] = self.malformed.get(exc.reason, 0) + 1
-                continue
-            tr.receive(pkt, now_ps())
-            if tr.done or got >= 64:
-                break
-        return got
 
     def _timeout_message(self, what: str) -> str:
         tr = self.transport
