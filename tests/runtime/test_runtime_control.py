@@ -458,6 +458,7 @@ def test_the_monitor_survives_an_error_and_reports_it():
     import asyncio
 
     from panama.runtime.controller.service import ControllerService, load_cluster
+    from panama.runtime.settings import ControllerOptions
 
     spec = load_cluster(
         {
@@ -470,7 +471,7 @@ def test_the_monitor_survives_an_error_and_reports_it():
             },
         }
     )
-    service = ControllerService(spec, heartbeat_timeout_s=0.4, startup_wait_s=0)
+    service = ControllerService(spec, ControllerOptions(heartbeat_timeout_s=0.4, startup_wait_s=0))
     calls = {"n": 0}
     real = service._monitor_pass
 

@@ -137,6 +137,7 @@ def test_a_full_disk_never_leaves_a_truncated_file(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------- the controller's state file
 def _service(state_file: Path):
     from panama.runtime.controller.service import ControllerService, load_cluster
+    from panama.runtime.settings import ControllerOptions
 
     spec = load_cluster(
         {
@@ -149,7 +150,7 @@ def _service(state_file: Path):
             },
         }
     )
-    service = ControllerService(spec, startup_wait_s=0, state_file=state_file)
+    service = ControllerService(spec, ControllerOptions(startup_wait_s=0, state_file=state_file))
     service.monitor_health = lambda: (True, {})
     return service
 

@@ -43,14 +43,12 @@ import logging
 import secrets
 import time
 from collections import OrderedDict
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from panama.core.controller import (
-    DEFAULT_THRESHOLD_BYTES,
     Controller,
     ControllerError,
     install,
@@ -74,7 +72,7 @@ from panama.runtime.http import (
     write_secret_file,
 )
 from panama.runtime.net.udp import Address, format_addr, parse_addr
-from panama.runtime.settings import ControllerConfig, ControllerProcess
+from panama.runtime.settings import ControllerConfig, ControllerOptions, ControllerProcess
 
 log = logging.getLogger("panama.controller")
 PROBE_TIMEOUTS_DOWN = 3  # consecutive /health timeouts before a daemon counts as down
@@ -103,33 +101,34 @@ class ControllerService(ControllerHttp):
     def __init__(
         self,
         cluster: ClusterSpec,
+        options: ControllerOptions | None = None,
         *,
-        threshold_bytes: int = DEFAULT_THRESHOLD_BYTES,
-        max_jobs_per_switch: int = 8,
-        default_trees: int | None = None,
-        heartbeat_timeout_s: float = 5.0,
+        token: str | None = None,
         probe_interval_s: float = 1.0,
         switch_timeout_s: float = 2.0,
-        token: str | None = None,
-        state_file: str | Path | None = None,
-        startup_wait_s: float = 20.0,
         default_packet_memory: int = 4096,
-        multicast_results: bool = False,
     ):
+        """``cluster``: the loaded cluster file; ``options``: the service's settings (a
+        :class:`ControllerConfig` is one; default: every default of the model, declared there
+        once). ``token``: the bearer token of the API (None: no authentication, tests);
+        the rest are timings of the daemon probes and a fallback slot count for daemons
+        that report none."""
+        options = options if options is not None else ControllerOptions()
+        self.options = options
         self.cluster = cluster
         self.topology = cluster.topology
         self.switches = cluster.switches
-        self.threshold_bytes = threshold_bytes
-        self.max_jobs_per_switch = max_jobs_per_switch
-        self.default_trees = default_trees or max(1, len(self.topology.spines) or len(self.topology.cores) or 1)
-        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.threshold_bytes = options.threshold_bytes
+        self.max_jobs_per_switch = options.max_jobs_per_switch
+        self.default_trees = options.trees or max(1, len(self.topology.spines) or len(self.topology.cores) or 1)
+        self.heartbeat_timeout_s = options.heartbeat_timeout_s
         self.probe_interval_s = probe_interval_s
         self.switch_timeout_s = switch_timeout_s
         self.token = token
-        self.state_file = Path(state_file) if state_file else None
-        self.startup_wait_s = startup_wait_s
+        self.state_file = options.state_file
+        self.startup_wait_s = options.startup_wait_s
         self.default_packet_memory = default_packet_memory
-        self.multicast_results = multicast_results
+        self.multicast_results = options.multicast_results
         self.controller: Controller | None = None  # exactly one, made by start()
         self.state_error: str | None = None  # why the last state file write failed (health: degraded)
         self.controllers_created = 0
@@ -659,17 +658,7 @@ def run_controller(service: ControllerService, listen: Address, ready_file: str 
 
 def service_from_config(config: ControllerConfig, token: str) -> ControllerService:
     """The service a :class:`ControllerConfig` describes (its cluster file read and checked)."""
-    return ControllerService(
-        load_cluster(config.cluster_file),
-        threshold_bytes=config.threshold_bytes,
-        max_jobs_per_switch=config.max_jobs_per_switch,
-        default_trees=config.trees,
-        heartbeat_timeout_s=config.heartbeat_timeout_s,
-        token=token,
-        state_file=config.state_file,
-        startup_wait_s=config.startup_wait_s,
-        multicast_results=config.multicast_results,
-    )
+    return ControllerService(load_cluster(config.cluster_file), config, token=token)
 
 
 def run_controller_process(settings: ControllerProcess, token: str) -> None:
