@@ -190,3 +190,49 @@ def test_spread_hosts_fills_leaves_evenly():
     from panama.core.topology import leaf_spine
 
     assert spread_hosts(leaf_spine(2, 2, 3)) == ["h0", "h3", "h1", "h4", "h2", "h5"]
+
+
+@pytest.mark.parametrize(
+    "model,data,field",
+    [
+        ("InstallBody", {}, "trees: required"),
+        ("InstallBody", {"trees": {}}, "trees: Input should be a valid list"),
+        ("InstallBody", {"trees": []}, "trees: List should have at least 1 item"),
+        ("InstallBody", {"trees": [{"tree_id": True, "children": ["a:1"]}]}, "trees[0].tree_id"),
+        ("InstallBody", {"trees": [{"tree_id": 70000, "children": ["a:1"]}]}, "trees[0].tree_id"),
+        ("InstallBody", {"trees": [{"tree_id": 0, "children": ["a:1"]}, {"tree_id": 1}]}, "trees[1].children"),
+        ("InstallBody", {"trees": [{"tree_id": 0, "children": [1]}]}, "trees[0].children[0]"),
+        ("InstallBody", {"trees": [{"tree_id": 0, "children": ["a:1"]}], "key": "xyz"}, "key: expected 1-16 hex"),
+        ("InstallBody", {"trees": [{"tree_id": 0, "children": ["a:1"]}], "key": "1" * 17}, "key: expected"),
+        ("InstallBody", {"trees": [{"tree_id": 0, "children": ["a:1"]}], "join": []}, "join: List should"),
+        (
+            "InstallBody",
+            {"trees": [{"tree_id": 0, "children": ["a:1"]}], "multicast": {"group": "g"}},
+            "multicast.members",
+        ),
+        ("RegisterBody", {"world_size": 2, "udp": "a:1"}, "rank: required"),
+        ("RegisterBody", {"rank": 0, "world_size": 2, "udp": "a:1", "wait_s": 601}, "wait_s"),
+        ("RegisterBody", {"rank": 0, "world_size": 2, "udp": "a:1", "trees": 0}, "trees"),
+        ("RegisterBody", {"rank": 0, "world_size": 2, "udp": "a:1", "payload_elems": 10**6}, "payload_elems"),
+        ("RegisterBody", {"rank": 2**60, "world_size": 2, "udp": "a:1"}, "rank"),
+        ("ProgressBody", {"rank": 0, "calls": -1}, "calls"),
+        ("UnicastBody", {"rank": 0, "reason": "x" * 301}, "reason"),
+    ],
+)
+def test_request_bodies_name_the_field(model, data, field):
+    """The bodies of both control APIs are pydantic models; errors name the field, indices in brackets."""
+    from panama.core.errors import FieldError
+    from panama.runtime import bodies
+
+    with pytest.raises(FieldError) as info:
+        getattr(bodies, model).parse(data)
+    assert str(info.value).startswith(field), str(info.value)
+
+
+def test_progress_bodies_ignore_keys_they_do_not_know():
+    """Heartbeat, leave and unicast bodies take extra keys as before (other workers' versions)."""
+    from panama.runtime.bodies import InstallBody, ProgressBody
+
+    body = ProgressBody.parse({"rank": 1, "job_id": 3, "calls": 2, "future": True})
+    assert (body.rank, body.job_id, body.calls, body.last) == (1, 3, 2, None)
+    assert InstallBody.parse({"trees": [{"tree_id": 0, "children": ["a:1"]}], "key": "ff"}).key_value == 255

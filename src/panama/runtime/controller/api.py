@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
 
-from panama.core.codec import MAX_PAYLOAD_ELEMS
 from panama.core.jobs import JobInput, JobState
 from panama.core.topology import natural_key
+from panama.runtime.bodies import ProgressBody, RankBody, RegisterBody, UnicastBody, read_body
 from panama.runtime.controller.cluster_file import SwitchInfo
 from panama.runtime.controller.jobs import Job, Rank
 from panama.runtime.http import (
@@ -31,15 +30,14 @@ from panama.runtime.http import (
     auth_middleware,
     error_text,
     errors_middleware,
-    read_json_object,
 )
-from panama.runtime.net.udp import AddressError, format_addr, parse_addr
+from panama.runtime.net.udp import Address, AddressError, format_addr, parse_addr
 
 log = logging.getLogger("panama.controller")
 
 
 API = "/v1"
-MAX_WAIT_S = 600.0
+R = TypeVar("R", bound=RankBody)
 
 
 class ControllerHttp:
@@ -195,67 +193,16 @@ class ControllerHttp:
 
     async def h_register(self, request: web.Request) -> web.Response:
         name = _job_name(request)
-        body = await read_json_object(request)
-        unknown = set(body) - REGISTER_KEYS
-        if unknown:
-            raise BadRequest(400, f"{sorted(unknown)[0]}: unknown field (allowed: {', '.join(sorted(REGISTER_KEYS))})")
-        rank = _int_field(body, "rank", 0)
-        world_size = _int_field(body, "world_size", 1)
-        size_bytes = _int_field(body, "size_bytes", 0, default=0)
-        trees = _int_field(body, "trees", 1, default=None)
-        payload = _int_field(body, "payload_elems", 1, default=None)
-        wait_s = body.get("wait_s", 30.0)
-        if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not 0 < wait_s <= MAX_WAIT_S:
-            raise BadRequest(400, f"wait_s: expected a number in (0, {MAX_WAIT_S:g}], got {wait_s!r}")
-        incarnation = body.get("incarnation")
-        if incarnation is not None and (not isinstance(incarnation, str) or not _INCARNATION_RE.match(incarnation)):
-            raise BadRequest(400, f"incarnation: expected 1-64 characters of [A-Za-z0-9._-], got {incarnation!r}")
-        multicast = body.get("multicast", False)
-        if not isinstance(multicast, bool):
-            raise BadRequest(400, f"multicast: expected true or false, got {multicast!r}")
-        if rank >= world_size:
-            raise BadRequest(400, f"rank: {rank} is not below world_size {world_size}")
-        if world_size > len(self.hosts_in_order):
-            raise BadRequest(
-                400,
-                f"world_size: {world_size} workers do not fit the {len(self.hosts_in_order)} hosts of "
-                f"{self.topology.name}",
-            )
-        if size_bytes > MAX_SIZE_BYTES:
-            raise BadRequest(400, f"size_bytes: must be <= {MAX_SIZE_BYTES}, got {size_bytes}")
-        if trees is not None and trees > 0xFFFF:
-            raise BadRequest(400, f"trees: must be <= 65535, got {trees}")
-        if payload is not None and payload > MAX_PAYLOAD_ELEMS:
-            raise BadRequest(400, f"payload_elems: must be <= {MAX_PAYLOAD_ELEMS}, got {payload}")
-        try:
-            udp = parse_addr(body.get("udp"), field="udp")
-        except AddressError as exc:
-            raise BadRequest(400, str(exc)) from None
+        reg = await read_body(request, RegisterBody)
+        udp = self._check_register(reg)
         # Every check first; the job changes only once the request is accepted (a 409 changes nothing).
         job = self.jobs.get(name)
         if job is not None:
-            if job.life.state is not JobState.REGISTERING:
-                raise BadRequest(
-                    409,
-                    f"job: {name!r} is {job.state} (job_id {job.job_id}); register again after it ends "
-                    f"(a job whose ranks died ends within heartbeat_timeout_s={self.heartbeat_timeout_s:g})",
-                )
-            if job.world_size != world_size:
-                raise BadRequest(
-                    409, f"world_size: {world_size} differs from {job.world_size} given by other ranks of {name!r}"
-                )
-            if trees is not None and job.trees not in (None, trees):
-                raise BadRequest(409, f"trees: {trees} differs from {job.trees} asked by other ranks of {name!r}")
-            other = job.ranks.get(rank)
-            if other is not None and not other.gone() and (incarnation is None or other.incarnation == incarnation):
-                raise BadRequest(
-                    409,
-                    f"rank: {rank} of {name!r} is already registered (from udp {format_addr(other.udp)}); ranks must "
-                    f"be unique",
-                )
+            self._check_joins(job, reg)
         else:
-            job = Job(name, world_size, time.monotonic())
+            job = Job(name, reg.world_size, time.monotonic())
             self.jobs[name] = job
+        rank, incarnation = reg.rank, reg.incarnation
         other = job.ranks.get(rank)
         if other is not None:  # a stale registration of this rank: the new incarnation replaces it
             self.counters["replaced_ranks"] += 1
@@ -264,22 +211,61 @@ class ControllerHttp:
                 "job %s: rank %d re-registered from %s (incarnation %s) replaces %s (incarnation %s)",
                 name, rank, format_addr(udp), incarnation, format_addr(other.udp), other.incarnation,
             )  # fmt: skip
-        if trees is not None:
-            job.trees = trees
-        if payload is not None:
+        if reg.trees is not None:
+            job.trees = reg.trees
+        if reg.payload_elems is not None:
+            payload = reg.payload_elems
             job.payload_elems = payload if job.payload_elems is None else min(job.payload_elems, payload)
-        job.size_bytes = max(job.size_bytes, size_bytes)
-        mine = Rank(
-            rank, udp, self.hosts_in_order[rank], time.monotonic(), incarnation, request=request, multicast=multicast
-        )
+        job.size_bytes = max(job.size_bytes, reg.size_bytes or 0)
+        host = self.hosts_in_order[rank]
+        mine = Rank(rank, udp, host, time.monotonic(), incarnation, request=request, multicast=reg.multicast)
         job.ranks[rank] = mine
-        log.info("job %s: rank %d/%d registered from %s", name, rank, world_size, format_addr(udp))
-        if len(job.ranks) == world_size:
+        log.info("job %s: rank %d/%d registered from %s", name, rank, reg.world_size, format_addr(udp))
+        if len(job.ranks) == reg.world_size:
             await self._admit(job)
-        await self._wait_admission(job, mine, wait_s)  # returns at once once admitted or ended
+        await self._wait_admission(job, mine, reg.wait_s)  # returns at once once admitted or ended
         if job.ranks.get(rank) is not mine:
             raise BadRequest(409, f"rank: {rank} of {name!r} was replaced by a newer registration of the same rank")
         return self._register_reply(job, rank)
+
+    def _check_register(self, reg: RegisterBody) -> Address:
+        """What a register body's types cannot say (400): the rank below the world size, a
+        world that fits the topology, the worker's address; returns that address."""
+        if reg.rank >= reg.world_size:
+            raise BadRequest(400, f"rank: {reg.rank} is not below world_size {reg.world_size}")
+        if reg.world_size > len(self.hosts_in_order):
+            raise BadRequest(
+                400,
+                f"world_size: {reg.world_size} workers do not fit the {len(self.hosts_in_order)} hosts of "
+                f"{self.topology.name}",
+            )
+        try:
+            return parse_addr(reg.udp, field="udp")
+        except AddressError as exc:
+            raise BadRequest(400, str(exc)) from None
+
+    def _check_joins(self, job: Job, reg: RegisterBody) -> None:
+        """A register for a job other ranks registered: it must agree with them (409 otherwise)."""
+        name, rank = job.name, reg.rank
+        if job.life.state is not JobState.REGISTERING:
+            raise BadRequest(
+                409,
+                f"job: {name!r} is {job.state} (job_id {job.job_id}); register again after it ends "
+                f"(a job whose ranks died ends within heartbeat_timeout_s={self.heartbeat_timeout_s:g})",
+            )
+        if job.world_size != reg.world_size:
+            raise BadRequest(
+                409, f"world_size: {reg.world_size} differs from {job.world_size} given by other ranks of {name!r}"
+            )
+        if reg.trees is not None and job.trees not in (None, reg.trees):
+            raise BadRequest(409, f"trees: {reg.trees} differs from {job.trees} asked by other ranks of {name!r}")
+        other = job.ranks.get(rank)
+        if other is not None and not other.gone() and (reg.incarnation is None or other.incarnation == reg.incarnation):
+            raise BadRequest(
+                409,
+                f"rank: {rank} of {name!r} is already registered (from udp {format_addr(other.udp)}); ranks must "
+                f"be unique",
+            )
 
     async def _wait_admission(self, job: Job, mine: Rank, wait_s: float) -> None:
         """Wait until the job leaves ``registering`` (admitted, refused, failed) or ``wait_s`` passes."""
@@ -340,12 +326,12 @@ class ControllerHttp:
             }
         )
 
-    async def _registered_rank(self, request: web.Request) -> tuple[Job, Rank, dict]:
-        """The job and the rank a heartbeat or leave request names; 404 when either is unknown."""
+    async def _registered_rank(self, request: web.Request, model: type[R]) -> tuple[Job, Rank, R]:
+        """The job and the rank a heartbeat, leave or unicast request names (its body as
+        ``model``); 404 when either is unknown."""
         name = _job_name(request)
-        body = await read_json_object(request)
-        rank = _int_field(body, "rank", 0)
-        job_id = _int_field(body, "job_id", 1, default=None)
+        body = await read_body(request, model)
+        rank, job_id = body.rank, body.job_id
         job = self._find(name, job_id)
         if job is None:
             raise BadRequest(404, f"job: unknown job {name!r}" + (f" with job_id {job_id}" if job_id else ""))
@@ -358,9 +344,9 @@ class ControllerHttp:
         """A rank is alive; its progress (``calls``; ``call`` and ``elems`` during an
         allreduce) lets the controller name a size mismatch; the answer names the ranks
         that left cleanly (``left``: rank -> calls completed)."""
-        job, x, body = await self._registered_rank(request)
+        job, x, body = await self._registered_rank(request, ProgressBody)
         self._progress(x, body)
-        call, elems = _int_field(body, "call", 0, default=None), _int_field(body, "elems", 0, default=None)
+        call, elems = body.call, body.elems
         if job.life.state is JobState.RUNNING:
             x.last_seen = time.monotonic()
             if call is not None and elems is not None:
@@ -370,10 +356,8 @@ class ControllerHttp:
         return web.json_response({"state": job.state, "reason": job.reason, "job_id": job.job_id, "left": left})
 
     async def h_leave(self, request: web.Request) -> web.Response:
-        job, x, body = await self._registered_rank(request)
-        error = body.get("error")
-        if error is not None and not isinstance(error, str):
-            raise BadRequest(400, f"error: expected a string, got {type(error).__name__}")
+        job, x, body = await self._registered_rank(request, ProgressBody)
+        error = body.error
         self._progress(x, body)
         if job.life.state is JobState.RUNNING:
             await self._check_sizes(job)
@@ -391,12 +375,12 @@ class ControllerHttp:
         return web.json_response({"state": job.state, "reason": job.reason, "job_id": job.job_id})
 
     @staticmethod
-    def _progress(x: Rank, body: dict) -> None:
+    def _progress(x: Rank, body: ProgressBody) -> None:
         """A heartbeat's or leave's ``calls`` and ``last`` (the size of the last completed call)."""
-        x.calls = _int_field(body, "calls", 0, default=x.calls)
-        last = _int_field(body, "last", 0, default=None)
-        if x.calls and last is not None:
-            x.last = (x.calls - 1, last)
+        if body.calls is not None:
+            x.calls = body.calls
+        if x.calls and body.last is not None:
+            x.last = (x.calls - 1, body.last)
 
     async def _check_sizes(self, job: Job) -> None:
         """Fail the job when two ranks passed different sizes to the same allreduce."""
@@ -418,10 +402,10 @@ class ControllerHttp:
         leaf daemon sends that job's results to each child from now on (``DELETE
         /jobs/{job_id}/multicast``), so the rank gets them on its own socket, not only as
         answers to its retransmissions."""
-        job, x, body = await self._registered_rank(request)
-        reason = body.get("reason")
-        if not isinstance(reason, str) or not 1 <= len(reason) <= 300:
-            raise BadRequest(400, "reason: expected a string of 1-300 characters")
+        job, x, body = await self._registered_rank(request, UnicastBody)
+        reason = body.reason
+        if reason is None:
+            raise BadRequest(400, "reason: required (a string of 1-300 characters)")
         if job.life.state is not JobState.RUNNING or job.job_id is None:
             raise BadRequest(409, f"job {job.name!r}: {job.state}: {job.reason}")
         leaf = self.topology.tor_of(x.host)
@@ -457,33 +441,8 @@ class ControllerHttp:
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
 
-REGISTER_KEYS = frozenset(
-    {"rank", "world_size", "udp", "size_bytes", "trees", "payload_elems", "wait_s", "incarnation", "multicast"}
-)
-MAX_SIZE_BYTES = 1 << 50
-_INCARNATION_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
 def _job_name(request: web.Request) -> str:
     name = request.match_info["job"]
     if not JOB_NAME_RE.match(name):
         raise BadRequest(400, f"job: {name[:64]!r} is not a valid job name ({JOB_NAME_RULE})")
     return name
-
-
-_MISSING = object()
-
-
-def _int_field(body: dict, key: str, low: int, default: Any = _MISSING) -> Any:
-    value = body.get(key, _MISSING)
-    if value is _MISSING or value is None:
-        if default is _MISSING:
-            raise BadRequest(400, f"{key}: missing")
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(400, f"{key}: expected an integer, got {str(value)[:40]!r}")
-    if value < low:
-        raise BadRequest(400, f"{key}: must be >= {low}, got {value}")
-    if value > 2**53:
-        raise BadRequest(400, f"{key}: must be <= 2^53, got a {len(str(value))}-digit number")
-    return value

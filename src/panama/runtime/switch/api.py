@@ -13,11 +13,9 @@ import logging
 from aiohttp import web
 
 from panama.core.accelerator import AcceleratorError
-from panama.runtime.http import MAX_BODY_BYTES, auth_middleware, errors_middleware, read_json_object
-from panama.runtime.net.udp import (
-    AddressError,
-    format_addr,
-)
+from panama.runtime.bodies import InstallBody, MulticastOffBody, read_body
+from panama.runtime.http import MAX_BODY_BYTES, auth_middleware, errors_middleware
+from panama.runtime.net.udp import format_addr
 
 log = logging.getLogger("panama.switch")
 
@@ -157,43 +155,23 @@ class SwitchHttp:
 
     async def _h_install(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
-        body = await read_json_object(request)
-        if not isinstance(body.get("trees"), list):
-            return _error(400, "trees: expected an object with a list 'trees'")
-        unknown = set(body) - {"trees", "key", "multicast", "join"}
-        if unknown:
-            return _error(400, f"{sorted(unknown)[0]}: unknown key")
-        key_text = body.get("key", "0")
-        if not isinstance(key_text, str) or not 1 <= len(key_text) <= 16:
-            return _error(400, f"key: expected 1-16 hex digits, got {key_text!r}")
+        body = await read_body(request, InstallBody)  # 400 naming the field of a body that does not fit
         try:
-            key = int(key_text, 16)
-        except ValueError:
-            return _error(400, f"key: expected 1-16 hex digits, got {key_text!r}")
-        try:
-            join_reason = self.install_job(job_id, body["trees"], key, body.get("multicast"), body.get("join"))
-        except AddressError as exc:
-            return _error(400, str(exc))
+            join_reason = self.install(job_id, body, body.key_value)
         except AcceleratorError as exc:
             return _error(409, str(exc))
-        except ValueError as exc:
+        except ValueError as exc:  # FieldError, AddressError: an address this daemon cannot use
             return _error(400, str(exc))
-        reply = {"installed": job_id, "trees": len(body["trees"]), "multicast": self.multicast_path(job_id)}
-        if body.get("join") is not None:
+        reply = {"installed": job_id, "trees": len(body.trees), "multicast": self.multicast_path(job_id)}
+        if body.join is not None:
             reply["join"] = {"joined": join_reason is None, "reason": join_reason}
         return web.json_response(reply)
 
     async def _h_multicast_off(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
-        body = await read_json_object(request)
-        unknown = set(body) - {"reason"}
-        if unknown:
-            return _error(400, f"{sorted(unknown)[0]}: unknown key")
-        reason = body.get("reason", "asked by the controller")
-        if not isinstance(reason, str) or not 1 <= len(reason) <= 500:
-            return _error(400, "reason: expected a string of 1-500 characters")
+        body = await read_body(request, MulticastOffBody)
         try:
-            path = self.multicast_off(job_id, reason)
+            path = self.multicast_off(job_id, body.reason)
         except AcceleratorError as exc:
             return _error(404, str(exc))
         return web.json_response({"job": job_id, "multicast": path})

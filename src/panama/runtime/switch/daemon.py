@@ -77,6 +77,7 @@ from aiohttp import web
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
+from panama.runtime.bodies import InstallBody, MulticastBody, TreeBody
 from panama.runtime.files import write_private_file
 from panama.runtime.http import start_site
 from panama.runtime.net import mcast, mmsg, offload
@@ -227,6 +228,8 @@ class SwitchDaemon(SwitchHttp):
     ) -> str | None:
         """Install every tree of ``job_id`` with data-plane ``key`` atomically (all or none).
 
+        ``trees``: ``[{"tree_id": T, "children": ["HOST:PORT", ...], "parent": "HOST:PORT"
+        or None}, ...]``, the fields of :class:`~panama.runtime.bodies.TreeBody`.
         ``multicast``: ``{"group": "239.x.y.z:PORT", "members": ["HOST:PORT", ...]}`` (from the
         controller, panama.runtime.net.mcast): results to exactly these children (every member a
         child of the job's trees) leave as one datagram to the group, when this daemon can
@@ -236,40 +239,22 @@ class SwitchDaemon(SwitchHttp):
         joined to each, besides its own. Returns None when every group was joined (or none
         asked), else why not (nothing joined: the parents must send unicast); a join never
         fails the install.
-        Everything is validated before anything is applied (ValueError/AddressError,
+        Everything is validated before anything is applied (FieldError/AddressError,
         naming the field); AcceleratorError when the accelerator refuses (nothing stays).
         """
         if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key <= codec.MAX_KEY:
             raise FieldError("key", f"expected an integer in [0, 2^64), got {key!r}")
-        if not trees:
-            raise FieldError("trees", "expected at least one tree")
-        parsed = []
-        for i, tree in enumerate(trees):
-            where = f"trees[{i}]"
-            if not isinstance(tree, dict):
-                raise FieldError(where, "expected an object")
-            tree_id = tree.get("tree_id")
-            if not isinstance(tree_id, int) or isinstance(tree_id, bool) or not 0 <= tree_id <= 0xFFFF:
-                raise FieldError(f"{where}.tree_id", f"expected an integer in [0, 65535], got {tree_id!r}")
-            children = tree.get("children")
-            if not isinstance(children, list) or not children:
-                raise FieldError(f"{where}.children", "expected a non-empty list of HOST:PORT")
-            kids = tuple(self._destination(c, f"{where}.children") for c in children)
-            if len(set(kids)) != len(kids):
-                raise FieldError(f"{where}.children", "duplicate address")
-            parent = tree.get("parent")
-            par = None if parent is None else self._destination(parent, f"{where}.parent")
-            if par is not None and par in kids:
-                raise FieldError(f"{where}.parent", f"{parent} is also a child")
-            unknown = set(tree) - {"tree_id", "children", "parent"}
-            if unknown:
-                raise FieldError(f"{where}.{sorted(unknown)[0]}", "unknown key")
-            parsed.append((tree_id, kids, par))
-        if len({t for t, _, _ in parsed}) != len(parsed):
-            raise FieldError("trees", "duplicate tree_id")
-        group = self._parse_group(multicast, {k for _, kids, _ in parsed for k in kids})
-        join_groups = self._parse_join(join)
+        body = {"trees": trees, "multicast": multicast, "join": join}
+        return self.install(job_id, InstallBody.parse({k: v for k, v in body.items() if v is not None}), key)
+
+    def install(self, job_id: int, body: InstallBody, key: int) -> str | None:
+        """:meth:`install_job` of a parsed install body (``PUT /jobs/{job_id}``): the
+        addresses resolved and checked first, then applied under ``lock``, all or none."""
+        parsed = self._resolve_trees(body.trees)
+        group = self._parse_group(body.multicast, {k for _, kids, _ in parsed for k in kids})
+        join_groups = self._parse_join(body.join)
         receivers, join_reason = self._join(join_groups)
+        trees = [t.model_dump(exclude_unset=True) for t in body.trees]  # as given (GET /jobs)
         with self.lock:
             if job_id in self.acc.jobs():
                 for g in receivers:
@@ -295,7 +280,7 @@ class SwitchDaemon(SwitchHttp):
             self.keys[job_id] = key
             self.sock.trailers[job_id] = codec.key_trailer(key)
             if group is not None:
-                self.group_texts[job_id] = multicast["group"]
+                self.group_texts[job_id] = body.multicast.group
                 if self.mcast_reason is None:
                     self.groups[job_id] = group
                 else:
@@ -304,18 +289,33 @@ class SwitchDaemon(SwitchHttp):
             "installed job %d: %s (multicast %s, join %s%s)",
             job_id,
             json.dumps(trees),
-            json.dumps(multicast),
-            json.dumps(join),
+            json.dumps(body.multicast and body.multicast.model_dump()),
+            json.dumps(body.join),
             "" if join_reason is None else f": not joined, {join_reason}",
         )
         return join_reason
 
-    def _parse_join(self, join: object) -> list[Address]:
+    def _resolve_trees(self, trees: list[TreeBody]) -> list[tuple[int, tuple[Address, ...], Address | None]]:
+        """``(tree_id, children, parent)`` of each tree, every address resolved and one this
+        daemon can send to (FieldError naming the tree's field otherwise)."""
+        parsed = []
+        for i, tree in enumerate(trees):
+            where = f"trees[{i}]"
+            kids = tuple(self._destination(c, f"{where}.children") for c in tree.children)
+            if len(set(kids)) != len(kids):
+                raise FieldError(f"{where}.children", "duplicate address")
+            par = None if tree.parent is None else self._destination(tree.parent, f"{where}.parent")
+            if par is not None and par in kids:
+                raise FieldError(f"{where}.parent", f"{tree.parent} is also a child")
+            parsed.append((tree.tree_id, kids, par))
+        if len({t for t, _, _ in parsed}) != len(parsed):
+            raise FieldError("trees", "duplicate tree_id")
+        return parsed
+
+    def _parse_join(self, join: list[str] | None) -> list[Address]:
         """An install's ``join`` list: the group addresses, validated (FieldError naming the entry)."""
         if join is None:
             return []
-        if not isinstance(join, list) or not join:
-            raise FieldError("join", "expected a non-empty list of GROUP:PORT")
         out = [mcast.parse_group(text, f"join[{i}]") for i, text in enumerate(join)]
         if len(set(out)) != len(out):
             raise FieldError("join", "duplicate group")
@@ -361,19 +361,12 @@ class SwitchDaemon(SwitchHttp):
                 return "multicast"
             return f"unicast: {self.unicast_reasons.get(job_id) or self.mcast_reason}"
 
-    def _parse_group(self, multicast: object, children: set) -> tuple[frozenset, tuple[Address]] | None:
+    def _parse_group(self, multicast: MulticastBody | None, children: set) -> tuple[frozenset, tuple[Address]] | None:
         """An install's ``multicast`` object: (member set, (group,)), or None when absent."""
         if multicast is None:
             return None
-        if not isinstance(multicast, dict):
-            raise FieldError("multicast", "expected an object with 'group' and 'members'")
-        unknown = set(multicast) - {"group", "members"}
-        if unknown:
-            raise FieldError(f"multicast.{sorted(unknown)[0]}", "unknown key")
-        group = mcast.parse_group(multicast.get("group"), "multicast.group")
-        members = multicast.get("members")
-        if not isinstance(members, list) or len(members) < 2:
-            raise FieldError("multicast.members", "expected a list of 2 or more HOST:PORT")
+        group = mcast.parse_group(multicast.group, "multicast.group")
+        members = multicast.members
         addrs = frozenset(_resolve(m, "multicast.members") for m in members)
         if len(addrs) != len(members):
             raise FieldError("multicast.members", "duplicate address")
