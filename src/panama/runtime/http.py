@@ -324,52 +324,71 @@ async def start_site(
     Returns the asyncio server and its watchdog task (close and cancel both on shutdown).
     """
     loop = asyncio.get_running_loop()
-    server = runner.server
-    gated = any(getattr(m, "_panama_auth", False) for m in runner.app.middlewares)
-    clocks: dict[Any, list] = {}  # handler -> [opened, since, requests parsed then, peer]
-    refused = _busy_body(max_connections)
-    per_peer = max(1, max_connections // 2)
-    counters = ADMISSION_COUNTERS
+    admission = _Admission(loop, runner, max_connections, header_timeout_s, pending_timeout_s)
+    srv = await loop.create_server(admission.factory, host, port, reuse_address=True, backlog=128)
+    return srv, asyncio.create_task(admission.watchdog())
 
-    class Busy(asyncio.Protocol):
-        """Over the limit: answer 503 once the client has sent its request (so it reads the
-        answer instead of a reset), or close after a second of silence."""
 
-        def connection_made(self, transport):
-            self.transport = transport
-            self.timer = loop.call_later(1.0, transport.close)
+class _Busy(asyncio.Protocol):
+    """Over the limit: answer 503 once the client has sent its request (so it reads the
+    answer instead of a reset), or close after a second of silence."""
 
-        def data_received(self, data):
-            self.timer.cancel()
-            if not self.transport.is_closing():
-                self.transport.write(refused)
-                self.transport.close()
+    def __init__(self, loop: asyncio.AbstractEventLoop, refused: bytes):
+        self.loop, self.refused = loop, refused
 
-        def connection_lost(self, exc):
-            self.timer.cancel()
+    def connection_made(self, transport):
+        self.transport = transport
+        self.timer = self.loop.call_later(1.0, transport.close)
 
-    def authenticated(handler) -> bool:
-        return id(handler) in _AUTHENTICATED or (not gated and getattr(handler, "_request_count", 0) > 0)
+    def data_received(self, data):
+        self.timer.cancel()
+        if not self.transport.is_closing():
+            self.transport.write(self.refused)
+            self.transport.close()
 
-    def pending(handler) -> bool:
+    def connection_lost(self, exc):
+        self.timer.cancel()
+
+
+class _Admission:
+    """The connection policy of :func:`start_site` for one server: which connections are
+    pending or authenticated, which one a newcomer evicts, and the watchdog that closes
+    idle ones. ``clocks``: handler -> [opened, since, requests parsed then, peer]."""
+
+    def __init__(self, loop, runner, max_connections: int, header_timeout_s: float, pending_timeout_s: float):
+        self.loop = loop
+        self.server = runner.server
+        self.gated = any(getattr(m, "_panama_auth", False) for m in runner.app.middlewares)
+        self.clocks: dict[Any, list] = {}
+        self.refused = _busy_body(max_connections)
+        self.max_connections = max_connections
+        self.per_peer = max(1, max_connections // 2)
+        self.header_timeout_s, self.pending_timeout_s = header_timeout_s, pending_timeout_s
+        self.counters = ADMISSION_COUNTERS
+
+    def authenticated(self, handler) -> bool:
+        return id(handler) in _AUTHENTICATED or (not self.gated and getattr(handler, "_request_count", 0) > 0)
+
+    def pending(self, handler) -> bool:
         return (
             handler.transport is not None
-            and not authenticated(handler)
+            and not self.authenticated(handler)
             and getattr(handler, "_request_count", 0) == 0
             and getattr(handler, "_current_request", None) is None
         )
 
-    def evict(handler, why: str) -> None:
-        counters[why] = counters.get(why, 0) + 1
-        clocks.pop(handler, None)
+    def evict(self, handler, why: str) -> None:
+        self.counters[why] = self.counters.get(why, 0) + 1
+        self.clocks.pop(handler, None)
         handler.force_close()
 
-    def oldest_pending(peer: str | None = None, min_age: float = 0.0):
-        now = loop.time()
+    def oldest_pending(self, peer: str | None = None, min_age: float = 0.0):
+        now = self.loop.time()
+        clocks = self.clocks
         best = None
-        for handler in server.connections:
+        for handler in self.server.connections:
             info = clocks.get(handler)
-            if info is None or not pending(handler) or now - info[0] < min_age:
+            if info is None or not self.pending(handler) or now - info[0] < min_age:
                 continue
             if peer is not None and info[3] != peer:
                 continue
@@ -377,39 +396,46 @@ async def start_site(
                 best = handler
         return best
 
-    def check_peer(handler) -> None:
-        # Runs once the connection is made (its peer is known): one peer's pending connections are capped.
+    def check_peer(self, handler) -> None:
+        """Runs once the connection is made (its peer is known): one peer's pending connections are capped."""
+        clocks = self.clocks
         info = clocks.get(handler)
         transport = handler.transport
         if info is None or transport is None:
             return
         peername = transport.get_extra_info("peername")
         info[3] = peername[0] if peername else "?"
-        mine = [h for h in server.connections if h in clocks and clocks[h][3] == info[3] and pending(h)]
-        if len(mine) > per_peer:
-            victim = oldest_pending(info[3], min_age=EVICT_MIN_AGE_S)
+        mine = [h for h in self.server.connections if h in clocks and clocks[h][3] == info[3] and self.pending(h)]
+        if len(mine) > self.per_peer:
+            victim = self.oldest_pending(info[3], min_age=EVICT_MIN_AGE_S)
             if victim is not None:
-                evict(victim, "evicted_per_peer")
+                self.evict(victim, "evicted_per_peer")
 
-    def factory():
-        if sum(1 for h in server.connections if h.transport is not None) >= max_connections:
-            victim = oldest_pending(min_age=EVICT_MIN_AGE_S)
+    def factory(self):
+        """The server's protocol factory: a handler, after making room if needed, or :class:`_Busy`."""
+        server = self.server
+        if sum(1 for h in server.connections if h.transport is not None) >= self.max_connections:
+            victim = self.oldest_pending(min_age=EVICT_MIN_AGE_S)
             if victim is None:
-                counters["refused_busy"] = counters.get("refused_busy", 0) + 1
-                return Busy()
-            evict(victim, "evicted_pending")
+                self.counters["refused_busy"] = self.counters.get("refused_busy", 0) + 1
+                return _Busy(self.loop, self.refused)
+            self.evict(victim, "evicted_pending")
         handler = server()
         _AUTHENTICATED.discard(id(handler))  # a recycled id of a closed connection
-        now = loop.time()
-        clocks[handler] = [now, now, 0, None]
-        loop.call_later(0, check_peer, handler)  # after connection_made
+        now = self.loop.time()
+        self.clocks[handler] = [now, now, 0, None]
+        self.loop.call_later(0, self.check_peer, handler)  # after connection_made
         return handler
 
-    async def watchdog() -> None:
+    async def watchdog(self) -> None:
+        """Close connections idle past their limit (``pending_timeout_s`` for pending ones,
+        ``header_timeout_s`` for authenticated ones since their last request)."""
+        header_timeout_s, pending_timeout_s = self.header_timeout_s, self.pending_timeout_s
+        clocks = self.clocks
         while True:
             await asyncio.sleep(min(0.25, pending_timeout_s / 4, header_timeout_s / 4))
-            now = loop.time()
-            live = set(server.connections)
+            now = self.loop.time()
+            live = set(self.server.connections)
             for handler, info in list(clocks.items()):
                 opened, since, seen, _ = info
                 if handler not in live:
@@ -420,12 +446,9 @@ async def start_site(
                 count = getattr(handler, "_request_count", 0)
                 if count != seen or getattr(handler, "_current_request", None) is not None:
                     info[1], info[2] = now, count
-                elif now - since > (header_timeout_s if authenticated(handler) else pending_timeout_s):
-                    evict(handler, "closed_idle")
+                elif now - since > (header_timeout_s if self.authenticated(handler) else pending_timeout_s):
+                    self.evict(handler, "closed_idle")
                     _AUTHENTICATED.discard(id(handler))
-
-    srv = await loop.create_server(factory, host, port, reuse_address=True, backlog=128)
-    return srv, asyncio.create_task(watchdog())
 
 
 def _busy_body(limit: int) -> bytes:

@@ -55,6 +55,7 @@ from panama.core.controller import (
     uninstall,
 )
 from panama.core.jobs import JobInput, JobState
+from panama.core.plans import JobPlan
 from panama.runtime.controller.api import ControllerHttp
 from panama.runtime.controller.cluster_file import ClusterFileError, ClusterSpec, SwitchInfo, load_cluster, spread_hosts
 from panama.runtime.controller.jobs import (
@@ -372,61 +373,13 @@ class ControllerService(ControllerHttp):
             ctl.release(job.name)
             self._fire(job, JobInput.REFUSED, plan.reason)
             return
-        down = [self.switches[s] for s in plan.switches if not self.switches[s].up]
-        if down:
-            await self.probe_all([s.name for s in down])
-        # Payload size: the smallest of what ranks asked for and what the daemons hold.
-        limits = [self.switches[s].payload_elems or 0 for s in plan.switches]
-        known = [x for x in limits if x]
-        if job.payload_elems is not None:
-            known.append(job.payload_elems)
-        job.payload_for_job = min(known) if known else 1
-        job.key = secrets.randbits(64) | 1  # the job's data-plane key (never 0, "no key")
-        to_addr = {s: format_addr(info.udp) for s, info in self.switches.items()}
-        to_addr.update({x.host: format_addr(x.udp) for x in job.ranks.values()})
-        recorders = {s: _Recorder(s, to_addr) for s in plan.switches}
-        install(plan, recorders)
-        job.groups, job.group_reasons, joins = allocate_groups(
-            job, recorders, {s: self.switches[s].udp for s in plan.switches}, self.jobs.values(), self.multicast_results
-        )
+        recorders, joins = await self._layout(job, plan)
         done: list[str] = []
         errors: list[str] = []
-
-        async def put(name: str) -> None:
-            sw = self.switches[name]
-            body: dict[str, Any] = {"trees": recorders[name].trees, "key": f"{job.key:016x}"}
-            if name in job.groups:
-                body["multicast"] = job.groups[name]
-            if joins.get(name):
-                body["join"] = joins[name]
-            try:
-                status, data = await self._switch_call(sw, "PUT", f"/jobs/{plan.job_id}", body)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-                errors.append(
-                    f"switch {name} (control {format_addr(sw.control)}) unreachable: {exc or type(exc).__name__}"
-                )
-                sw.up, sw.error = False, str(exc) or type(exc).__name__
-                return
-            if status != 200:
-                errors.append(f"switch {name} refused job {plan.job_id}: HTTP {status} {error_text(data)}")
-                return
-            done.append(name)
-            path = data.get("multicast") if isinstance(data, dict) else None
-            if name in job.groups and path != "multicast":  # the daemon cannot: its workers need not join
-                job.drop_group(name, f"daemon {name} sends results by unicast ({path})")
-            if joins.get(name):
-                joined = data.get("join") if isinstance(data, dict) else None
-                if not isinstance(joined, dict) or joined.get("joined") is not True:
-                    why = joined.get("reason") if isinstance(joined, dict) else "no join in its reply"
-                    join_failed(job, name, joins, str(why))
-                    log.warning(
-                        "job %s: %s did not join its parents' groups (%s): they send it unicast", job.name, name, why
-                    )
-
         # Daemons that join a parent's group are installed before that parent (the parent
         # multicasts only to members that all joined); each level is one round.
         for level in install_levels(job.groups, joins, plan.switches):
-            await asyncio.gather(*(put(s) for s in level))
+            await asyncio.gather(*(self._put_job(job, s, recorders[s].trees, joins, done, errors) for s in level))
             if errors:
                 break
         job.joins = joins
@@ -444,6 +397,63 @@ class ControllerService(ControllerHttp):
         self.counters["admitted"] += 1
         self._save_state()
         log.info("job %s admitted as job_id %d on %s: %s", job.name, plan.job_id, ", ".join(plan.switches), plan.reason)
+
+    async def _layout(self, job: Job, plan: JobPlan) -> tuple[dict[str, _Recorder], dict[str, list]]:
+        """What each daemon of an admitted ``plan`` installs: the job's payload size and key,
+        each switch's trees (recorded from the core's ``install``) and the loopback groups
+        (``job.groups``; returned: the groups each daemon joins)."""
+        down = [self.switches[s] for s in plan.switches if not self.switches[s].up]
+        if down:
+            await self.probe_all([s.name for s in down])
+        # Payload size: the smallest of what ranks asked for and what the daemons hold.
+        limits = [self.switches[s].payload_elems or 0 for s in plan.switches]
+        known = [x for x in limits if x]
+        if job.payload_elems is not None:
+            known.append(job.payload_elems)
+        job.payload_for_job = min(known) if known else 1
+        job.key = secrets.randbits(64) | 1  # the job's data-plane key (never 0, "no key")
+        to_addr = {s: format_addr(info.udp) for s, info in self.switches.items()}
+        to_addr.update({x.host: format_addr(x.udp) for x in job.ranks.values()})
+        recorders = {s: _Recorder(s, to_addr) for s in plan.switches}
+        install(plan, recorders)
+        job.groups, job.group_reasons, joins = allocate_groups(
+            job, recorders, {s: self.switches[s].udp for s in plan.switches}, self.jobs.values(), self.multicast_results
+        )
+        return recorders, joins
+
+    async def _put_job(
+        self, job: Job, name: str, trees: list, joins: dict[str, list], done: list[str], errors: list[str]
+    ) -> None:
+        """``PUT /jobs/{job_id}`` on daemon ``name``: appends it to ``done``, or why not to
+        ``errors``; a daemon that cannot multicast or join drops the job's group there."""
+        sw = self.switches[name]
+        job_id = job.job_id
+        body: dict[str, Any] = {"trees": trees, "key": f"{job.key:016x}"}
+        if name in job.groups:
+            body["multicast"] = job.groups[name]
+        if joins.get(name):
+            body["join"] = joins[name]
+        try:
+            status, data = await self._switch_call(sw, "PUT", f"/jobs/{job_id}", body)
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            errors.append(f"switch {name} (control {format_addr(sw.control)}) unreachable: {exc or type(exc).__name__}")
+            sw.up, sw.error = False, str(exc) or type(exc).__name__
+            return
+        if status != 200:
+            errors.append(f"switch {name} refused job {job_id}: HTTP {status} {error_text(data)}")
+            return
+        done.append(name)
+        path = data.get("multicast") if isinstance(data, dict) else None
+        if name in job.groups and path != "multicast":  # the daemon cannot: its workers need not join
+            job.drop_group(name, f"daemon {name} sends results by unicast ({path})")
+        if joins.get(name):
+            joined = data.get("join") if isinstance(data, dict) else None
+            if not isinstance(joined, dict) or joined.get("joined") is not True:
+                why = joined.get("reason") if isinstance(joined, dict) else "no join in its reply"
+                join_failed(job, name, joins, str(why))
+                log.warning(
+                    "job %s: %s did not join its parents' groups (%s): they send it unicast", job.name, name, why
+                )
 
     def _drop_rank(self, job: Job, x: Rank, why: str) -> None:
         """Forget a provisional registration (the job keeps waiting for that rank)."""

@@ -24,86 +24,16 @@ class SwitchHttp:
     """HTTP handlers of a switch daemon (see the module docstring)."""
 
     def metrics_text(self) -> str:
-        """Counters in the Prometheus text exposition format (version 0.0.4)."""
+        """Counters in the Prometheus text exposition format (version 0.0.4): one family per
+        row of :data:`_METRICS`, in its order."""
         st = self.stats()
         sw = _label(st["id"])
         lines: list[str] = []
-
-        def metric(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        for name, kind, help_text, samples in _METRICS:
             lines.append(f"# HELP {name} {help_text}")
             lines.append(f"# TYPE {name} {kind}")
-            for labels, value in samples:
+            for labels, value in samples(st):
                 lines.append(f"{name}{{switch={sw}{labels}}} {value}")
-
-        acc = st["accelerator"]
-        metric("panama_switch_rx_packets_total", "counter", "Datagrams received.", [("", st["rx_packets"])])
-        metric("panama_switch_rx_bytes_total", "counter", "UDP payload bytes received.", [("", st["rx_bytes"])])
-        metric("panama_switch_tx_packets_total", "counter", "Datagrams sent.", [("", st["tx_packets"])])
-        metric("panama_switch_tx_bytes_total", "counter", "UDP payload bytes sent.", [("", st["tx_bytes"])])
-        metric(
-            "panama_switch_rx_syscalls_total",
-            "counter",
-            "Receive system calls (GRO: several datagrams each).",
-            [("", st["rx_syscalls"])],
-        )
-        metric(
-            "panama_switch_gso_sends_total", "counter", "GSO sends (several datagrams each).", [("", st["gso_sends"])]
-        )
-        metric(
-            "panama_switch_gso_datagrams_total", "counter", "Datagrams sent by GSO sends.", [("", st["gso_datagrams"])]
-        )
-        metric(
-            "panama_switch_drops_total",
-            "counter",
-            "Packets dropped, by reason.",
-            [(f",reason={_label(r)}", v) for r, v in sorted(st["drops"].items())],
-        )
-        metric(
-            "panama_switch_malformed_total",
-            "counter",
-            "Datagrams rejected by the codec, by reason.",
-            [(f",reason={_label(r)}", v) for r, v in sorted(st["malformed"].items())],
-        )
-        metric(
-            "panama_switch_retransmits_received_total",
-            "counter",
-            "Contributions received with the retransmit flag.",
-            [("", st["retransmits_received"])],
-        )
-        metric(
-            "panama_switch_ce_received_total", "counter", "Datagrams received with ECN CE.", [("", st["ce_received"])]
-        )
-        metric("panama_switch_ce_marked_total", "counter", "Packets this daemon marked CE.", [("", st["ce_marked"])])
-        metric(
-            "panama_switch_send_errors_total",
-            "counter",
-            "Datagrams the kernel refused to send, by destination.",
-            [(f",dest={_label(d)}", sum(v.values())) for d, v in sorted(st["send_errors_by_dest"].items())],
-        )
-        metric(
-            "panama_switch_data_plane_up",
-            "gauge",
-            "1 while the data-plane loop runs.",
-            [("", int(st["data_plane"]["alive"]))],
-        )
-        metric(
-            "panama_switch_data_plane_errors_total",
-            "counter",
-            "Data-plane loop restarts.",
-            [("", st["data_plane"]["errors"])],
-        )
-        metric(
-            "panama_switch_contributions_total", "counter", "Contributions aggregated.", [("", acc["contributions"])]
-        )
-        metric("panama_switch_results_out_total", "counter", "Result packets emitted.", [("", acc["results_out"])])
-        metric("panama_switch_used_slots", "gauge", "Accelerator slots in use.", [("", acc["used_slots"])])
-        metric("panama_switch_packet_memory_slots", "gauge", "Accelerator slots.", [("", acc["packet_memory"])])
-        metric(
-            "panama_switch_occupancy_slots",
-            "gauge",
-            "Slots in use per job.",
-            [(f",job={_label(j)}", v) for j, v in sorted(st["occupancy"].items())],
-        )
         return "\n".join(lines) + "\n"
 
     # ------------------------------------------------------------------ HTTP
@@ -209,3 +139,70 @@ def _error(status: int, message: str) -> web.Response:
 def _label(value: object) -> str:
     text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{text}"'
+
+
+def _one(*path: str):
+    """Samples of a family with one unlabelled sample: the ``/stats`` value at ``path`` (a bool as 0/1)."""
+
+    def samples(st: dict) -> list[tuple[str, float]]:
+        value = st
+        for key in path:
+            value = value[key]
+        return [("", int(value) if isinstance(value, bool) else value)]
+
+    return samples
+
+
+def _by(label: str, key: str, total: bool = False):
+    """Samples of a family labelled ``label``: one per entry of the ``/stats`` dict ``key``
+    (sorted; ``total``: each entry's values summed)."""
+
+    def samples(st: dict) -> list[tuple[str, float]]:
+        return [(f",{label}={_label(k)}", sum(v.values()) if total else v) for k, v in sorted(st[key].items())]
+
+    return samples
+
+
+# The metric families, in the order /metrics lists them: (name, type, help, samples from /stats).
+_METRICS = (
+    ("panama_switch_rx_packets_total", "counter", "Datagrams received.", _one("rx_packets")),
+    ("panama_switch_rx_bytes_total", "counter", "UDP payload bytes received.", _one("rx_bytes")),
+    ("panama_switch_tx_packets_total", "counter", "Datagrams sent.", _one("tx_packets")),
+    ("panama_switch_tx_bytes_total", "counter", "UDP payload bytes sent.", _one("tx_bytes")),
+    (
+        "panama_switch_rx_syscalls_total",
+        "counter",
+        "Receive system calls (GRO: several datagrams each).",
+        _one("rx_syscalls"),
+    ),
+    ("panama_switch_gso_sends_total", "counter", "GSO sends (several datagrams each).", _one("gso_sends")),
+    ("panama_switch_gso_datagrams_total", "counter", "Datagrams sent by GSO sends.", _one("gso_datagrams")),
+    ("panama_switch_drops_total", "counter", "Packets dropped, by reason.", _by("reason", "drops")),
+    (
+        "panama_switch_malformed_total",
+        "counter",
+        "Datagrams rejected by the codec, by reason.",
+        _by("reason", "malformed"),
+    ),
+    (
+        "panama_switch_retransmits_received_total",
+        "counter",
+        "Contributions received with the retransmit flag.",
+        _one("retransmits_received"),
+    ),
+    ("panama_switch_ce_received_total", "counter", "Datagrams received with ECN CE.", _one("ce_received")),
+    ("panama_switch_ce_marked_total", "counter", "Packets this daemon marked CE.", _one("ce_marked")),
+    (
+        "panama_switch_send_errors_total",
+        "counter",
+        "Datagrams the kernel refused to send, by destination.",
+        _by("dest", "send_errors_by_dest", total=True),
+    ),
+    ("panama_switch_data_plane_up", "gauge", "1 while the data-plane loop runs.", _one("data_plane", "alive")),
+    ("panama_switch_data_plane_errors_total", "counter", "Data-plane loop restarts.", _one("data_plane", "errors")),
+    ("panama_switch_contributions_total", "counter", "Contributions aggregated.", _one("accelerator", "contributions")),
+    ("panama_switch_results_out_total", "counter", "Result packets emitted.", _one("accelerator", "results_out")),
+    ("panama_switch_used_slots", "gauge", "Accelerator slots in use.", _one("accelerator", "used_slots")),
+    ("panama_switch_packet_memory_slots", "gauge", "Accelerator slots.", _one("accelerator", "packet_memory")),
+    ("panama_switch_occupancy_slots", "gauge", "Slots in use per job.", _by("job", "occupancy")),
+)

@@ -44,6 +44,9 @@ from panama.runtime.switch.dataplane import DROP_OVERSIZE, DROP_SEND_ERROR, kern
 
 def batched_loop(daemon) -> None:
     """Serve ``daemon``'s socket until its stop flag is set (see the module docstring)."""
+    # Long: the batched data plane's hot loop, as the plain loop's: every name it uses per
+    # datagram is a local bound here, before the loop; the per-datagram work is one call
+    # (DataPlane.ingest) and the GRO cut one call (offload.segments).
     cfg = daemon.config
     sock = daemon.sock
     raw = sock.sock

@@ -26,6 +26,10 @@ from panama.runtime.switch.dataplane import DROP_OVERSIZE, DROP_SEND_ERROR, kern
 
 def plain_loop(daemon) -> None:
     """Run the plain loop of ``daemon`` (a :class:`~panama.runtime.switch.daemon.SwitchDaemon`) until it stops."""
+    # Long: the data plane's hot loop. Every name it uses per datagram is bound to a local
+    # here, before the loop (a function call or attribute lookup per datagram costs
+    # measurably: docs/runtime-performance.md); receive, ingest and send per datagram are
+    # already one call each (mmsg.Receiver, DataPlane.ingest, PacketSocket.send_all).
     cfg = daemon.config
     sock = daemon.sock
     raw = sock.sock
