@@ -293,7 +293,8 @@ class _Converted(NamedTuple):
     option: str
     to_field: Callable[[Any], Any]  # the option's value -> the field's
     shown: Callable[[Any], Any]  # the field's default -> the option's
-    note: str = ""  # added to the field's description in --help
+    note: str = ""  # added to the field's description in --help (a flag's whole help)
+    kind: type = float  # the option's type (bool: a flag)
 
 
 _ALLREDUCE_CONVERTED = {
@@ -302,10 +303,13 @@ _ALLREDUCE_CONVERTED = {
         lambda text: _numbers("--size-mb", text),
         lambda v: ",".join(f"{x:g}" for x in v),
         "Comma-separated.",
+        str,
     ),
     "min_rto_s": _Converted("--min-rto-ms", lambda ms: ms / 1000, lambda s: 1000 * s),
     "min_pto_s": _Converted("--min-pto-ms", lambda ms: ms / 1000, lambda s: 1000 * (s or 0.0)),
-    "gloo": _Converted("--skip-gloo", lambda skip: not skip, lambda gloo: not gloo),
+    "gloo": _Converted(
+        "--skip-gloo", lambda skip: not skip, lambda gloo: not gloo, "Time PANAMA only (no ratio).", bool
+    ),
 }
 _ALLREDUCE_PYTHON_ONLY = ("floor_blocks", "timeout_s")  # fields that are not options
 
@@ -323,10 +327,10 @@ def _allreduce_options(command: Callable) -> Callable:
     (their help and default still come from the field)."""
     fields = list(BenchConfig.model_fields)
     for name in reversed(fields):
-        info = BenchConfig.model_fields[name]
-        conv = _ALLREDUCE_CONVERTED.get(name)
         if name in _ALLREDUCE_PYTHON_ONLY:
             continue
+        info = BenchConfig.model_fields[name]
+        conv = _ALLREDUCE_CONVERTED.get(name)
         if conv is None:
             only = model_options(
                 BenchConfig,
@@ -334,14 +338,14 @@ def _allreduce_options(command: Callable) -> Callable:
                 aliases={"ecn_threshold_pkts": ["--ecn-threshold"]},
             )
             command = only(command)
-        elif info.annotation is bool:  # --skip-gloo: the field's opposite
-            command = click.option(conv.option, name, is_flag=True, help="Time PANAMA only (no ratio).")(command)
+        elif conv.kind is bool:  # --skip-gloo: a flag for the field's opposite
+            command = click.option(conv.option, name, is_flag=True, help=conv.note)(command)
         else:
             command = click.option(
                 conv.option,
                 name,
                 default=conv.shown(info.get_default(call_default_factory=True)),
-                type=str if name == "sizes_mb" else float,
+                type=conv.kind,
                 show_default=True,
                 help=f"{info.description} {conv.note}".strip(),
             )(command)
