@@ -42,45 +42,21 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from panama.benchmarks import loopback_floor
+from panama.benchmarks.settings import BenchConfig
 from panama.core import codec
-from panama.runtime.net.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, RUNTIME_PROBE_FLOOR_S
+from panama.runtime.net.udp import RUNTIME_PAYLOAD_ELEMS
 from panama.tables import format_table as draw_table
 
+__all__ = ["BenchConfig", "format_table", "loopback_datagrams", "run_bench", "summarize", "write_results"]
+
 MB = 1_000_000
-
-
-@dataclass
-class BenchConfig:
-    workers: int = 4
-    sizes_mb: list[float] = field(default_factory=lambda: [1.0, 16.0, 100.0])
-    iters: int = 5
-    rounds: int = 3
-    leaves: int = 2
-    spines: int = 2
-    trees: int | None = None
-    payload_elems: int = RUNTIME_PAYLOAD_ELEMS
-    packet_memory: int = RUNTIME_PACKET_MEMORY
-    cc: str = "dctcp"
-    ecn_threshold_pkts: int = 128
-    min_rto_s: float = 0.1
-    min_pto_s: float | None = RUNTIME_PROBE_FLOOR_S  # tail-loss probe floor (None: no probes)
-    drop_prob: float = 0.0  # datagrams every daemon drops on receipt (loss recovery under test)
-    multicast_results: bool = True  # results to a leaf's workers as one loopback multicast datagram
-    gloo: bool = True
-    floor: bool = True  # measure the loopback floor before and after the run (module docstring)
-    floor_blocks: int = 5_000  # datagrams (and TCP blocks) per floor measurement run
-    seed: int = 0
-    timeout_s: float = 120.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def loopback_datagrams(
@@ -133,6 +109,19 @@ def _own_cpu_s() -> float:
     return t.user + t.system
 
 
+@dataclass
+class _Rank:
+    """What the phases of one rank share (see :func:`_worker`)."""
+
+    rank: int
+    cfg: BenchConfig
+    controls: dict[str, tuple[str, int]]
+    pids: dict[str, int]
+    token: str
+    barrier: Any
+    queue: Any
+
+
 def _worker(
     rank: int, cfg: BenchConfig, controller: str, controls, pids, store_path: str, token: str, job: str, barrier, queue
 ) -> None:
@@ -140,21 +129,8 @@ def _worker(
     try:
         from panama.runtime.worker.communicator import Communicator
 
-        dist = torch = None
-        if cfg.gloo:
-            import datetime
-
-            import torch
-            import torch.distributed as dist
-
-            torch.set_num_threads(1)
-            dist.init_process_group(
-                "gloo",
-                init_method=f"file://{store_path}",
-                rank=rank,
-                world_size=cfg.workers,
-                timeout=datetime.timedelta(seconds=cfg.timeout_s),
-            )
+        dist = _init_gloo(rank, cfg, store_path) if cfg.gloo else None
+        me = _Rank(rank, cfg, controls, pids, token, barrier, queue)
         with Communicator(
             controller,
             job,
@@ -170,81 +146,117 @@ def _worker(
             token=token,
         ) as comm:
             for size_mb in cfg.sizes_mb:
-                n = max(1, int(size_mb * MB) // 4)
-                x = _data(cfg.seed, rank, n)
-                y = np.empty_like(x)  # reused result buffer, as gloo reduces in place
-                comm.allreduce(x, out=y)  # warm-up (and correctness check)
-                err = None
-                if rank == 0:
-                    ref = np.zeros(n, dtype=np.float64)
-                    for r in range(cfg.workers):
-                        ref += _data(cfg.seed, r, n)
-                    err = float(np.max(np.abs(y - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
-                    del ref
-                if cfg.gloo:
-                    base = torch.from_numpy(x)
-                    t = base.clone()
-                    dist.all_reduce(t)  # warm-up
-                for rnd in range(cfg.rounds):
-                    # PANAMA phase
-                    barrier.wait()
-                    sw0 = _switch_counters(controls, token) if rank == 0 else {}
-                    cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
-                    st0 = comm.stats()
-                    barrier.wait()
-                    t0 = time.perf_counter()
-                    c0 = _own_cpu_s()
-                    for _ in range(cfg.iters):
-                        comm.allreduce(x, out=y)
-                    own = _own_cpu_s() - c0
-                    barrier.wait()
-                    st1 = comm.stats()
-                    row: dict[str, Any] = {
-                        "impl": "panama",
-                        "size_mb": size_mb,
-                        "round": rnd,
-                        "rank": rank,
-                        "cpu_s": own,
-                        "results": st1["results"] - st0["results"],  # datagrams this worker received
-                        "sent": st1["packets_sent"] - st0["packets_sent"],  # datagrams this worker sent
-                    }
-                    if rank == 0:
-                        elapsed = time.perf_counter() - t0
-                        sw1 = _switch_counters(controls, token)
-                        row.update(
-                            seconds=elapsed,
-                            switch_rx_packets=sw1["rx_packets"] - sw0["rx_packets"],
-                            switch_rx_bytes=sw1["rx_bytes"] - sw0["rx_bytes"],
-                            switch_tx_packets=sw1["tx_packets"] - sw0["tx_packets"],
-                            switch_contributions={
-                                n: c - sw0["contributions"].get(n, 0) for n, c in sw1["contributions"].items()
-                            },
-                            daemon_cpu_s={name: _proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()},
-                            retransmissions_rank0=st1["retransmissions"] - st0["retransmissions"],
-                            max_rel_err=err,
-                        )
-                    queue.put(row)
-                    if not cfg.gloo:
-                        continue
-                    # gloo phase
-                    barrier.wait()
-                    t0 = time.perf_counter()
-                    c0 = _own_cpu_s()
-                    for _ in range(cfg.iters):
-                        t.copy_(base)  # gloo reduces in place (PANAMA writes into a reused buffer)
-                        dist.all_reduce(t)
-                    own = _own_cpu_s() - c0
-                    barrier.wait()
-                    row = {"impl": "gloo", "size_mb": size_mb, "round": rnd, "rank": rank, "cpu_s": own}
-                    if rank == 0:
-                        row["seconds"] = time.perf_counter() - t0
-                    queue.put(row)
+                _one_size(me, comm, dist, size_mb)
         if cfg.gloo:
             dist.destroy_process_group()
         queue.put({"impl": "done", "rank": rank})
     except BaseException as exc:  # report, never hang the parent
         queue.put({"impl": "error", "error": f"rank {rank}: {type(exc).__name__}: {exc}"})
         barrier.abort()
+
+
+def _init_gloo(rank: int, cfg: BenchConfig, store_path: str):
+    """Join the gloo process group (FileStore at ``store_path``); returns ``torch.distributed``."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{store_path}",
+        rank=rank,
+        world_size=cfg.workers,
+        timeout=datetime.timedelta(seconds=cfg.timeout_s),
+    )
+    return dist
+
+
+def _one_size(me: _Rank, comm, dist, size_mb: float) -> None:
+    """Warm-up (and rank 0's correctness check) and every round of one size, reported to ``me.queue``."""
+    cfg = me.cfg
+    n = max(1, int(size_mb * MB) // 4)
+    x = _data(cfg.seed, me.rank, n)
+    y = np.empty_like(x)  # reused result buffer, as gloo reduces in place
+    comm.allreduce(x, out=y)  # warm-up (and correctness check)
+    err = _max_rel_err(cfg, y) if me.rank == 0 else None
+    if cfg.gloo:
+        import torch
+
+        base = torch.from_numpy(x)
+        t = base.clone()
+        dist.all_reduce(t)  # warm-up
+    for rnd in range(cfg.rounds):
+        me.queue.put(_panama_phase(me, comm, x, y, size_mb, rnd, err))
+        if cfg.gloo:
+            me.queue.put(_gloo_phase(me, dist, base, t, size_mb, rnd))
+
+
+def _max_rel_err(cfg: BenchConfig, y: np.ndarray) -> float:
+    """Largest error of the allreduce ``y`` relative to the float64 sum of every rank's data."""
+    ref = np.zeros(y.shape[0], dtype=np.float64)
+    for r in range(cfg.workers):
+        ref += _data(cfg.seed, r, y.shape[0])
+    return float(np.max(np.abs(y - ref)) / max(1e-30, float(np.max(np.abs(ref)))))
+
+
+def _panama_phase(me: _Rank, comm, x: np.ndarray, y: np.ndarray, size_mb: float, rnd: int, err) -> dict[str, Any]:
+    """One timed PANAMA phase: ``iters`` allreduces between barriers; rank 0 adds the
+    elapsed time (read after the closing barrier and the counters) and the daemons' counters."""
+    cfg, rank, barrier, controls, pids, token = me.cfg, me.rank, me.barrier, me.controls, me.pids, me.token
+    barrier.wait()
+    sw0 = _switch_counters(controls, token) if rank == 0 else {}
+    cpu0 = {name: _proc_cpu_s(pid) for name, pid in pids.items()} if rank == 0 else {}
+    st0 = comm.stats()
+    barrier.wait()
+    t0 = time.perf_counter()
+    c0 = _own_cpu_s()
+    for _ in range(cfg.iters):
+        comm.allreduce(x, out=y)
+    own = _own_cpu_s() - c0
+    barrier.wait()
+    st1 = comm.stats()
+    row: dict[str, Any] = {
+        "impl": "panama",
+        "size_mb": size_mb,
+        "round": rnd,
+        "rank": rank,
+        "cpu_s": own,
+        "results": st1["results"] - st0["results"],  # datagrams this worker received
+        "sent": st1["packets_sent"] - st0["packets_sent"],  # datagrams this worker sent
+    }
+    if rank == 0:
+        elapsed = time.perf_counter() - t0
+        sw1 = _switch_counters(controls, token)
+        row.update(
+            seconds=elapsed,
+            switch_rx_packets=sw1["rx_packets"] - sw0["rx_packets"],
+            switch_rx_bytes=sw1["rx_bytes"] - sw0["rx_bytes"],
+            switch_tx_packets=sw1["tx_packets"] - sw0["tx_packets"],
+            switch_contributions={n: c - sw0["contributions"].get(n, 0) for n, c in sw1["contributions"].items()},
+            daemon_cpu_s={name: _proc_cpu_s(pid) - cpu0[name] for name, pid in pids.items()},
+            retransmissions_rank0=st1["retransmissions"] - st0["retransmissions"],
+            max_rel_err=err,
+        )
+    return row
+
+
+def _gloo_phase(me: _Rank, dist, base, t, size_mb: float, rnd: int) -> dict[str, Any]:
+    """One timed gloo phase: ``iters`` in-place allreduces of a fresh copy between barriers."""
+    cfg, rank, barrier = me.cfg, me.rank, me.barrier
+    barrier.wait()
+    t0 = time.perf_counter()
+    c0 = _own_cpu_s()
+    for _ in range(cfg.iters):
+        t.copy_(base)  # gloo reduces in place (PANAMA writes into a reused buffer)
+        dist.all_reduce(t)
+    own = _own_cpu_s() - c0
+    barrier.wait()
+    row = {"impl": "gloo", "size_mb": size_mb, "round": rnd, "rank": rank, "cpu_s": own}
+    if rank == 0:
+        row["seconds"] = time.perf_counter() - t0
+    return row
 
 
 def _collect(ctx, cfg: BenchConfig, args_for_rank, progress: bool) -> list[dict]:

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
+from panama.benchmarks.settings import CoreBenchConfig
 from panama.core.accelerator import Accelerator
-from panama.core.codec import DEFAULT_PAYLOAD_ELEMS
 from panama.core.packet import ECT0, MAX_CWND_CAP, Packet
+
+__all__ = ["CoreBenchConfig", "CoreBenchResult", "run_core_bench"]
 
 
 @dataclass
@@ -42,17 +45,14 @@ class CoreBenchResult:
         return asdict(self)
 
 
-def run_core_bench(
-    workers: int = 8,
-    size_mb: float = 64.0,
-    payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
-    window: int = 64,
-    seed: int = 0,
-    repeat: int = 1,
-) -> CoreBenchResult:
-    """Aggregate ``workers`` gradients of ``size_mb`` MB each through one accelerator (the root)."""
-    if workers < 1 or size_mb <= 0 or payload_elems < 1 or window < 1 or repeat < 1:
-        raise ValueError("workers, size_mb, payload_elems, window and repeat must be positive")
+def run_core_bench(cfg: CoreBenchConfig | None = None, **changes: Any) -> CoreBenchResult:
+    """Aggregate ``cfg.workers`` gradients of ``cfg.size_mb`` MB each through one accelerator
+    (the root); ``changes`` are fields of :class:`CoreBenchConfig` (``run_core_bench(size_mb=16)``)."""
+    cfg = cfg or CoreBenchConfig()
+    if changes:
+        cfg = cfg.replace(**changes)
+    workers, size_mb, payload_elems, window, seed = cfg.workers, cfg.size_mb, cfg.payload_elems, cfg.window, cfg.seed
+    repeat = cfg.repeat
     rng = np.random.default_rng(seed)
     num_elems = int(size_mb * 1e6) // 4
     # small integers: float32 sums are exact, so the result can be checked bitwise

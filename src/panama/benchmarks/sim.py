@@ -33,6 +33,7 @@ import networkx as nx
 import numpy as np
 
 from panama._ext import ENV_VAR, compiled
+from panama.benchmarks.settings import SimBenchConfig
 from panama.core.errors import FieldError
 from panama.core.units import PS_PER_S, ms, us
 from panama.sim.dctcp import Dctcp, DctcpConfig, goodput_bps, jain
@@ -51,6 +52,7 @@ __all__ = [
     "bench_sim_report",
     "format_bench_sim",
     "PANAMA_SCENARIO",
+    "SimBenchConfig",
 ]
 
 # The clock of every rate here: CPU seconds of the process that runs the side. On an
@@ -390,19 +392,13 @@ def compare_pure(
 BENCH_REPEATS = {"reference": (5, 5, 3), "panama": (None, 1, 3)}
 
 
-def bench_sim_report(
-    scenario: str = "reference", duration_ms: float | None = None, seed: int | None = None, with_pure: bool = True
-) -> dict[str, Any]:
+def bench_sim_report(cfg: SimBenchConfig | None = None) -> dict[str, Any]:
     """``panama bench sim``'s measurements (see the command's help): the reference dumbbell
     against a heapq loop, or the PANAMA-heavy scenario; with the compiled fast path and
-    ``with_pure``, the pure path in a child process in turn, its rate, the speed-up and
-    whether the results are identical."""
-    if scenario not in ("reference", "panama"):
-        raise FieldError("scenario", f"expected reference or panama, got {scenario!r}")
-    if duration_ms is None:
-        duration_ms = 100.0 if scenario == "reference" else 3.0
-    if seed is None:
-        seed = 1 if scenario == "reference" else 3
+    ``cfg.compare_pure``, the pure path in a child process in turn, its rate, the speed-up
+    and whether the results are identical."""
+    cfg = (cfg or SimBenchConfig()).resolved()
+    scenario, duration_ms, seed, with_pure = cfg.scenario, cfg.duration_ms, cfg.seed, cfg.compare_pure
     is_compiled = compiled()
     bench_repeats, copies, repeats = BENCH_REPEATS[scenario]
     if scenario == "reference":

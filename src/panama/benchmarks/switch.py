@@ -46,53 +46,24 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from panama.benchmarks.settings import SwitchBenchConfig
 from panama.core import codec
-from panama.core.errors import FieldError
 from panama.core.packet import ECT0, MAX_CWND_CAP, Packet
 from panama.runtime.net import offload as offload_mod
-from panama.runtime.net.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, format_addr
+from panama.runtime.net.udp import format_addr
 from panama.runtime.switch.daemon import SwitchConfig, SwitchDaemon
 from panama.tables import format_pairs
+
+__all__ = ["SwitchBenchConfig", "format_table", "run_bench_switch", "thread_cpu_s"]
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _RESULT_BUFFER_BYTES = 32 << 20  # the worker that reads results back
 _DROP_BUFFER_BYTES = 4096  # the others: results are dropped by the kernel, unread
-
-
-@dataclass(frozen=True)
-class SwitchBenchConfig:
-    """Shape of the offered load (see the module docstring)."""
-
-    jobs: int = 1
-    trees: int = 2
-    workers: int = 4
-    payload_elems: int = RUNTIME_PAYLOAD_ELEMS
-    window: int = 8  # sequence numbers in flight per tree
-    seconds: float = 3.0  # measured interval, after a warm-up
-    warmup_s: float = 0.5
-    packet_memory: int = RUNTIME_PACKET_MEMORY
-    seed: int = 0
-    offload: bool = True  # measure the GSO/GRO batched path too (module docstring)
-
-    def validate(self) -> None:
-        for name in ("jobs", "trees", "workers", "window"):
-            if getattr(self, name) < 1:
-                raise FieldError(name, f"must be >= 1, got {getattr(self, name)}")
-        if not 1 <= self.payload_elems <= codec.MAX_PAYLOAD_ELEMS:
-            raise FieldError("payload_elems", f"must be in [1, {codec.MAX_PAYLOAD_ELEMS}], got {self.payload_elems}")
-        if self.seconds <= 0 or self.warmup_s < 0:
-            raise FieldError("seconds", f"must be > 0, got {self.seconds}")
-        slots_per_tree = self.packet_memory // (self.jobs * self.trees)
-        if self.window + 2 > slots_per_tree:
-            raise FieldError(
-                "window",
-                f"{self.window} in flight per tree needs more than the {slots_per_tree} slots "
-                f"a tree gets from packet_memory={self.packet_memory} over {self.jobs * self.trees} trees",
-            )
 
 
 def thread_cpu_s(native_id: int) -> float:
@@ -131,46 +102,77 @@ def _feed(
     ``batched``: new sequence numbers of one tree leave as one GSO send per worker and
     results are read with GRO, where the kernel has them.
     """
-    rng = np.random.default_rng(cfg.seed)
     size = codec.datagram_size(cfg.payload_elems)
+    per_send, gro = _feeder_offload(socks, size, batched)
+    done = [[0] * cfg.trees for _ in range(cfg.jobs)]  # results received (in order: one parent, one path)
+    send_seqs = _sender(cfg, socks, target, _staged(cfg, keys, per_send), per_send, done)
+    for j in range(cfg.jobs):
+        for t in range(cfg.trees):
+            send_seqs(j, t, cfg.window)
+    readers = [row[0] for row in socks]
+    for r in readers:
+        r.setblocking(False)
+    rbuf = bytearray(offload_mod.RECV_BUFFER_BYTES if gro else codec.HEADER_BYTES)
+    fresh = [[0] * cfg.trees for _ in range(cfg.jobs)]
+    results = 0
+    while time.monotonic() < stop_at:
+        got = sum(_drain(r, rbuf, gro, cfg.trees, fresh[j]) for j, r in enumerate(readers))
+        if not got:
+            if not select.select(readers, [], [], 2.0)[0]:
+                break  # 2 s without a result: the daemon stalled; the parent reports it
+            continue
+        results += got
+        for j in range(cfg.jobs):
+            for t in range(cfg.trees):
+                k = fresh[j][t]
+                if k:
+                    fresh[j][t] = 0
+                    done[j][t] += k
+                    send_seqs(j, t, k)
+    results_out.put(results)
+
+
+def _feeder_offload(socks: list[list[socket.socket]], size: int, batched: bool) -> tuple[int, bool]:
+    """Datagrams per send (1 without GSO) and whether results are read with GRO."""
     per_send = offload_mod.segments_per_send(size) if batched else 1
     gso = gro = False
     if batched and per_send > 1:
         found = [offload_mod.probe(row[0]) for row in socks]  # enables GRO on the reading workers
         gso = all(f.gso for f in found)
         gro = all(f.gro for f in found)
-    if not gso:
-        per_send = 1
-    # Pre-built datagrams: per job and worker, per_send copies of payload and key trailer back to back.
+    return (per_send if gso else 1), gro
+
+
+def _staged(cfg: SwitchBenchConfig, keys: list[int], per_send: int) -> list[list[bytearray]]:
+    """Pre-built datagrams: per job and worker, ``per_send`` copies of payload and key trailer back to back."""
+    rng = np.random.default_rng(cfg.seed)
     staged = []
     for j in range(cfg.jobs):
         row = []
         for _ in range(cfg.workers):
+            payload = rng.standard_normal(cfg.payload_elems).astype(np.float32)
             one = bytearray(
-                codec.encode(
-                    Packet(
-                        j + 1,
-                        0,
-                        0,
-                        0,
-                        cfg.payload_elems,
-                        0,
-                        MAX_CWND_CAP,
-                        0,
-                        ECT0,
-                        rng.standard_normal(cfg.payload_elems).astype(np.float32),
-                    ),
-                    keys[j],
-                )
+                codec.encode(Packet(j + 1, 0, 0, 0, cfg.payload_elems, 0, MAX_CWND_CAP, 0, ECT0, payload), keys[j])
             )
             row.append(bytearray(one * per_send))
         staged.append(row)
+    return staged
+
+
+def _sender(
+    cfg: SwitchBenchConfig,
+    socks: list[list[socket.socket]],
+    target: tuple,
+    staged: list[list[bytearray]],
+    per_send: int,
+    done: list[list[int]],
+) -> Callable[[int, int, int], None]:
+    """``send_seqs(j, t, k)``: every worker of job ``j`` sends tree ``t``'s next ``k`` sequence
+    numbers (acking ``done[j][t]``), ``per_send`` datagrams per system call; only headers are written."""
+    size = codec.datagram_size(cfg.payload_elems)
     views = [[memoryview(b) for b in row] for row in staged]
     cmsg = [offload_mod.segment_cmsg(size)]
     next_seq = [[0] * cfg.trees for _ in range(cfg.jobs)]
-    done = [[0] * cfg.trees for _ in range(cfg.jobs)]  # results received (in order: one parent, one path)
-    rbuf = bytearray(offload_mod.RECV_BUFFER_BYTES if gro else codec.HEADER_BYTES)
-    results = 0
 
     def send_seqs(j: int, t: int, k: int) -> None:
         while k > 0:
@@ -202,154 +204,178 @@ def _feed(
             next_seq[j][t] = seq + m
             k -= m
 
-    for j in range(cfg.jobs):
-        for t in range(cfg.trees):
-            send_seqs(j, t, cfg.window)
-    readers = [row[0] for row in socks]
-    for r in readers:
-        r.setblocking(False)
-    fresh = [[0] * cfg.trees for _ in range(cfg.jobs)]
-    while time.monotonic() < stop_at:
-        got = 0
-        for j, r in enumerate(readers):
-            while True:  # drain what is there, then answer each tree with one batch
-                try:
-                    if gro:
-                        n, anc, _, _ = r.recvmsg_into([rbuf], offload_mod.RECV_CMSG_SPACE)
-                        seg = offload_mod.parse_cmsgs(anc)[1]
-                        offsets = range(0, n, seg) if seg and seg < n else (0,)
-                    else:
-                        n = r.recv_into(rbuf, codec.HEADER_BYTES, socket.MSG_TRUNC)
-                        offsets = (0,)
-                except BlockingIOError:
-                    break
-                for off in offsets:
-                    if n - off < codec.HEADER_BYTES:
-                        continue
-                    tree_id = int.from_bytes(rbuf[off + 8 : off + 10], "big")
-                    if tree_id < cfg.trees:
-                        fresh[j][tree_id] += 1
-                        got += 1
-        if not got:
-            if not select.select(readers, [], [], 2.0)[0]:
-                break  # 2 s without a result: the daemon stalled; the parent reports it
-            continue
-        results += got
-        for j in range(cfg.jobs):
-            for t in range(cfg.trees):
-                k = fresh[j][t]
-                if k:
-                    fresh[j][t] = 0
-                    done[j][t] += k
-                    send_seqs(j, t, k)
-    results_out.put(results)
+    return send_seqs
+
+
+def _drain(r: socket.socket, rbuf: bytearray, gro: bool, trees: int, fresh: list[int]) -> int:
+    """Read every result waiting on the non-blocking socket ``r`` (GRO: several per read),
+    counting them per tree in ``fresh``; returns how many."""
+    got = 0
+    while True:  # drain what is there, then answer each tree with one batch
+        try:
+            if gro:
+                n, anc, _, _ = r.recvmsg_into([rbuf], offload_mod.RECV_CMSG_SPACE)
+                seg = offload_mod.parse_cmsgs(anc)[1]
+                offsets = range(0, n, seg) if seg and seg < n else (0,)
+            else:
+                n = r.recv_into(rbuf, codec.HEADER_BYTES, socket.MSG_TRUNC)
+                offsets = (0,)
+        except BlockingIOError:
+            return got
+        for off in offsets:
+            if n - off < codec.HEADER_BYTES:
+                continue
+            tree_id = int.from_bytes(rbuf[off + 8 : off + 10], "big")
+            if tree_id < trees:
+                fresh[tree_id] += 1
+                got += 1
+
+
+@dataclass
+class _Side:
+    """What receives the feeder's datagrams in one run: the daemon, or the socket floor's forwarder."""
+
+    target: tuple  # where the feeder sends
+    tid: int  # native id of the thread whose CPU time is measured
+    rx: Callable[[], int]  # datagrams received so far
+    close: Callable[[], dict]  # stop it; the daemon's accelerator stats ({} for the forwarder)
+    calls: Callable[[], tuple[int, ...]] | None = None  # the daemon's datagram and system-call counters
+    daemon: SwitchDaemon | None = None
 
 
 def _run(cfg: SwitchBenchConfig, *, floor: bool, batched: bool = False) -> dict:
+    """One measured run against the forwarder (``floor``) or a daemon (``batched``: its GSO/GRO loop)."""
     socks = _worker_sockets(cfg)
     keys = [0x5EED0000 + j for j in range(cfg.jobs)]
-    if floor:
-        server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
-        server.bind(("127.0.0.1", 0))
-        target = server.getsockname()
-        sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _DROP_BUFFER_BYTES)
-        sink.bind(("127.0.0.1", 0))
-        counters = {"rx": 0, "tid": 0}
-        stop = threading.Event()
-        # the forwarder answers each datagram's header to the reading worker: the loop stays closed
-        answer = {j: socks[j][0].getsockname() for j in range(cfg.jobs)}
-
-        def forward() -> None:
-            counters["tid"] = threading.get_native_id()
-            buf = bytearray(codec.datagram_size(cfg.payload_elems) + 1)
-            view = memoryview(buf)
-            server.settimeout(0.2)
-            workers = cfg.workers
-            while not stop.is_set():
-                try:
-                    n, _, _, _ = server.recvmsg_into([view], socket.CMSG_SPACE(4))
-                except TimeoutError:
-                    continue
-                counters["rx"] += 1
-                job = int.from_bytes(buf[4:8], "big") - 1
-                server.sendto(view[:n], sink.getsockname())
-                if counters["rx"] % workers == 0:  # one "result" per sequence number
-                    server.sendto(view[:n], answer.get(job, sink.getsockname()))
-
-        thread = threading.Thread(target=forward, daemon=True)
-        thread.start()
-        while not counters["tid"]:
-            time.sleep(0.001)
-        tid = counters["tid"]
-        rx_of = lambda: counters["rx"]  # noqa: E731
-    else:
-        daemon = SwitchDaemon(
-            SwitchConfig(
-                switch_id="bench",
-                packet_memory=cfg.packet_memory,
-                payload_elems=cfg.payload_elems,
-                status_interval_s=0.0,
-                ecn_threshold_pkts=0,
-                seed=cfg.seed,
-                offload=batched,
-            )
-        )
-        for j in range(cfg.jobs):
-            children = [format_addr(s.getsockname()) for s in socks[j]]
-            daemon.install_job(j + 1, [{"tree_id": t, "children": children} for t in range(cfg.trees)], key=keys[j])
-        daemon.start_data_plane()
-        deadline = time.monotonic() + 5.0
-        while daemon._thread.native_id is None:  # noqa: SLF001 - set once the thread runs
-            if time.monotonic() > deadline:
-                raise RuntimeError("bench switch: the daemon's data-plane thread did not start within 5 s")
-            time.sleep(0.001)
-        tid = daemon._thread.native_id  # noqa: SLF001
-        target = daemon.udp_addr
-
-        def rx_of() -> int:
-            with daemon.lock:
-                return daemon.dp.rx_packets
-
-        def calls_of() -> tuple[int, int, int, int, int]:
-            with daemon.lock:
-                sk = daemon.sock
-                return daemon.dp.rx_packets, daemon.dp.rx_syscalls, sk.sent_packets, sk.tx_syscalls, sk.gso_datagrams
-
-    ctx = multiprocessing.get_context("fork")
-    results_q = ctx.Queue()
-    stop_at = time.monotonic() + cfg.warmup_s + cfg.seconds + 0.5
-    feeder = ctx.Process(target=_feed, args=(cfg, socks, target, keys, stop_at, results_q, batched), daemon=True)
-    feeder.start()
+    side = _forwarder(cfg, socks) if floor else _daemon(cfg, socks, keys, batched)
     try:
-        time.sleep(cfg.warmup_s)
-        c0 = None if floor else calls_of()
-        rx0, cpu0, t0 = rx_of(), thread_cpu_s(tid), time.perf_counter()
-        time.sleep(cfg.seconds)
-        rx1, cpu1, t1 = rx_of(), thread_cpu_s(tid), time.perf_counter()
-        c1 = None if floor else calls_of()
-        feeder.join(timeout=cfg.seconds + 10.0)
-        if feeder.is_alive():
-            feeder.kill()
-            raise RuntimeError("bench switch: the feeder process did not finish (waited for it 10 s past its end)")
+        measured = _measure(cfg, side, socks, keys, batched)
     finally:
-        if floor:
-            stop.set()
-            thread.join(timeout=2.0)
-            server.close()
-            sink.close()
-        else:
-            stats = daemon.acc.stats()
-            daemon.close()
+        stats = side.close()
         for row in socks:
             for s in row:
                 s.close()
+    return _result(cfg, side, stats, *measured)
+
+
+def _forwarder(cfg: SwitchBenchConfig, socks: list[list[socket.socket]]) -> _Side:
+    """The socket floor: a thread that receives every datagram with the daemon's system call
+    and sends it on unread; one "result" per ``workers`` datagrams goes back to the reading worker."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
+    server.bind(("127.0.0.1", 0))
+    target = server.getsockname()
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _DROP_BUFFER_BYTES)
+    sink.bind(("127.0.0.1", 0))
+    counters = {"rx": 0, "tid": 0}
+    stop = threading.Event()
+    # the forwarder answers each datagram's header to the reading worker: the loop stays closed
+    answer = {j: socks[j][0].getsockname() for j in range(cfg.jobs)}
+
+    def forward() -> None:
+        counters["tid"] = threading.get_native_id()
+        buf = bytearray(codec.datagram_size(cfg.payload_elems) + 1)
+        view = memoryview(buf)
+        server.settimeout(0.2)
+        workers = cfg.workers
+        while not stop.is_set():
+            try:
+                n, _, _, _ = server.recvmsg_into([view], socket.CMSG_SPACE(4))
+            except TimeoutError:
+                continue
+            counters["rx"] += 1
+            job = int.from_bytes(buf[4:8], "big") - 1
+            server.sendto(view[:n], sink.getsockname())
+            if counters["rx"] % workers == 0:  # one "result" per sequence number
+                server.sendto(view[:n], answer.get(job, sink.getsockname()))
+
+    thread = threading.Thread(target=forward, daemon=True)
+    thread.start()
+    while not counters["tid"]:
+        time.sleep(0.001)
+
+    def close() -> dict:
+        stop.set()
+        thread.join(timeout=2.0)
+        server.close()
+        sink.close()
+        return {}
+
+    return _Side(target, counters["tid"], lambda: counters["rx"], close)
+
+
+def _daemon(cfg: SwitchBenchConfig, socks: list[list[socket.socket]], keys: list[int], batched: bool) -> _Side:
+    """A real switch daemon (``offload=batched``) with every job installed, its data plane running."""
+    daemon = SwitchDaemon(
+        SwitchConfig(
+            switch_id="bench",
+            packet_memory=cfg.packet_memory,
+            payload_elems=cfg.payload_elems,
+            status_interval_s=0.0,
+            ecn_threshold_pkts=0,
+            seed=cfg.seed,
+            offload=batched,
+        )
+    )
+    for j in range(cfg.jobs):
+        children = [format_addr(s.getsockname()) for s in socks[j]]
+        daemon.install_job(j + 1, [{"tree_id": t, "children": children} for t in range(cfg.trees)], key=keys[j])
+    daemon.start_data_plane()
+    deadline = time.monotonic() + 5.0
+    while daemon._thread.native_id is None:  # noqa: SLF001 - set once the thread runs
+        if time.monotonic() > deadline:
+            raise RuntimeError("bench switch: the daemon's data-plane thread did not start within 5 s")
+        time.sleep(0.001)
+
+    def rx_of() -> int:
+        with daemon.lock:
+            return daemon.dp.rx_packets
+
+    def calls_of() -> tuple[int, int, int, int, int]:
+        with daemon.lock:
+            sk = daemon.sock
+            return daemon.dp.rx_packets, daemon.dp.rx_syscalls, sk.sent_packets, sk.tx_syscalls, sk.gso_datagrams
+
+    def close() -> dict:
+        stats = daemon.acc.stats()
+        daemon.close()
+        return stats
+
+    tid = daemon._thread.native_id  # noqa: SLF001
+    return _Side(daemon.udp_addr, tid, rx_of, close, calls_of, daemon)
+
+
+def _measure(cfg: SwitchBenchConfig, side: _Side, socks, keys: list[int], batched: bool) -> tuple:
+    """Start the feeder, let it warm up, then read the counters and the thread's CPU time
+    ``cfg.seconds`` apart; returns ((rx0, cpu0, t0), (rx1, cpu1, t1), calls before, calls after)."""
+    ctx = multiprocessing.get_context("fork")
+    results_q = ctx.Queue()
+    stop_at = time.monotonic() + cfg.warmup_s + cfg.seconds + 0.5
+    feeder = ctx.Process(target=_feed, args=(cfg, socks, side.target, keys, stop_at, results_q, batched), daemon=True)
+    feeder.start()
+    rx_of, tid, calls_of = side.rx, side.tid, side.calls
+    time.sleep(cfg.warmup_s)
+    c0 = calls_of() if calls_of else None
+    rx0, cpu0, t0 = rx_of(), thread_cpu_s(tid), time.perf_counter()
+    time.sleep(cfg.seconds)
+    rx1, cpu1, t1 = rx_of(), thread_cpu_s(tid), time.perf_counter()
+    c1 = calls_of() if calls_of else None
+    feeder.join(timeout=cfg.seconds + 10.0)
+    if feeder.is_alive():
+        feeder.kill()
+        raise RuntimeError("bench switch: the feeder process did not finish (waited for it 10 s past its end)")
+    return (rx0, cpu0, t0), (rx1, cpu1, t1), c0, c1
+
+
+def _result(cfg: SwitchBenchConfig, side: _Side, stats: dict, start: tuple, end: tuple, c0, c1) -> dict:
+    """The rates of one run from its counters (module docstring)."""
+    (rx0, cpu0, t0), (rx1, cpu1, t1) = start, end
     datagrams = rx1 - rx0
     if datagrams <= 0:
         raise RuntimeError(
             "bench switch: no datagram reached the "
-            + ("forwarder" if floor else "daemon")
+            + ("daemon" if side.daemon else "forwarder")
             + " in the measured interval"
         )
     wall, cpu = t1 - t0, max(cpu1 - cpu0, 1e-9)
@@ -364,7 +390,8 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool, batched: bool = False) -> dict:
         "cpu_share": cpu / wall,
         "us_per_datagram": cpu / datagrams * 1e6,
     }
-    if not floor:
+    daemon = side.daemon
+    if daemon is not None:
         out["accelerator_drops"] = stats.get("drops_total", 0)
         rx, rx_calls, tx, tx_calls, gso_dgrams = (b - a for a, b in zip(c0, c1, strict=True))
         out["rx_datagrams_per_syscall"] = rx / max(rx_calls, 1)
@@ -378,12 +405,11 @@ def _run(cfg: SwitchBenchConfig, *, floor: bool, batched: bool = False) -> dict:
 
 def run_bench_switch(cfg: SwitchBenchConfig = SwitchBenchConfig()) -> dict:
     """Daemon and socket floor in the same run (module docstring); returns the report dict."""
-    cfg.validate()
     floor = _run(cfg, floor=True)
     base = _run(cfg, floor=False)
     switch = _run(cfg, floor=False, batched=True) if cfg.offload else base
     return {
-        "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+        "config": cfg.dump(),
         "datagram_bytes": codec.datagram_size(cfg.payload_elems),
         "payload_gbps": switch["payload_gbps"],
         "payload_gbps_wall": switch["payload_gbps_wall"],

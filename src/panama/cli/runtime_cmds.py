@@ -10,16 +10,19 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import click
 
 from panama import environment
+from panama.benchmarks.settings import BenchConfig, SwitchBenchConfig
 from panama.cli.common import echo_json, usage_error
-from panama.cli.options import model_from_options, model_options
+from panama.cli.options import model_from_options, model_options, option_error
 from panama.core.errors import FieldError
-from panama.runtime.net.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PROBE_FLOOR_S
 from panama.runtime.settings import ClusterConfig, ControllerConfig, ProcessSettings, SwitchConfig
+from panama.settings import SettingsError
 from panama.tables import format_table
 
 
@@ -284,134 +287,93 @@ def _any_alive(state: dict) -> bool:
 
 
 # ---------------------------------------------------------------------- panama bench allreduce
+class _Converted(NamedTuple):
+    """A field of BenchConfig that ``bench allreduce`` takes in another unit or shape."""
+
+    option: str
+    to_field: Callable[[Any], Any]  # the option's value -> the field's
+    shown: Callable[[Any], Any]  # the field's default -> the option's
+    note: str = ""  # added to the field's description in --help (a flag's whole help)
+    kind: type = float  # the option's type (bool: a flag)
+
+
+_ALLREDUCE_CONVERTED = {
+    "sizes_mb": _Converted(
+        "--size-mb",
+        lambda text: _numbers("--size-mb", text),
+        lambda v: ",".join(f"{x:g}" for x in v),
+        "Comma-separated.",
+        str,
+    ),
+    "min_rto_s": _Converted("--min-rto-ms", lambda ms: ms / 1000, lambda s: 1000 * s),
+    "min_pto_s": _Converted("--min-pto-ms", lambda ms: ms / 1000, lambda s: 1000 * (s or 0.0)),
+    "gloo": _Converted(
+        "--skip-gloo", lambda skip: not skip, lambda gloo: not gloo, "Time PANAMA only (no ratio).", bool
+    ),
+}
+_ALLREDUCE_PYTHON_ONLY = ("floor_blocks", "timeout_s")  # fields that are not options
+
+
+def _numbers(option: str, text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise usage_error(option, f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _allreduce_options(command: Callable) -> Callable:
+    """One option per field of BenchConfig, in the model's order: derived by ``model_options``
+    but for the fields of ``_ALLREDUCE_CONVERTED``, which keep the command's units and shapes
+    (their help and default still come from the field)."""
+    fields = list(BenchConfig.model_fields)
+    for name in reversed(fields):
+        if name in _ALLREDUCE_PYTHON_ONLY:
+            continue
+        info = BenchConfig.model_fields[name]
+        conv = _ALLREDUCE_CONVERTED.get(name)
+        if conv is None:
+            only = model_options(
+                BenchConfig,
+                exclude=[f for f in fields if f != name],
+                aliases={"ecn_threshold_pkts": ["--ecn-threshold"]},
+            )
+            command = only(command)
+        elif conv.kind is bool:  # --skip-gloo: a flag for the field's opposite
+            command = click.option(conv.option, name, is_flag=True, help=conv.note)(command)
+        else:
+            command = click.option(
+                conv.option,
+                name,
+                default=conv.shown(info.get_default(call_default_factory=True)),
+                type=conv.kind,
+                show_default=True,
+                help=f"{info.description} {conv.note}".strip(),
+            )(command)
+    return command
+
+
+def _allreduce_config(options: dict[str, Any]) -> BenchConfig:
+    """BenchConfig from the options; a bad value is a usage error naming the option given."""
+    values = {k: (_ALLREDUCE_CONVERTED[k].to_field(v) if k in _ALLREDUCE_CONVERTED else v) for k, v in options.items()}
+    try:
+        return BenchConfig(**values)
+    except SettingsError as exc:
+        field = exc.field.split(".")[0]
+        if field not in _ALLREDUCE_CONVERTED:
+            raise option_error(exc) from None
+        detail = f"{exc.detail.split(' (got ')[0]} (got {options[field]!r})"  # the value as given, not converted
+        raise usage_error(_ALLREDUCE_CONVERTED[field].option, detail) from None
+
+
 @click.command("allreduce")
-@click.option("--workers", default=4, show_default=True, type=int, help="Ranks (processes) per run.")
-@click.option(
-    "--size-mb", default="1,16,100", show_default=True, help="Comma-separated gradient sizes in MB (10^6 bytes)."
-)
-@click.option("--iters", default=5, show_default=True, type=int, help="Timed allreduces per implementation per round.")
-@click.option(
-    "--rounds",
-    default=3,
-    show_default=True,
-    type=int,
-    help="Alternating PANAMA/gloo phases per size (medians reported).",
-)
-@click.option("--leaves", default=2, show_default=True, type=int)
-@click.option("--spines", default=2, show_default=True, type=int)
-@click.option("--trees", default=None, type=int, help="Trees per job [default: number of spines].")
-@click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367].")
-@click.option("--packet-memory", default=RUNTIME_PACKET_MEMORY, show_default=True, type=int)
-@click.option("--cc", default="dctcp", show_default=True, type=click.Choice(["dctcp", "fixed", "none"]))
-@click.option(
-    "--ecn-threshold",
-    default=128,
-    show_default=True,
-    type=int,
-    help="Switch CE-marking backlog (full datagrams; 0: off).",
-)
-@click.option(
-    "--min-rto-ms", default=100.0, show_default=True, type=float, help="Workers' minimum retransmission timeout."
-)
-@click.option(
-    "--min-pto-ms",
-    default=1000 * RUNTIME_PROBE_FLOOR_S,
-    show_default=True,
-    type=float,
-    help="Floor of the workers' tail-loss probe timeout (0: no probes).",
-)
-@click.option(
-    "--drop-prob",
-    default=0.0,
-    show_default=True,
-    type=float,
-    help="Share of datagrams every switch daemon drops (loss recovery; results stay exact).",
-)
-@click.option(
-    "--multicast-results/--no-multicast-results",
-    default=True,
-    show_default=True,
-    help="Leaf daemons send results to their workers as one loopback multicast datagram (docs/runtime.md).",
-)
-@click.option("--skip-gloo", is_flag=True, help="Time PANAMA only (no ratio).")
-@click.option(
-    "--floor/--no-floor",
-    default=True,
-    show_default=True,
-    help="Measure the loopback floor (kernel cost of a datagram by UDP and of its bytes by TCP) before and "
-    "after the run, and report each implementation's CPU at it (docs/runtime-performance.md).",
-)
+@_allreduce_options
 @click.option("--out", "out_dir", default=None, help="Directory for results.json and results.csv.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
-@click.option("--seed", default=0, show_default=True, type=int)
-def bench_allreduce(
-    workers,
-    size_mb,
-    iters,
-    rounds,
-    leaves,
-    spines,
-    trees,
-    payload_elems,
-    packet_memory,
-    cc,
-    ecn_threshold,
-    min_rto_ms,
-    min_pto_ms,
-    drop_prob,
-    multicast_results,
-    skip_gloo,
-    floor,
-    out_dir,
-    as_json,
-    seed,
-):
+def bench_allreduce(out_dir, as_json, **options):
     """Time PANAMA allreduce through a local cluster against gloo (torch.distributed) in the same run."""
-    from panama.benchmarks.allreduce import BenchConfig, format_table, run_bench, write_results
-    from panama.runtime.net.udp import RUNTIME_PAYLOAD_ELEMS
+    from panama.benchmarks.allreduce import format_table, run_bench, write_results
 
-    try:
-        sizes = [float(x) for x in size_mb.split(",") if x.strip()]
-    except ValueError:
-        raise usage_error("size-mb", f"expected comma-separated numbers, got {size_mb!r}") from None
-    if not sizes or any(s <= 0 for s in sizes):
-        raise usage_error("size-mb", f"sizes must be > 0, got {size_mb!r}")
-    if workers < 2:
-        raise usage_error("workers", f"must be >= 2, got {workers}")
-    if iters < 1:
-        raise usage_error("iters", f"must be >= 1, got {iters}")
-    if rounds < 1:
-        raise usage_error("rounds", f"must be >= 1, got {rounds}")
-    if ecn_threshold < 0:
-        raise usage_error("ecn-threshold", f"must be >= 0, got {ecn_threshold}")
-    if min_rto_ms <= 0:
-        raise usage_error("min-rto-ms", f"must be > 0, got {min_rto_ms}")
-    if min_pto_ms < 0:
-        raise usage_error("min-pto-ms", f"must be >= 0 (0: no probes), got {min_pto_ms}")
-    if not 0.0 <= drop_prob < 1.0:
-        raise usage_error("drop-prob", f"must be in [0, 1), got {drop_prob}")
-    if leaves < 1 or spines < 1:
-        raise usage_error("leaves" if leaves < 1 else "spines", "must be >= 1")
-    cfg = BenchConfig(
-        workers=workers,
-        sizes_mb=sizes,
-        iters=iters,
-        rounds=rounds,
-        leaves=leaves,
-        spines=spines,
-        trees=trees,
-        payload_elems=RUNTIME_PAYLOAD_ELEMS if payload_elems is None else payload_elems,
-        packet_memory=packet_memory,
-        cc=cc,
-        ecn_threshold_pkts=ecn_threshold,
-        min_rto_s=min_rto_ms / 1000,
-        min_pto_s=min_pto_ms / 1000 if min_pto_ms > 0 else None,
-        drop_prob=drop_prob,
-        multicast_results=multicast_results,
-        gloo=not skip_gloo,
-        floor=floor,
-        seed=seed,
-    )
+    cfg = _allreduce_config(options)
     t0 = time.monotonic()
     results = run_bench(cfg, progress=not as_json)
     if out_dir:
@@ -424,47 +386,17 @@ def bench_allreduce(
             click.echo(f"results written to {out_dir}/results.json and results.csv")
 
 
+# ---------------------------------------------------------------------- panama bench switch
 @click.command("switch")
-@click.option("--jobs", default=1, show_default=True, type=int, help="Jobs installed on the daemon.")
-@click.option("--trees", default=2, show_default=True, type=int, help="Trees per job.")
-@click.option("--workers", default=4, show_default=True, type=int, help="Children per tree (feeder sockets).")
-@click.option("--payload-elems", default=None, type=int, help="float32 per datagram [default: 16367, 64 KB datagrams].")
-@click.option("--window", default=8, show_default=True, type=int, help="Sequence numbers in flight per tree.")
-@click.option(
-    "--seconds", default=3.0, show_default=True, type=float, help="Measured interval per run (after 0.5 s warm-up)."
-)
-@click.option("--packet-memory", default=RUNTIME_PACKET_MEMORY, show_default=True, type=int, help="Accelerator slots.")
+@model_options(SwitchBenchConfig, exclude=("warmup_s",))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option(
-    "--offload/--no-offload",
-    default=True,
-    show_default=True,
-    help="Measure the GSO/GRO batched path (daemon and feeder) against the one-datagram-per-call baseline.",
-)
-def bench_switch(jobs, trees, workers, payload_elems, window, seconds, packet_memory, as_json, seed, offload):
+def bench_switch(as_json, **options):
     """One switch daemon summing pre-built datagrams from a feeder process, against its
     one-datagram-per-call loop and a receive-and-forward socket floor in the same run
     (payload Gb/s per core)."""
-    from panama.benchmarks.switch import SwitchBenchConfig, format_table, run_bench_switch
-    from panama.runtime.net.udp import RUNTIME_PAYLOAD_ELEMS
+    from panama.benchmarks.switch import format_table, run_bench_switch
 
-    cfg = SwitchBenchConfig(
-        jobs=jobs,
-        trees=trees,
-        workers=workers,
-        payload_elems=RUNTIME_PAYLOAD_ELEMS if payload_elems is None else payload_elems,
-        window=window,
-        seconds=seconds,
-        packet_memory=packet_memory,
-        seed=seed,
-        offload=offload,
-    )
-    try:
-        cfg.validate()
-    except FieldError as exc:
-        raise usage_error("--" + exc.field.replace("_", "-"), exc.detail) from None
-    report = run_bench_switch(cfg)
+    report = run_bench_switch(model_from_options(SwitchBenchConfig, options))
     if as_json:
         echo_json(report)
     else:

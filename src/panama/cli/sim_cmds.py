@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
+from panama.benchmarks.settings import SimBenchConfig
 from panama.cli.common import OutDir, usage_error
+from panama.cli.options import model_from_options, model_options
 from panama.sim.scenario import SCHEMES, ScenarioError, load_scenario
 
 __all__ = ["simulate", "bench_sim"]
@@ -63,30 +65,9 @@ def simulate(
 
 
 @click.command("sim")
-@click.option(
-    "--scenario",
-    type=click.Choice(["reference", "panama"]),
-    default="reference",
-    show_default=True,
-    help="reference: 4 DCTCP flows through one bottleneck; panama: the PANAMA-heavy k=8 fat-tree "
-    "(data/scenarios/panama_heavy.toml).",
-)
-@click.option(
-    "--duration-ms",
-    type=click.FloatRange(min=0.1, max=10_000),
-    default=None,
-    help="Simulated time [default: 100 for reference, 3 for panama].",
-)
-@click.option("--seed", type=int, default=None, help="Seed of the scenario [default: 1 for reference, 3 for panama].")
-@click.option(
-    "--compare-pure/--no-compare-pure",
-    "with_pure",
-    default=True,
-    show_default=True,
-    help="When compiled, also run the pure-Python path in a child process, slice by slice in turn.",
-)
+@model_options(SimBenchConfig)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_pure: bool, as_json: bool) -> None:
+def bench_sim(as_json: bool, **options) -> None:
     """Simulator speed: packet hops per CPU second, compiled against pure Python.
 
     reference: 4 long-lived DCTCP flows through one 10 Gbps bottleneck (10 µs links, ECN
@@ -103,7 +84,7 @@ def bench_sim(scenario: str, duration_ms: float | None, seed: int | None, with_p
 
     from panama.benchmarks.sim import bench_sim_report, format_bench_sim
 
-    res = bench_sim_report(scenario, duration_ms, seed, with_pure)
+    res = bench_sim_report(model_from_options(SimBenchConfig, options))
     if as_json:
         click.echo(json.dumps(res, indent=2))
     else:
