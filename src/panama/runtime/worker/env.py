@@ -11,14 +11,20 @@ communicator for programs that do not use torch.distributed):
 - ``PANAMA_TIMEOUT_S``: bound of every PANAMA wait (registration, one allreduce);
 - ``PANAMA_SIZE_BYTES``: the gradient size announced to the controller's admission
   (default: the size of the first all_reduce);
+- ``PANAMA_BIND_HOST``: the IPv4 address of this machine the rank's UDP socket binds, the
+  address its leaf daemon sends results to (default: the source address the kernel picks
+  to reach ``PANAMA_CONTROLLER``, so 127.0.0.1 for a controller on loopback and this
+  machine's LAN address for one on another machine; see docs/several-machines.md);
 - ``RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``, ``TORCHELASTIC_RESTART_COUNT``: set
   by torchrun.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import socket
 from typing import Any
 
 from panama.runtime.http import TOKEN_ENV
@@ -28,6 +34,7 @@ CONTROLLER_ENV = "PANAMA_CONTROLLER"
 JOB_ENV = "PANAMA_JOB"
 TIMEOUT_ENV = "PANAMA_TIMEOUT_S"
 SIZE_ENV = "PANAMA_SIZE_BYTES"
+BIND_ENV = "PANAMA_BIND_HOST"
 DEFAULT_TIMEOUT_S = 60.0
 
 _JOB_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -52,6 +59,35 @@ def controller_from_env() -> str | None:
 
 def token_from_env() -> str | None:
     return os.environ.get(TOKEN_ENV) or None
+
+
+def bind_host_for(controller: str) -> str:
+    """The address a rank's :class:`Communicator` binds: ``$PANAMA_BIND_HOST``, else the
+    source address of this machine's route to ``controller`` (``HOST:PORT``).
+
+    The kernel's choice for a UDP socket connected to the controller (nothing is sent):
+    127.0.0.1 for a controller on loopback, as before; the address of the interface that
+    reaches it otherwise, which the switch daemons on that network can send results to. Where
+    the daemons are on another network than the controller, set ``$PANAMA_BIND_HOST``. No
+    route (or an unresolvable host) gives 127.0.0.1: registration then fails naming the
+    controller.
+    """
+    value = os.environ.get(BIND_ENV, "").strip()
+    if value:
+        try:
+            ip = ipaddress.IPv4Address(value)
+        except ValueError:
+            raise EnvError(f"{BIND_ENV}: expected an IPv4 address of this machine, got {value!r}") from None
+        if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+            raise EnvError(f"{BIND_ENV}: {value} is not an address daemons can send results to")
+        return value
+    try:
+        host, port = parse_addr(controller, field=CONTROLLER_ENV)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, port or 9))  # a route lookup only: UDP connect sends nothing
+            return s.getsockname()[0]
+    except (OSError, ValueError):  # a malformed controller is refused by the Communicator, naming it
+        return "127.0.0.1"
 
 
 def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
@@ -120,7 +156,8 @@ def communicator_kwargs_from_env(**overrides: Any) -> dict[str, Any]:
     Controller ``$PANAMA_CONTROLLER`` (required), token ``$PANAMA_TOKEN``, job
     ``$PANAMA_JOB`` (else ``torch-<TORCHELASTIC_RUN_ID>``, unique per torchrun run), rank
     ``$RANK``, world size ``$WORLD_SIZE``, timeout ``$PANAMA_TIMEOUT_S``, size hint
-    ``$PANAMA_SIZE_BYTES``. Keyword arguments override any of them and pass any other
+    ``$PANAMA_SIZE_BYTES``, bind address ``$PANAMA_BIND_HOST`` (else :func:`bind_host_for`
+    the controller). Keyword arguments override any of them and pass any other
     :class:`Communicator` option. A missing or malformed variable raises :class:`EnvError`
     naming it.
     """
@@ -152,5 +189,7 @@ def communicator_kwargs_from_env(**overrides: Any) -> dict[str, Any]:
             kw["size_bytes"] = hint
     if "token" not in overrides:
         kw["token"] = token_from_env()
+    if "bind_host" not in overrides:
+        kw["bind_host"] = bind_host_for(overrides.get("controller", kw.get("controller")))
     kw.update(overrides)
     return kw
