@@ -41,6 +41,7 @@ HOSTS = {"ctl": 2, "swa": 3, "swb": 4, "node0": 11, "node1": 12}
 # switch -> (machine, UDP port, control port)
 SWITCHES = {"leaf0": ("swa", 40001, 40101), "spine0": ("swa", 40002, 40102), "leaf1": ("swb", 40001, 40101)}
 CONTROLLER_PORT = 7070
+PAYLOAD_ELEMS = 359  # 1,472-byte datagrams: one 1,500-byte Ethernet frame each (the recipe's choice)
 MASTER_PORT = 29500
 NODES = 2
 WORKER = Path(__file__).with_name("several_machines_worker.py")
@@ -173,7 +174,8 @@ def test_controller_switches_and_torchrun_nodes_on_separate_machines(tmp_path):
             # 1. the switch daemons, each on its machine, on the addresses the cluster file names
             for name, (host, udp, control) in SWITCHES.items():
                 ip = m[host].ip
-                cmd = [*PANAMA, "switch", "--switch-id", name, "--udp", f"{ip}:{udp}", "--control", f"{ip}:{control}"]
+                cmd = [*PANAMA, "switch", "--switch-id", name, "--udp", f"{ip}:{udp}", "--control", f"{ip}:{control}",
+                       "--payload-elems", str(PAYLOAD_ELEMS)]  # fmt: skip
                 procs.start(name, m[host].cmd(*cmd, *common, "--ready-file", str(tmp_path / f"{name}.ready")),
                             daemon_env)  # fmt: skip
             # 2. the controller with the cluster file
@@ -253,6 +255,7 @@ def test_controller_switches_and_torchrun_nodes_on_separate_machines(tmp_path):
         assert rep["bound"] == node, f"rank {r} bound {rep['bound']}, expected {node}"
         leaf_host, leaf_udp, _ = SWITCHES[f"leaf{r}"]
         assert rep["first_hop"] == {"switch": f"leaf{r}", "udp": f"{m[leaf_host].ip}:{leaf_udp}"}, rep["first_hop"]
+        assert rep["payload_elems"] == PAYLOAD_ELEMS, f"rank {r}: job's datagrams hold {rep['payload_elems']} floats"
         st = rep["stats"]
         assert st["mode"] == "panama" and st["fallback_calls"] == 0 and st["error"] is None, st
         assert st["panama_calls"] >= 2 + 3, st  # 2 all_reduces + 1 bucket per DDP step
