@@ -50,6 +50,17 @@ RUN_WAIT_S = 150.0  # both torchrun launches (torch imports dominate on a loaded
 
 PANAMA = [sys.executable, "-m", "panama.cli.runtime_cmds"]  # = the ``panama`` console script
 
+# The recipe's check before training, from a node: the controller answers, every daemon is up.
+PROBE = r"""
+import json, sys
+from panama.runtime.http import request_json
+from panama.runtime.net.udp import parse_addr
+ctl = parse_addr(sys.argv[1])
+health = request_json(ctl, "GET", "/v1/health", timeout_s=5.0, what="controller", token="")
+switches = request_json(ctl, "GET", "/v1/switches?probe=1", timeout_s=10.0, what="controller")
+print(json.dumps({"health": health, "switches": switches}))
+"""
+
 # What the controller's machine asks at the end: every daemon's counters, the controller's jobs.
 INSPECT = r"""
 import json, sys
@@ -190,6 +201,17 @@ def test_controller_switches_and_torchrun_nodes_on_separate_machines(tmp_path):
             info = procs.wait_ready("controller", tmp_path / "controller.ready")
             assert info["listen"] == controller, f"controller bound {info}"
             ready_s = time.monotonic() - t0
+            probe = subprocess.run(
+                m["node0"].cmd(sys.executable, "-c", PROBE, controller),
+                env={**daemon_env, "PANAMA_TOKEN": token}, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert probe.returncode == 0, f"node0 cannot ask the controller:\n{probe.stderr[-3000:]}"
+            seen_before = json.loads(probe.stdout)
+            assert seen_before["health"][0] == 200, seen_before["health"]
+            status, body = seen_before["switches"]
+            assert status == 200 and {s["id"]: s["up"] for s in body["switches"]} == dict.fromkeys(SWITCHES, True), (
+                f"the controller does not see every daemon up: {body}"
+            )
 
             # 3. torchrun on each node: the panama backend finds the controller in the environment
             node_env = {
