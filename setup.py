@@ -14,6 +14,12 @@ Apart from those, and optional on its own: ``panama.runtime.net._mmsg`` (a ``.py
 only), the runtime's batched ``recvmmsg``/``sendmmsg`` I/O. Its failure to build leaves
 the other extensions in place; :mod:`panama.runtime.net.mmsg` then uses its pure-Python
 classes.
+
+Progress: pip runs this script with its output captured and shows it only with ``-v`` (or
+when the build fails), and the README installs with ``-q``; compiling takes minutes. So
+each step (Cython translating a module, the C compiler finishing one, the total) prints
+one line ``panama: ...`` to the terminal pip runs in (``/dev/tty``) when there is one, else
+to stderr (a CI log, ``pip -v``). ``PANAMA_BUILD_PROGRESS=0`` sends them to stderr only.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+import threading
+import time
 
 from setuptools import setup
 from setuptools.command.build_ext import build_ext
@@ -46,8 +54,67 @@ DIRECTIVES = {
 BUILD_DIR = os.path.join("build", "cython")
 
 
+def _terminal():
+    """The terminal pip was started from, if any (pip captures this script's stdout and
+    stderr, and shows them only with -v or on failure); None in CI, or when stderr is it."""
+    if os.environ.get("PANAMA_BUILD_PROGRESS", "1") == "0" or sys.stderr.isatty():
+        return None
+    try:
+        return open("/dev/tty", "w")  # noqa: SIM115 - kept open for the build's lines
+    except OSError:  # no controlling terminal (CI, a service)
+        return None
+
+
+_TTY = _terminal()
+
+
+_said = False
+
+
 def _say(msg: str) -> None:
-    print(f"panama: {msg}", file=sys.stderr)
+    """One line where the person installing sees it (the terminal, else stderr).
+
+    On the terminal the first line of this process starts on a new line and the others
+    at the line's start: without -q, pip's spinner is at the end of its "Building ..."
+    line and then at the start of the next one, where each line overwrites it.
+    """
+    global _said
+    line = f"panama: {msg}"
+    if _TTY is not None:
+        try:
+            _TTY.write(("\r" if _said else "\n") + line + "\n")
+            _TTY.flush()
+            _said = True
+            return
+        except OSError:
+            pass
+    print(line, file=sys.stderr, flush=True)
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 120 else f"{s // 60:.0f} min {s % 60:02.0f} s"
+
+
+_translated = 0  # modules Cython translated in this process (not the ones it found up to date)
+
+
+def _cythonize_saying(cythonize, ext, which: str) -> list:
+    """``cythonize`` one extension; one line once it is done, if it had to be translated.
+
+    pip runs this script three times (requirements, metadata, build), each running
+    cythonize: the first translates, the others find the ``.c`` up to date and say nothing.
+    """
+    global _translated
+    t0, wall0 = time.monotonic(), time.time()
+    built = cythonize([ext], compiler_directives=DIRECTIVES, build_dir=BUILD_DIR, quiet=True)
+    took = time.monotonic() - t0
+    c_files = [src for e in built for src in e.sources if src.endswith(".c")]
+    if any(os.path.exists(c) and os.path.getmtime(c) >= wall0 - 1.0 for c in c_files):  # written just now
+        if not _translated:
+            _say(f"translating modules to C with Cython into {BUILD_DIR}/ (then the C compiler builds them)")
+        _translated += 1
+        _say(f"[Cython {which}] {ext.name} ({_duration(took)})")
+    return built
 
 
 class OptionalBuildExt(build_ext):
@@ -58,19 +125,39 @@ class OptionalBuildExt(build_ext):
         super().finalize_options()
         if not self.parallel:
             self.parallel = os.cpu_count() or 1
+        self._done = 0
+        self._lock = threading.Lock()
 
     def build_extension(self, ext) -> None:
-        if ext.name not in OPTIONAL_MODULES:
-            super().build_extension(ext)
-            return
+        t0 = time.monotonic()
+        outcome = "failed"
         try:
-            super().build_extension(ext)
-        except Exception as e:  # e.g. a libc without recvmmsg: the runtime's Python I/O is used
-            _say(f"{ext.name} not built ({type(e).__name__}: {e}); the runtime uses its pure-Python I/O")
+            if ext.name not in OPTIONAL_MODULES:
+                super().build_extension(ext)
+                outcome = _duration(time.monotonic() - t0)
+                return
+            try:
+                super().build_extension(ext)
+                outcome = _duration(time.monotonic() - t0)
+            except Exception as e:  # e.g. a libc without recvmmsg: the runtime's Python I/O is used
+                _say(f"{ext.name} not built ({type(e).__name__}: {e}); the runtime uses its pure-Python I/O")
+        finally:
+            with self._lock:  # modules are compiled in parallel threads
+                self._done += 1
+                n = self._done
+            _say(f"[C {n:2d}/{len(self.extensions)}] {ext.name} ({outcome})")
 
     def run(self) -> None:
+        t0 = time.monotonic()
+        if self.extensions:
+            _say(
+                f"compiling {len(self.extensions)} modules with the C compiler, {self.parallel} at a time "
+                f"(minutes; PANAMA_NO_EXTENSIONS=1 at install skips this: pure Python)"
+            )
         try:
             super().run()
+            if self.extensions:
+                _say(f"compiled fast path built ({_duration(time.monotonic() - t0)} of C compilation)")
         except Exception as e:  # no compiler, no Python headers, ...
             _say(f"compiled fast path not built ({type(e).__name__}: {e}); installing the pure-Python simulator")
             # All or nothing: the compiled modules share extension types.
@@ -94,12 +181,8 @@ def optional_modules() -> list:
     from setuptools import Extension
 
     try:
-        return cythonize(
-            [Extension("panama.runtime.net._mmsg", [os.path.join("src", "panama", "runtime", "net", "_mmsg.pyx")])],
-            compiler_directives=DIRECTIVES,
-            build_dir=BUILD_DIR,
-            quiet=True,
-        )
+        ext = Extension("panama.runtime.net._mmsg", [os.path.join("src", "panama", "runtime", "net", "_mmsg.pyx")])
+        return _cythonize_saying(cythonize, ext, "runtime I/O")
     except Exception as e:  # noqa: BLE001 - optional
         why = f"Cython: {type(e).__name__}: {e}"
         _say(f"panama.runtime.net._mmsg not built ({why}); the runtime uses its pure-Python I/O")
@@ -119,8 +202,10 @@ def ext_modules() -> list:
     from setuptools import Extension
 
     exts = [Extension(name, [src]) for name, src in zip(EXT["COMPILED_MODULES"], sources)]
+    built = []
     try:
-        built = cythonize(exts, compiler_directives=DIRECTIVES, build_dir=BUILD_DIR, quiet=True)
+        for i, ext in enumerate(exts, 1):  # one at a time, to say which
+            built += _cythonize_saying(cythonize, ext, f"{i:2d}/{len(exts)}")
     except Exception as e:  # a Cython version that cannot translate these sources
         _say(f"compiled fast path not built (Cython: {type(e).__name__}: {e}); installing the pure-Python simulator")
         built = []

@@ -20,6 +20,7 @@ PANAMA's own variables:
 * ``PANAMA_JOB``: a worker's job name (``Communicator.from_env``);
 * ``PANAMA_TIMEOUT_S``: bound of every wait of a worker, in seconds;
 * ``PANAMA_SIZE_BYTES``: the gradient size a worker announces to admission;
+* ``PANAMA_BIND_HOST``: the IPv4 address a worker binds (default: its route to the controller);
 * ``PANAMA_UDP_OFFLOAD``: ``0`` (``off``, ``false``, ``no``) turns UDP GSO/GRO off everywhere;
 * ``PANAMA_CLUSTER_STATE``: the state file of ``panama cluster up``;
 * ``PANAMA_CODE_VERSION``: the code revision reports record (runs from an exported tree);
@@ -31,6 +32,7 @@ Set by torchrun, read by the worker library and the torch backend: ``RANK``,
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -38,6 +40,7 @@ from panama import _ext
 from panama.core.errors import FieldError
 
 __all__ = [
+    "BIND_HOST",
     "CLUSTER_STATE",
     "CODE_VERSION",
     "CONTROLLER",
@@ -53,6 +56,7 @@ __all__ = [
     "TOKEN",
     "UDP_OFFLOAD",
     "WORLD_SIZE",
+    "bind_host",
     "cluster_state",
     "code_version",
     "controller",
@@ -74,6 +78,7 @@ TOKEN = "PANAMA_TOKEN"
 JOB = "PANAMA_JOB"
 TIMEOUT_S = "PANAMA_TIMEOUT_S"
 SIZE_BYTES = "PANAMA_SIZE_BYTES"
+BIND_HOST = "PANAMA_BIND_HOST"
 UDP_OFFLOAD = "PANAMA_UDP_OFFLOAD"
 CLUSTER_STATE = "PANAMA_CLUSTER_STATE"
 CODE_VERSION = "PANAMA_CODE_VERSION"
@@ -138,6 +143,20 @@ def size_bytes() -> int | None:
     if n < 0:
         raise EnvError(SIZE_BYTES, f"must be >= 0, got {n}")
     return n
+
+
+def bind_host() -> str | None:
+    """``$PANAMA_BIND_HOST``: an IPv4 address of this machine daemons can send results to, or None."""
+    value = _text(BIND_HOST)
+    if value is None:
+        return None
+    try:
+        ip = ipaddress.IPv4Address(value)
+    except ValueError:
+        raise EnvError(BIND_HOST, f"expected an IPv4 address of this machine, got {value!r}") from None
+    if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        raise EnvError(BIND_HOST, f"{value} is not an address daemons can send results to")
+    return value
 
 
 def udp_offload() -> bool:

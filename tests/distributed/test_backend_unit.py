@@ -18,13 +18,14 @@ from panama.distributed import EnvError, PanamaProcessGroup  # noqa: E402
 from panama.runtime.http import JOB_NAME_RE  # noqa: E402
 from panama.runtime.worker.communicator import Communicator, CommunicatorError  # noqa: E402
 from panama.runtime.worker.ddp_hook import register_panama_hook  # noqa: E402
-from panama.runtime.worker.env import job_name  # noqa: E402
+from panama.runtime.worker.env import bind_host_for, job_name  # noqa: E402
 
 
 @pytest.fixture
 def no_panama_env(monkeypatch):
     for name in ("PANAMA_CONTROLLER", "PANAMA_TOKEN", "PANAMA_JOB", "PANAMA_TIMEOUT_S", "PANAMA_SIZE_BYTES",
-                 "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "RANK", "WORLD_SIZE"):  # fmt: skip
+                 "PANAMA_BIND_HOST", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "RANK",
+                 "WORLD_SIZE"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -92,6 +93,28 @@ def test_communicator_from_env_names_what_is_missing(no_panama_env):
     comm = Communicator.from_env(job="explicit", rank=0)
     try:
         assert (comm.job, comm.rank) == ("explicit", 0)
+    finally:
+        comm.close()
+
+
+def test_bind_address_follows_the_route_to_the_controller(no_panama_env):
+    """A rank binds the address its machine reaches the controller from (127.0.0.1 for a
+    controller on loopback, as before), or $PANAMA_BIND_HOST; the several-machine case is
+    tests/runtime/test_several_machines.py."""
+    assert bind_host_for("127.0.0.1:7070") == "127.0.0.1"
+    assert bind_host_for("127.0.0.5:7070") == "127.0.0.1"  # the loopback route's source
+    assert bind_host_for("not an address") == "127.0.0.1"  # the Communicator refuses it, naming it
+    no_panama_env.setenv("PANAMA_BIND_HOST", "127.0.0.2")
+    assert bind_host_for("127.0.0.1:7070") == "127.0.0.2"
+    for bad in ("0.0.0.0", "eth0", "239.1.2.3"):
+        no_panama_env.setenv("PANAMA_BIND_HOST", bad)
+        with pytest.raises(EnvError, match="PANAMA_BIND_HOST"):
+            bind_host_for("127.0.0.1:7070")
+    no_panama_env.setenv("PANAMA_BIND_HOST", "127.0.0.2")
+    no_panama_env.setenv("PANAMA_CONTROLLER", "127.0.0.1:9")
+    comm = Communicator.from_env(job="bind", rank=0, world_size=2)
+    try:
+        assert comm.addr[0] == "127.0.0.2"
     finally:
         comm.close()
 

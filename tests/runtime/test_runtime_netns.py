@@ -1,20 +1,19 @@
 """Workers on other "machines": each rank in its own network namespace, the daemons in another.
 
-The namespaces are joined by veth pairs on a bridge (10.77.0.0/24, inside the switches'
-namespace), so every datagram and control request crosses a network interface instead
-of loopback. Needs root and ``ip netns`` (CI runs as root); skipped otherwise.
+The namespaces are joined by veth pairs on a bridge (10.77.0.0/24, ``netns_lan.lan``), so
+every datagram and control request crosses a network interface instead of loopback. Needs
+root and ``ip netns`` (CI runs as root); skipped otherwise.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from netns_lan import lan, needs_root_and_ip
 
 from panama.runtime.cluster import LocalCluster
 
@@ -22,9 +21,7 @@ W = 4
 SUBNET = "10.77.0"
 SWITCH_IP = f"{SUBNET}.1"
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None, reason="needs root and iproute2 (ip netns)"
-)
+pytestmark = needs_root_and_ip
 
 WORKER = r"""
 import json, sys
@@ -40,41 +37,10 @@ with Communicator(controller, "netns", rank, world, bind_host=ip, timeout_s=30) 
 """
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=20)
-
-
 @pytest.fixture
 def namespaces():
-    tag = f"pn{os.getpid()}"
-    sw = f"{tag}sw"
-    workers = [f"{tag}w{i}" for i in range(W)]
-    made: list[str] = []
-    try:
-        for ns in [sw, *workers]:
-            _ip("netns", "add", ns)
-            made.append(ns)
-            _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("-n", sw, "link", "add", "br0", "type", "bridge")
-        _ip("-n", sw, "addr", "add", f"{SWITCH_IP}/24", "dev", "br0")
-        _ip("-n", sw, "link", "set", "br0", "up")
-        for i, ns in enumerate(workers):
-            host_end, sw_end = f"pv{os.getpid()}h{i}", f"pv{os.getpid()}s{i}"
-            _ip("link", "add", host_end, "type", "veth", "peer", "name", sw_end)
-            _ip("link", "set", host_end, "netns", ns)
-            _ip("link", "set", sw_end, "netns", sw)
-            _ip("-n", sw, "link", "set", sw_end, "master", "br0", "up")
-            _ip("-n", ns, "addr", "add", f"{SUBNET}.{11 + i}/24", "dev", host_end)
-            _ip("-n", ns, "link", "set", host_end, "up")
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-        for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
-        pytest.skip(
-            f"cannot build network namespaces here: {getattr(exc, 'stderr', b'').decode(errors='replace').strip()}"
-        )
-    yield sw, workers
-    for ns in made:  # deleting a namespace removes its veth ends (and their peers)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
+    with lan({"sw": 1, **{f"w{i}": 11 + i for i in range(W)}}, SUBNET) as machines:
+        yield machines["sw"].netns, [machines[f"w{i}"].netns for i in range(W)]
 
 
 def test_allreduce_across_network_namespaces(namespaces):

@@ -27,9 +27,11 @@ Which path (decided per call from the dtype, device and op, identical on every r
 | ``send``, ``recv``, ``recv_anysource`` | gloo directly (not queued behind pending collectives) |
 
 Discovery (at group creation): ``$PANAMA_CONTROLLER`` (+ ``$PANAMA_TOKEN``) joins a running
-cluster. Unset, the default group's rank 0 starts a one-rack :class:`LocalCluster` sized for the
-world and publishes its address and token through the c10d store; the other ranks wait
-for it (bounded by the group's timeout). Subgroups reuse the default group's cluster.
+cluster, on this machine or another (each rank's UDP socket binds ``$PANAMA_BIND_HOST``, else
+the address of its route to the controller: docs/several-machines.md). Unset, the default
+group's rank 0 starts a one-rack :class:`LocalCluster` sized for the world and publishes its
+address and token through the c10d store; the other ranks wait for it (bounded by the
+group's timeout). Subgroups reuse the default group's cluster.
 The local cluster is stopped when the default group is destroyed (after every rank has
 closed its communicator, or after a bounded wait) or when rank 0 exits.
 
@@ -208,7 +210,13 @@ class PanamaProcessGroup(dist.ProcessGroup):
             assert self._cluster is not None
             timeout_s = env.timeout_from_env(min(env.DEFAULT_TIMEOUT_S, timeout.total_seconds()))
             self._comm = Communicator(
-                self._cluster.controller, self.stats.job, rank, size, timeout_s=timeout_s, token=self._cluster.token
+                self._cluster.controller,
+                self.stats.job,
+                rank,
+                size,
+                timeout_s=timeout_s,
+                token=self._cluster.token,
+                bind_host=env.bind_host_for(self._cluster.controller),  # on another machine: its LAN address
             )
             try:  # a dead controller or a wrong token fails init_process_group, not the first backward()
                 check_access(self._comm.controller, self._comm.token)

@@ -11,6 +11,10 @@ communicator for programs that do not use torch.distributed):
 - ``PANAMA_TIMEOUT_S``: bound of every PANAMA wait (registration, one allreduce);
 - ``PANAMA_SIZE_BYTES``: the gradient size announced to the controller's admission
   (default: the size of the first all_reduce);
+- ``PANAMA_BIND_HOST``: the IPv4 address of this machine the rank's UDP socket binds, the
+  address its leaf daemon sends results to (default: the source address the kernel picks
+  to reach ``PANAMA_CONTROLLER``, so 127.0.0.1 for a controller on loopback and this
+  machine's LAN address for one on another machine; see docs/several-machines.md);
 - ``RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``, ``TORCHELASTIC_RESTART_COUNT``: set
   by torchrun.
 """
@@ -18,6 +22,7 @@ communicator for programs that do not use torch.distributed):
 from __future__ import annotations
 
 import re
+import socket
 from typing import Any
 
 from panama import environment
@@ -28,6 +33,7 @@ __all__ = [
     "CONTROLLER_ENV",
     "DEFAULT_TIMEOUT_S",
     "EnvError",
+    "bind_host_for",
     "communicator_kwargs_from_env",
     "controller_from_env",
     "job_name",
@@ -59,6 +65,29 @@ def controller_from_env() -> str | None:
 def token_from_env() -> str | None:
     """``$PANAMA_TOKEN``, or None."""
     return environment.token()
+
+
+def bind_host_for(controller: str) -> str:
+    """The address a rank's :class:`Communicator` binds: ``$PANAMA_BIND_HOST``, else the
+    source address of this machine's route to ``controller`` (``HOST:PORT``).
+
+    The kernel's choice for a UDP socket connected to the controller (nothing is sent):
+    127.0.0.1 for a controller on loopback, as before; the address of the interface that
+    reaches it otherwise, which the switch daemons on that network can send results to. Where
+    the daemons are on another network than the controller, set ``$PANAMA_BIND_HOST``. No
+    route (or an unresolvable host) gives 127.0.0.1: registration then fails naming the
+    controller.
+    """
+    value = environment.bind_host()
+    if value is not None:
+        return value
+    try:
+        host, port = parse_addr(controller, field=CONTROLLER_ENV)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((host, port or 9))  # a route lookup only: UDP connect sends nothing
+            return s.getsockname()[0]
+    except (OSError, ValueError):  # a malformed controller is refused by the Communicator, naming it
+        return "127.0.0.1"
 
 
 def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
@@ -103,7 +132,8 @@ def communicator_kwargs_from_env(**overrides: Any) -> dict[str, Any]:
     Controller ``$PANAMA_CONTROLLER`` (required), token ``$PANAMA_TOKEN``, job
     ``$PANAMA_JOB`` (else ``torch-<TORCHELASTIC_RUN_ID>``, unique per torchrun run), rank
     ``$RANK``, world size ``$WORLD_SIZE``, timeout ``$PANAMA_TIMEOUT_S``, size hint
-    ``$PANAMA_SIZE_BYTES``. Keyword arguments override any of them and pass any other
+    ``$PANAMA_SIZE_BYTES``, bind address ``$PANAMA_BIND_HOST`` (else :func:`bind_host_for`
+    the controller). Keyword arguments override any of them and pass any other
     :class:`Communicator` option. A missing or malformed variable raises :class:`EnvError`
     naming it.
     """
@@ -135,5 +165,7 @@ def communicator_kwargs_from_env(**overrides: Any) -> dict[str, Any]:
             kw["size_bytes"] = hint
     if "token" not in overrides:
         kw["token"] = token_from_env()
+    if "bind_host" not in overrides:
+        kw["bind_host"] = bind_host_for(overrides.get("controller", kw.get("controller")))
     kw.update(overrides)
     return kw
