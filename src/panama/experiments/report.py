@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from panama.core.errors import FieldError
+from panama.experiments import report_text as T
 from panama.experiments.report_regimes import floor_text, regimes_section
 from panama.experiments.report_regimes import fmt_number as _f
 from panama.experiments.schemes import FLOOR
@@ -74,50 +75,33 @@ def _cmd(summary: Mapping[str, Any], fallback: str) -> str:
 
 def _comm_section(cr: Mapping[str, Any], cr_dir: Path) -> tuple[list[str], dict[str, str]]:
     ranges = cr["ranges"]
-    lines = [
-        "## Claim 1 — the communication share bounds a single job's speed-up",
-        "",
-        "Original: across five image-classification models on P100/V100/A100 GPUs with 10/40/100 Gbps links,",
-        (
-            f"communication takes {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} of the iteration "
-            f"time, "
-            "so in-network aggregation (which halves the traffic of ring allreduce) can speed a single job up by only "
-            f"{ORIGINAL['speedup']['P100'][0]:.2f}–{ORIGINAL['speedup']['P100'][1]:.2f}x on P100/10 Gbps and "
-            f"{ORIGINAL['speedup']['A100'][0]:.2f}–{ORIGINAL['speedup']['A100'][1]:.2f}x on A100/100 Gbps "
-            "(no compute/communication overlap)."
-        ),
-        "",
-        (
-            f"Command: `panama experiment comm-ratio --out {cr_dir}` (input: `{Path(cr['config']['models']).name}`, "
-            f"ring factor {cr['config']['ring_factor']:g}). Analytic bound: speed-up = 1 / (1 - ratio x (1 - 1/f)) "
-            f"with "
-            "f the ring/INA traffic factor."
-        ),
-        "",
-        "| GPU @ link | ratio (ours) | speed-up (ours) | speed-up (original) |",
-        "|---|---|---|---|",
-    ]
+    lines = T.lines(
+        T.COMM_INTRO,
+        ratio=_range(ORIGINAL["comm_ratio"]),
+        p100=_range(ORIGINAL["speedup"]["P100"]),
+        a100=_range(ORIGINAL["speedup"]["A100"]),
+        out=cr_dir,
+        models=Path(cr["config"]["models"]).name,
+        ring_factor=f"{cr['config']['ring_factor']:g}",
+    )
     for name, r in ranges["by_gpu"].items():
         gpu = name.split("@")[0]
         orig = ORIGINAL["speedup"].get(gpu)
         lines.append(
             f"| {name} | {r['comm_ratio_min']:.2f}–{r['comm_ratio_max']:.2f} | "
             f"{r['speedup_min']:.2f}–{r['speedup_max']:.2f} | "
-            f"{f'{orig[0]:.2f}–{orig[1]:.2f}' if orig else 'not stated'} |"
+            f"{_range(orig) if orig else T.COMM_NOT_STATED} |"
         )
     o = ranges["overall"]
-    lines += [
-        (
-            f"| all | {o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f} | "
-            f"{o['speedup_min']:.2f}–{o['speedup_max']:.2f} | "
-            f"ratio {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} |"
-        ),
-        "",
-        "<details><summary>Per model</summary>",
-        "",
-        "| model | GPU | link Gbps | gradient MB | compute ms | ring ms | INA ms | ratio | speed-up | source |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines.append(
+        T.text(
+            T.COMM_ALL_ROW,
+            ratio=f"{o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f}",
+            speedup=f"{o['speedup_min']:.2f}–{o['speedup_max']:.2f}",
+            original=_range(ORIGINAL["comm_ratio"]),
+        )
+    )
+    lines += T.lines(T.COMM_PER_MODEL_HEAD)
     for r in cr["rows"]:
         lines.append(
             f"| {r['model']} | {r['gpu']} | {r['link_gbps']:g} | {r['gradient_bytes'] / 1e6:.1f} | "
@@ -125,15 +109,21 @@ def _comm_section(cr: Mapping[str, Any], cr_dir: Path) -> tuple[list[str], dict[
             f"{r['ring_comm_s'] * 1e3:.1f} | {r['ina_comm_s'] * 1e3:.1f} | {r['comm_ratio']:.2f} | "
             f"{r['speedup_ina_no_overlap']:.2f} | {r['source']} |"
         )
-    lines += ["", "Sources: " + "; ".join(f"[{k}] {v}" for k, v in cr.get("sources", {}).items()), "", "</details>", ""]
+    sources = "; ".join(f"[{k}] {v}" for k, v in cr.get("sources", {}).items())
+    lines += T.lines(T.COMM_PER_MODEL_FOOT, sources=sources)
     if (cr_dir / "comm_ratio.png").is_file():
-        lines += [f"Plot: `{cr_dir / 'comm_ratio.png'}`.", ""]
+        lines += [T.text(T.PLOT, path=cr_dir / "comm_ratio.png"), ""]
     facts = {
         "p100_max": _f(ranges["by_gpu"].get("P100@10Gbps", {}).get("speedup_max")),
         "ratio_min": _f(o["comm_ratio_min"]),
         "ratio_max": _f(o["comm_ratio_max"]),
     }
     return lines, facts
+
+
+def _range(pair: Sequence[float]) -> str:
+    """``lo–hi`` of one of the original's ranges."""
+    return f"{pair[0]:.2f}–{pair[1]:.2f}"
 
 
 def _group_label(g: Mapping[str, Any]) -> str:
@@ -143,94 +133,62 @@ def _group_label(g: Mapping[str, Any]) -> str:
 
 def _shared_section(sc: Mapping[str, Any], sdir: Path, title: str) -> list[str]:
     cfg = sc.get("config", {})
-    cmd = _cmd(sc, f"panama experiment shared-cluster --out {sdir}")
-    lines = [
-        f"### {title}",
-        "",
-        f"Command: `{cmd}`  ",
-        (
-            f"Output: `{sdir}` (preset `{cfg.get('preset')}`, scenario `{sdir / 'scenario.toml'}`, in-network "
-            f"threshold "
-            f"{_f(cfg.get('threshold_bytes', 0) / 1e6, '.3g')} MB = 40 MB x the gradient scale)."
-        ),
-        "",
-        (
-            'Gains are ring / scheme (higher is better; the original\'s "x better"), per seed, then the geometric '
-            "mean [95 % t confidence interval of the log gains over seeds]; pooled p99 gains have a bootstrap "
-            "interval in the summary. `background` is the floor: the same flows without any job."
-        ),
-        "",
-    ]
+    lines = T.lines(
+        T.SHARED_HEAD,
+        title=title,
+        command=_cmd(sc, f"panama experiment shared-cluster --out {sdir}"),
+        out=sdir,
+        preset=cfg.get("preset"),
+        scenario=sdir / "scenario.toml",
+        threshold=_f(cfg.get("threshold_bytes", 0) / 1e6, ".3g"),
+    )
     for g in sc["groups"]:
-        lines += [
-            f"**{_group_label(g)}**",
-            "",
-            (
-                "| scheme | short FCT mean µs | short FCT p99 µs | p99 gain | pooled p99 gain | mean gain | "
-                "large-flow FCT gain | large-job training s | training gain | network bytes (x ring) |"
-            ),
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for scheme, st in g["schemes"].items():
-            lines.append(
-                f"| {scheme} | {_f(st.get('short_fct_mean_us'), '.1f')} | {_f(st.get('short_fct_p99_us'), '.1f')} | "
-                f"{_ci(st, 'short_fct_p99_us_gain')} | {_f(st.get('short_fct_p99_pooled_us_gain'))} | "
-                f"{_ci(st, 'short_fct_mean_us_gain')} | "
-                f"{_ci(st, 'large_flow_fct_mean_us_gain')} | {_f(st.get('large_job_training_time_s'), '.4f')} | "
-                f"{_ci(st, 'large_job_training_time_s_gain')} | {_ci(st, 'bytes_total_norm')} |"
-            )
-        n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
-        lines += [
-            "",
-            (
-                f"Short flows (< 100 KB) per scheme, all seeds together: {n_short}. With about "
-                f"{_f((n_short or 0) / max(1, len(g['seeds'])), '.0f')} per seed, a per-seed p99 is close to the "
-                "largest value; the pooled p99 uses every seed's short flows at once."
-            ),
-        ]
-        tiers = sorted(
-            {
-                k[len("bytes_") : -len("_norm")]
-                for st in g["schemes"].values()
-                for k in st
-                if k.startswith("bytes_") and k.endswith("_norm") and k != "bytes_total_norm"
-            }
-        )
-        if tiers:
-            lines += [
-                "",
-                "Bytes per tier, as a fraction of ring's:",
-                "",
-                "| scheme | " + " | ".join(tiers) + " |",
-                "|---|" + "---|" * len(tiers),
-            ]
-            for scheme, st in g["schemes"].items():
-                lines.append(f"| {scheme} | " + " | ".join(_ci(st, f"bytes_{t}_norm") for t in tiers) + " |")
-        unfinished = [
-            f"{s}: {st.get('unfinished_flows')}" for s, st in g["schemes"].items() if st.get("unfinished_flows")
-        ]
-        if unfinished:
-            lines += [
-                "",
-                "Background flows unfinished at the time limit (mean per seed, excluded from FCTs): "
-                + ", ".join(unfinished)
-                + ".",
-            ]
-        lines.append("")
+        lines += _group_tables(g)
     files = sc.get("files", {})
     plots = [f"`{sdir / v}`" for k, v in files.items() if str(v).endswith(".png")]
     if plots:
-        lines += ["Plots: " + ", ".join(plots) + ".", ""]
+        lines += [T.text(T.PLOTS, plots=", ".join(plots)), ""]
     c = sc.get("consistency", {})
-    lines += [
-        "Same flows and job placement under every scheme: "
-        + (
-            "yes (digests of flows and placement agree for every seed)."
-            if c.get("same_flows_and_placement")
-            else "NO — " + "; ".join(c.get("mismatches", []))
-        ),
-        "",
-    ]
+    verdict = (
+        T.SAME_FLOWS_YES
+        if c.get("same_flows_and_placement")
+        else T.text(T.SAME_FLOWS_NO, mismatches="; ".join(c.get("mismatches", [])))
+    )
+    return [*lines, T.text(T.SAME_FLOWS, verdict=verdict), ""]
+
+
+def _group_tables(g: Mapping[str, Any]) -> list[str]:
+    """One sweep group of a shared-cluster output: the gains table, the short flows behind
+    its p99s, bytes per tier and unfinished flows."""
+    lines = T.lines(T.GROUP_HEAD, label=_group_label(g))
+    for scheme, st in g["schemes"].items():
+        lines.append(
+            f"| {scheme} | {_f(st.get('short_fct_mean_us'), '.1f')} | {_f(st.get('short_fct_p99_us'), '.1f')} | "
+            f"{_ci(st, 'short_fct_p99_us_gain')} | {_f(st.get('short_fct_p99_pooled_us_gain'))} | "
+            f"{_ci(st, 'short_fct_mean_us_gain')} | "
+            f"{_ci(st, 'large_flow_fct_mean_us_gain')} | {_f(st.get('large_job_training_time_s'), '.4f')} | "
+            f"{_ci(st, 'large_job_training_time_s_gain')} | {_ci(st, 'bytes_total_norm')} |"
+        )
+    n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
+    per_seed = _f((n_short or 0) / max(1, len(g["seeds"])), ".0f")
+    lines += T.lines(T.SHORT_FLOWS_POOLED, pooled=n_short, per_seed=per_seed)
+    tiers = sorted(
+        {
+            k[len("bytes_") : -len("_norm")]
+            for st in g["schemes"].values()
+            for k in st
+            if k.startswith("bytes_") and k.endswith("_norm") and k != "bytes_total_norm"
+        }
+    )
+    if tiers:
+        lines += T.lines(T.TIERS_HEAD)
+        lines += ["| scheme | " + " | ".join(tiers) + " |", "|---|" + "---|" * len(tiers)]
+        for scheme, st in g["schemes"].items():
+            lines.append(f"| {scheme} | " + " | ".join(_ci(st, f"bytes_{t}_norm") for t in tiers) + " |")
+    unfinished = [f"{s}: {st.get('unfinished_flows')}" for s, st in g["schemes"].items() if st.get("unfinished_flows")]
+    if unfinished:
+        lines += T.lines(T.UNFINISHED, flows=", ".join(unfinished))
+    lines.append("")
     return lines
 
 
@@ -260,133 +218,146 @@ def write_report(
     if cr is None and not shared:
         raise ReportError("--comm-ratio", "nothing to report: give at least one output directory")
 
-    lines = [
-        "# Results: reproducing the claims of PANAMA",
-        "",
-        "<!-- generated file: do not edit by hand; rerun the command below -->",
-        f"Generated by `{command or 'panama experiment report'}` on "
-        f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} at commit `{_git_rev()}`, from "
-        + ", ".join(
-            f"`{p}`"
-            for p in ([cr_dir] if cr_dir else []) + [d for d, _ in shared] + ([Path(demo_dir)] if demo_dir else [])
-        )
-        + ". Every number below is read from those outputs. How the experiments work: "
-        "[experiments.md](experiments.md).",
-        "",
-    ]
-
-    # ---------------------------------------------------------------- headline table
+    sources = ([cr_dir] if cr_dir else []) + [d for d, _ in shared] + ([Path(demo_dir)] if demo_dir else [])
+    lines = T.lines(
+        T.HEADER,
+        command=command or "panama experiment report",
+        when=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        rev=_git_rev(),
+        sources=", ".join(f"`{p}`" for p in sources),
+    )
     main_dir, main = shared[0] if shared else (None, None)
     all_groups = [g for _, s in shared for g in s["groups"]]
-    lines += ["## Summary", "", "| claim | original | ours | reproduced by |", "|---|---|---|---|"]
-    if cr:
-        o = cr["ranges"]["overall"]
-        lines.append(
-            f"| communication share of an iteration | "
-            f"{ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} | "
-            f"{o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f} | `panama experiment comm-ratio` |"
-        )
-        for gpu, (lo, hi) in ORIGINAL["speedup"].items():
-            r = next((v for k, v in cr["ranges"]["by_gpu"].items() if k.startswith(gpu + "@")), None)
-            if r:
-                lines.append(
-                    f"| single-job INA speed-up bound, {gpu} | {lo:.2f}–{hi:.2f}x | "
-                    f"{r['speedup_min']:.2f}–{r['speedup_max']:.2f}x | `panama experiment comm-ratio` |"
-                )
-    if main:
-        st = main["schemes"].get("panama", {})
-        hp = ", ".join(f"{k}={v}" for k, v in main.get("headline_params", {}).items()) or "defaults"
-        seeds = ", ".join(map(str, main.get("headline_seeds", [])))
-        where = f"{main_dir.name}, {hp}, seeds {seeds}"
-        bp99, _gp99 = _best(all_groups, "panama", "short_fct_p99_us_gain")
-        btr, _gtr = _best(all_groups, "panama", "large_job_training_time_s_gain")
-        lines += [
-            (
-                f"| short-flow p99 FCT, panama vs ring | up to {ORIGINAL['short_p99_gain']}x better | "
-                f"{_ci(st, 'short_fct_p99_us_gain')}x ({where}; pooled over seeds "
-                f"{_f(st.get('short_fct_p99_pooled_us_gain'))}x); "
-                f"best group {_f(bp99)}x | "
-                f"`{_cmd(main, 'panama experiment shared-cluster')}` |"
-            ),
-            (
-                f"| short-flow mean FCT, panama vs ring | about {ORIGINAL['short_mean_gain']:.0f}x better | "
-                f"{_ci(st, 'short_fct_mean_us_gain')}x ({where}) | same |"
-            ),
-            (
-                f"| large-job training time, panama vs ring | up to {ORIGINAL['large_job_gain']}x faster | "
-                f"{_ci(st, 'large_job_training_time_s_gain')}x ({where}); best group {_f(btr)}x | same |"
-            ),
-            f"| network bytes, panama vs ring | (less traffic: the motivation) | {_ci(st, 'bytes_total_norm')} of "
-            f"ring's | same |",
-        ]
-    if demo and demo.get("train"):
-        t = demo["train"]
-        other = t.get("gloo") or t.get("reference")  # demo.json before 2026-11-26: an in-process sum
-        lines.append(
-            f"| accuracy unaffected by in-network float32 aggregation | no loss of accuracy | test accuracy "
-            f"{_f(t['panama']['final_test_accuracy'], '.4f')} (panama) vs "
-            f"{_f(other['final_test_accuracy'], '.4f')} "
-            + (
-                f"(DDP on gloo), parameters bitwise equal: {t.get('parameters_bitwise_equal')}"
-                if "gloo" in t
-                else f"(in-process sum), replicas identical: {t['panama']['replicas_identical']}"
-            )
-            + " | `panama demo` |"
-        )
-    lines.append("")
+    lines += _summary(cr, main_dir, main, all_groups, demo)
     lines += regimes_section(shared)
-
     facts: dict[str, str] = {}
     if cr:
         sec, facts = _comm_section(cr, cr_dir)
         lines += sec
     if shared:
-        lines += [
-            "## Claims 2 and 3 — a shared cluster: short flows and large jobs",
-            "",
-            (
-                "Original: with PANAMA, the 99th-percentile completion time of latency-sensitive short flows is up to "
-                f"{ORIGINAL['short_p99_gain']}x better (about {ORIGINAL['short_mean_gain']:.0f}x on average) than with "
-                f"host-based allreduce, and large jobs train up to {ORIGINAL['large_job_gain']}x faster."
-            ),
-            "",
-        ]
-        main_scenario = _scenario_of(shared[0][0])
-        for i, (d, s) in enumerate(shared):
-            diffs = _variant(main_scenario, d, s) if i else None
-            title = (
-                "Main configuration"
-                if i == 0
-                else f"Sweep: {', '.join(k for k, v in s['axes'].items() if len(v) > 1) or d.name}"
-                + (f" ({', '.join(diffs)})" if diffs else "")
-            )
-            lines += _shared_section(s, d, title)
+        lines += _shared_sections(shared)
     if demo and demo.get("train"):
-        t = demo["train"]
-        lines += [
-            "## Claim 4 — float32 in-network aggregation keeps accuracy",
-            "",
-            f"Command: `{demo.get('command') or 'panama demo'}` (output `{demo_dir}`).",
-            "",
-            "| run | allreduce | workers | epochs | final test accuracy | replicas identical | wall s |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for name in (n for n in ("panama", "gloo", "reference") if n in t):
-            r = t[name]
-            lines.append(
-                f"| {name} | {r['allreduce']} | {r['workers']} | {r['epochs']} | "
-                f"{_f(r['final_test_accuracy'], '.4f')} | "
-                f"{r['replicas_identical']} | {_f(r['total_seconds'], '.1f')} |"
-            )
-        if "parameters_bitwise_equal" in t:
-            lines += ["", f"Parameters of panama and DDP on gloo bitwise equal: {t['parameters_bitwise_equal']}."]
-        lines.append("")
-
+        lines += _demo_section(demo, demo_dir)
     jobs = _run_jobs(main_dir, ((main or {}).get("config") or {}).get("preset"))
     lines += _discussion(cr, main, all_groups, facts, shared, _cluster_text(main_dir), jobs)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines).rstrip() + "\n")
     return out
+
+
+def _summary(cr, main_dir: Path | None, main, all_groups, demo) -> list[str]:
+    """The headline table: each claim of the original beside ours and the command behind it."""
+    lines = T.lines(T.SUMMARY_HEAD)
+    if cr:
+        o = cr["ranges"]["overall"]
+        lines.append(
+            T.text(
+                T.SUMMARY_COMM_SHARE,
+                original=_range(ORIGINAL["comm_ratio"]),
+                ours=f"{o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f}",
+            )
+        )
+        for gpu, (lo, hi) in ORIGINAL["speedup"].items():
+            r = next((v for k, v in cr["ranges"]["by_gpu"].items() if k.startswith(gpu + "@")), None)
+            if r:
+                ours = f"{r['speedup_min']:.2f}–{r['speedup_max']:.2f}"
+                lines.append(T.text(T.SUMMARY_SPEEDUP, gpu=gpu, original=f"{lo:.2f}–{hi:.2f}", ours=ours))
+    if main:
+        lines += _summary_shared(main_dir, main, all_groups)
+    if demo and demo.get("train"):
+        t = demo["train"]
+        other = t.get("gloo") or t.get("reference")  # demo.json before 2026-11-26: an in-process sum
+        comparison = (
+            T.text(T.ACCURACY_GLOO, equal=t.get("parameters_bitwise_equal"))
+            if "gloo" in t
+            else T.text(T.ACCURACY_IN_PROCESS, identical=t["panama"]["replicas_identical"])
+        )
+        lines.append(
+            T.text(
+                T.SUMMARY_ACCURACY,
+                panama=_f(t["panama"]["final_test_accuracy"], ".4f"),
+                other=_f(other["final_test_accuracy"], ".4f"),
+                comparison=comparison,
+            )
+        )
+    lines.append("")
+    return lines
+
+
+def _summary_shared(main_dir: Path, main, all_groups) -> list[str]:
+    """The headline rows of the main shared-cluster output (claims 2 and 3, network bytes)."""
+    st = main["schemes"].get("panama", {})
+    hp = ", ".join(f"{k}={v}" for k, v in main.get("headline_params", {}).items()) or "defaults"
+    seeds = ", ".join(map(str, main.get("headline_seeds", [])))
+    where = f"{main_dir.name}, {hp}, seeds {seeds}"
+    bp99, _gp99 = _best(all_groups, "panama", "short_fct_p99_us_gain")
+    btr, _gtr = _best(all_groups, "panama", "large_job_training_time_s_gain")
+    return [
+        T.text(
+            T.SUMMARY_SHORT_P99,
+            original=ORIGINAL["short_p99_gain"],
+            gain=_ci(st, "short_fct_p99_us_gain"),
+            where=where,
+            pooled=_f(st.get("short_fct_p99_pooled_us_gain")),
+            best=_f(bp99),
+            command=_cmd(main, "panama experiment shared-cluster"),
+        ),
+        T.text(
+            T.SUMMARY_SHORT_MEAN,
+            original=f"{ORIGINAL['short_mean_gain']:.0f}",
+            gain=_ci(st, "short_fct_mean_us_gain"),
+            where=where,
+        ),
+        T.text(
+            T.SUMMARY_TRAINING,
+            original=ORIGINAL["large_job_gain"],
+            gain=_ci(st, "large_job_training_time_s_gain"),
+            where=where,
+            best=_f(btr),
+        ),
+        T.text(T.SUMMARY_BYTES, share=_ci(st, "bytes_total_norm")),
+    ]
+
+
+def _shared_sections(shared) -> list[str]:
+    """Claims 2 and 3: the main configuration, then every other output titled by what it varies."""
+    lines = T.lines(
+        T.SHARED_INTRO,
+        p99=ORIGINAL["short_p99_gain"],
+        mean=f"{ORIGINAL['short_mean_gain']:.0f}",
+        training=ORIGINAL["large_job_gain"],
+    )
+    main_scenario = _scenario_of(shared[0][0])
+    for i, (d, s) in enumerate(shared):
+        diffs = _variant(main_scenario, d, s) if i else None
+        title = (
+            T.MAIN_CONFIGURATION
+            if i == 0
+            else T.text(
+                T.SWEEP_TITLE,
+                axes=(", ".join(k for k, v in s["axes"].items() if len(v) > 1) or d.name)
+                + (f" ({', '.join(diffs)})" if diffs else ""),
+            )
+        )
+        lines += _shared_section(s, d, title)
+    return lines
+
+
+def _demo_section(demo, demo_dir) -> list[str]:
+    """Claim 4: the demo's training runs."""
+    t = demo["train"]
+    lines = T.lines(T.DEMO_HEAD, command=demo.get("command") or "panama demo", out=demo_dir)
+    for name in (n for n in ("panama", "gloo", "reference") if n in t):
+        r = t[name]
+        lines.append(
+            f"| {name} | {r['allreduce']} | {r['workers']} | {r['epochs']} | "
+            f"{_f(r['final_test_accuracy'], '.4f')} | "
+            f"{r['replicas_identical']} | {_f(r['total_seconds'], '.1f')} |"
+        )
+    if "parameters_bitwise_equal" in t:
+        lines += T.lines(T.DEMO_BITWISE, equal=t["parameters_bitwise_equal"])
+    lines.append("")
+    return lines
 
 
 def _cap(text: str) -> str:
