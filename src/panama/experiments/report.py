@@ -401,13 +401,12 @@ def _job_bound(cr, jobs: list[tuple[str, int]]) -> str:
     lo = min(r["speedup_ina_no_overlap"] for r in rows)
     hi = max(r["speedup_ina_no_overlap"] for r in rows)
     workers = sorted({w for m, w in jobs if m in {r["model"] for r in rows}})
-    return (
-        f": {lo:.2f}–{hi:.2f}x for the simulated jobs' models ({', '.join(sorted(models))}) on P100 at 10 Gbps, "
-        "whose communication/computation ratios the scaled jobs keep (with the large-N ring factor 2; with "
-        f"{_span(workers[0], workers[-1], 'd')} workers a ring moves only 2(N-1)/N = "
-        f"{_span(2 * (workers[0] - 1) / workers[0], 2 * (workers[-1] - 1) / workers[-1], '.2f')}x the in-network "
-        "traffic, "
-        "so the bound is lower)"
+    return T.text(
+        T.JOB_BOUND,
+        speedup=f"{lo:.2f}–{hi:.2f}",
+        models=", ".join(sorted(models)),
+        workers=_span(workers[0], workers[-1], "d"),
+        factor=_span(2 * (workers[0] - 1) / workers[0], 2 * (workers[-1] - 1) / workers[-1], ".2f"),
     )
 
 
@@ -422,19 +421,28 @@ def _trend(shared) -> list[str]:
                 st = g["schemes"].get("panama", {})
                 fl = g["schemes"].get(FLOOR)
                 floor = (
-                    f" (aggregation share {_f(g.get('aggregation_share'))}; the floor's mean gain "
-                    f"{_f(fl.get('short_fct_mean_us_gain'))}x, pooled p99 "
-                    f"{_f(fl.get('short_fct_p99_pooled_us_gain'))}x)"
+                    T.text(
+                        T.TREND_FLOOR,
+                        share=_f(g.get("aggregation_share")),
+                        mean=_f(fl.get("short_fct_mean_us_gain")),
+                        pooled=_f(fl.get("short_fct_p99_pooled_us_gain")),
+                    )
                     if fl
                     else ""
                 )
                 parts.append(
-                    f"{axis}={g['params'].get(axis)}: p99 {_f(st.get('short_fct_p99_us_gain'))}x "
-                    f"(pooled {_f(st.get('short_fct_p99_pooled_us_gain'))}x), mean "
-                    f"{_f(st.get('short_fct_mean_us_gain'))}x, "
-                    f"training {_f(st.get('large_job_training_time_s_gain'))}x{floor}"
+                    T.text(
+                        T.TREND_POINT,
+                        axis=axis,
+                        value=g["params"].get(axis),
+                        p99=_f(st.get("short_fct_p99_us_gain")),
+                        pooled=_f(st.get("short_fct_p99_pooled_us_gain")),
+                        mean=_f(st.get("short_fct_mean_us_gain")),
+                        training=_f(st.get("large_job_training_time_s_gain")),
+                        floor=floor,
+                    )
                 )
-            out.append(f"Along `{axis}` (`{d}`), panama's gains over ring are: " + "; ".join(parts) + ".")
+            out.append(T.text(T.TREND, axis=axis, out=d, points="; ".join(parts)))
     return out
 
 
@@ -503,23 +511,30 @@ def _settings_text(shared) -> list[str]:
         st = g["schemes"].get("panama", {})
         fl = g["schemes"].get(FLOOR)
         floor = (
-            f"; the floor's pooled p99 gain {_f(fl.get('short_fct_p99_pooled_us_gain'))}x, mean "
-            f"{_f(fl.get('short_fct_mean_us_gain'))}x"
+            T.text(
+                T.SETTINGS_FLOOR,
+                pooled=_f(fl.get("short_fct_p99_pooled_us_gain")),
+                mean=_f(fl.get("short_fct_mean_us_gain")),
+            )
             if fl
             else ""
         )
         ci = st.get("large_job_training_time_s_gain_ci") or (None, None)
-        slower = (
-            " Panama trains the large jobs slower than ring here; docs/experiments.md explains this configuration."
-            if ci[1] is not None and ci[1] < 1.0
-            else ""
-        )
+        slower = T.SETTINGS_SLOWER if ci[1] is not None and ci[1] < 1.0 else ""
         out.append(
-            f"With `{', '.join(diffs)}` (`{d}`, seeds {', '.join(map(str, g.get('seeds', [])))}), panama's gains over "
-            f"ring are: p99 {_ci(st, 'short_fct_p99_us_gain')}x "
-            f"(pooled {_f(st.get('short_fct_p99_pooled_us_gain'))}x), "
-            f"mean {_ci(st, 'short_fct_mean_us_gain')}x, training {_ci(st, 'large_job_training_time_s_gain')}x "
-            f"(aggregation share {_f(g.get('aggregation_share'))}{floor}).{slower}"
+            T.text(
+                T.SETTINGS,
+                settings=", ".join(diffs),
+                out=d,
+                seeds=", ".join(map(str, g.get("seeds", []))),
+                p99=_ci(st, "short_fct_p99_us_gain"),
+                pooled=_f(st.get("short_fct_p99_pooled_us_gain")),
+                mean=_ci(st, "short_fct_mean_us_gain"),
+                training=_ci(st, "large_job_training_time_s_gain"),
+                share=_f(g.get("aggregation_share")),
+                floor=floor,
+                slower=slower,
+            )
         )
     return out
 
@@ -528,8 +543,13 @@ def _health(main) -> str:
     parts = []
     for scheme, st in main["schemes"].items():
         parts.append(
-            f"{scheme}: {_f(st.get('pfc_pauses'), '.0f')} PFC pauses, {_f(st.get('ecn_marks'), '.0f')} ECN marks, "
-            f"{_f(st.get('drops'), '.0f')} drops"
+            T.text(
+                T.HEALTH,
+                scheme=scheme,
+                pauses=_f(st.get("pfc_pauses"), ".0f"),
+                marks=_f(st.get("ecn_marks"), ".0f"),
+                drops=_f(st.get("drops"), ".0f"),
+            )
         )
     return "; ".join(parts)
 
@@ -548,106 +568,97 @@ def _cluster_text(sdir: Path | None) -> str:
         return ""
     jobs = sc.get("jobs", [])
     workers = sum(int(j.get("workers", 0)) for j in jobs)
-    return (
-        f"{hosts} hosts ({spec}), {len(jobs)} jobs with {workers} workers, placement "
-        f"{sc.get('placement', 'random')}, background load {sc.get('background', {}).get('load', '?')}"
+    return T.text(
+        T.CLUSTER,
+        hosts=hosts,
+        spec=spec,
+        jobs=len(jobs),
+        workers=workers,
+        placement=sc.get("placement", "random"),
+        load=sc.get("background", {}).get("load", "?"),
     )
 
 
 def _discussion(cr, main, groups, facts, shared=(), cluster: str = "", jobs=()) -> list[str]:
-    lines = ["## Where and why our numbers differ", ""]
+    lines = T.lines(T.DISCUSSION_HEAD)
     if cr:
-        o = cr["ranges"]["overall"]
-        lo_ok = abs(o["comm_ratio_min"] - ORIGINAL["comm_ratio"][0]) <= 0.05
-        hi_ok = abs(o["comm_ratio_max"] - ORIGINAL["comm_ratio"][1]) <= 0.05
-        lines += [
-            "- **Communication share.** "
-            + (
-                "Our range matches the original's at both ends within 0.05. "
-                if lo_ok and hi_ok
-                else f"Our range ({facts['ratio_min']}–{facts['ratio_max']}) differs from the original's "
-                f"({ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f}). "
-            )
-            + "The original measured compute time on its own GPUs; we use published single-GPU throughputs "
-            "(TensorFlow's P100 benchmark table and Lambda's tf_cnn_benchmarks results for V100 and A100). The "
-            "V100/A100 "
-            "throughputs were measured at larger batches than the suite's, which makes our compute times shorter and "
-            "our "
-            "ratios for those GPUs somewhat higher; A100 FP32 numbers use TF32 tensor cores. The P100 rows come from "
-            "the "
-            "suite's own batch sizes, and there our speed-up range is closest to the original's.",
-        ]
+        lines.append(_comm_share_item(cr, facts))
     if main:
         st = main["schemes"].get("panama", {})
-        byt = st.get("bytes_total_norm")
-
-        def cmp(key, target, what):
-            v = st.get(key)
-            ci = st.get(key + "_ci")
-            has_ci = st.get("n_seeds", 0) > 1 and ci and all(c is not None for c in ci)
-            ci_txt = f", 95 % CI [{ci[0]:.2f}, {ci[1]:.2f}]" if has_ci else ""
-            if v is None:
-                return f"we have no {what} value (a run did not finish)"
-            if has_ci and ci[0] <= 1.0 <= ci[1]:
-                return (
-                    f"our {what} gain ({v:.2f}x{ci_txt}) is not distinguishable from no change, "
-                    f"against the original's {target}x"
-                )
-            if v >= target * 0.9:
-                return f"our {what} gain ({v:.2f}x{ci_txt}) reaches the original's {target}x"
-            if v > 1.0:
-                return f"our {what} gain ({v:.2f}x{ci_txt}) is in the same direction but below the original's {target}x"
-            return f"our {what} gain ({v:.2f}x{ci_txt}) goes the other way (panama worse than ring)"
-
-        ina = {k: v for k, v in main["schemes"].items() if k not in ("ring", FLOOR)}
-        best = max(ina, key=lambda k: ina[k].get("short_fct_p99_us_gain") or 0.0) if ina else None
-        best_txt = (
-            f"Of the in-network schemes, `{best}` does best for short flows here (p99 gain "
-            f"{_f(ina[best].get('short_fct_p99_us_gain'))}x, mean gain "
-            f"{_f(ina[best].get('short_fct_mean_us_gain'))}x). "
-            if best
-            else ""
-        )
+        training = _compare(st, "large_job_training_time_s_gain", ORIGINAL["large_job_gain"], "training-time")
         lines += [
-            "- **Short flows.** "
-            + _cap(cmp("short_fct_p99_us_gain", ORIGINAL["short_p99_gain"], "p99 FCT"))
-            + "; "
-            + cmp("short_fct_mean_us_gain", ORIGINAL["short_mean_gain"], "mean FCT")
-            + ". "
-            f"In-network aggregation removes only the jobs' share of the traffic (panama carries {_f(byt)} of ring's "
-            "bytes here; the background flows, the same under every scheme, are the rest), and short flows gain only "
-            "from removed traffic that shared their queues. Both the ring's TCP flows and PANAMA's trees are "
-            "ECN-controlled (DCTCP-style) by design, so queues stay near the marking threshold under either; what "
-            "changes is how long the jobs keep them there. "
-            + best_txt
-            + floor_text(main)
-            + f"Per-scheme run health in the main configuration (means per seed): {_health(main)}. "
-            + (f"Our cluster: {cluster}; gradients and compute times are scaled down together. " if cluster else "")
-            + "The original states 'up to': its best case, over configurations that the part of the paper available "
-            "to us does not describe (cluster size, job mix, background load).",
-            *(["- **Load.** " + t for t in _trend(shared)]),
-            *(["- **Other settings.** " + t for t in _settings_text(shared)]),
-            "- **Large jobs.** "
-            + _cap(cmp("large_job_training_time_s_gain", ORIGINAL["large_job_gain"], "training-time"))
-            + ". "
-            "Alone on an idle network, a job's gain is bounded by its communication share (claim 1)"
-            + _job_bound(cr, jobs)
-            + "; a measured gain above that bound means ring allreduce suffers more from sharing the network with "
-            "background flows and other jobs than in-network aggregation does (its traffic is larger and crosses "
-            "more queues), a gain below it that in-network aggregation lost time to congestion control or start-up. "
-            "Our jobs run only a few iterations (simulation cost in Python), so start-up effects (slow start of the "
-            "ring's TCP flows, the first window of each tree) weigh more than in long training runs.",
-            (
-                "- **Simulator.** Ours is a packet-level Python simulator (integer picoseconds, DCTCP, PFC, ECMP, "
-                "the real "
-                "PANAMA protocol core on the PSwitches); the original used its own large-scale simulator whose "
-                "parameters we "
-                "do not know. Absolute FCTs are therefore not comparable, only ratios to ring on the same flows."
+            _short_flows_item(main, cluster),
+            *(T.text(T.LOAD_ITEM, sentence=t) for t in _trend(shared)),
+            *(T.text(T.OTHER_SETTINGS_ITEM, sentence=t) for t in _settings_text(shared)),
+            T.text(
+                T.LARGE_JOBS_ITEM,
+                verdict=_cap(training),
+                bound=_job_bound(cr, jobs),
             ),
-            (
-                "- **Schemes.** `ina-single` (one tree per job) and `ina-fixed` (several trees, fixed windows, no ECN "
-                "reaction) separate the two PANAMA mechanisms; their rows above show what each contributes here."
-            ),
+            T.SIMULATOR_ITEM,
+            T.SCHEMES_ITEM,
         ]
     lines.append("")
     return lines
+
+
+def _comm_share_item(cr, facts) -> str:
+    """Why our communication shares differ from the original's (or that they match)."""
+    o = cr["ranges"]["overall"]
+    lo_ok = abs(o["comm_ratio_min"] - ORIGINAL["comm_ratio"][0]) <= 0.05
+    hi_ok = abs(o["comm_ratio_max"] - ORIGINAL["comm_ratio"][1]) <= 0.05
+    verdict = (
+        T.COMM_SHARE_MATCHES
+        if lo_ok and hi_ok
+        else T.text(
+            T.COMM_SHARE_DIFFERS,
+            ours=f"{facts['ratio_min']}–{facts['ratio_max']}",
+            original=_range(ORIGINAL["comm_ratio"]),
+        )
+    )
+    return T.text(T.COMM_SHARE_ITEM, verdict=verdict)
+
+
+def _compare(st: Mapping[str, Any], key: str, target: float, what: str) -> str:
+    """How our gain ``key`` (with its confidence interval over seeds) compares with the original's ``target``."""
+    v = st.get(key)
+    ci = st.get(key + "_ci")
+    has_ci = st.get("n_seeds", 0) > 1 and ci and all(c is not None for c in ci)
+    ci_txt = T.text(T.GAIN_CI, lo=f"{ci[0]:.2f}", hi=f"{ci[1]:.2f}") if has_ci else ""
+    if v is None:
+        return T.text(T.GAIN_MISSING, what=what)
+    values = {"what": what, "value": f"{v:.2f}", "ci": ci_txt, "target": target}
+    if has_ci and ci[0] <= 1.0 <= ci[1]:
+        return T.text(T.GAIN_NO_CHANGE, **values)
+    if v >= target * 0.9:
+        return T.text(T.GAIN_REACHES, **values)
+    if v > 1.0:
+        return T.text(T.GAIN_BELOW, **values)
+    return T.text(T.GAIN_OTHER_WAY, **values)
+
+
+def _short_flows_item(main, cluster: str) -> str:
+    """Claim 2 in the main configuration: our short-flow gains against the original's, and why."""
+    st = main["schemes"].get("panama", {})
+    ina = {k: v for k, v in main["schemes"].items() if k not in ("ring", FLOOR)}
+    best = max(ina, key=lambda k: ina[k].get("short_fct_p99_us_gain") or 0.0) if ina else None
+    best_txt = (
+        T.text(
+            T.BEST_INA,
+            scheme=best,
+            p99=_f(ina[best].get("short_fct_p99_us_gain")),
+            mean=_f(ina[best].get("short_fct_mean_us_gain")),
+        )
+        if best
+        else ""
+    )
+    return T.text(
+        T.SHORT_FLOWS_ITEM,
+        p99_verdict=_cap(_compare(st, "short_fct_p99_us_gain", ORIGINAL["short_p99_gain"], "p99 FCT")),
+        mean_verdict=_compare(st, "short_fct_mean_us_gain", ORIGINAL["short_mean_gain"], "mean FCT"),
+        bytes=_f(st.get("bytes_total_norm")),
+        best=best_txt,
+        floor=floor_text(main),
+        health=_health(main),
+        cluster=T.text(T.OUR_CLUSTER, cluster=cluster) if cluster else "",
+    )

@@ -231,7 +231,7 @@ SCHEMES_ITEM = (
 )
 
 JOB_BOUND = Template(
-    ": $speedup for the simulated jobs' models ($models) on P100 at 10 Gbps, whose communication/computation "
+    ": ${speedup}x for the simulated jobs' models ($models) on P100 at 10 Gbps, whose communication/computation "
     "ratios the scaled jobs keep (with the large-N ring factor 2; with $workers workers a ring moves only "
     "2(N-1)/N = ${factor}x the in-network traffic, so the bound is lower)"
 )
