@@ -30,9 +30,7 @@ def _explained(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -
     starts = [sig_end + 1]
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
         starts.append(first.end_lineno + 1)
-    return any(
-        lines[i - 1].strip().startswith("# Long:") for s in starts for i in range(s, min(s + 3, len(lines) + 1))
-    )
+    return any(lines[i - 1].strip().startswith("# Long:") for s in starts for i in range(s, min(s + 3, len(lines) + 1)))
 
 
 def test_no_function_is_over_120_lines():

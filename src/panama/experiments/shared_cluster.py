@@ -41,7 +41,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -70,6 +70,9 @@ from panama.experiments.sweep import (
     run_sweep,
     write_json_atomic,
 )
+
+if TYPE_CHECKING:
+    from panama.sim.scenario import Scenario
 
 # --------------------------------------------------------------------------- one run
 
@@ -229,6 +232,20 @@ def _checked_schemes(schemes: Sequence[str], floor: bool) -> list[str]:
     return [*schemes, FLOOR] if floor else schemes
 
 
+def _prepare_output(out: Path, config: dict[str, Any], base: Scenario, command: str | None, fresh: bool) -> str:
+    """Write the run's ``config.json`` and ``scenario.toml`` into ``out`` (``fresh``: discard its
+    finished points first); returns the fingerprint that finished points must carry to be reused."""
+    fingerprint = fingerprint_of({k: v for k, v in config.items() if k not in ("axes", "schemes", "preset")})
+    if fresh:
+        for old in (out / "points").glob("*.json"):
+            old.unlink()
+    write_json_atomic(
+        out / "config.json", dict(config, fingerprint=fingerprint, command=command, code_version=code_version())
+    )
+    (out / "scenario.toml").write_text(base.to_toml())
+    return fingerprint
+
+
 def run_shared_cluster(
     out_dir: str | Path,
     *,
@@ -257,6 +274,8 @@ def run_shared_cluster(
     (:data:`FLOOR`) of every sweep point. Raises :class:`~panama.experiments.sweep.SweepError` if runs fail and
     ``ScenarioError`` (naming the key) for bad parameters.
     """
+    # Long: the signature and docstring are a third of it; the body is one sequence (check the
+    # schemes and axes, write the config, run the sweep, summarise) whose steps share the arguments.
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     from_preset = base is None
@@ -283,14 +302,7 @@ def run_shared_cluster(
         "large_flow_bytes": large_bytes,
         "scenario": base_json,
     }
-    fingerprint = fingerprint_of({k: v for k, v in config.items() if k not in ("axes", "schemes", "preset")})
-    if fresh:
-        for old in (out / "points").glob("*.json"):
-            old.unlink()
-    write_json_atomic(
-        out / "config.json", dict(config, fingerprint=fingerprint, command=command, code_version=code_version())
-    )
-    (out / "scenario.toml").write_text(base.to_toml())
+    fingerprint = _prepare_output(out, config, base, command, fresh)
     fn = functools.partial(
         run_point,
         base=base_json,
