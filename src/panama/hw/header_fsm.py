@@ -11,8 +11,10 @@ frees stale slots, shrinks the limit and asks the host to redistribute memory,
 result, re-emit for a retransmission, forward an ack) and issues the packet's beats to
 the beat pipeline (``START``, ``STREAM``; :mod:`panama.hw.beats`). One event per packet
 (``event_valid``, ``event_code``, ``event_emit``); ``busy`` while a packet is in
-flight. The helpers ``take_ack``, ``results_to``, ``partial`` and ``allocate`` are the
-core's ``_take_ack``, ``_results_to``, partial emission and slot allocation. ``dp`` is
+flight. One function builds each state (``_accept`` ... ``_stream``; DECIDE's three
+longer branches in ``_decide_result``, ``_decide_new_slot`` and ``_aggregate``); the
+helpers ``_take_ack``, ``_results_to``, ``_partial`` and ``_allocate`` are the core's
+``_take_ack``, ``_results_to``, partial emission and slot allocation. ``dp`` is
 the :class:`~panama.hw.datapath.AggregationDatapath`, ``st`` the namespace of internal
 signals it shares with its parts.
 """
