@@ -2,7 +2,9 @@
 
 Every number on the page is read from ``summary.json`` / ``demo.json`` files written by
 the experiment commands; the only numbers in this module are the original work's
-published claims (:data:`ORIGINAL`), which the page quotes for comparison.
+published claims (:data:`ORIGINAL`), which the page quotes for comparison. This module
+reads and formats the numbers; the words of the page are the templates of
+:mod:`panama.experiments.report_text`.
 """
 
 from __future__ import annotations
