@@ -121,6 +121,8 @@ def comm_ratio_cmd(
 
 
 def _shared_cluster_options(f):
+    # Long: one declarative table of the command's options, in --help order; split, it would
+    # scatter the command's interface over several places.
     options = [
         click.option(
             "--quick",

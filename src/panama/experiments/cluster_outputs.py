@@ -72,11 +72,29 @@ def plot_all(out: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, 
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     files = {}
-    head = json.dumps(summary.get("headline_params", {}), sort_keys=True)
     schemes = list(summary["schemes"])
+    _plot_fct_cdf(out / "fct_cdf.png", summary, runs, schemes)
+    files["fct_cdf"] = "fct_cdf.png"
+    _plot_normalized(out / "normalized.png", summary, schemes)
+    files["normalized"] = "normalized.png"
+    multi = [k for k, v in summary.get("axes", {}).items() if k != "seed" and len(v) > 1]
+    if multi:
+        _plot_sweep(out / "sweep.png", summary, schemes, multi)
+        files["sweep"] = "sweep.png"
+    if len(summary["groups"]) > 1 and all(g.get("aggregation_share") is not None for g in summary["groups"]):
+        plot_gain_vs_share(out / "gain_vs_share.png", summary, schemes)
+        files["gain_vs_share"] = "gain_vs_share.png"
+    return files
+
+
+def _plot_fct_cdf(
+    path: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, Any]], schemes: Sequence[str]
+) -> None:
+    """FCT CDFs per scheme of the headline group, seeds pooled: short background flows, all."""
+    import matplotlib.pyplot as plt  # plot_all chose the Agg backend
+
+    head = json.dumps(summary.get("headline_params", {}), sort_keys=True)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for scheme in schemes:
         short, allf = [], []
@@ -100,9 +118,13 @@ def plot_all(out: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "fct_cdf.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    files["fct_cdf"] = "fct_cdf.png"
+
+
+def _plot_normalized(path: Path, summary: Mapping[str, Any], schemes: Sequence[str]) -> None:
+    """Bars of the normalised metrics (:data:`PLOT_METRICS`) per scheme, with their intervals."""
+    import matplotlib.pyplot as plt  # plot_all chose the Agg backend
 
     fig, ax = plt.subplots(figsize=(10, 4))
     width = 0.8 / max(1, len(schemes))
@@ -124,42 +146,37 @@ def plot_all(out: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[str, 
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out / "normalized.png", dpi=120)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
-    files["normalized"] = "normalized.png"
 
-    multi = [k for k, v in summary.get("axes", {}).items() if k != "seed" and len(v) > 1]
-    if multi:
-        axis = multi[0]
-        others = {k: summary["axes"][k][0] for k in multi[1:]}
-        fig, axs = plt.subplots(1, 2, figsize=(11, 4))
-        for scheme in schemes:
-            pts = []
-            for g in summary["groups"]:
-                if all(g["params"].get(k) == v for k, v in others.items()):
-                    st = g["schemes"].get(scheme, {})
-                    pts.append(
-                        (g["params"][axis], st.get("short_fct_p99_us_gain"), st.get("large_job_training_time_s_gain"))
-                    )
-            pts.sort(key=lambda t: t[0])
-            for ax, idx in ((axs[0], 1), (axs[1], 2)):
-                ax.plot(
-                    [p[0] for p in pts], [p[idx] if p[idx] is not None else np.nan for p in pts], "o-", label=scheme
+
+def _plot_sweep(path: Path, summary: Mapping[str, Any], schemes: Sequence[str], multi: list[str]) -> None:
+    """Gains along the first multi-valued sweep axis (the others at their first value)."""
+    import matplotlib.pyplot as plt  # plot_all chose the Agg backend
+
+    axis = multi[0]
+    others = {k: summary["axes"][k][0] for k in multi[1:]}
+    fig, axs = plt.subplots(1, 2, figsize=(11, 4))
+    for scheme in schemes:
+        pts = []
+        for g in summary["groups"]:
+            if all(g["params"].get(k) == v for k, v in others.items()):
+                st = g["schemes"].get(scheme, {})
+                pts.append(
+                    (g["params"][axis], st.get("short_fct_p99_us_gain"), st.get("large_job_training_time_s_gain"))
                 )
-        axs[0].set_ylabel(f"short-flow p99 FCT gain vs {BASELINE}")
-        axs[1].set_ylabel(f"large-job training-time gain vs {BASELINE}")
-        for ax in axs:
-            ax.set_xlabel(axis + (f"  ({', '.join(f'{k}={v}' for k, v in others.items())})" if others else ""))
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "sweep.png", dpi=120)
-        plt.close(fig)
-        files["sweep"] = "sweep.png"
-    if len(summary["groups"]) > 1 and all(g.get("aggregation_share") is not None for g in summary["groups"]):
-        plot_gain_vs_share(out / "gain_vs_share.png", summary, schemes)
-        files["gain_vs_share"] = "gain_vs_share.png"
-    return files
+        pts.sort(key=lambda t: t[0])
+        for ax, idx in ((axs[0], 1), (axs[1], 2)):
+            ax.plot([p[0] for p in pts], [p[idx] if p[idx] is not None else np.nan for p in pts], "o-", label=scheme)
+    axs[0].set_ylabel(f"short-flow p99 FCT gain vs {BASELINE}")
+    axs[1].set_ylabel(f"large-job training-time gain vs {BASELINE}")
+    for ax in axs:
+        ax.set_xlabel(axis + (f"  ({', '.join(f'{k}={v}' for k, v in others.items())})" if others else ""))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def plot_gain_vs_share(path: Path, summary: Mapping[str, Any], schemes: Sequence[str]) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from panama.experiments.shared_cluster import run_shared_cluster
+from panama.experiments.shared_cluster import SharedClusterResult, run_shared_cluster
 from panama.experiments.sweep import write_json_atomic
 from panama.tables import format_table
 
@@ -59,77 +59,84 @@ def run_demo(
         command=command,
         floor=True,
     )
-    st = sim.summary["schemes"]["panama"]
-    ring = sim.summary["schemes"]["ring"]
-    floor = sim.summary["schemes"]["background"]
     demo: dict[str, Any] = {
         "command": command,
-        "simulation": {
-            "out_dir": str(out / "shared-cluster"),
-            "short_fct_p99_ratio": _ratio(st, "short_fct_p99_us_norm"),
-            "short_fct_mean_ratio": _ratio(st, "short_fct_mean_us_norm"),
-            "large_job_training_time_ratio": _ratio(st, "large_job_training_time_s_norm"),
-            "bytes_ratio": _ratio(st, "bytes_total_norm"),
-            "ring": {
-                k: ring.get(k)
-                for k in (
-                    "short_fct_p99_us",
-                    "short_fct_mean_us",
-                    "large_job_training_time_s",
-                    "short_flows",
-                    "bytes_total",
-                )
-            },
-            "panama": {
-                k: st.get(k)
-                for k in (
-                    "short_fct_p99_us",
-                    "short_fct_mean_us",
-                    "large_job_training_time_s",
-                    "short_flows",
-                    "bytes_total",
-                )
-            },
-            "floor": {k: floor.get(k) for k in ("short_fct_p99_us", "short_fct_mean_us", "short_flows", "bytes_total")},
-            "preset": preset,
-            "seed": seed,
-            "plots": [
-                str(out / "shared-cluster" / v)
-                for v in sim.summary.get("files", {}).values()
-                if str(v).endswith(".png")
-            ],
-        },
+        "simulation": _simulation_record(out, sim, preset, seed),
         "train": None,
     }
     if train:
-        from panama.training.run import TrainConfig
-        from panama.training.run import train as run_train
-
-        results = {}
-        for name, mode in (("panama", "panama"), ("gloo", "gloo")):
-            echo(f"[demo] 2/2 training LeNet, {workers} workers, {epochs} epochs, allreduce={mode} ...")
-            cfg = TrainConfig(workers=workers, epochs=epochs, allreduce=mode, seed=0)
-            res = run_train(cfg, on_status=lambda line: echo(f"[demo]   {line}"))
-            res.write_json(out / f"train-{name}.json")
-            results[name] = {
-                "allreduce": mode,
-                "workers": workers,
-                "epochs": epochs,
-                "dataset": res.dataset,
-                "final_test_accuracy": res.final_test_accuracy,
-                "test_accuracy_by_epoch": [e.test_accuracy for e in res.epochs],
-                "replicas_identical": res.replicas_identical,
-                "parameter_sha256": res.parameter_sha256[0],
-                "total_seconds": res.total_seconds,
-                "file": str(out / f"train-{name}.json"),
-            }
-        results["parameters_bitwise_equal"] = (
-            results["panama"]["parameter_sha256"] == results["gloo"]["parameter_sha256"]
-        )
-        demo["train"] = results
+        demo["train"] = _train_both(out, workers, epochs, echo)
     write_json_atomic(out / "demo.json", demo)
     demo["table_text"] = format_demo(demo)
     return demo
+
+
+def _simulation_record(out: Path, sim: SharedClusterResult, preset: str, seed: int) -> dict[str, Any]:
+    """``demo.json``'s ``simulation``: panama's ratios to ring, both schemes' and the floor's numbers, plots."""
+    st = sim.summary["schemes"]["panama"]
+    ring = sim.summary["schemes"]["ring"]
+    floor = sim.summary["schemes"]["background"]
+    return {
+        "out_dir": str(out / "shared-cluster"),
+        "short_fct_p99_ratio": _ratio(st, "short_fct_p99_us_norm"),
+        "short_fct_mean_ratio": _ratio(st, "short_fct_mean_us_norm"),
+        "large_job_training_time_ratio": _ratio(st, "large_job_training_time_s_norm"),
+        "bytes_ratio": _ratio(st, "bytes_total_norm"),
+        "ring": {
+            k: ring.get(k)
+            for k in (
+                "short_fct_p99_us",
+                "short_fct_mean_us",
+                "large_job_training_time_s",
+                "short_flows",
+                "bytes_total",
+            )
+        },
+        "panama": {
+            k: st.get(k)
+            for k in (
+                "short_fct_p99_us",
+                "short_fct_mean_us",
+                "large_job_training_time_s",
+                "short_flows",
+                "bytes_total",
+            )
+        },
+        "floor": {k: floor.get(k) for k in ("short_fct_p99_us", "short_fct_mean_us", "short_flows", "bytes_total")},
+        "preset": preset,
+        "seed": seed,
+        "plots": [
+            str(out / "shared-cluster" / v) for v in sim.summary.get("files", {}).values() if str(v).endswith(".png")
+        ],
+    }
+
+
+def _train_both(out: Path, workers: int, epochs: int, echo: Callable[[str], None]) -> dict[str, Any]:
+    """``demo.json``'s ``train``: LeNet trained with panama's allreduce and with DDP on gloo, and
+    whether the two end with bitwise-equal parameters."""
+    from panama.training.run import TrainConfig
+    from panama.training.run import train as run_train
+
+    results = {}
+    for name, mode in (("panama", "panama"), ("gloo", "gloo")):
+        echo(f"[demo] 2/2 training LeNet, {workers} workers, {epochs} epochs, allreduce={mode} ...")
+        cfg = TrainConfig(workers=workers, epochs=epochs, allreduce=mode, seed=0)
+        res = run_train(cfg, on_status=lambda line: echo(f"[demo]   {line}"))
+        res.write_json(out / f"train-{name}.json")
+        results[name] = {
+            "allreduce": mode,
+            "workers": workers,
+            "epochs": epochs,
+            "dataset": res.dataset,
+            "final_test_accuracy": res.final_test_accuracy,
+            "test_accuracy_by_epoch": [e.test_accuracy for e in res.epochs],
+            "replicas_identical": res.replicas_identical,
+            "parameter_sha256": res.parameter_sha256[0],
+            "total_seconds": res.total_seconds,
+            "file": str(out / f"train-{name}.json"),
+        }
+    results["parameters_bitwise_equal"] = results["panama"]["parameter_sha256"] == results["gloo"]["parameter_sha256"]
+    return results
 
 
 def _fmt(v: Any, spec: str) -> str:

@@ -2,7 +2,9 @@
 
 Every number on the page is read from ``summary.json`` / ``demo.json`` files written by
 the experiment commands; the only numbers in this module are the original work's
-published claims (:data:`ORIGINAL`), which the page quotes for comparison.
+published claims (:data:`ORIGINAL`), which the page quotes for comparison. This module
+reads and formats the numbers; the words of the page are the templates of
+:mod:`panama.experiments.report_text`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from panama.core.errors import FieldError
+from panama.experiments import report_text as T
 from panama.experiments.report_regimes import floor_text, regimes_section
 from panama.experiments.report_regimes import fmt_number as _f
 from panama.experiments.schemes import FLOOR
@@ -74,50 +77,33 @@ def _cmd(summary: Mapping[str, Any], fallback: str) -> str:
 
 def _comm_section(cr: Mapping[str, Any], cr_dir: Path) -> tuple[list[str], dict[str, str]]:
     ranges = cr["ranges"]
-    lines = [
-        "## Claim 1 — the communication share bounds a single job's speed-up",
-        "",
-        "Original: across five image-classification models on P100/V100/A100 GPUs with 10/40/100 Gbps links,",
-        (
-            f"communication takes {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} of the iteration "
-            f"time, "
-            "so in-network aggregation (which halves the traffic of ring allreduce) can speed a single job up by only "
-            f"{ORIGINAL['speedup']['P100'][0]:.2f}–{ORIGINAL['speedup']['P100'][1]:.2f}x on P100/10 Gbps and "
-            f"{ORIGINAL['speedup']['A100'][0]:.2f}–{ORIGINAL['speedup']['A100'][1]:.2f}x on A100/100 Gbps "
-            "(no compute/communication overlap)."
-        ),
-        "",
-        (
-            f"Command: `panama experiment comm-ratio --out {cr_dir}` (input: `{Path(cr['config']['models']).name}`, "
-            f"ring factor {cr['config']['ring_factor']:g}). Analytic bound: speed-up = 1 / (1 - ratio x (1 - 1/f)) "
-            f"with "
-            "f the ring/INA traffic factor."
-        ),
-        "",
-        "| GPU @ link | ratio (ours) | speed-up (ours) | speed-up (original) |",
-        "|---|---|---|---|",
-    ]
+    lines = T.lines(
+        T.COMM_INTRO,
+        ratio=_range(ORIGINAL["comm_ratio"]),
+        p100=_range(ORIGINAL["speedup"]["P100"]),
+        a100=_range(ORIGINAL["speedup"]["A100"]),
+        out=cr_dir,
+        models=Path(cr["config"]["models"]).name,
+        ring_factor=f"{cr['config']['ring_factor']:g}",
+    )
     for name, r in ranges["by_gpu"].items():
         gpu = name.split("@")[0]
         orig = ORIGINAL["speedup"].get(gpu)
         lines.append(
             f"| {name} | {r['comm_ratio_min']:.2f}–{r['comm_ratio_max']:.2f} | "
             f"{r['speedup_min']:.2f}–{r['speedup_max']:.2f} | "
-            f"{f'{orig[0]:.2f}–{orig[1]:.2f}' if orig else 'not stated'} |"
+            f"{_range(orig) if orig else T.COMM_NOT_STATED} |"
         )
     o = ranges["overall"]
-    lines += [
-        (
-            f"| all | {o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f} | "
-            f"{o['speedup_min']:.2f}–{o['speedup_max']:.2f} | "
-            f"ratio {ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} |"
-        ),
-        "",
-        "<details><summary>Per model</summary>",
-        "",
-        "| model | GPU | link Gbps | gradient MB | compute ms | ring ms | INA ms | ratio | speed-up | source |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines.append(
+        T.text(
+            T.COMM_ALL_ROW,
+            ratio=f"{o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f}",
+            speedup=f"{o['speedup_min']:.2f}–{o['speedup_max']:.2f}",
+            original=_range(ORIGINAL["comm_ratio"]),
+        )
+    )
+    lines += T.lines(T.COMM_PER_MODEL_HEAD)
     for r in cr["rows"]:
         lines.append(
             f"| {r['model']} | {r['gpu']} | {r['link_gbps']:g} | {r['gradient_bytes'] / 1e6:.1f} | "
@@ -125,15 +111,21 @@ def _comm_section(cr: Mapping[str, Any], cr_dir: Path) -> tuple[list[str], dict[
             f"{r['ring_comm_s'] * 1e3:.1f} | {r['ina_comm_s'] * 1e3:.1f} | {r['comm_ratio']:.2f} | "
             f"{r['speedup_ina_no_overlap']:.2f} | {r['source']} |"
         )
-    lines += ["", "Sources: " + "; ".join(f"[{k}] {v}" for k, v in cr.get("sources", {}).items()), "", "</details>", ""]
+    sources = "; ".join(f"[{k}] {v}" for k, v in cr.get("sources", {}).items())
+    lines += T.lines(T.COMM_PER_MODEL_FOOT, sources=sources)
     if (cr_dir / "comm_ratio.png").is_file():
-        lines += [f"Plot: `{cr_dir / 'comm_ratio.png'}`.", ""]
+        lines += [T.text(T.PLOT, path=cr_dir / "comm_ratio.png"), ""]
     facts = {
         "p100_max": _f(ranges["by_gpu"].get("P100@10Gbps", {}).get("speedup_max")),
         "ratio_min": _f(o["comm_ratio_min"]),
         "ratio_max": _f(o["comm_ratio_max"]),
     }
     return lines, facts
+
+
+def _range(pair: Sequence[float]) -> str:
+    """``lo–hi`` of one of the original's ranges."""
+    return f"{pair[0]:.2f}–{pair[1]:.2f}"
 
 
 def _group_label(g: Mapping[str, Any]) -> str:
@@ -143,94 +135,62 @@ def _group_label(g: Mapping[str, Any]) -> str:
 
 def _shared_section(sc: Mapping[str, Any], sdir: Path, title: str) -> list[str]:
     cfg = sc.get("config", {})
-    cmd = _cmd(sc, f"panama experiment shared-cluster --out {sdir}")
-    lines = [
-        f"### {title}",
-        "",
-        f"Command: `{cmd}`  ",
-        (
-            f"Output: `{sdir}` (preset `{cfg.get('preset')}`, scenario `{sdir / 'scenario.toml'}`, in-network "
-            f"threshold "
-            f"{_f(cfg.get('threshold_bytes', 0) / 1e6, '.3g')} MB = 40 MB x the gradient scale)."
-        ),
-        "",
-        (
-            'Gains are ring / scheme (higher is better; the original\'s "x better"), per seed, then the geometric '
-            "mean [95 % t confidence interval of the log gains over seeds]; pooled p99 gains have a bootstrap "
-            "interval in the summary. `background` is the floor: the same flows without any job."
-        ),
-        "",
-    ]
+    lines = T.lines(
+        T.SHARED_HEAD,
+        title=title,
+        command=_cmd(sc, f"panama experiment shared-cluster --out {sdir}"),
+        out=sdir,
+        preset=cfg.get("preset"),
+        scenario=sdir / "scenario.toml",
+        threshold=_f(cfg.get("threshold_bytes", 0) / 1e6, ".3g"),
+    )
     for g in sc["groups"]:
-        lines += [
-            f"**{_group_label(g)}**",
-            "",
-            (
-                "| scheme | short FCT mean µs | short FCT p99 µs | p99 gain | pooled p99 gain | mean gain | "
-                "large-flow FCT gain | large-job training s | training gain | network bytes (x ring) |"
-            ),
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for scheme, st in g["schemes"].items():
-            lines.append(
-                f"| {scheme} | {_f(st.get('short_fct_mean_us'), '.1f')} | {_f(st.get('short_fct_p99_us'), '.1f')} | "
-                f"{_ci(st, 'short_fct_p99_us_gain')} | {_f(st.get('short_fct_p99_pooled_us_gain'))} | "
-                f"{_ci(st, 'short_fct_mean_us_gain')} | "
-                f"{_ci(st, 'large_flow_fct_mean_us_gain')} | {_f(st.get('large_job_training_time_s'), '.4f')} | "
-                f"{_ci(st, 'large_job_training_time_s_gain')} | {_ci(st, 'bytes_total_norm')} |"
-            )
-        n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
-        lines += [
-            "",
-            (
-                f"Short flows (< 100 KB) per scheme, all seeds together: {n_short}. With about "
-                f"{_f((n_short or 0) / max(1, len(g['seeds'])), '.0f')} per seed, a per-seed p99 is close to the "
-                "largest value; the pooled p99 uses every seed's short flows at once."
-            ),
-        ]
-        tiers = sorted(
-            {
-                k[len("bytes_") : -len("_norm")]
-                for st in g["schemes"].values()
-                for k in st
-                if k.startswith("bytes_") and k.endswith("_norm") and k != "bytes_total_norm"
-            }
-        )
-        if tiers:
-            lines += [
-                "",
-                "Bytes per tier, as a fraction of ring's:",
-                "",
-                "| scheme | " + " | ".join(tiers) + " |",
-                "|---|" + "---|" * len(tiers),
-            ]
-            for scheme, st in g["schemes"].items():
-                lines.append(f"| {scheme} | " + " | ".join(_ci(st, f"bytes_{t}_norm") for t in tiers) + " |")
-        unfinished = [
-            f"{s}: {st.get('unfinished_flows')}" for s, st in g["schemes"].items() if st.get("unfinished_flows")
-        ]
-        if unfinished:
-            lines += [
-                "",
-                "Background flows unfinished at the time limit (mean per seed, excluded from FCTs): "
-                + ", ".join(unfinished)
-                + ".",
-            ]
-        lines.append("")
+        lines += _group_tables(g)
     files = sc.get("files", {})
     plots = [f"`{sdir / v}`" for k, v in files.items() if str(v).endswith(".png")]
     if plots:
-        lines += ["Plots: " + ", ".join(plots) + ".", ""]
+        lines += [T.text(T.PLOTS, plots=", ".join(plots)), ""]
     c = sc.get("consistency", {})
-    lines += [
-        "Same flows and job placement under every scheme: "
-        + (
-            "yes (digests of flows and placement agree for every seed)."
-            if c.get("same_flows_and_placement")
-            else "NO — " + "; ".join(c.get("mismatches", []))
-        ),
-        "",
-    ]
+    verdict = (
+        T.SAME_FLOWS_YES
+        if c.get("same_flows_and_placement")
+        else T.text(T.SAME_FLOWS_NO, mismatches="; ".join(c.get("mismatches", [])))
+    )
+    return [*lines, T.text(T.SAME_FLOWS, verdict=verdict), ""]
+
+
+def _group_tables(g: Mapping[str, Any]) -> list[str]:
+    """One sweep group of a shared-cluster output: the gains table, the short flows behind
+    its p99s, bytes per tier and unfinished flows."""
+    lines = T.lines(T.GROUP_HEAD, label=_group_label(g))
+    for scheme, st in g["schemes"].items():
+        lines.append(
+            f"| {scheme} | {_f(st.get('short_fct_mean_us'), '.1f')} | {_f(st.get('short_fct_p99_us'), '.1f')} | "
+            f"{_ci(st, 'short_fct_p99_us_gain')} | {_f(st.get('short_fct_p99_pooled_us_gain'))} | "
+            f"{_ci(st, 'short_fct_mean_us_gain')} | "
+            f"{_ci(st, 'large_flow_fct_mean_us_gain')} | {_f(st.get('large_job_training_time_s'), '.4f')} | "
+            f"{_ci(st, 'large_job_training_time_s_gain')} | {_ci(st, 'bytes_total_norm')} |"
+        )
+    n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
+    per_seed = _f((n_short or 0) / max(1, len(g["seeds"])), ".0f")
+    lines += T.lines(T.SHORT_FLOWS_POOLED, pooled=n_short, per_seed=per_seed)
+    tiers = sorted(
+        {
+            k[len("bytes_") : -len("_norm")]
+            for st in g["schemes"].values()
+            for k in st
+            if k.startswith("bytes_") and k.endswith("_norm") and k != "bytes_total_norm"
+        }
+    )
+    if tiers:
+        lines += T.lines(T.TIERS_HEAD)
+        lines += ["| scheme | " + " | ".join(tiers) + " |", "|---|" + "---|" * len(tiers)]
+        for scheme, st in g["schemes"].items():
+            lines.append(f"| {scheme} | " + " | ".join(_ci(st, f"bytes_{t}_norm") for t in tiers) + " |")
+    unfinished = [f"{s}: {st.get('unfinished_flows')}" for s, st in g["schemes"].items() if st.get("unfinished_flows")]
+    if unfinished:
+        lines += T.lines(T.UNFINISHED, flows=", ".join(unfinished))
+    lines.append("")
     return lines
 
 
@@ -260,133 +220,146 @@ def write_report(
     if cr is None and not shared:
         raise ReportError("--comm-ratio", "nothing to report: give at least one output directory")
 
-    lines = [
-        "# Results: reproducing the claims of PANAMA",
-        "",
-        "<!-- generated file: do not edit by hand; rerun the command below -->",
-        f"Generated by `{command or 'panama experiment report'}` on "
-        f"{_dt.datetime.now(_dt.UTC).strftime('%Y-%m-%d %H:%M UTC')} at commit `{_git_rev()}`, from "
-        + ", ".join(
-            f"`{p}`"
-            for p in ([cr_dir] if cr_dir else []) + [d for d, _ in shared] + ([Path(demo_dir)] if demo_dir else [])
-        )
-        + ". Every number below is read from those outputs. How the experiments work: "
-        "[experiments.md](experiments.md).",
-        "",
-    ]
-
-    # ---------------------------------------------------------------- headline table
+    sources = ([cr_dir] if cr_dir else []) + [d for d, _ in shared] + ([Path(demo_dir)] if demo_dir else [])
+    lines = T.lines(
+        T.HEADER,
+        command=command or "panama experiment report",
+        when=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        rev=_git_rev(),
+        sources=", ".join(f"`{p}`" for p in sources),
+    )
     main_dir, main = shared[0] if shared else (None, None)
     all_groups = [g for _, s in shared for g in s["groups"]]
-    lines += ["## Summary", "", "| claim | original | ours | reproduced by |", "|---|---|---|---|"]
-    if cr:
-        o = cr["ranges"]["overall"]
-        lines.append(
-            f"| communication share of an iteration | "
-            f"{ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f} | "
-            f"{o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f} | `panama experiment comm-ratio` |"
-        )
-        for gpu, (lo, hi) in ORIGINAL["speedup"].items():
-            r = next((v for k, v in cr["ranges"]["by_gpu"].items() if k.startswith(gpu + "@")), None)
-            if r:
-                lines.append(
-                    f"| single-job INA speed-up bound, {gpu} | {lo:.2f}–{hi:.2f}x | "
-                    f"{r['speedup_min']:.2f}–{r['speedup_max']:.2f}x | `panama experiment comm-ratio` |"
-                )
-    if main:
-        st = main["schemes"].get("panama", {})
-        hp = ", ".join(f"{k}={v}" for k, v in main.get("headline_params", {}).items()) or "defaults"
-        seeds = ", ".join(map(str, main.get("headline_seeds", [])))
-        where = f"{main_dir.name}, {hp}, seeds {seeds}"
-        bp99, _gp99 = _best(all_groups, "panama", "short_fct_p99_us_gain")
-        btr, _gtr = _best(all_groups, "panama", "large_job_training_time_s_gain")
-        lines += [
-            (
-                f"| short-flow p99 FCT, panama vs ring | up to {ORIGINAL['short_p99_gain']}x better | "
-                f"{_ci(st, 'short_fct_p99_us_gain')}x ({where}; pooled over seeds "
-                f"{_f(st.get('short_fct_p99_pooled_us_gain'))}x); "
-                f"best group {_f(bp99)}x | "
-                f"`{_cmd(main, 'panama experiment shared-cluster')}` |"
-            ),
-            (
-                f"| short-flow mean FCT, panama vs ring | about {ORIGINAL['short_mean_gain']:.0f}x better | "
-                f"{_ci(st, 'short_fct_mean_us_gain')}x ({where}) | same |"
-            ),
-            (
-                f"| large-job training time, panama vs ring | up to {ORIGINAL['large_job_gain']}x faster | "
-                f"{_ci(st, 'large_job_training_time_s_gain')}x ({where}); best group {_f(btr)}x | same |"
-            ),
-            f"| network bytes, panama vs ring | (less traffic: the motivation) | {_ci(st, 'bytes_total_norm')} of "
-            f"ring's | same |",
-        ]
-    if demo and demo.get("train"):
-        t = demo["train"]
-        other = t.get("gloo") or t.get("reference")  # demo.json before 2026-11-26: an in-process sum
-        lines.append(
-            f"| accuracy unaffected by in-network float32 aggregation | no loss of accuracy | test accuracy "
-            f"{_f(t['panama']['final_test_accuracy'], '.4f')} (panama) vs "
-            f"{_f(other['final_test_accuracy'], '.4f')} "
-            + (
-                f"(DDP on gloo), parameters bitwise equal: {t.get('parameters_bitwise_equal')}"
-                if "gloo" in t
-                else f"(in-process sum), replicas identical: {t['panama']['replicas_identical']}"
-            )
-            + " | `panama demo` |"
-        )
-    lines.append("")
+    lines += _summary(cr, main_dir, main, all_groups, demo)
     lines += regimes_section(shared)
-
     facts: dict[str, str] = {}
     if cr:
         sec, facts = _comm_section(cr, cr_dir)
         lines += sec
     if shared:
-        lines += [
-            "## Claims 2 and 3 — a shared cluster: short flows and large jobs",
-            "",
-            (
-                "Original: with PANAMA, the 99th-percentile completion time of latency-sensitive short flows is up to "
-                f"{ORIGINAL['short_p99_gain']}x better (about {ORIGINAL['short_mean_gain']:.0f}x on average) than with "
-                f"host-based allreduce, and large jobs train up to {ORIGINAL['large_job_gain']}x faster."
-            ),
-            "",
-        ]
-        main_scenario = _scenario_of(shared[0][0])
-        for i, (d, s) in enumerate(shared):
-            diffs = _variant(main_scenario, d, s) if i else None
-            title = (
-                "Main configuration"
-                if i == 0
-                else f"Sweep: {', '.join(k for k, v in s['axes'].items() if len(v) > 1) or d.name}"
-                + (f" ({', '.join(diffs)})" if diffs else "")
-            )
-            lines += _shared_section(s, d, title)
+        lines += _shared_sections(shared)
     if demo and demo.get("train"):
-        t = demo["train"]
-        lines += [
-            "## Claim 4 — float32 in-network aggregation keeps accuracy",
-            "",
-            f"Command: `{demo.get('command') or 'panama demo'}` (output `{demo_dir}`).",
-            "",
-            "| run | allreduce | workers | epochs | final test accuracy | replicas identical | wall s |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for name in (n for n in ("panama", "gloo", "reference") if n in t):
-            r = t[name]
-            lines.append(
-                f"| {name} | {r['allreduce']} | {r['workers']} | {r['epochs']} | "
-                f"{_f(r['final_test_accuracy'], '.4f')} | "
-                f"{r['replicas_identical']} | {_f(r['total_seconds'], '.1f')} |"
-            )
-        if "parameters_bitwise_equal" in t:
-            lines += ["", f"Parameters of panama and DDP on gloo bitwise equal: {t['parameters_bitwise_equal']}."]
-        lines.append("")
-
+        lines += _demo_section(demo, demo_dir)
     jobs = _run_jobs(main_dir, ((main or {}).get("config") or {}).get("preset"))
     lines += _discussion(cr, main, all_groups, facts, shared, _cluster_text(main_dir), jobs)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines).rstrip() + "\n")
     return out
+
+
+def _summary(cr, main_dir: Path | None, main, all_groups, demo) -> list[str]:
+    """The headline table: each claim of the original beside ours and the command behind it."""
+    lines = T.lines(T.SUMMARY_HEAD)
+    if cr:
+        o = cr["ranges"]["overall"]
+        lines.append(
+            T.text(
+                T.SUMMARY_COMM_SHARE,
+                original=_range(ORIGINAL["comm_ratio"]),
+                ours=f"{o['comm_ratio_min']:.2f}–{o['comm_ratio_max']:.2f}",
+            )
+        )
+        for gpu, (lo, hi) in ORIGINAL["speedup"].items():
+            r = next((v for k, v in cr["ranges"]["by_gpu"].items() if k.startswith(gpu + "@")), None)
+            if r:
+                ours = f"{r['speedup_min']:.2f}–{r['speedup_max']:.2f}"
+                lines.append(T.text(T.SUMMARY_SPEEDUP, gpu=gpu, original=f"{lo:.2f}–{hi:.2f}", ours=ours))
+    if main:
+        lines += _summary_shared(main_dir, main, all_groups)
+    if demo and demo.get("train"):
+        t = demo["train"]
+        other = t.get("gloo") or t.get("reference")  # demo.json before 2026-11-26: an in-process sum
+        comparison = (
+            T.text(T.ACCURACY_GLOO, equal=t.get("parameters_bitwise_equal"))
+            if "gloo" in t
+            else T.text(T.ACCURACY_IN_PROCESS, identical=t["panama"]["replicas_identical"])
+        )
+        lines.append(
+            T.text(
+                T.SUMMARY_ACCURACY,
+                panama=_f(t["panama"]["final_test_accuracy"], ".4f"),
+                other=_f(other["final_test_accuracy"], ".4f"),
+                comparison=comparison,
+            )
+        )
+    lines.append("")
+    return lines
+
+
+def _summary_shared(main_dir: Path, main, all_groups) -> list[str]:
+    """The headline rows of the main shared-cluster output (claims 2 and 3, network bytes)."""
+    st = main["schemes"].get("panama", {})
+    hp = ", ".join(f"{k}={v}" for k, v in main.get("headline_params", {}).items()) or "defaults"
+    seeds = ", ".join(map(str, main.get("headline_seeds", [])))
+    where = f"{main_dir.name}, {hp}, seeds {seeds}"
+    bp99, _gp99 = _best(all_groups, "panama", "short_fct_p99_us_gain")
+    btr, _gtr = _best(all_groups, "panama", "large_job_training_time_s_gain")
+    return [
+        T.text(
+            T.SUMMARY_SHORT_P99,
+            original=ORIGINAL["short_p99_gain"],
+            gain=_ci(st, "short_fct_p99_us_gain"),
+            where=where,
+            pooled=_f(st.get("short_fct_p99_pooled_us_gain")),
+            best=_f(bp99),
+            command=_cmd(main, "panama experiment shared-cluster"),
+        ),
+        T.text(
+            T.SUMMARY_SHORT_MEAN,
+            original=f"{ORIGINAL['short_mean_gain']:.0f}",
+            gain=_ci(st, "short_fct_mean_us_gain"),
+            where=where,
+        ),
+        T.text(
+            T.SUMMARY_TRAINING,
+            original=ORIGINAL["large_job_gain"],
+            gain=_ci(st, "large_job_training_time_s_gain"),
+            where=where,
+            best=_f(btr),
+        ),
+        T.text(T.SUMMARY_BYTES, share=_ci(st, "bytes_total_norm")),
+    ]
+
+
+def _shared_sections(shared) -> list[str]:
+    """Claims 2 and 3: the main configuration, then every other output titled by what it varies."""
+    lines = T.lines(
+        T.SHARED_INTRO,
+        p99=ORIGINAL["short_p99_gain"],
+        mean=f"{ORIGINAL['short_mean_gain']:.0f}",
+        training=ORIGINAL["large_job_gain"],
+    )
+    main_scenario = _scenario_of(shared[0][0])
+    for i, (d, s) in enumerate(shared):
+        diffs = _variant(main_scenario, d, s) if i else None
+        title = (
+            T.MAIN_CONFIGURATION
+            if i == 0
+            else T.text(
+                T.SWEEP_TITLE,
+                axes=(", ".join(k for k, v in s["axes"].items() if len(v) > 1) or d.name)
+                + (f" ({', '.join(diffs)})" if diffs else ""),
+            )
+        )
+        lines += _shared_section(s, d, title)
+    return lines
+
+
+def _demo_section(demo, demo_dir) -> list[str]:
+    """Claim 4: the demo's training runs."""
+    t = demo["train"]
+    lines = T.lines(T.DEMO_HEAD, command=demo.get("command") or "panama demo", out=demo_dir)
+    for name in (n for n in ("panama", "gloo", "reference") if n in t):
+        r = t[name]
+        lines.append(
+            f"| {name} | {r['allreduce']} | {r['workers']} | {r['epochs']} | "
+            f"{_f(r['final_test_accuracy'], '.4f')} | "
+            f"{r['replicas_identical']} | {_f(r['total_seconds'], '.1f')} |"
+        )
+    if "parameters_bitwise_equal" in t:
+        lines += T.lines(T.DEMO_BITWISE, equal=t["parameters_bitwise_equal"])
+    lines.append("")
+    return lines
 
 
 def _cap(text: str) -> str:
@@ -430,13 +403,12 @@ def _job_bound(cr, jobs: list[tuple[str, int]]) -> str:
     lo = min(r["speedup_ina_no_overlap"] for r in rows)
     hi = max(r["speedup_ina_no_overlap"] for r in rows)
     workers = sorted({w for m, w in jobs if m in {r["model"] for r in rows}})
-    return (
-        f": {lo:.2f}–{hi:.2f}x for the simulated jobs' models ({', '.join(sorted(models))}) on P100 at 10 Gbps, "
-        "whose communication/computation ratios the scaled jobs keep (with the large-N ring factor 2; with "
-        f"{_span(workers[0], workers[-1], 'd')} workers a ring moves only 2(N-1)/N = "
-        f"{_span(2 * (workers[0] - 1) / workers[0], 2 * (workers[-1] - 1) / workers[-1], '.2f')}x the in-network "
-        "traffic, "
-        "so the bound is lower)"
+    return T.text(
+        T.JOB_BOUND,
+        speedup=f"{lo:.2f}–{hi:.2f}",
+        models=", ".join(sorted(models)),
+        workers=_span(workers[0], workers[-1], "d"),
+        factor=_span(2 * (workers[0] - 1) / workers[0], 2 * (workers[-1] - 1) / workers[-1], ".2f"),
     )
 
 
@@ -451,19 +423,28 @@ def _trend(shared) -> list[str]:
                 st = g["schemes"].get("panama", {})
                 fl = g["schemes"].get(FLOOR)
                 floor = (
-                    f" (aggregation share {_f(g.get('aggregation_share'))}; the floor's mean gain "
-                    f"{_f(fl.get('short_fct_mean_us_gain'))}x, pooled p99 "
-                    f"{_f(fl.get('short_fct_p99_pooled_us_gain'))}x)"
+                    T.text(
+                        T.TREND_FLOOR,
+                        share=_f(g.get("aggregation_share")),
+                        mean=_f(fl.get("short_fct_mean_us_gain")),
+                        pooled=_f(fl.get("short_fct_p99_pooled_us_gain")),
+                    )
                     if fl
                     else ""
                 )
                 parts.append(
-                    f"{axis}={g['params'].get(axis)}: p99 {_f(st.get('short_fct_p99_us_gain'))}x "
-                    f"(pooled {_f(st.get('short_fct_p99_pooled_us_gain'))}x), mean "
-                    f"{_f(st.get('short_fct_mean_us_gain'))}x, "
-                    f"training {_f(st.get('large_job_training_time_s_gain'))}x{floor}"
+                    T.text(
+                        T.TREND_POINT,
+                        axis=axis,
+                        value=g["params"].get(axis),
+                        p99=_f(st.get("short_fct_p99_us_gain")),
+                        pooled=_f(st.get("short_fct_p99_pooled_us_gain")),
+                        mean=_f(st.get("short_fct_mean_us_gain")),
+                        training=_f(st.get("large_job_training_time_s_gain")),
+                        floor=floor,
+                    )
                 )
-            out.append(f"Along `{axis}` (`{d}`), panama's gains over ring are: " + "; ".join(parts) + ".")
+            out.append(T.text(T.TREND, axis=axis, out=d, points="; ".join(parts)))
     return out
 
 
@@ -532,23 +513,30 @@ def _settings_text(shared) -> list[str]:
         st = g["schemes"].get("panama", {})
         fl = g["schemes"].get(FLOOR)
         floor = (
-            f"; the floor's pooled p99 gain {_f(fl.get('short_fct_p99_pooled_us_gain'))}x, mean "
-            f"{_f(fl.get('short_fct_mean_us_gain'))}x"
+            T.text(
+                T.SETTINGS_FLOOR,
+                pooled=_f(fl.get("short_fct_p99_pooled_us_gain")),
+                mean=_f(fl.get("short_fct_mean_us_gain")),
+            )
             if fl
             else ""
         )
         ci = st.get("large_job_training_time_s_gain_ci") or (None, None)
-        slower = (
-            " Panama trains the large jobs slower than ring here; docs/experiments.md explains this configuration."
-            if ci[1] is not None and ci[1] < 1.0
-            else ""
-        )
+        slower = T.SETTINGS_SLOWER if ci[1] is not None and ci[1] < 1.0 else ""
         out.append(
-            f"With `{', '.join(diffs)}` (`{d}`, seeds {', '.join(map(str, g.get('seeds', [])))}), panama's gains over "
-            f"ring are: p99 {_ci(st, 'short_fct_p99_us_gain')}x "
-            f"(pooled {_f(st.get('short_fct_p99_pooled_us_gain'))}x), "
-            f"mean {_ci(st, 'short_fct_mean_us_gain')}x, training {_ci(st, 'large_job_training_time_s_gain')}x "
-            f"(aggregation share {_f(g.get('aggregation_share'))}{floor}).{slower}"
+            T.text(
+                T.SETTINGS,
+                settings=", ".join(diffs),
+                out=d,
+                seeds=", ".join(map(str, g.get("seeds", []))),
+                p99=_ci(st, "short_fct_p99_us_gain"),
+                pooled=_f(st.get("short_fct_p99_pooled_us_gain")),
+                mean=_ci(st, "short_fct_mean_us_gain"),
+                training=_ci(st, "large_job_training_time_s_gain"),
+                share=_f(g.get("aggregation_share")),
+                floor=floor,
+                slower=slower,
+            )
         )
     return out
 
@@ -557,8 +545,13 @@ def _health(main) -> str:
     parts = []
     for scheme, st in main["schemes"].items():
         parts.append(
-            f"{scheme}: {_f(st.get('pfc_pauses'), '.0f')} PFC pauses, {_f(st.get('ecn_marks'), '.0f')} ECN marks, "
-            f"{_f(st.get('drops'), '.0f')} drops"
+            T.text(
+                T.HEALTH,
+                scheme=scheme,
+                pauses=_f(st.get("pfc_pauses"), ".0f"),
+                marks=_f(st.get("ecn_marks"), ".0f"),
+                drops=_f(st.get("drops"), ".0f"),
+            )
         )
     return "; ".join(parts)
 
@@ -577,106 +570,97 @@ def _cluster_text(sdir: Path | None) -> str:
         return ""
     jobs = sc.get("jobs", [])
     workers = sum(int(j.get("workers", 0)) for j in jobs)
-    return (
-        f"{hosts} hosts ({spec}), {len(jobs)} jobs with {workers} workers, placement "
-        f"{sc.get('placement', 'random')}, background load {sc.get('background', {}).get('load', '?')}"
+    return T.text(
+        T.CLUSTER,
+        hosts=hosts,
+        spec=spec,
+        jobs=len(jobs),
+        workers=workers,
+        placement=sc.get("placement", "random"),
+        load=sc.get("background", {}).get("load", "?"),
     )
 
 
 def _discussion(cr, main, groups, facts, shared=(), cluster: str = "", jobs=()) -> list[str]:
-    lines = ["## Where and why our numbers differ", ""]
+    lines = T.lines(T.DISCUSSION_HEAD)
     if cr:
-        o = cr["ranges"]["overall"]
-        lo_ok = abs(o["comm_ratio_min"] - ORIGINAL["comm_ratio"][0]) <= 0.05
-        hi_ok = abs(o["comm_ratio_max"] - ORIGINAL["comm_ratio"][1]) <= 0.05
-        lines += [
-            "- **Communication share.** "
-            + (
-                "Our range matches the original's at both ends within 0.05. "
-                if lo_ok and hi_ok
-                else f"Our range ({facts['ratio_min']}–{facts['ratio_max']}) differs from the original's "
-                f"({ORIGINAL['comm_ratio'][0]:.2f}–{ORIGINAL['comm_ratio'][1]:.2f}). "
-            )
-            + "The original measured compute time on its own GPUs; we use published single-GPU throughputs "
-            "(TensorFlow's P100 benchmark table and Lambda's tf_cnn_benchmarks results for V100 and A100). The "
-            "V100/A100 "
-            "throughputs were measured at larger batches than the suite's, which makes our compute times shorter and "
-            "our "
-            "ratios for those GPUs somewhat higher; A100 FP32 numbers use TF32 tensor cores. The P100 rows come from "
-            "the "
-            "suite's own batch sizes, and there our speed-up range is closest to the original's.",
-        ]
+        lines.append(_comm_share_item(cr, facts))
     if main:
         st = main["schemes"].get("panama", {})
-        byt = st.get("bytes_total_norm")
-
-        def cmp(key, target, what):
-            v = st.get(key)
-            ci = st.get(key + "_ci")
-            has_ci = st.get("n_seeds", 0) > 1 and ci and all(c is not None for c in ci)
-            ci_txt = f", 95 % CI [{ci[0]:.2f}, {ci[1]:.2f}]" if has_ci else ""
-            if v is None:
-                return f"we have no {what} value (a run did not finish)"
-            if has_ci and ci[0] <= 1.0 <= ci[1]:
-                return (
-                    f"our {what} gain ({v:.2f}x{ci_txt}) is not distinguishable from no change, "
-                    f"against the original's {target}x"
-                )
-            if v >= target * 0.9:
-                return f"our {what} gain ({v:.2f}x{ci_txt}) reaches the original's {target}x"
-            if v > 1.0:
-                return f"our {what} gain ({v:.2f}x{ci_txt}) is in the same direction but below the original's {target}x"
-            return f"our {what} gain ({v:.2f}x{ci_txt}) goes the other way (panama worse than ring)"
-
-        ina = {k: v for k, v in main["schemes"].items() if k not in ("ring", FLOOR)}
-        best = max(ina, key=lambda k: ina[k].get("short_fct_p99_us_gain") or 0.0) if ina else None
-        best_txt = (
-            f"Of the in-network schemes, `{best}` does best for short flows here (p99 gain "
-            f"{_f(ina[best].get('short_fct_p99_us_gain'))}x, mean gain "
-            f"{_f(ina[best].get('short_fct_mean_us_gain'))}x). "
-            if best
-            else ""
-        )
+        training = _compare(st, "large_job_training_time_s_gain", ORIGINAL["large_job_gain"], "training-time")
         lines += [
-            "- **Short flows.** "
-            + _cap(cmp("short_fct_p99_us_gain", ORIGINAL["short_p99_gain"], "p99 FCT"))
-            + "; "
-            + cmp("short_fct_mean_us_gain", ORIGINAL["short_mean_gain"], "mean FCT")
-            + ". "
-            f"In-network aggregation removes only the jobs' share of the traffic (panama carries {_f(byt)} of ring's "
-            "bytes here; the background flows, the same under every scheme, are the rest), and short flows gain only "
-            "from removed traffic that shared their queues. Both the ring's TCP flows and PANAMA's trees are "
-            "ECN-controlled (DCTCP-style) by design, so queues stay near the marking threshold under either; what "
-            "changes is how long the jobs keep them there. "
-            + best_txt
-            + floor_text(main)
-            + f"Per-scheme run health in the main configuration (means per seed): {_health(main)}. "
-            + (f"Our cluster: {cluster}; gradients and compute times are scaled down together. " if cluster else "")
-            + "The original states 'up to': its best case, over configurations that the part of the paper available "
-            "to us does not describe (cluster size, job mix, background load).",
-            *(["- **Load.** " + t for t in _trend(shared)]),
-            *(["- **Other settings.** " + t for t in _settings_text(shared)]),
-            "- **Large jobs.** "
-            + _cap(cmp("large_job_training_time_s_gain", ORIGINAL["large_job_gain"], "training-time"))
-            + ". "
-            "Alone on an idle network, a job's gain is bounded by its communication share (claim 1)"
-            + _job_bound(cr, jobs)
-            + "; a measured gain above that bound means ring allreduce suffers more from sharing the network with "
-            "background flows and other jobs than in-network aggregation does (its traffic is larger and crosses "
-            "more queues), a gain below it that in-network aggregation lost time to congestion control or start-up. "
-            "Our jobs run only a few iterations (simulation cost in Python), so start-up effects (slow start of the "
-            "ring's TCP flows, the first window of each tree) weigh more than in long training runs.",
-            (
-                "- **Simulator.** Ours is a packet-level Python simulator (integer picoseconds, DCTCP, PFC, ECMP, "
-                "the real "
-                "PANAMA protocol core on the PSwitches); the original used its own large-scale simulator whose "
-                "parameters we "
-                "do not know. Absolute FCTs are therefore not comparable, only ratios to ring on the same flows."
+            _short_flows_item(main, cluster),
+            *(T.text(T.LOAD_ITEM, sentence=t) for t in _trend(shared)),
+            *(T.text(T.OTHER_SETTINGS_ITEM, sentence=t) for t in _settings_text(shared)),
+            T.text(
+                T.LARGE_JOBS_ITEM,
+                verdict=_cap(training),
+                bound=_job_bound(cr, jobs),
             ),
-            (
-                "- **Schemes.** `ina-single` (one tree per job) and `ina-fixed` (several trees, fixed windows, no ECN "
-                "reaction) separate the two PANAMA mechanisms; their rows above show what each contributes here."
-            ),
+            T.SIMULATOR_ITEM,
+            T.SCHEMES_ITEM,
         ]
     lines.append("")
     return lines
+
+
+def _comm_share_item(cr, facts) -> str:
+    """Why our communication shares differ from the original's (or that they match)."""
+    o = cr["ranges"]["overall"]
+    lo_ok = abs(o["comm_ratio_min"] - ORIGINAL["comm_ratio"][0]) <= 0.05
+    hi_ok = abs(o["comm_ratio_max"] - ORIGINAL["comm_ratio"][1]) <= 0.05
+    verdict = (
+        T.COMM_SHARE_MATCHES
+        if lo_ok and hi_ok
+        else T.text(
+            T.COMM_SHARE_DIFFERS,
+            ours=f"{facts['ratio_min']}–{facts['ratio_max']}",
+            original=_range(ORIGINAL["comm_ratio"]),
+        )
+    )
+    return T.text(T.COMM_SHARE_ITEM, verdict=verdict)
+
+
+def _compare(st: Mapping[str, Any], key: str, target: float, what: str) -> str:
+    """How our gain ``key`` (with its confidence interval over seeds) compares with the original's ``target``."""
+    v = st.get(key)
+    ci = st.get(key + "_ci")
+    has_ci = st.get("n_seeds", 0) > 1 and ci and all(c is not None for c in ci)
+    ci_txt = T.text(T.GAIN_CI, lo=f"{ci[0]:.2f}", hi=f"{ci[1]:.2f}") if has_ci else ""
+    if v is None:
+        return T.text(T.GAIN_MISSING, what=what)
+    values = {"what": what, "value": f"{v:.2f}", "ci": ci_txt, "target": target}
+    if has_ci and ci[0] <= 1.0 <= ci[1]:
+        return T.text(T.GAIN_NO_CHANGE, **values)
+    if v >= target * 0.9:
+        return T.text(T.GAIN_REACHES, **values)
+    if v > 1.0:
+        return T.text(T.GAIN_BELOW, **values)
+    return T.text(T.GAIN_OTHER_WAY, **values)
+
+
+def _short_flows_item(main, cluster: str) -> str:
+    """Claim 2 in the main configuration: our short-flow gains against the original's, and why."""
+    st = main["schemes"].get("panama", {})
+    ina = {k: v for k, v in main["schemes"].items() if k not in ("ring", FLOOR)}
+    best = max(ina, key=lambda k: ina[k].get("short_fct_p99_us_gain") or 0.0) if ina else None
+    best_txt = (
+        T.text(
+            T.BEST_INA,
+            scheme=best,
+            p99=_f(ina[best].get("short_fct_p99_us_gain")),
+            mean=_f(ina[best].get("short_fct_mean_us_gain")),
+        )
+        if best
+        else ""
+    )
+    return T.text(
+        T.SHORT_FLOWS_ITEM,
+        p99_verdict=_cap(_compare(st, "short_fct_p99_us_gain", ORIGINAL["short_p99_gain"], "p99 FCT")),
+        mean_verdict=_compare(st, "short_fct_mean_us_gain", ORIGINAL["short_mean_gain"], "mean FCT"),
+        bytes=_f(st.get("bytes_total_norm")),
+        best=best_txt,
+        floor=floor_text(main),
+        health=_health(main),
+        cluster=T.text(T.OUR_CLUSTER, cluster=cluster) if cluster else "",
+    )

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from panama.experiments import report_text as T
 from panama.experiments.schemes import FLOOR
 
 #: Below this pooled p99 gain the floor leaves no room: the background sets the tail.
@@ -45,19 +46,14 @@ def _sentence(floor_p99: float | None, st: Mapping[str, Any]) -> str:
     p99 = st.get("short_fct_p99_pooled_us_gain")
     train = st.get("large_job_training_time_s_gain")
     if floor_p99 is None:
-        return "No floor was run here, so this output cannot say how much room there was."
+        return T.REGIME_NO_FLOOR
     if p99 is None:
-        return f"PANAMA was not run here; removing the jobs would improve the short-flow p99 {_f(floor_p99)}x."
+        return T.text(T.REGIME_NO_PANAMA, floor=_f(floor_p99))
     if floor_p99 < NO_ROOM_GAIN:
-        return (
-            f"PANAMA cannot help short flows here: removing every job improves their p99 only {_f(floor_p99)}x "
-            f"(the background sets the tail); it can still train the large jobs {_f(train)}x faster."
-        )
+        return T.text(T.REGIME_NO_ROOM, floor=_f(floor_p99), training=_f(train))
     share = math.log(p99) / math.log(floor_p99) if p99 and p99 > 0 else None
-    return (
-        f"PANAMA can help here: removing the jobs would improve the short-flow p99 {_f(floor_p99)}x; PANAMA "
-        f"reaches {_f(p99)}x ({_f(share and 100 * share, '.0f')} % of that room on a log scale) and trains "
-        f"{_f(train)}x faster."
+    return T.text(
+        T.REGIME_ROOM, floor=_f(floor_p99), p99=_f(p99), share=_f(share and 100 * share, ".0f"), training=_f(train)
     )
 
 
@@ -65,18 +61,7 @@ def regimes_section(shared: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[st
     """Markdown: one row per output (gains against ring, pooled p99 and mean per seed), then a sentence each."""
     if not shared:
         return []
-    lines = [
-        "## Where PANAMA can and cannot help (every output, with the floor)",
-        "",
-        "Gains against ring on the same flows and seeds (above 1 is better): pooled short-flow p99, short-flow "
-        "mean (geometric mean over seeds), large-job training. `floor` is the same flows without any job: what no "
-        "allreduce scheme can beat. `panama` runs the default tree reaction (`dctcp-path`), `panama-or` the "
-        "source's (`dctcp-or`).",
-        "",
-        "| output | regime | seeds | jobs' share of ring's bytes | floor p99 / mean | panama p99 / mean / training "
-        "| panama-or p99 / mean / training |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    lines = T.lines(T.REGIMES_HEAD)
     sentences = []
     for d, s in shared:
         schemes = s.get("schemes", {})
@@ -97,7 +82,7 @@ def regimes_section(shared: Sequence[tuple[Path, Mapping[str, Any]]]) -> list[st
         seeds = ", ".join(map(str, s.get("headline_seeds", [])))
         lines.append(f"| `{d.name}` | {_regime(s)} | {seeds} | {_f(share)} | {floor_txt} | {trio(pa)} | {trio(po)} |")
         floor_p99 = fl.get("short_fct_p99_pooled_us_gain") if fl else None
-        sentences.append(f"- **{_regime(s)}** (`{d.name}`): {_sentence(floor_p99, pa)}")
+        sentences.append(T.text(T.REGIME_ITEM, regime=_regime(s), out=d.name, sentence=_sentence(floor_p99, pa)))
     return [*lines, "", *sentences, ""]
 
 
@@ -111,9 +96,4 @@ def floor_text(main: Mapping[str, Any]) -> str:
     mean = fl.get("short_fct_mean_us_gain")
     share = (main.get("groups") or [{}])[0].get("aggregation_share")
     ci = f" [{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
-    return (
-        f"The floor bounds every scheme: with every job removed (same flows and seeds), short flows gain "
-        f"{_f(p99)}x{ci} at p99 (pooled) and {_f(mean)}x at the mean; the jobs add "
-        f"{_f(share)} of ring's link bytes. No allreduce scheme can beat removing the jobs, so a claim above "
-        "the floor cannot be reproduced in this configuration. "
-    )
+    return T.text(T.FLOOR_TEXT, p99=_f(p99), ci=ci, mean=_f(mean), share=_f(share))

@@ -41,7 +41,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -70,6 +70,9 @@ from panama.experiments.sweep import (
     run_sweep,
     write_json_atomic,
 )
+
+if TYPE_CHECKING:
+    from panama.sim.scenario import Scenario
 
 # --------------------------------------------------------------------------- one run
 
@@ -134,6 +137,22 @@ def metrics_from_result(result, *, short_bytes: int, large_bytes: int) -> dict[s
     }
     for tier, nbytes in s["link_bytes"].items():
         m[f"bytes_{tier}"] = nbytes
+    _queueing_metrics(m, s, done, short_bytes)
+    m["job_training_time_s"] = {
+        n: (j["training_time_us"] / 1e6 if j["training_time_us"] is not None else None) for n, j in jobs.items()
+    }
+    m["job_scheme_used"] = {n: j["scheme_used"] for n, j in jobs.items()}
+    m["large_jobs"] = sorted(large_jobs)
+    m["flows_digest"] = _digest([(r["flow_id"], r["src"], r["dst"], r["size_bytes"], r["start_us"]) for r in bg])
+    m["placement_digest"] = _digest({n: j["hosts"] for n, j in jobs.items()})
+    # FCT samples for the CDF plot: (size_bytes, fct_us) of finished background flows.
+    m["fct_samples"] = [[r["size_bytes"], round(r["fct_us"], 3)] for r in done]
+    return m
+
+
+def _queueing_metrics(m: dict[str, Any], s: Mapping[str, Any], done: list[dict[str, Any]], short_bytes: int) -> None:
+    """Add to ``m`` the metrics of where traffic queued: short flows' p99 per size bucket, queue
+    p99s per tier, PFC pause time, short flows' queueing by kind of traffic ahead, PANAMA bursts."""
     for key, _, lo, hi in SHORT_BUCKETS:
         sel = [r["fct_us"] for r in done if lo <= r["size_bytes"] < min(hi, short_bytes)]
         m[f"short_flows_{key}"] = len(sel)
@@ -158,16 +177,6 @@ def metrics_from_result(result, *, short_bytes: int, large_bytes: int) -> dict[s
         for tier, v in dirs.items():
             m[f"panama_burst_p99_per_us_{typ}_{tier}"] = v["p99_per_us"]
             m[f"panama_burst_max_per_us_{typ}_{tier}"] = v["max_per_us"]
-    m["job_training_time_s"] = {
-        n: (j["training_time_us"] / 1e6 if j["training_time_us"] is not None else None) for n, j in jobs.items()
-    }
-    m["job_scheme_used"] = {n: j["scheme_used"] for n, j in jobs.items()}
-    m["large_jobs"] = sorted(large_jobs)
-    m["flows_digest"] = _digest([(r["flow_id"], r["src"], r["dst"], r["size_bytes"], r["start_us"]) for r in bg])
-    m["placement_digest"] = _digest({n: j["hosts"] for n, j in jobs.items()})
-    # FCT samples for the CDF plot: (size_bytes, fct_us) of finished background flows.
-    m["fct_samples"] = [[r["size_bytes"], round(r["fct_us"], 3)] for r in done]
-    return m
 
 
 def run_point(
@@ -211,6 +220,32 @@ class SharedClusterResult:
     table_text: str
 
 
+def _checked_schemes(schemes: Sequence[str], floor: bool) -> list[str]:
+    """The schemes to run, each once in the order given, then the floor (with ``floor``);
+    ValueError naming an unknown one."""
+    from panama.sim.scenario import SCHEMES
+
+    schemes = [s for s in dict.fromkeys(schemes) if s != FLOOR]
+    for s in schemes:
+        if s not in SCHEMES and s not in SCHEME_VARIANTS:
+            raise ValueError(f"unknown scheme {s!r} (choose from {', '.join((*SCHEMES, *SCHEME_VARIANTS))})")
+    return [*schemes, FLOOR] if floor else schemes
+
+
+def _prepare_output(out: Path, config: dict[str, Any], base: Scenario, command: str | None, fresh: bool) -> str:
+    """Write the run's ``config.json`` and ``scenario.toml`` into ``out`` (``fresh``: discard its
+    finished points first); returns the fingerprint that finished points must carry to be reused."""
+    fingerprint = fingerprint_of({k: v for k, v in config.items() if k not in ("axes", "schemes", "preset")})
+    if fresh:
+        for old in (out / "points").glob("*.json"):
+            old.unlink()
+    write_json_atomic(
+        out / "config.json", dict(config, fingerprint=fingerprint, command=command, code_version=code_version())
+    )
+    (out / "scenario.toml").write_text(base.to_toml())
+    return fingerprint
+
+
 def run_shared_cluster(
     out_dir: str | Path,
     *,
@@ -239,17 +274,14 @@ def run_shared_cluster(
     (:data:`FLOOR`) of every sweep point. Raises :class:`~panama.experiments.sweep.SweepError` if runs fail and
     ``ScenarioError`` (naming the key) for bad parameters.
     """
-    from panama.sim.scenario import SCHEMES
-
+    # Long: the signature and docstring are a third of it; the body is one sequence (check the
+    # schemes and axes, write the config, run the sweep, summarise) whose steps share the arguments.
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     from_preset = base is None
     if base is None:
         base = experiment_scenario(preset)
-    schemes = [s for s in dict.fromkeys(schemes) if s != FLOOR]
-    for s in schemes:
-        if s not in SCHEMES and s not in SCHEME_VARIANTS:
-            raise ValueError(f"unknown scheme {s!r} (choose from {', '.join((*SCHEMES, *SCHEME_VARIANTS))})")
+    schemes = _checked_schemes(schemes, floor)
     axes = dict(axes or {})
     if "scheme" in axes:
         raise ValueError("'scheme' is not a sweep axis: use --schemes")
@@ -260,8 +292,6 @@ def run_shared_cluster(
     params_list = grid(axes)
     for params in params_list:
         apply_params(base_json, params)
-    if floor:
-        schemes.append(FLOOR)
     points = [dict(p, scheme=s) for p in params_list for s in schemes]
     config = {
         "experiment": "shared-cluster",
@@ -272,14 +302,7 @@ def run_shared_cluster(
         "large_flow_bytes": large_bytes,
         "scenario": base_json,
     }
-    fingerprint = fingerprint_of({k: v for k, v in config.items() if k not in ("axes", "schemes", "preset")})
-    if fresh:
-        for old in (out / "points").glob("*.json"):
-            old.unlink()
-    write_json_atomic(
-        out / "config.json", dict(config, fingerprint=fingerprint, command=command, code_version=code_version())
-    )
-    (out / "scenario.toml").write_text(base.to_toml())
+    fingerprint = _prepare_output(out, config, base, command, fresh)
     fn = functools.partial(
         run_point,
         base=base_json,
@@ -299,11 +322,12 @@ def run_shared_cluster(
     )
     runs = [{"params": r.params, "result": r.result} for r in sweep.records]
     summary = summarise(runs, schemes=schemes, axes=axes, short_bytes=short_bytes)
-    summary["config"] = {k: v for k, v in config.items() if k != "scenario"}
-    summary["config"]["scenario_file"] = "scenario.toml"
-    summary["config"]["threshold_bytes"] = base.panama.threshold_bytes
-    summary["config"]["command"] = command
-    summary["config"]["code_version"] = code_version()
+    summary["config"] = {k: v for k, v in config.items() if k != "scenario"} | {
+        "scenario_file": "scenario.toml",
+        "threshold_bytes": base.panama.threshold_bytes,
+        "command": command,
+        "code_version": code_version(),
+    }
     summary["computed_runs"] = len(sweep.computed)
     summary["resumed_runs"] = len(sweep.resumed)
     write_outputs(out, summary, runs, make_plots=make_plots)

@@ -266,19 +266,7 @@ def run_sweep(
     if len(set(ids)) != len(ids):
         raise ValueError("sweep points are not unique")
 
-    done: dict[str, PointRecord] = {}
-    for pid, p in zip(ids, plist):
-        rec = load_point(folder / f"{pid}.json")
-        if rec is None:
-            continue
-        if rec.fingerprint != fingerprint:
-            raise SweepError(
-                f"{folder / (pid + '.json')} was produced by another configuration "
-                f"(fingerprint {rec.fingerprint} != {fingerprint}); use a new output directory"
-            )
-        if _canonical(rec.params) != _canonical(p):
-            continue
-        done[pid] = rec
+    done = _finished_points(folder, ids, plist, fingerprint)
     todo = [(pid, p) for pid, p in zip(ids, plist) if pid not in done]
     computed: list[str] = []
     failures: dict[str, str] = {}
@@ -309,26 +297,7 @@ def run_sweep(
         if todo and scheduler is not None:
             _run_dask(fn, todo, scheduler, finish, fail)
         elif todo:
-            n_jobs = min(jobs or os.cpu_count() or 1, len(todo))
-            if n_jobs <= 1:
-                for pid, p in todo:
-                    try:
-                        result, elapsed = _timed_call(fn, p)
-                    except Exception as exc:  # noqa: BLE001 - a failing point must not lose the others
-                        fail(pid, exc)
-                    else:
-                        finish(pid, p, result, elapsed)
-            else:
-                # Workers ignore SIGINT: Ctrl-C reaches the whole process group, and only
-                # this process decides (it stops every worker: _stop_pool).
-                pool = cf.ProcessPoolExecutor(max_workers=n_jobs, initializer=_ignore_sigint)
-                try:
-                    futures = {pool.submit(_timed_call, fn, p): (pid, p) for pid, p in todo}
-                    _collect(cf.as_completed(futures), futures, finish, fail)
-                except BaseException:
-                    _stop_pool(pool)  # interrupted: finished points are already on disk
-                    raise
-                pool.shutdown()
+            _run_local(fn, todo, jobs, finish, fail)
     finally:
         bar.close()
 
@@ -337,6 +306,51 @@ def run_sweep(
         raise SweepError(f"{len(failures)} of {len(plist)} sweep points failed ({listing})", failures)
     records = [done[pid] for pid in ids]
     return SweepResult(records, computed=computed, resumed=[pid for pid in ids if pid not in computed])
+
+
+def _finished_points(
+    folder: Path, ids: list[str], plist: list[dict[str, Any]], fingerprint: str | None
+) -> dict[str, PointRecord]:
+    """The points already finished in ``folder`` (by id); SweepError if one was produced by
+    another configuration (``fingerprint``)."""
+    done: dict[str, PointRecord] = {}
+    for pid, p in zip(ids, plist):
+        rec = load_point(folder / f"{pid}.json")
+        if rec is None:
+            continue
+        if rec.fingerprint != fingerprint:
+            raise SweepError(
+                f"{folder / (pid + '.json')} was produced by another configuration "
+                f"(fingerprint {rec.fingerprint} != {fingerprint}); use a new output directory"
+            )
+        if _canonical(rec.params) != _canonical(p):
+            continue
+        done[pid] = rec
+    return done
+
+
+def _run_local(fn: PointFn, todo: list[tuple[str, dict[str, Any]]], jobs: int | None, finish, fail) -> None:
+    """Run the missing points in this process (one job) or in a pool of worker processes."""
+    n_jobs = min(jobs or os.cpu_count() or 1, len(todo))
+    if n_jobs <= 1:
+        for pid, p in todo:
+            try:
+                result, elapsed = _timed_call(fn, p)
+            except Exception as exc:  # noqa: BLE001 - a failing point must not lose the others
+                fail(pid, exc)
+            else:
+                finish(pid, p, result, elapsed)
+    else:
+        # Workers ignore SIGINT: Ctrl-C reaches the whole process group, and only
+        # this process decides (it stops every worker: _stop_pool).
+        pool = cf.ProcessPoolExecutor(max_workers=n_jobs, initializer=_ignore_sigint)
+        try:
+            futures = {pool.submit(_timed_call, fn, p): (pid, p) for pid, p in todo}
+            _collect(cf.as_completed(futures), futures, finish, fail)
+        except BaseException:
+            _stop_pool(pool)  # interrupted: finished points are already on disk
+            raise
+        pool.shutdown()
 
 
 def _ignore_sigint() -> None:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from types import SimpleNamespace
 
     from panama.hw.datapath import AggregationDatapath
+    from panama.hw.layout import HwConfig
 
 __all__ = ["build_beat_pipeline"]
 
@@ -41,14 +42,22 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
     """Add the beat pipeline to ``m``; sets ``st.iss_*``, ``st.beat_no``, ``st.hazard``,
     ``st.room_out`` and ``st.beat0``."""
     cfg = dp.cfg
-    W, LN, S, NP = cfg.width, cfg.lanes, cfg.slots, cfg.ports
-    BPS = cfg.beats_per_slot
-    mbeats = max_beats(cfg)
-    # ------------------------------------------------------------ beat pipeline
-    mem = Memory(shape=W, depth=S * BPS, init=[])
+    mem = Memory(shape=cfg.width, depth=cfg.slots * cfg.beats_per_slot, init=[])
     m.submodules.mem = mem
     rd = mem.read_port()
     wp = mem.write_port()
+    side0 = _issue(m, cfg, st, rd, wp)
+    pipe, result = _lanes(m, cfg, st, rd, side0)
+    fifo, fifo_depth = _write_back_and_egress(m, dp, pipe[-1], result, wp)
+    _hazard_and_room(m, cfg, st, pipe, fifo, fifo_depth)
+    st.beat0 = _emitted_header(st)
+
+
+def _issue(m: Module, cfg: HwConfig, st: SimpleNamespace, rd, wp) -> Signal:
+    """The issue port (``st.iss_*``, ``st.beat_no``): the beat's slot-memory read, and its
+    side-band word (what the later stages need of the packet), returned."""
+    W, LN, NP = cfg.width, cfg.lanes, cfg.ports
+    BPS = cfg.beats_per_slot
     st.iss_valid = Signal()
     st.iss_data = Signal(W)
     st.iss_beat = Signal(range(max(2, 1 << 11)))
@@ -84,6 +93,14 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
             st.w_s,
         )
     )
+    return side0
+
+
+def _lanes(m: Module, cfg: HwConfig, st: SimpleNamespace, rd, side0: Signal) -> tuple[list[Signal], Cat]:
+    """The binary32 lanes, and the side-band word delayed alongside them: ``(pipe, result)``,
+    ``pipe[-1]`` the side-band word in step with ``result``."""
+    W, LN = cfg.width, cfg.lanes
+    side_w = len(side0)
     p1_side = Signal(side_w)
     p1_data = Signal(W)
     m.d.sync += [p1_side.eq(side0), p1_data.eq(st.iss_data)]
@@ -106,14 +123,21 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
             add.op.eq(lane_op),
             add.valid.eq(p1_side[0]),
         ]
-    o_side = pipe[-1]
+    return pipe, Cat(a.result for a in adders)
+
+
+def _write_back_and_egress(m: Module, dp: AggregationDatapath, o_side: Signal, result, wp) -> tuple:
+    """Write the lanes' result back to slot memory; mask the words past the count, append the
+    key trailer and queue emitted beats in the output FIFO on the egress ports: ``(fifo, depth)``."""
+    cfg = dp.cfg
+    W, LN, NP = cfg.width, cfg.lanes, cfg.ports
+    mbeats = max_beats(cfg)
     o_valid, o_wr, o_emit, o_last = o_side[0], o_side[3], o_side[4], o_side[5]
     o_dests = o_side[7 : 7 + NP]
     o_ecn = o_side[7 + NP : 9 + NP]
     o_words = o_side[9 + NP : 17 + NP]
     o_key = o_side[17 + NP : 81 + NP]
     o_addr = o_side[81 + NP : 81 + NP + len(wp.addr)]
-    result = Cat(a.result for a in adders)
     m.d.comb += [wp.addr.eq(o_addr), wp.data.eq(result), wp.en.eq(Mux(o_valid & o_wr, (1 << len(wp.en)) - 1, 0))]
     key_hi = Cat(o_key[56:64], o_key[48:56], o_key[40:48], o_key[32:40])  # big-endian on the wire
     key_lo = Cat(o_key[24:32], o_key[16:24], o_key[8:16], o_key[0:8])
@@ -139,6 +163,13 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
         dp.out_valid.eq(fifo.r_rdy),
         fifo.r_en.eq(dp.out_ready),
     ]
+    return fifo, fifo_depth
+
+
+def _hazard_and_room(m: Module, cfg: HwConfig, st: SimpleNamespace, pipe, fifo, fifo_depth: int) -> None:
+    """``st.hazard`` (a beat of the packet's slot is in flight) and ``st.room_out``."""
+    sbits = len(st.w_s)
+    mbeats = max_beats(cfg)
     # Read-after-write hazard: a packet that reads its slot waits while beats of that
     # slot are still between the read port and the write port. The beats carry their slot
     # number: an equality of a few bits (comparing row addresses against the slot's row
@@ -148,7 +179,10 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
     st.room_out = Signal()
     m.d.comb += st.room_out.eq(fifo.level <= fifo_depth - (mbeats + LATENCY + 4))
 
-    # emitted header: the codec layout, replacing words 0..6 of beat 0
+
+def _emitted_header(st: SimpleNamespace):
+    """The emitted header in the codec layout, replacing words 0..6 of beat 0."""
+
     def be_bytes(value, n):
         return [value[8 * (n - 1 - k) : 8 * (n - k)] for k in range(n)]
 
@@ -165,4 +199,4 @@ def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace)
         *be_bytes(st.e_count, 2),
         Const(0, 16),
     )
-    st.beat0 = Cat(e_hdr, st.hbeat[HEADER_BYTES * 8 :])
+    return Cat(e_hdr, st.hbeat[HEADER_BYTES * 8 :])

@@ -51,157 +51,178 @@ class Fp32Adder(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        a, b = self.a, self.b
-
-        # ---- S1: unpack, specials, swap
-        ea, eb = a[23:31], b[23:31]
-        fa, fb = a[0:23], b[0:23]
-        a_nan = (ea == 0xFF) & (fa != 0)
-        b_nan = (eb == 0xFF) & (fb != 0)
-        a_inf = (ea == 0xFF) & (fa == 0)
-        b_inf = (eb == 0xFF) & (fb == 0)
-        special = Signal()
-        special_val = Signal(32)
-        m.d.comb += special.eq(1)
-        with m.If(self.op == OP_PASS_A):
-            m.d.comb += special_val.eq(a)
-        with m.Elif(self.op == OP_PASS_B):
-            m.d.comb += special_val.eq(b)
-        with m.Elif(a_nan):
-            m.d.comb += special_val.eq(a | QUIET_BIT)
-        with m.Elif(b_nan):
-            m.d.comb += special_val.eq(b | QUIET_BIT)
-        with m.Elif(a_inf & b_inf & (a[31] != b[31])):
-            m.d.comb += special_val.eq(DEFAULT_NAN)
-        with m.Elif(a_inf):
-            m.d.comb += special_val.eq(a)
-        with m.Elif(b_inf):
-            m.d.comb += special_val.eq(b)
-        with m.Else():
-            m.d.comb += special.eq(0)
-        swap = b[0:31] > a[0:31]
-        x = Mux(swap, b, a)
-        y = Mux(swap, a, b)
-        ex_eff = Mux(x[23:31] == 0, 1, x[23:31])
-        ey_eff = Mux(y[23:31] == 0, 1, y[23:31])
-        s1_valid = Signal()
-        s1_special = Signal()
-        s1_sval = Signal(32)
-        s1_sign = Signal()
-        s1_sub = Signal()
-        s1_e = Signal(8)
-        s1_d = Signal(8)
-        s1_mx = Signal(24)
-        s1_my = Signal(24)
-        m.d.sync += [
-            s1_valid.eq(self.valid),
-            s1_special.eq(special),
-            s1_sval.eq(special_val),
-            s1_sign.eq(x[31]),
-            s1_sub.eq(x[31] ^ y[31]),
-            s1_e.eq(ex_eff),
-            s1_d.eq(ex_eff - ey_eff),
-            s1_mx.eq(Cat(x[0:23], x[23:31] != 0)),
-            s1_my.eq(Cat(y[0:23], y[23:31] != 0)),
-        ]
-
-        # ---- S2: align the smaller operand (27 bits: significand, guard, round, sticky)
-        my_ext = Signal(27)
-        m.d.comb += my_ext.eq(s1_my << 3)
-        shift = Signal(5)
-        m.d.comb += shift.eq(Mux(s1_d > 26, 27, s1_d[0:5]))
-        shifted = Signal(27)
-        m.d.comb += shifted.eq(my_ext >> shift)
-        lost = Signal(27)
-        m.d.comb += lost.eq(my_ext & ((Const(1, 28) << shift) - 1)[0:27])
-        s2 = dict(
-            valid=Signal(),
-            special=Signal(),
-            sval=Signal(32),
-            sign=Signal(),
-            sub=Signal(),
-            e=Signal(8),
-            mx=Signal(27),
-            my=Signal(27),
-        )
-        m.d.sync += [
-            s2["valid"].eq(s1_valid),
-            s2["special"].eq(s1_special),
-            s2["sval"].eq(s1_sval),
-            s2["sign"].eq(s1_sign),
-            s2["sub"].eq(s1_sub),
-            s2["e"].eq(s1_e),
-            s2["mx"].eq(s1_mx << 3),
-            s2["my"].eq(shifted | (lost != 0)),
-        ]
-
-        # ---- S3: add or subtract (|x| >= |y|, so the difference is never negative)
-        s3 = dict(
-            valid=Signal(), special=Signal(), sval=Signal(32), sign=Signal(), sub=Signal(), e=Signal(8), sum=Signal(28)
-        )
-        m.d.sync += [
-            s3["valid"].eq(s2["valid"]),
-            s3["special"].eq(s2["special"]),
-            s3["sval"].eq(s2["sval"]),
-            s3["sign"].eq(s2["sign"]),
-            s3["sub"].eq(s2["sub"]),
-            s3["e"].eq(s2["e"]),
-            s3["sum"].eq(Mux(s2["sub"], s2["mx"] - s2["my"], s2["mx"] + s2["my"])),
-        ]
-
-        # ---- S4: normalise
-        total = s3["sum"]
-        lz = Signal(5)
-        m.d.comb += lz.eq(27)
-        for i in range(27):  # the highest set bit wins (later assignments take priority)
-            with m.If(total[i]):
-                m.d.comb += lz.eq(26 - i)
-        lshift = Signal(5)
-        m.d.comb += lshift.eq(Mux(lz < s3["e"], lz, s3["e"] - 1))
-        norm = Signal(27)
-        exp = Signal(9)
-        with m.If(total[27]):
-            m.d.comb += [norm.eq(total[1:28] | total[0]), exp.eq(s3["e"] + 1)]
-        with m.Else():
-            m.d.comb += [norm.eq(total[0:27] << lshift), exp.eq(s3["e"] - lshift)]
-        s4 = dict(
-            valid=Signal(),
-            special=Signal(),
-            sval=Signal(32),
-            sign=Signal(),
-            zero=Signal(),
-            exp=Signal(9),
-            norm=Signal(27),
-        )
-        m.d.sync += [
-            s4["valid"].eq(s3["valid"]),
-            s4["special"].eq(s3["special"]),
-            s4["sval"].eq(s3["sval"]),
-            # an exact zero is +0 unless both operands were -0 (then x is -0 and sub is 0)
-            s4["sign"].eq(Mux(total == 0, s3["sign"] & ~s3["sub"], s3["sign"])),
-            s4["zero"].eq(total == 0),
-            s4["exp"].eq(exp),
-            s4["norm"].eq(norm),
-        ]
-
-        # ---- S5: round to nearest even, pack
-        nrm = s4["norm"]
-        efield = Mux(nrm[26], s4["exp"], 0)
-        packed = Signal(32)
-        m.d.comb += packed.eq(Cat(nrm[3:26], efield[0:8]))
-        guard, rest, lsb = nrm[2], nrm[0:2] != 0, nrm[3]
-        round_up = guard & (rest | lsb)
-        rounded = Signal(32)
-        with m.If(efield >= 0xFF):
-            m.d.comb += rounded.eq(0x7F800000)
-        with m.Else():
-            m.d.comb += rounded.eq(packed + round_up)
-        with m.If(s4["special"]):
-            m.d.sync += self.result.eq(s4["sval"])
-        with m.Else():
-            m.d.sync += self.result.eq(Cat(rounded[0:31], s4["sign"]))
-        m.d.sync += self.valid_out.eq(s4["valid"])
+        s1 = _unpack(m, self)
+        s2 = _align(m, s1)
+        s3 = _add(m, s2)
+        s4 = _normalise(m, s3)
+        _round_and_pack(m, s4, self)
         return m
+
+
+def _unpack(m: Module, adder: Fp32Adder) -> dict:
+    """S1: unpack, specials (and the pass ops), swap so |x| >= |y|, exponent difference."""
+    a, b = adder.a, adder.b
+    ea, eb = a[23:31], b[23:31]
+    fa, fb = a[0:23], b[0:23]
+    a_nan = (ea == 0xFF) & (fa != 0)
+    b_nan = (eb == 0xFF) & (fb != 0)
+    a_inf = (ea == 0xFF) & (fa == 0)
+    b_inf = (eb == 0xFF) & (fb == 0)
+    special = Signal()
+    special_val = Signal(32)
+    m.d.comb += special.eq(1)
+    with m.If(adder.op == OP_PASS_A):
+        m.d.comb += special_val.eq(a)
+    with m.Elif(adder.op == OP_PASS_B):
+        m.d.comb += special_val.eq(b)
+    with m.Elif(a_nan):
+        m.d.comb += special_val.eq(a | QUIET_BIT)
+    with m.Elif(b_nan):
+        m.d.comb += special_val.eq(b | QUIET_BIT)
+    with m.Elif(a_inf & b_inf & (a[31] != b[31])):
+        m.d.comb += special_val.eq(DEFAULT_NAN)
+    with m.Elif(a_inf):
+        m.d.comb += special_val.eq(a)
+    with m.Elif(b_inf):
+        m.d.comb += special_val.eq(b)
+    with m.Else():
+        m.d.comb += special.eq(0)
+    swap = b[0:31] > a[0:31]
+    x = Mux(swap, b, a)
+    y = Mux(swap, a, b)
+    ex_eff = Mux(x[23:31] == 0, 1, x[23:31])
+    ey_eff = Mux(y[23:31] == 0, 1, y[23:31])
+    s1_valid = Signal()
+    s1_special = Signal()
+    s1_sval = Signal(32)
+    s1_sign = Signal()
+    s1_sub = Signal()
+    s1_e = Signal(8)
+    s1_d = Signal(8)
+    s1_mx = Signal(24)
+    s1_my = Signal(24)
+    m.d.sync += [
+        s1_valid.eq(adder.valid),
+        s1_special.eq(special),
+        s1_sval.eq(special_val),
+        s1_sign.eq(x[31]),
+        s1_sub.eq(x[31] ^ y[31]),
+        s1_e.eq(ex_eff),
+        s1_d.eq(ex_eff - ey_eff),
+        s1_mx.eq(Cat(x[0:23], x[23:31] != 0)),
+        s1_my.eq(Cat(y[0:23], y[23:31] != 0)),
+    ]
+    return dict(
+        valid=s1_valid, special=s1_special, sval=s1_sval, sign=s1_sign, sub=s1_sub, e=s1_e, d=s1_d, mx=s1_mx, my=s1_my
+    )
+
+
+def _align(m: Module, s1: dict) -> dict:
+    """S2: align the smaller operand (27 bits: significand, guard, round, sticky)."""
+    my_ext = Signal(27)
+    m.d.comb += my_ext.eq(s1["my"] << 3)
+    shift = Signal(5)
+    m.d.comb += shift.eq(Mux(s1["d"] > 26, 27, s1["d"][0:5]))
+    shifted = Signal(27)
+    m.d.comb += shifted.eq(my_ext >> shift)
+    lost = Signal(27)
+    m.d.comb += lost.eq(my_ext & ((Const(1, 28) << shift) - 1)[0:27])
+    s2 = dict(
+        valid=Signal(),
+        special=Signal(),
+        sval=Signal(32),
+        sign=Signal(),
+        sub=Signal(),
+        e=Signal(8),
+        mx=Signal(27),
+        my=Signal(27),
+    )
+    m.d.sync += [
+        s2["valid"].eq(s1["valid"]),
+        s2["special"].eq(s1["special"]),
+        s2["sval"].eq(s1["sval"]),
+        s2["sign"].eq(s1["sign"]),
+        s2["sub"].eq(s1["sub"]),
+        s2["e"].eq(s1["e"]),
+        s2["mx"].eq(s1["mx"] << 3),
+        s2["my"].eq(shifted | (lost != 0)),
+    ]
+    return s2
+
+
+def _add(m: Module, s2: dict) -> dict:
+    """S3: add or subtract (|x| >= |y|, so the difference is never negative)."""
+    s3 = dict(
+        valid=Signal(), special=Signal(), sval=Signal(32), sign=Signal(), sub=Signal(), e=Signal(8), sum=Signal(28)
+    )
+    m.d.sync += [
+        s3["valid"].eq(s2["valid"]),
+        s3["special"].eq(s2["special"]),
+        s3["sval"].eq(s2["sval"]),
+        s3["sign"].eq(s2["sign"]),
+        s3["sub"].eq(s2["sub"]),
+        s3["e"].eq(s2["e"]),
+        s3["sum"].eq(Mux(s2["sub"], s2["mx"] - s2["my"], s2["mx"] + s2["my"])),
+    ]
+    return s3
+
+
+def _normalise(m: Module, s3: dict) -> dict:
+    """S4: normalise: carry shift right, or leading-zero shift left (stopping at the subnormal exponent)."""
+    total = s3["sum"]
+    lz = Signal(5)
+    m.d.comb += lz.eq(27)
+    for i in range(27):  # the highest set bit wins (later assignments take priority)
+        with m.If(total[i]):
+            m.d.comb += lz.eq(26 - i)
+    lshift = Signal(5)
+    m.d.comb += lshift.eq(Mux(lz < s3["e"], lz, s3["e"] - 1))
+    norm = Signal(27)
+    exp = Signal(9)
+    with m.If(total[27]):
+        m.d.comb += [norm.eq(total[1:28] | total[0]), exp.eq(s3["e"] + 1)]
+    with m.Else():
+        m.d.comb += [norm.eq(total[0:27] << lshift), exp.eq(s3["e"] - lshift)]
+    s4 = dict(
+        valid=Signal(),
+        special=Signal(),
+        sval=Signal(32),
+        sign=Signal(),
+        zero=Signal(),
+        exp=Signal(9),
+        norm=Signal(27),
+    )
+    m.d.sync += [
+        s4["valid"].eq(s3["valid"]),
+        s4["special"].eq(s3["special"]),
+        s4["sval"].eq(s3["sval"]),
+        # an exact zero is +0 unless both operands were -0 (then x is -0 and sub is 0)
+        s4["sign"].eq(Mux(total == 0, s3["sign"] & ~s3["sub"], s3["sign"])),
+        s4["zero"].eq(total == 0),
+        s4["exp"].eq(exp),
+        s4["norm"].eq(norm),
+    ]
+    return s4
+
+
+def _round_and_pack(m: Module, s4: dict, adder: Fp32Adder) -> None:
+    """S5: round to nearest even on the packed word, pack; the specials bypass it."""
+    nrm = s4["norm"]
+    efield = Mux(nrm[26], s4["exp"], 0)
+    packed = Signal(32)
+    m.d.comb += packed.eq(Cat(nrm[3:26], efield[0:8]))
+    guard, rest, lsb = nrm[2], nrm[0:2] != 0, nrm[3]
+    round_up = guard & (rest | lsb)
+    rounded = Signal(32)
+    with m.If(efield >= 0xFF):
+        m.d.comb += rounded.eq(0x7F800000)
+    with m.Else():
+        m.d.comb += rounded.eq(packed + round_up)
+    with m.If(s4["special"]):
+        m.d.sync += adder.result.eq(s4["sval"])
+    with m.Else():
+        m.d.sync += adder.result.eq(Cat(rounded[0:31], s4["sign"]))
+    m.d.sync += adder.valid_out.eq(s4["valid"])
 
 
 class Fp32AdderLanes(Elaboratable):

@@ -135,6 +135,25 @@ class Network:
         missing = [n for n in graph.nodes if n not in kinds]
         if missing:
             raise ValueError(f"node {missing[0]!r}: missing attribute 'kind'")
+        self._build_nodes(kinds)
+        self.ports: list[Port] = []
+        self.drops: Counter[str] = Counter()
+        # Attribution of tracked packets' queueing (panama.sim.qahead.QueueAhead), set by the runner.
+        self.queue_ahead = None
+        self._build_links(graph, cfg)
+        self._set_queues(cfg)
+        for h in self.hosts:
+            if len(h.ports) == 1:
+                h.uplink = h.ports[0]
+        self._build_routes(graph, rng)
+        if cfg.lossless:
+            self._set_lossless(cfg)
+        for p in self.ports:
+            p._select_delivery()
+
+    # ------------------------------------------------------------------ construction
+    def _build_nodes(self, kinds: dict[Any, str]) -> None:
+        """Hosts (in the topology's order, else natural order of their names) and switches (by name)."""
         if self.topology is not None and hasattr(self.topology, "hosts"):
             host_names = list(self.topology.hosts)
         else:
@@ -150,10 +169,9 @@ class Network:
             sw = Switch(self, n, kinds[n])
             self.switches.append(sw)
             self.nodes[n] = sw
-        self.ports: list[Port] = []
-        self.drops: Counter[str] = Counter()
-        # Attribution of tracked packets' queueing (panama.sim.qahead.QueueAhead), set by the runner.
-        self.queue_ahead = None
+
+    def _build_links(self, graph: nx.Graph, cfg: NetworkConfig) -> None:
+        """Two ports per link, one each way, in the order of the sorted edges."""
         for a, b, d in sorted(graph.edges(data=True), key=lambda e: (str(e[0]), str(e[1]))):
             if "rate_bps" not in d or "delay_ps" not in d:
                 raise ValueError(f"link {a}-{b}: needs rate_bps and delay_ps attributes")
@@ -175,9 +193,12 @@ class Network:
             self.ports.extend((pab, pba))
         for p in self.ports:
             p.peer_index = p.reverse.index
-        # Queue behaviour.
-        # Host NIC queues never drop (the senders' windows bound them); they mark only
-        # with ``host_ecn``.
+
+    def _set_queues(self, cfg: NetworkConfig) -> None:
+        """Queue behaviour: ECN thresholds and (lossy) drop limits.
+
+        Host NIC queues never drop (the senders' windows bound them); they mark only
+        with ``host_ecn``."""
         for p in self.ports:
             on_switch = isinstance(p.owner, Switch)
             if cfg.ecn and (on_switch or cfg.host_ecn):
@@ -185,15 +206,14 @@ class Network:
             if on_switch and not cfg.lossless:
                 p.limit_ps = p.tx_time(cfg.queue_limit_for(p.rate_bps))
 
-        for h in self.hosts:
-            if len(h.ports) == 1:
-                h.uplink = h.ports[0]
-        # Routing tables and ECMP salts.
+    def _build_routes(self, graph: nx.Graph, rng: np.random.Generator) -> None:
+        """ECMP salts and every node's forwarding table (``fib``: next-hop ports per
+        destination host, plus one trailing "no route" entry; ``fib1``: the one port, if one)."""
         salts = rng.integers(0, 2**63 - 1, size=len(self.switches) + len(self.hosts), dtype=np.int64)
         for node, salt in zip(self.switches + self.hosts, salts.tolist(), strict=True):
             node.salt = int(salt)
         attach = {h.name: h.ports[0].peer.name for h in self.hosts if len(h.ports) == 1}
-        host_group, roots, table = group_next_hops(graph, host_names, attach)
+        host_group, roots, table = group_next_hops(graph, self.host_names, attach)
         for node in self.nodes.values():
             pbn = node.port_by_name
             cache: dict[tuple, tuple[Port, ...]] = {}
@@ -213,41 +233,40 @@ class Network:
             h.fib[i] = ()
         for node in self.nodes.values():
             node.fib1 = [t[0] if len(t) == 1 else None for t in node.fib]
-        # Lossless: shared buffer, headroom, release queues.
-        if cfg.lossless:
-            for sw in self.switches:
-                n = len(sw.ports)
-                sw.set_lossless(n)
-                sw.buffer_bytes = (
-                    cfg.switch_buffer_bytes
-                    or sum(cfg.queue_limit_for(p.rate_bps) for p in sw.ports)
-                    or cfg.queue_limit_bytes
+
+    def _set_lossless(self, cfg: NetworkConfig) -> None:
+        """Lossless switches: shared buffer, PFC headroom and thresholds, release queues."""
+        for sw in self.switches:
+            n = len(sw.ports)
+            sw.set_lossless(n)
+            sw.buffer_bytes = (
+                cfg.switch_buffer_bytes
+                or sum(cfg.queue_limit_for(p.rate_bps) for p in sw.ports)
+                or cfg.queue_limit_bytes
+            )
+            headroom = sum(cfg.headroom_for(p.rate_bps, p.delay_ps) for p in sw.ports)
+            sw.pool_bytes = sw.buffer_bytes - headroom
+            if sw.pool_bytes < cfg.mtu_bytes * n:
+                raise FieldError(
+                    "switch_buffer_bytes",
+                    f"{sw.buffer_bytes} B at {sw.name} leaves "
+                    f"{sw.pool_bytes} B after {headroom} B of PFC headroom; need at least one MTU per port",
                 )
-                headroom = sum(cfg.headroom_for(p.rate_bps, p.delay_ps) for p in sw.ports)
-                sw.pool_bytes = sw.buffer_bytes - headroom
-                if sw.pool_bytes < cfg.mtu_bytes * n:
-                    raise FieldError(
-                        "switch_buffer_bytes",
-                        f"{sw.buffer_bytes} B at {sw.name} leaves "
-                        f"{sw.pool_bytes} B after {headroom} B of PFC headroom; need at least one MTU per port",
-                    )
-                static = cfg.pfc_static_threshold_bytes
-                if static is not None and static * n + headroom > sw.buffer_bytes:
-                    raise FieldError(
-                        "pfc_static_threshold_bytes",
-                        f"{static} B x {n} ports + {headroom} B of headroom "
-                        f"exceeds the {sw.buffer_bytes} B buffer of {sw.name}; lossless operation needs "
-                        f"at most {max(0, (sw.buffer_bytes - headroom) // n)} B",
-                    )
-                sw.pfc_alpha = cfg.pfc_alpha
-                sw.pfc_static = cfg.pfc_static_threshold_bytes
-                sw.resume_offset = (
-                    cfg.pfc_resume_offset_bytes if cfg.pfc_resume_offset_bytes is not None else 2 * cfg.mtu_bytes
+            static = cfg.pfc_static_threshold_bytes
+            if static is not None and static * n + headroom > sw.buffer_bytes:
+                raise FieldError(
+                    "pfc_static_threshold_bytes",
+                    f"{static} B x {n} ports + {headroom} B of headroom "
+                    f"exceeds the {sw.buffer_bytes} B buffer of {sw.name}; lossless operation needs "
+                    f"at most {max(0, (sw.buffer_bytes - headroom) // n)} B",
                 )
-                for p in sw.ports:
-                    p.enable_release()
-        for p in self.ports:
-            p._select_delivery()
+            sw.pfc_alpha = cfg.pfc_alpha
+            sw.pfc_static = cfg.pfc_static_threshold_bytes
+            sw.resume_offset = (
+                cfg.pfc_resume_offset_bytes if cfg.pfc_resume_offset_bytes is not None else 2 * cfg.mtu_bytes
+            )
+            for p in sw.ports:
+                p.enable_release()
 
     # ------------------------------------------------------------------ access
     @property

@@ -29,6 +29,7 @@ from panama.tables import format_table
 if TYPE_CHECKING:
     from panama.sim.runner import Simulation
     from panama.sim.scenario import Scenario
+    from panama.sim.training import TrainingJob
 
 SHORT_FLOW_BYTES = 100_000
 # Flow size buckets of the FCT plot and of summary["fct_by_size"]: [low, high) bytes.
@@ -147,39 +148,10 @@ def collect(sim: Simulation) -> SimResult:
     now = sim.engine.now
     events = sim.engine.events
 
-    jobs: dict[str, Any] = {}
-    for job in sim.jobs:
-        mean_it = job.mean_iteration_ps()
-        total = job.training_time_ps()
-        ws = job.worker_stats()
-        jobs[job.name] = {
-            "scheme": job.scheme,
-            "scheme_used": job.scheme_used,
-            "admission": job.admission,
-            "trees": len(job.plan.trees) if job.plan is not None and job.plan.admitted else 0,
-            "hosts": list(job.hosts),
-            "workers": job.n,
-            "gradient_bytes": job.gradient_bytes,
-            "iterations": job.iterations,
-            "iterations_done": job.iterations_done,
-            "start_us": _us(job.start_ps),
-            "finish_us": _us(job.finish_ps),
-            "mean_iteration_us": _us(mean_it),
-            "training_time_us": _us(total),
-            "worker_retransmissions": sum(w["retransmissions"] for w in ws),
-            "worker_timeouts": sum(w["timeouts"] for w in ws),
-            "error": job.error,
-        }
+    jobs: dict[str, Any] = {job.name: _job_summary(job) for job in sim.jobs}
     done_jobs = [j for j in jobs.values() if j["training_time_us"] is not None]
 
-    queue_stats: dict[str, Any] = {"port": None}
-    queue: dict[str, Any] = {"port": None, "times_us": [], "bytes": []}
-    if sim.sampler is not None:
-        port, col = sim.sampler.busiest()
-        if port is not None and col:
-            qs = sim.sampler.stats(port, packet_bytes=sc.network.mtu_bytes)
-            queue_stats = {k: qs[k] for k in ("port", "samples", "mean_bytes", "p50_bytes", "p99_bytes", "max_bytes")}
-            queue = {"port": port.name, "times_us": [t / PS_PER_US for t in sim.sampler.times_ps], "bytes": list(col)}
+    queue_stats, queue = _busiest_queue(sim)
 
     drops_by_reason = {f"network.{k}": v for k, v in counters["drops"].items()}
     drops_by_reason |= {f"accelerator.{k}": v for k, v in acc["drops"].items()}
@@ -236,6 +208,45 @@ def collect(sim: Simulation) -> SimResult:
         "diagnostics": diagnostics(sim, bg_rows, PS_PER_S),
     }
     return SimResult(sc, summary, bg_rows + ring_rows, iter_rows, queue, sim)
+
+
+def _job_summary(job: TrainingJob) -> dict[str, Any]:
+    """One job's entry of the summary's ``jobs``: placement, progress, times, retransmissions."""
+    mean_it = job.mean_iteration_ps()
+    total = job.training_time_ps()
+    ws = job.worker_stats()
+    return {
+        "scheme": job.scheme,
+        "scheme_used": job.scheme_used,
+        "admission": job.admission,
+        "trees": len(job.plan.trees) if job.plan is not None and job.plan.admitted else 0,
+        "hosts": list(job.hosts),
+        "workers": job.n,
+        "gradient_bytes": job.gradient_bytes,
+        "iterations": job.iterations,
+        "iterations_done": job.iterations_done,
+        "start_us": _us(job.start_ps),
+        "finish_us": _us(job.finish_ps),
+        "mean_iteration_us": _us(mean_it),
+        "training_time_us": _us(total),
+        "worker_retransmissions": sum(w["retransmissions"] for w in ws),
+        "worker_timeouts": sum(w["timeouts"] for w in ws),
+        "error": job.error,
+    }
+
+
+def _busiest_queue(sim: Simulation) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The busiest sampled queue: its statistics (the summary's ``busiest_queue``) and its
+    samples over time (:attr:`SimResult.queue`)."""
+    queue_stats: dict[str, Any] = {"port": None}
+    queue: dict[str, Any] = {"port": None, "times_us": [], "bytes": []}
+    if sim.sampler is not None:
+        port, col = sim.sampler.busiest()
+        if port is not None and col:
+            qs = sim.sampler.stats(port, packet_bytes=sim.scenario.network.mtu_bytes)
+            queue_stats = {k: qs[k] for k in ("port", "samples", "mean_bytes", "p50_bytes", "p99_bytes", "max_bytes")}
+            queue = {"port": port.name, "times_us": [t / PS_PER_US for t in sim.sampler.times_ps], "bytes": list(col)}
+    return queue_stats, queue
 
 
 def write(result: SimResult, out_dir: Path, *, plots: bool = True) -> list[Path]:
