@@ -196,36 +196,6 @@ def seed_axis(preset: str, base_seed: int, *, from_preset: bool) -> list[int]:
     return [base_seed]
 
 
-def code_version() -> str:
-    """Short git revision of the code, ``-dirty`` if tracked files changed; ``$PANAMA_CODE_VERSION``
-    when set (runs from an exported tree); ``unknown`` outside a checkout."""
-    import subprocess
-
-    from panama import environment
-
-    if environment.code_version() is not None:
-        return environment.code_version()
-
-    here = Path(__file__).resolve().parent
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10, check=False
-        )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", str(here.parent)],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    if rev.returncode != 0:
-        return "unknown"
-    return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
 def scenario_key(name: str) -> str:
     """Sweep parameter name -> dotted scenario key."""
     return ALIASES.get(name, name)

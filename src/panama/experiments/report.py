@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from panama.experiments import report_text as T
 from panama.experiments.report_regimes import floor_text, regimes_section
 from panama.experiments.report_regimes import fmt_number as _f
 from panama.experiments.schemes import FLOOR
+from panama.version import code_version
 
 #: Claims of the original work (quoted, for comparison only).
 ORIGINAL = {
@@ -52,20 +52,6 @@ def _ci(st: Mapping[str, Any], key: str, spec: str = ".2f") -> str:
     if st.get("n_seeds", 0) > 1 and ci and all(c is not None for c in ci):
         s += f" [{_f(ci[0], spec)}, {_f(ci[1], spec)}]"
     return s
-
-
-def _git_rev() -> str:
-    from panama import environment
-
-    if environment.code_version() is not None:
-        return environment.code_version()
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=False
-        )
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def _cmd(summary: Mapping[str, Any], fallback: str) -> str:
@@ -225,7 +211,7 @@ def write_report(
         T.HEADER,
         command=command or "panama experiment report",
         when=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        rev=_git_rev(),
+        rev=code_version(),
         sources=", ".join(f"`{p}`" for p in sources),
     )
     main_dir, main = shared[0] if shared else (None, None)

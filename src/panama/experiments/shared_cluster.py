@@ -56,7 +56,6 @@ from panama.experiments.cluster_scenario import (
     SHORT_BUCKETS,
     SHORT_FLOW_BYTES,
     apply_params,
-    code_version,
     experiment_scenario,
     seed_axis,
 )
@@ -70,6 +69,7 @@ from panama.experiments.sweep import (
     run_sweep,
     write_json_atomic,
 )
+from panama.version import code_version
 
 if TYPE_CHECKING:
     from panama.sim.scenario import Scenario
