@@ -3,13 +3,12 @@
 # are SlotState values as C integers; children bitmaps stay Python integers (any fan-out).
 cimport cython
 
-from panama.core.packet cimport Packet, _new_packet
+from panama.core.packet cimport Packet, new_packet
 
 cdef long long _FREE, _AGGREGATING, _PARTIAL_SENT, _RESULT
 # Imported from panama.core.packet: C constants here.
 cdef long long CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP
 cdef tuple _NOTHING
-cdef bint _COMPILED
 
 @cython.final
 cdef class _Slot:
@@ -104,10 +103,3 @@ cdef class Accelerator:
                    slots=dict, free=list, a=cython.longlong, at=cython.longlong)
     cdef _advance_floor(self, _Tree tree)
 
-
-cdef inline Packet _slot_packet(_Tree tree, _Slot slot, long long flags, long long cap, long long ack, long long ecn,
-                                object payload):
-    """``Packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap,
-    ack, ecn, payload)`` with its fields set in C (no argument tuple, no integer objects)."""
-    return _new_packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, ack, ecn,
-                       payload)

@@ -77,10 +77,19 @@ import numpy as np
 
 from panama.core.cc import CongestionControl, make_cc
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, HEADER_BYTES, MAX_PAYLOAD_ELEMS
-from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, MAX_U32, Packet
+from panama.core.packet import (
+    CE,
+    ECT0,
+    FLAG_ACK,
+    FLAG_ECE,
+    FLAG_RESULT,
+    FLAG_RETRANSMIT,
+    MAX_CWND_CAP,
+    MAX_U32,
+    Packet,
+    new_packet,
+)
 from panama.core.units import ms, s
-
-_COMPILED = not __file__.endswith(".py")  # True when this module runs compiled (transport.pxd)
 
 # C constants when compiled (transport.pxd).
 _CE = CE
@@ -393,20 +402,7 @@ class WorkerTransport:
         if self._echo[t]:
             ecn = _CE
             self._echo[t] = False
-        if _COMPILED:  # the same Packet, its fields set in C (transport.pxd)
-            return _new_packet(  # noqa: F821
-                self.job_id,
-                self.tree_ids[t],
-                self._gen_start[t] + i // T,
-                self.generation,
-                count,
-                flags,
-                _MAX_CWND_CAP,
-                self._base[t],
-                ecn,
-                payload,
-            )
-        return Packet(
+        return new_packet(
             self.job_id,
             self.tree_ids[t],
             self._gen_start[t] + i // T,
