@@ -77,9 +77,11 @@ cdef class Accelerator:
     cdef public long long acks_unmatched
 
     @cython.locals(tree=_Tree, slot=_Slot, flags=cython.longlong, count=cython.longlong, seq=cython.longlong,
-                   room=cython.longlong, cap=cython.longlong, ack=cython.longlong, old_ack=cython.longlong,
-                   acks=dict)
+                   ack=cython.longlong, old_ack=cython.longlong, acks=dict)
     cpdef object receive(self, Packet packet, object from_node)
+
+    @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong)
+    cdef _Slot _open_slot(self, _Tree tree, Packet packet, object from_node, object bit)
 
     cdef object _complete(self, _Tree tree, _Slot slot)
     cdef object _payload_out(self, _Slot slot)

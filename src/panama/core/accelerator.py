@@ -217,9 +217,8 @@ class _Tree:
         self.target = 0
         self.limit = 0
         self.cap = 1
-        # While a shrunk tree's workers may still send under the cap they knew before,
-        # its limit is held: None = no hold; -1 = until a result with the new cap is
-        # emitted; seq >= 0 = until the floor passes seq.
+        # While a shrunk tree's workers may still send under the cap they knew before, its limit is
+        # held: None = no hold; -1 = until a result with the new cap is emitted; seq >= 0 = until the floor passes seq.
         self.hold_seq: int | None = None
         self.hold_cap = 0
         self.cap_sent = 0  # largest cwnd_cap this tree's results carried so far
@@ -228,14 +227,13 @@ class _Tree:
 class Accelerator:
     """Software model of a PANAMA aggregation accelerator (one per PSwitch).
 
-    ``packet_memory``: slots of ``payload_elems`` float32 each. With
-    ``store_payloads=False`` no memory is allocated and payloads are ignored (the
-    simulator moves sizes only). ``copy_payloads=False`` lets emitted packets share
-    the slot's memory; only drivers that serialise emitted packets immediately may
-    use it.
-    ``reserve_shares`` keeps that many job shares free (share = memory // (jobs +
-    reserve)), so a job arriving while others run gets memory at once instead of waiting
-    for them to shrink; 0 is the source's rule (memory // jobs).
+    ``packet_memory``: slots of ``payload_elems`` float32 each. With ``store_payloads=False``
+    no memory is allocated and payloads are ignored (the simulator moves sizes only).
+    ``copy_payloads=False`` lets emitted packets share the slot's memory; only drivers that
+    serialise emitted packets immediately may use it. ``reserve_shares`` keeps that many
+    job shares free (share = memory // (jobs + reserve)), so a job arriving while others
+    run gets memory at once instead of waiting for them to shrink; 0 is the source's rule
+    (memory // jobs).
     """
 
     def __init__(
@@ -425,44 +423,9 @@ class Accelerator:
             return _NOTHING
         slot = tree.slots.get(seq)
         if slot is None:
-            if seq < tree.floor:
-                self.drops[STALE] += 1
+            slot = self._open_slot(tree, packet, from_node, bit)
+            if slot is None:
                 return _NOTHING
-            # The liveness rule: the last free slot is kept for a sender's oldest packet.
-            room = tree.limit if seq == packet.ack else tree.limit - 1
-            if tree.used >= room:
-                # Take the (validated) cumulative ack first: it only frees results every
-                # child already holds, and without it a shrinking share could stall
-                # until retransmission timeouts.
-                self._take_ack(tree, from_node, packet.ack)
-                if tree.used >= room:
-                    self.drops[SHARE_EXCEEDED] += 1
-                    return _NOTHING
-            slot = self._free.pop()
-            slot.seq = seq
-            slot.generation = packet.generation
-            slot.count = count
-            slot.seen = bit
-            slot.nseen = 1
-            slot.ce = packet.ecn == CE
-            slot.retx = bool(flags & FLAG_RETRANSMIT)
-            cap = packet.cwnd_cap
-            slot.cap = cap if cap < tree.cap else tree.cap
-            slot.state = _AGGREGATING
-            tree.slots[seq] = slot
-            tree.used += 1
-            if tree.used > tree.peak_used:
-                tree.peak_used = tree.used
-            self.used_slots += 1
-            if self.used_slots > self.peak_used_slots:
-                self.peak_used_slots = self.used_slots
-            payload = packet.payload
-            row = slot.row
-            if payload is not None and row is not None:
-                if count == self.payload_elems:
-                    np.copyto(row, payload)
-                else:
-                    row[:count] = payload
         else:
             if slot.generation != packet.generation:
                 self.drops[GENERATION_MISMATCH] += 1
@@ -502,6 +465,48 @@ class Accelerator:
         if slot.nseen == tree.nchildren:
             return self._complete(tree, slot)
         return _NOTHING
+
+    def _open_slot(self, tree: _Tree, packet: Packet, from_node: Hashable, bit: int) -> _Slot | None:
+        """A validated first contribution to ``seq``: the slot now holding it, or None (dropped: stale, or no room)."""
+        seq = packet.seq
+        if seq < tree.floor:
+            self.drops[STALE] += 1
+            return None
+        # The liveness rule: the last free slot is kept for a sender's oldest packet.
+        room = tree.limit if seq == packet.ack else tree.limit - 1
+        if tree.used >= room:
+            # Take the (validated) cumulative ack first: it only frees results every child already
+            # holds, and without it a shrinking share could stall until retransmission timeouts.
+            self._take_ack(tree, from_node, packet.ack)
+            if tree.used >= room:
+                self.drops[SHARE_EXCEEDED] += 1
+                return None
+        slot = self._free.pop()
+        slot.seq = seq
+        slot.generation = packet.generation
+        count = slot.count = packet.count
+        slot.seen = bit
+        slot.nseen = 1
+        slot.ce = packet.ecn == CE
+        slot.retx = bool(packet.flags & FLAG_RETRANSMIT)
+        cap = packet.cwnd_cap
+        slot.cap = cap if cap < tree.cap else tree.cap
+        slot.state = _AGGREGATING
+        tree.slots[seq] = slot
+        tree.used += 1
+        if tree.used > tree.peak_used:
+            tree.peak_used = tree.used
+        self.used_slots += 1
+        if self.used_slots > self.peak_used_slots:
+            self.peak_used_slots = self.used_slots
+        payload = packet.payload
+        row = slot.row
+        if payload is not None and row is not None:
+            if count == self.payload_elems:
+                np.copyto(row, payload)
+            else:
+                row[:count] = payload
+        return slot
 
     def _complete(self, tree: _Tree, slot: _Slot) -> Emitted:
         payload = self._payload_out(slot)
@@ -611,9 +616,7 @@ class Accelerator:
 
     def _advance_floor(self, tree: _Tree) -> None:
         """Every child's ack passed the floor: raise it and free the slots below it."""
-        # The lowest ack and how many children hold it, in one loop without a list: a C
-        # loop compiled, and interpreted no slower than min() and count() of a list at
-        # the fan-outs of a tree (2 to 16 children).
+        # The lowest ack and how many children hold it, in one loop (faster than a list's min and count, both paths).
         new_floor = at = 0
         for a in tree.child_ack.values():
             if not at or a < new_floor:
