@@ -9,6 +9,7 @@ skipped. The test runs the same way in CI's pure-mode pass (it sets the switch i
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -103,3 +104,25 @@ def test_each_component_has_a_python_and_a_c_implementation():
     assert _python(code, pure=True) == "python"
     if _ext.extensions_built():
         assert _python(code, pure=False) == "C"
+
+
+def test_generated_c_goes_under_build_never_into_src():
+    """Every ``cythonize`` call of setup.py names ``build_dir`` (``build/cython``, git-ignored):
+    generated ``.c`` files in ``src`` are leftovers of older builds, never written now."""
+    setup_py = Path(__file__).resolve().parents[2] / "setup.py"
+    if not setup_py.exists():
+        pytest.skip("no source checkout")
+    tree = ast.parse(setup_py.read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "cythonize"]
+    assert calls and all(any(k.arg == "build_dir" for k in call.keywords) for call in calls)
+    build_dir = next(
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "BUILD_DIR"
+    )
+    assert [ast.literal_eval(a) for a in build_dir.args] == ["build", "cython"]
+
+
+def test_no_name_exists_only_compiled():
+    """No module uses a name that only its ``.pxd`` defines (``# noqa: F821``): the same
+    code runs interpreted."""
+    root = Path(panama.__file__).parent
+    assert [str(p.relative_to(root)) for p in sorted(root.rglob("*.py")) if "noqa: F821" in p.read_text()] == []
