@@ -4,10 +4,11 @@ The modules listed in ``src/panama/_ext.py`` are compiled, where a C compiler is
 available, into extension modules that replace them at import time: a module with a
 ``.pyx`` beside its ``.py`` (a component such as ``panama.sim.heap``) from that C
 implementation, the others from their ``.py`` with the types of the ``.pxd`` beside
-them. Cython writes the generated ``.c`` files under ``build/cython/``, not into
-``src``. Without a compiler, or with
-``PANAMA_NO_EXTENSIONS=1`` at install time, the package installs as pure Python and this
-prints one line saying so. Editable installs build the extensions in place
+them (the same code that runs interpreted: no module branches on which path runs).
+Cython writes the generated ``.c`` files under ``build/cython/``, never into ``src``
+(``.c`` files found there are leftovers of older builds: git-ignored, safe to delete).
+Without a compiler, or with ``PANAMA_NO_EXTENSIONS=1`` at install time, the package
+installs as pure Python and this prints one line saying so. Editable installs build the extensions in place
 (``src/panama/.../*.so``, git-ignored).
 
 Apart from those, and optional on its own: ``panama.runtime.net._mmsg`` (a ``.pyx``, Linux

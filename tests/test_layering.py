@@ -2,6 +2,7 @@
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -75,6 +76,42 @@ def test_rule_catches_a_violation(tmp_path):
     bad.write_text("import socket\nfrom time import monotonic\nfrom panama.sim import engine\nimport numpy\n")
     assert imported_modules(bad) == {"socket", "time", "panama.sim", "numpy"}
     assert len(violations([bad], CORE_FORBIDDEN)) == 3
+
+
+# Marks of code that runs only compiled (or only interpreted): a flag set from the module's
+# file name, or Cython's own switch.
+COMPILED_ONLY = re.compile(r"""_COMPILED|cython\.compiled|__file__\.endswith\(\s*['"]\.py['"]\)""")
+
+
+def compiled_only_branches(root: pathlib.Path) -> list[str]:
+    """``file: mark`` for every source (``.py``, ``.pxd``, ``.pyx``) under ``root`` that holds
+    a mark of a compiled-only branch."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if path.suffix in (".py", ".pxd", ".pyx"):
+            found += [f"{path.name}: {m.group()}" for m in COMPILED_ONLY.finditer(path.read_text())]
+    return found
+
+
+def test_the_core_runs_one_code_path_compiled_or_not():
+    """The core is the same code compiled and interpreted (issue 29): C types come from the
+    ``.pxd`` beside a module, never from a branch on which path runs; an implementation
+    chosen at import (a component, ``panama._ext.COMPONENTS``) lives outside the core."""
+    assert compiled_only_branches(SRC / "core") == []
+
+
+def test_the_compiled_only_check_finds_each_mark(tmp_path):
+    (tmp_path / "a.py").write_text('_COMPILED = not __file__.endswith(".py")\n')
+    (tmp_path / "b.pxd").write_text("cdef bint _COMPILED\n")
+    (tmp_path / "c.py").write_text("import cython\nif cython.compiled:\n    pass\nx = __file__.endswith('.py')\n")
+    (tmp_path / "d.c").write_text("_COMPILED\n")  # generated C is not a source
+    assert compiled_only_branches(tmp_path) == [
+        "a.py: _COMPILED",
+        'a.py: __file__.endswith(".py")',
+        "b.pxd: _COMPILED",
+        "c.py: cython.compiled",
+        "c.py: __file__.endswith('.py')",
+    ]
 
 
 def test_only_the_cli_imports_hw():

@@ -10,10 +10,12 @@ modules that the import system prefers to the ``.py`` beside them:
   compiled.
 * the other modules of :data:`COMPILED_MODULES`, the simulator's hot modules and the core
   modules it drives, compiled from their own ``.py`` with the C types declared in the
-  ``.pxd`` beside them. Cython needs more than the types in a few of them: those still
-  hold branches that run only compiled (``if _COMPILED:``: ``sim/packet.py``,
-  ``sim/sampler.py`` and, in the core, ``core/accelerator.py``, ``core/transport.py``);
-  they are to become components or plain code.
+  ``.pxd`` beside them: extension types with C fields, ``cpdef``/``cdef`` functions and
+  methods with typed locals, C constants. The code is the same on both paths: no module
+  branches on which one runs (``tests/test_layering.py`` checks the core); where the
+  compiled path needs a construction of its own, it is written once so that it is fast
+  interpreted too (``panama.core.packet.new_packet``, ``panama.sim.packet.panama_sim_packet``:
+  every field set on a bare instance, no argument parsing), or it is a component.
 
 The ``.py`` files run interpreted when no extension was built, when some extension is
 older than its sources (one warning line on stderr), or when the environment variable

@@ -3,13 +3,12 @@
 # are SlotState values as C integers; children bitmaps stay Python integers (any fan-out).
 cimport cython
 
-from panama.core.packet cimport Packet, _new_packet
+from panama.core.packet cimport Packet, new_packet
 
 cdef long long _FREE, _AGGREGATING, _PARTIAL_SENT, _RESULT
 # Imported from panama.core.packet: C constants here.
 cdef long long CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP
 cdef tuple _NOTHING
-cdef bint _COMPILED
 
 @cython.final
 cdef class _Slot:
@@ -78,9 +77,11 @@ cdef class Accelerator:
     cdef public long long acks_unmatched
 
     @cython.locals(tree=_Tree, slot=_Slot, flags=cython.longlong, count=cython.longlong, seq=cython.longlong,
-                   room=cython.longlong, cap=cython.longlong, ack=cython.longlong, old_ack=cython.longlong,
-                   acks=dict)
+                   ack=cython.longlong, old_ack=cython.longlong, acks=dict)
     cpdef object receive(self, Packet packet, object from_node)
+
+    @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong)
+    cdef _Slot _open_slot(self, _Tree tree, Packet packet, object from_node, object bit)
 
     cdef object _complete(self, _Tree tree, _Slot slot)
     cdef object _payload_out(self, _Slot slot)
@@ -104,10 +105,3 @@ cdef class Accelerator:
                    slots=dict, free=list, a=cython.longlong, at=cython.longlong)
     cdef _advance_floor(self, _Tree tree)
 
-
-cdef inline Packet _slot_packet(_Tree tree, _Slot slot, long long flags, long long cap, long long ack, long long ecn,
-                                object payload):
-    """``Packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap,
-    ack, ecn, payload)`` with its fields set in C (no argument tuple, no integer objects)."""
-    return _new_packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, ack, ecn,
-                       payload)

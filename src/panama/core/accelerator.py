@@ -95,7 +95,17 @@ from enum import IntEnum
 import numpy as np
 
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS
-from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, Packet
+from panama.core.packet import (
+    CE,
+    ECT0,
+    FLAG_ACK,
+    FLAG_ECE,
+    FLAG_RESULT,
+    FLAG_RETRANSMIT,
+    MAX_CWND_CAP,
+    Packet,
+    new_packet,
+)
 
 # Drop reasons (named constants; counters and plots group by them).
 UNKNOWN_JOB = "unknown_job"
@@ -114,7 +124,6 @@ UNEXPECTED_RESULT = "unexpected_result"
 DROP_REASONS = (UNKNOWN_JOB, UNKNOWN_TREE, NOT_CHILD, NOT_PARENT, STALE, GENERATION_MISMATCH, COUNT_MISMATCH)
 DROP_REASONS += (TOO_LARGE, BAD_ACK, SHARE_EXCEEDED, DUPLICATE, DUPLICATE_RESULT, UNEXPECTED_RESULT)
 _NOTHING: tuple = ()
-_COMPILED = not __file__.endswith(".py")  # True when this module runs compiled (accelerator.pxd)
 Emitted = Sequence[tuple[tuple, Packet]]  # (destinations, packet) pairs, see Accelerator.receive
 
 
@@ -208,9 +217,8 @@ class _Tree:
         self.target = 0
         self.limit = 0
         self.cap = 1
-        # While a shrunk tree's workers may still send under the cap they knew before,
-        # its limit is held: None = no hold; -1 = until a result with the new cap is
-        # emitted; seq >= 0 = until the floor passes seq.
+        # While a shrunk tree's workers may still send under the cap they knew before, its limit is
+        # held: None = no hold; -1 = until a result with the new cap is emitted; seq >= 0 = until the floor passes seq.
         self.hold_seq: int | None = None
         self.hold_cap = 0
         self.cap_sent = 0  # largest cwnd_cap this tree's results carried so far
@@ -219,14 +227,13 @@ class _Tree:
 class Accelerator:
     """Software model of a PANAMA aggregation accelerator (one per PSwitch).
 
-    ``packet_memory``: slots of ``payload_elems`` float32 each. With
-    ``store_payloads=False`` no memory is allocated and payloads are ignored (the
-    simulator moves sizes only). ``copy_payloads=False`` lets emitted packets share
-    the slot's memory; only drivers that serialise emitted packets immediately may
-    use it.
-    ``reserve_shares`` keeps that many job shares free (share = memory // (jobs +
-    reserve)), so a job arriving while others run gets memory at once instead of waiting
-    for them to shrink; 0 is the source's rule (memory // jobs).
+    ``packet_memory``: slots of ``payload_elems`` float32 each. With ``store_payloads=False``
+    no memory is allocated and payloads are ignored (the simulator moves sizes only).
+    ``copy_payloads=False`` lets emitted packets share the slot's memory; only drivers that
+    serialise emitted packets immediately may use it. ``reserve_shares`` keeps that many
+    job shares free (share = memory // (jobs + reserve)), so a job arriving while others
+    run gets memory at once instead of waiting for them to shrink; 0 is the source's rule
+    (memory // jobs).
     """
 
     def __init__(
@@ -416,44 +423,9 @@ class Accelerator:
             return _NOTHING
         slot = tree.slots.get(seq)
         if slot is None:
-            if seq < tree.floor:
-                self.drops[STALE] += 1
+            slot = self._open_slot(tree, packet, from_node, bit)
+            if slot is None:
                 return _NOTHING
-            # The liveness rule: the last free slot is kept for a sender's oldest packet.
-            room = tree.limit if seq == packet.ack else tree.limit - 1
-            if tree.used >= room:
-                # Take the (validated) cumulative ack first: it only frees results every
-                # child already holds, and without it a shrinking share could stall
-                # until retransmission timeouts.
-                self._take_ack(tree, from_node, packet.ack)
-                if tree.used >= room:
-                    self.drops[SHARE_EXCEEDED] += 1
-                    return _NOTHING
-            slot = self._free.pop()
-            slot.seq = seq
-            slot.generation = packet.generation
-            slot.count = count
-            slot.seen = bit
-            slot.nseen = 1
-            slot.ce = packet.ecn == CE
-            slot.retx = bool(flags & FLAG_RETRANSMIT)
-            cap = packet.cwnd_cap
-            slot.cap = cap if cap < tree.cap else tree.cap
-            slot.state = _AGGREGATING
-            tree.slots[seq] = slot
-            tree.used += 1
-            if tree.used > tree.peak_used:
-                tree.peak_used = tree.used
-            self.used_slots += 1
-            if self.used_slots > self.peak_used_slots:
-                self.peak_used_slots = self.used_slots
-            payload = packet.payload
-            row = slot.row
-            if payload is not None and row is not None:
-                if count == self.payload_elems:
-                    np.copyto(row, payload)
-                else:
-                    row[:count] = payload
         else:
             if slot.generation != packet.generation:
                 self.drops[GENERATION_MISMATCH] += 1
@@ -494,6 +466,48 @@ class Accelerator:
             return self._complete(tree, slot)
         return _NOTHING
 
+    def _open_slot(self, tree: _Tree, packet: Packet, from_node: Hashable, bit: int) -> _Slot | None:
+        """A validated first contribution to ``seq``: the slot now holding it, or None (dropped: stale, or no room)."""
+        seq = packet.seq
+        if seq < tree.floor:
+            self.drops[STALE] += 1
+            return None
+        # The liveness rule: the last free slot is kept for a sender's oldest packet.
+        room = tree.limit if seq == packet.ack else tree.limit - 1
+        if tree.used >= room:
+            # Take the (validated) cumulative ack first: it only frees results every child already
+            # holds, and without it a shrinking share could stall until retransmission timeouts.
+            self._take_ack(tree, from_node, packet.ack)
+            if tree.used >= room:
+                self.drops[SHARE_EXCEEDED] += 1
+                return None
+        slot = self._free.pop()
+        slot.seq = seq
+        slot.generation = packet.generation
+        count = slot.count = packet.count
+        slot.seen = bit
+        slot.nseen = 1
+        slot.ce = packet.ecn == CE
+        slot.retx = bool(packet.flags & FLAG_RETRANSMIT)
+        cap = packet.cwnd_cap
+        slot.cap = cap if cap < tree.cap else tree.cap
+        slot.state = _AGGREGATING
+        tree.slots[seq] = slot
+        tree.used += 1
+        if tree.used > tree.peak_used:
+            tree.peak_used = tree.used
+        self.used_slots += 1
+        if self.used_slots > self.peak_used_slots:
+            self.peak_used_slots = self.used_slots
+        payload = packet.payload
+        row = slot.row
+        if payload is not None and row is not None:
+            if count == self.payload_elems:
+                np.copyto(row, payload)
+            else:
+                row[:count] = payload
+        return slot
+
     def _complete(self, tree: _Tree, slot: _Slot) -> Emitted:
         payload = self._payload_out(slot)
         if tree.parent is None:
@@ -512,19 +526,9 @@ class Accelerator:
         return view.copy() if self.copy_payloads else view
 
     def _partial(self, tree: _Tree, slot: _Slot, payload: np.ndarray | None, flags: int) -> Packet:
-        if _COMPILED:  # the same Packet, its fields set in C (accelerator.pxd)
-            return _slot_packet(tree, slot, flags, slot.cap, tree.floor, CE if slot.ce else ECT0, payload)  # noqa: F821
-        return Packet(
-            tree.job_id,
-            tree.tree_id,
-            slot.seq,
-            slot.generation,
-            slot.count,
-            flags,
-            slot.cap,
-            tree.floor,
-            CE if slot.ce else ECT0,
-            payload,
+        ecn = CE if slot.ce else ECT0
+        return new_packet(
+            tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, slot.cap, tree.floor, ecn, payload
         )
 
     def _results_to(self, tree: _Tree, slot: _Slot, payload: np.ndarray | None, children: tuple, ecn: int) -> Emitted:
@@ -538,9 +542,9 @@ class Accelerator:
             # First result carrying the new cap: packets a worker sent before seeing it
             # reach at most hold_cap sequence numbers further.
             tree.hold_seq = slot.seq + tree.hold_cap
-        if _COMPILED:
-            return ((children, _slot_packet(tree, slot, flags, cap, 0, ecn, payload)),)  # noqa: F821 - accelerator.pxd
-        packet = Packet(tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, 0, ecn, payload)
+        packet = new_packet(
+            tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, 0, ecn, payload
+        )
         return ((children, packet),)
 
     def _duplicate(self, tree: _Tree, slot: _Slot, packet: Packet, from_node: Hashable):
@@ -612,18 +616,14 @@ class Accelerator:
 
     def _advance_floor(self, tree: _Tree) -> None:
         """Every child's ack passed the floor: raise it and free the slots below it."""
-        if _COMPILED:  # the same minimum and count in one C loop, without a list
-            new_floor = at = 0
-            for a in tree.child_ack.values():
-                if not at or a < new_floor:
-                    new_floor, at = a, 1
-                elif a == new_floor:
-                    at += 1
-            tree.at_floor = at
-        else:
-            acks = list(tree.child_ack.values())
-            new_floor = min(acks)
-            tree.at_floor = acks.count(new_floor)
+        # The lowest ack and how many children hold it, in one loop (faster than a list's min and count, both paths).
+        new_floor = at = 0
+        for a in tree.child_ack.values():
+            if not at or a < new_floor:
+                new_floor, at = a, 1
+            elif a == new_floor:
+                at += 1
+        tree.at_floor = at
         old_floor = tree.floor
         tree.floor = new_floor
         slots = tree.slots

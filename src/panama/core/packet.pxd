@@ -18,21 +18,6 @@ cdef class Packet:
     cdef public object payload
 
 
-cdef inline Packet _new_packet(long long job_id, long long tree_id, long long seq, long long generation,
-                               long long count, long long flags, long long cap, long long ack, long long ecn,
-                               object payload):
-    """The one C constructor of the compiled modules (accelerator, transport, simulator):
-    ``Packet(job_id, tree_id, seq, generation, count, flags, cap, ack, ecn, payload)`` with
-    its fields set in C (no argument tuple, no integer objects)."""
-    cdef Packet p = Packet.__new__(Packet)
-    p.job_id = job_id
-    p.tree_id = tree_id
-    p.seq = seq
-    p.generation = generation
-    p.count = count
-    p.flags = flags
-    p.cwnd_cap = cap
-    p.ack = ack
-    p.ecn = ecn
-    p.payload = payload
-    return p
+@cython.locals(p=Packet)
+cpdef Packet new_packet(long long job_id, long long tree_id, long long seq, long long generation, long long count,
+                        long long flags, long long cwnd_cap, long long ack, long long ecn, object payload)

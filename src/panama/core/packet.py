@@ -63,3 +63,37 @@ class Packet:
     def payload_bytes(self) -> int:
         """Bytes of float32 payload this packet carries on the wire."""
         return self.count * 4
+
+
+def new_packet(
+    job_id: int,
+    tree_id: int,
+    seq: int,
+    generation: int,
+    count: int,
+    flags: int,
+    cwnd_cap: int,
+    ack: int,
+    ecn: int,
+    payload: np.ndarray | None,
+) -> Packet:
+    """``Packet(job_id, tree_id, seq, generation, count, flags, cwnd_cap, ack, ecn,
+    payload)``, every field given, without the constructor's argument parsing: how the
+    accelerator and the worker transport build the packets they emit.
+
+    Compiled (``packet.pxd``), a C function that the other compiled modules call directly
+    and that sets the extension type's C fields; interpreted, it still skips the
+    dataclass ``__init__`` (measured: about a fifth less per packet than ``Packet(...)``).
+    """
+    p = Packet.__new__(Packet)
+    p.job_id = job_id
+    p.tree_id = tree_id
+    p.seq = seq
+    p.generation = generation
+    p.count = count
+    p.flags = flags
+    p.cwnd_cap = cwnd_cap
+    p.ack = ack
+    p.ecn = ecn
+    p.payload = payload
+    return p

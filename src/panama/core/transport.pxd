@@ -4,11 +4,10 @@
 cimport cython
 
 from panama.core.cc cimport CongestionControl
-from panama.core.packet cimport Packet, _new_packet
+from panama.core.packet cimport Packet, new_packet
 
 cdef long long _CE, _ECT0, _FLAG_ACK, _FLAG_ECE, _FLAG_RESULT, _FLAG_RETRANSMIT, _MAX_CWND_CAP
 cdef long long HEADER_BYTES  # imported from panama.core.codec: a C constant here
-cdef bint _COMPILED
 
 cdef class WorkerTransport:
     cdef public list tree_ids

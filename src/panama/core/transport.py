@@ -77,10 +77,19 @@ import numpy as np
 
 from panama.core.cc import CongestionControl, make_cc
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, HEADER_BYTES, MAX_PAYLOAD_ELEMS
-from panama.core.packet import CE, ECT0, FLAG_ACK, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, MAX_CWND_CAP, MAX_U32, Packet
+from panama.core.packet import (
+    CE,
+    ECT0,
+    FLAG_ACK,
+    FLAG_ECE,
+    FLAG_RESULT,
+    FLAG_RETRANSMIT,
+    MAX_CWND_CAP,
+    MAX_U32,
+    Packet,
+    new_packet,
+)
 from panama.core.units import ms, s
-
-_COMPILED = not __file__.endswith(".py")  # True when this module runs compiled (transport.pxd)
 
 # C constants when compiled (transport.pxd).
 _CE = CE
@@ -126,6 +135,61 @@ class TransportError(RuntimeError):
     """The transport cannot finish the current allreduce (retries exhausted, bad use)."""
 
 
+# The counters of ``WorkerTransport.stats`` (besides ``ignored``, by reason).
+_STATS_COUNTERS = (
+    "packets_sent",
+    "bytes_sent",
+    "retransmissions",
+    "timeouts",
+    "results",
+    "fast_retransmits",
+    "probes",
+    "acks_sent",
+    "ece_results",
+    "ce_results",
+)
+
+
+def _tree_id_list(tree_ids: Sequence[int] | int) -> list[int]:
+    """A worker's tree ids: ``tree_ids`` itself, or ``range(tree_ids)`` for a count;
+    distinct and non-empty (``ValueError`` otherwise)."""
+    if isinstance(tree_ids, int):
+        if tree_ids < 1:
+            raise ValueError(f"need at least one tree, got {tree_ids}")
+        tree_ids = range(tree_ids)
+    ids = list(tree_ids)
+    if not ids or len(set(ids)) != len(ids):
+        raise ValueError(f"tree ids must be distinct and non-empty, got {ids}")
+    return ids
+
+
+def _tree_controllers(
+    cc: str,
+    cc_options: dict | None,
+    num_trees: int,
+    cwnd_caps: Sequence[int] | None,
+    path_windows: Sequence[int] | None,
+) -> list[CongestionControl]:
+    """One congestion controller ``cc`` per tree, limited to the plan's ``cwnd_caps`` and
+    ``path_windows`` when given (one per tree, each in ``[1, MAX_CWND_CAP]``)."""
+    ctls = [make_cc(cc, **(cc_options or {})) for _ in range(num_trees)]
+    if cwnd_caps is not None:
+        # The plan's caps: the first window already fits the accelerators' shares.
+        caps = list(cwnd_caps)
+        if len(caps) != num_trees or any(not 1 <= c <= MAX_CWND_CAP for c in caps):
+            raise ValueError(f"cwnd_caps must give one cap in [1, {MAX_CWND_CAP}] per tree, got {caps}")
+        for ctl, cap in zip(ctls, caps):
+            ctl.limit_to_cap(cap)
+    if path_windows is not None:
+        # The plan's path windows (panama.core.paths): start and floor of ``dctcp-path``.
+        wins = list(path_windows)
+        if len(wins) != num_trees or any(not 1 <= w <= MAX_CWND_CAP for w in wins):
+            raise ValueError(f"path_windows must give one window in [1, {MAX_CWND_CAP}] per tree, got {wins}")
+        for ctl, w in zip(ctls, wins):
+            ctl.limit_to_path(w)
+    return ctls
+
+
 class WorkerTransport:
     """One worker of one job: packetisation, tree round robin, windows, timers, reassembly."""
 
@@ -148,13 +212,7 @@ class WorkerTransport:
         min_pto_ps: int | None = None,
         trace_windows: bool = False,
     ):
-        if isinstance(tree_ids, int):
-            if tree_ids < 1:
-                raise ValueError(f"need at least one tree, got {tree_ids}")
-            tree_ids = list(range(tree_ids))
-        self.tree_ids = list(tree_ids)
-        if not self.tree_ids or len(set(self.tree_ids)) != len(self.tree_ids):
-            raise ValueError(f"tree ids must be distinct and non-empty, got {self.tree_ids}")
+        self.tree_ids = _tree_id_list(tree_ids)
         if not 1 <= payload_elems <= MAX_PAYLOAD_ELEMS:
             raise ValueError(f"payload_elems must be in [1, {MAX_PAYLOAD_ELEMS}], got {payload_elems}")
         if not 0 < min_rto_ps <= max_rto_ps:
@@ -164,21 +222,7 @@ class WorkerTransport:
         self.payload_elems = payload_elems
         self.num_trees = len(self.tree_ids)
         self._tree_index = {tid: t for t, tid in enumerate(self.tree_ids)}
-        self.cc: list[CongestionControl] = [make_cc(cc, **(cc_options or {})) for _ in self.tree_ids]
-        if cwnd_caps is not None:
-            # The plan's caps: the first window already fits the accelerators' shares.
-            caps = list(cwnd_caps)
-            if len(caps) != self.num_trees or any(not 1 <= c <= MAX_CWND_CAP for c in caps):
-                raise ValueError(f"cwnd_caps must give one cap in [1, {MAX_CWND_CAP}] per tree, got {caps}")
-            for ctl, cap in zip(self.cc, caps):
-                ctl.limit_to_cap(cap)
-        if path_windows is not None:
-            # The plan's path windows (panama.core.paths): start and floor of ``dctcp-path``.
-            wins = list(path_windows)
-            if len(wins) != self.num_trees or any(not 1 <= w <= MAX_CWND_CAP for w in wins):
-                raise ValueError(f"path_windows must give one window in [1, {MAX_CWND_CAP}] per tree, got {wins}")
-            for ctl, w in zip(self.cc, wins):
-                ctl.limit_to_path(w)
+        self.cc: list[CongestionControl] = _tree_controllers(cc, cc_options, self.num_trees, cwnd_caps, path_windows)
         self.cc_name = cc
         self.min_rto_ps = min_rto_ps
         self.max_rto_ps = max_rto_ps
@@ -225,19 +269,7 @@ class WorkerTransport:
         self._n_sent = 0
         self._n_bytes = 0
         self._n_results = 0
-        self._stats = {
-            "packets_sent": 0,
-            "bytes_sent": 0,
-            "retransmissions": 0,
-            "timeouts": 0,
-            "results": 0,
-            "fast_retransmits": 0,
-            "probes": 0,
-            "acks_sent": 0,
-            "ece_results": 0,
-            "ce_results": 0,
-            "ignored": {},
-        }
+        self._stats = {name: 0 for name in _STATS_COUNTERS} | {"ignored": {}}
 
     # ------------------------------------------------------------------ application input
     def start(
@@ -393,20 +425,7 @@ class WorkerTransport:
         if self._echo[t]:
             ecn = _CE
             self._echo[t] = False
-        if _COMPILED:  # the same Packet, its fields set in C (transport.pxd)
-            return _new_packet(  # noqa: F821
-                self.job_id,
-                self.tree_ids[t],
-                self._gen_start[t] + i // T,
-                self.generation,
-                count,
-                flags,
-                _MAX_CWND_CAP,
-                self._base[t],
-                ecn,
-                payload,
-            )
-        return Packet(
+        return new_packet(
             self.job_id,
             self.tree_ids[t],
             self._gen_start[t] + i // T,

@@ -20,12 +20,8 @@ cdef class SimPacket:
     cdef public long long ts_ps
     cdef public long long flags
 
-cdef bint _COMPILED
-
-cpdef SimPacket panama_sim_packet(Packet inner, long long src=*)
-
-
 # Private copies of the PANAMA packet's constants (C constants here).
 cdef long long _KIND_PANAMA_C, _OVERHEAD_C, _FLOAT_BYTES_C
 
-cdef SimPacket _new_panama_packet(Packet inner, long long src)
+@cython.locals(p=SimPacket)
+cpdef SimPacket panama_sim_packet(Packet inner, long long src=*)

@@ -52,7 +52,6 @@ DROP_REASONS = (DROP_QUEUE_FULL, DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, DROP_NO_
 # Bytes on the wire of a PANAMA packet besides its float32 payload: IP + UDP headers and
 # the PANAMA header of ``panama.core.codec`` (20 + 8 + 28 = 56).
 PANAMA_OVERHEAD_BYTES = IP_UDP_OVERHEAD_BYTES + HEADER_BYTES
-_COMPILED = not __file__.endswith(".py")  # True when this module runs compiled (packet.pxd)
 
 
 class SimPacket:
@@ -155,24 +154,18 @@ class SimPacket:
     __hash__ = None  # mutable, like the dataclass it replaces
 
 
+# C constants when compiled (packet.pxd).
+_KIND_PANAMA_C, _OVERHEAD_C, _FLOAT_BYTES_C = KIND_PANAMA, PANAMA_OVERHEAD_BYTES, FLOAT_BYTES
+
+
 def panama_sim_packet(inner: Any, src: int = -1) -> SimPacket:
     """The wire packet carrying a core ``panama.core.packet.Packet`` ``inner``: kind
     ``KIND_PANAMA``, hop by hop (``dst = -1``), its ECN codepoint, and
     ``PANAMA_OVERHEAD_BYTES + 4 x count`` bytes (1500 for 361 floats). ``src`` is the
-    sending host's index (-1 for switch-originated packets)."""
-    if _COMPILED:  # the same packet, its fields set in C (no argument tuple)
-        return _new_panama_packet(inner, src)
-    return SimPacket(
-        KIND_PANAMA, src, -1, PANAMA_OVERHEAD_BYTES + FLOAT_BYTES * inner.count, 0, inner.ecn, None, 0, 0, 0, 0, inner
-    )
+    sending host's index (-1 for switch-originated packets).
 
-
-_KIND_PANAMA_C, _OVERHEAD_C, _FLOAT_BYTES_C = KIND_PANAMA, PANAMA_OVERHEAD_BYTES, FLOAT_BYTES  # C constants compiled
-
-
-def _new_panama_packet(inner: Any, src: int) -> SimPacket:
-    """Compiled only (a C function, packet.pxd): :func:`panama_sim_packet` without the
-    constructor's argument parsing."""
+    Every field is set here, without the constructor's argument parsing: compiled
+    (``packet.pxd``), on the extension type's C fields; interpreted, on the slots."""
     p = SimPacket.__new__(SimPacket)
     p.kind = _KIND_PANAMA_C
     p.src = src
@@ -180,5 +173,11 @@ def _new_panama_packet(inner: Any, src: int) -> SimPacket:
     p.size_bytes = _OVERHEAD_C + _FLOAT_BYTES_C * inner.count
     p.flow_hash = 0
     p.ecn = inner.ecn
+    p.deliver = None
+    p.seq = 0
+    p.ack = 0
+    p.ts_ps = 0
+    p.flags = 0
     p.inner = inner
+    p.arrive_ps = 0
     return p

@@ -4,8 +4,6 @@ cimport cython
 from panama.sim.engine cimport Engine
 from panama.sim.ports cimport Port
 
-cdef bint _COMPILED
-
 @cython.final
 cdef class QueueSampler:
     cdef public Engine engine

@@ -14,8 +14,6 @@ if TYPE_CHECKING:
 
 __all__ = ["QueueSampler"]
 
-_COMPILED = not __file__.endswith(".py")  # True when this module runs compiled (sampler.pxd)
-
 
 class QueueSampler:
     """Periodic occupancy samples of a set of ports (one pending event).
@@ -45,18 +43,14 @@ class QueueSampler:
         eng = self.engine
         now = eng.now
         self.times_ps.append(now)
-        if _COMPILED:  # the same loop by index (C list indexing, no pair per port)
-            ports = self.ports
-            samples = self.samples
-            for i in range(len(ports)):
-                p = ports[i]
-                b = p.busy_until - now
-                col = samples[i]
-                col.append(((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte)
-        else:
-            for p, col in zip(self.ports, self.samples):
-                b = p.busy_until - now
-                col.append(((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte)
+        # By index: C list indexing compiled (sampler.pxd), no pair per port.
+        ports = self.ports
+        samples = self.samples
+        for i in range(len(ports)):
+            p = ports[i]
+            b = p.busy_until - now
+            col = samples[i]
+            col.append(((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte)
         if eng.pending():
             eng.push(now + self.interval_ps, self._cb)
 
