@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 
 from panama.core import codec
 from panama.runtime.net.udp import RUNTIME_PACKET_MEMORY, RUNTIME_PAYLOAD_ELEMS, RUNTIME_PROBE_FLOOR_S
-from panama.runtime.settings import DEFAULT_ECN_THRESHOLD_PKTS
+from panama.runtime.settings import DEFAULT_ECN_THRESHOLD_PKTS, CommunicatorConfig
 from panama.settings import Settings, SettingsError
 
 __all__ = ["BenchConfig", "CoreBenchConfig", "SimBenchConfig", "SwitchBenchConfig"]
@@ -34,7 +34,8 @@ DEFAULT_ITERS = 5
 DEFAULT_ROUNDS = 3
 DEFAULT_LEAVES = 2
 DEFAULT_SPINES = 2
-DEFAULT_MIN_RTO_S = 0.1  # the Communicator's own default floor of the retransmission timeout
+# The Communicator's own floor of the retransmission timeout (declared by its settings model).
+DEFAULT_MIN_RTO_S = CommunicatorConfig.model_fields["min_rto_s"].default
 DEFAULT_FLOOR_BLOCKS = 5_000
 DEFAULT_TIMEOUT_S = 120.0
 

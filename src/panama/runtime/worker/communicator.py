@@ -58,7 +58,6 @@ from panama.runtime.net import mcast, mmsg, offload
 from panama.runtime.net.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
     RUNTIME_PAYLOAD_ELEMS,
-    RUNTIME_PROBE_FLOOR_S,
     Address,
     PacketSocket,
     format_addr,
@@ -76,6 +75,10 @@ __all__ = ["Communicator", "CommunicatorError", "FOREIGN_SOURCE", "JobRefused"]
 log = logging.getLogger("panama.communicator")
 
 HURRY_AFTER_S = 0.3  # a call slower than this makes the heartbeat report every 0.25 s
+
+
+# The keyword defaults of Communicator are those of its settings model, declared there once.
+_DEFAULTS = CommunicatorConfig()
 
 
 class CommunicatorError(RuntimeError):
@@ -125,24 +128,24 @@ class Communicator:
         rank: int,
         world_size: int,
         *,
-        size_bytes: int | None = None,
-        timeout_s: float = 30.0,
-        trees: int | None = None,
-        payload_elems: int | None = None,
-        cc: str = "dctcp",
-        cc_options: dict | None = None,
-        drop_prob: float = 0.0,
-        seed: int = 0,
-        heartbeat_s: float = 1.0,
-        initial_rto_s: float = 0.3,
-        min_rto_s: float = 0.1,
-        max_rto_s: float = 1.0,
-        min_pto_s: float | None = RUNTIME_PROBE_FLOOR_S,
+        size_bytes: int | None = _DEFAULTS.size_bytes,
+        timeout_s: float = _DEFAULTS.timeout_s,
+        trees: int | None = _DEFAULTS.trees,
+        payload_elems: int | None = _DEFAULTS.payload_elems,
+        cc: str = _DEFAULTS.cc,
+        cc_options: dict | None = _DEFAULTS.cc_options,
+        drop_prob: float = _DEFAULTS.drop_prob,
+        seed: int = _DEFAULTS.seed,
+        heartbeat_s: float = _DEFAULTS.heartbeat_s,
+        initial_rto_s: float = _DEFAULTS.initial_rto_s,
+        min_rto_s: float = _DEFAULTS.min_rto_s,
+        max_rto_s: float = _DEFAULTS.max_rto_s,
+        min_pto_s: float | None = _DEFAULTS.min_pto_s,
         connect: bool = False,
-        bind_host: str = "127.0.0.1",
+        bind_host: str = _DEFAULTS.bind_host,
         token: str | None = None,
-        multicast: bool = True,
-        offload: bool = True,
+        multicast: bool = _DEFAULTS.multicast,
+        offload: bool = _DEFAULTS.offload,
     ):
         config = CommunicatorConfig(
             size_bytes=size_bytes,
