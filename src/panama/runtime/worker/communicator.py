@@ -253,7 +253,14 @@ class Communicator:
         self.job_id = int(reply["job_id"])
         self.first_hop = parse_addr(reply["first_hop"]["udp"], field="first_hop")
         self.first_hop_name = reply["first_hop"]["switch"]
-        self.sock.connect(self.first_hop)
+        try:
+            self.sock.connect(self.first_hop)
+        except OSError as exc:  # e.g. EINVAL: bound to loopback, first hop on another machine
+            raise CommunicatorError(
+                f"rank {self.rank}: cannot send from {format_addr(self.addr)} to first-hop switch "
+                f"{self.first_hop_name} ({format_addr(self.first_hop)}): {exc.strerror or exc}; bind an "
+                "address that switch can reach (bind_host=, or $PANAMA_BIND_HOST)"
+            ) from exc
         # GSO sends and GRO receives where 2+ datagrams fit one send and the kernel has them.
         datagram_bytes = codec.datagram_size(int(reply["payload_elems"]))
         if self.config.offload and offload.env_allows() and offload.segments_per_send(datagram_bytes) >= 2:
