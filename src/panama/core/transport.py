@@ -175,19 +175,21 @@ def _tree_controllers(
     ctls = [make_cc(cc, **(cc_options or {})) for _ in range(num_trees)]
     if cwnd_caps is not None:
         # The plan's caps: the first window already fits the accelerators' shares.
-        caps = list(cwnd_caps)
-        if len(caps) != num_trees or any(not 1 <= c <= MAX_CWND_CAP for c in caps):
-            raise ValueError(f"cwnd_caps must give one cap in [1, {MAX_CWND_CAP}] per tree, got {caps}")
-        for ctl, cap in zip(ctls, caps):
+        for ctl, cap in zip(ctls, _per_tree(cwnd_caps, num_trees, "cwnd_caps", "cap")):
             ctl.limit_to_cap(cap)
     if path_windows is not None:
         # The plan's path windows (panama.core.paths): start and floor of ``dctcp-path``.
-        wins = list(path_windows)
-        if len(wins) != num_trees or any(not 1 <= w <= MAX_CWND_CAP for w in wins):
-            raise ValueError(f"path_windows must give one window in [1, {MAX_CWND_CAP}] per tree, got {wins}")
-        for ctl, w in zip(ctls, wins):
+        for ctl, w in zip(ctls, _per_tree(path_windows, num_trees, "path_windows", "window")):
             ctl.limit_to_path(w)
     return ctls
+
+
+def _per_tree(values: Sequence[int], num_trees: int, name: str, what: str) -> list[int]:
+    """``values`` as a list, one per tree, each in ``[1, MAX_CWND_CAP]`` (ValueError naming ``name``)."""
+    found = list(values)
+    if len(found) != num_trees or any(not 1 <= v <= MAX_CWND_CAP for v in found):
+        raise ValueError(f"{name} must give one {what} in [1, {MAX_CWND_CAP}] per tree, got {found}")
+    return found
 
 
 class WorkerTransport:
