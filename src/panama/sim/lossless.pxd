@@ -11,7 +11,7 @@ cdef long long _CE, _TRACKED
 
 cdef class LosslessPort(Port):
     @cython.locals(now=cython.longlong, size=cython.longlong, tx=cython.longlong, bu=cython.longlong,
-                   backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong)
+                   backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong, sw=Switch)
     cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
 
     @cython.locals(pkt=SimPacket, host=Host)
@@ -22,11 +22,8 @@ cdef class LosslessPort(Port):
                    ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list, hooks=list)
     cpdef _deliver_switch_lossless(self)
 
-    @cython.locals(now=cython.longlong, bu=cython.longlong, end=cython.longlong, arrive=cython.longlong)
+    @cython.locals(now=cython.longlong, bu=cython.longlong, end=cython.longlong, arrive=cython.longlong, sw=Switch)
     cpdef _commit(self, SimPacket pkt, long long in_idx, long long tx)
 
     @cython.locals(now=cython.longlong, backlog=cython.longlong)
     cpdef bint _send_paused(self, SimPacket pkt, long long in_idx, long long tx) except -1
-
-    @cython.locals(now=cython.longlong, sw=Switch, freed=cython.longlong, nxt=cython.longlong, rel=ReleaseRing)
-    cpdef _release(self)

@@ -4,8 +4,9 @@ release on switches, and the arrival handlers of lossless networks.
 Contract: a :class:`LosslessPort` never drops on its own (the switch admits a packet to
 its shared buffer first, :meth:`panama.sim.nodes.Switch._admit`); while paused by its peer
 it holds every packet whose transmission has not started and sends them back to back at
-RESUME. On a switch it frees the buffer space of a packet (per ingress) when the packet's
-transmission ends, which may let the switch resume its upstreams. Its arrival handlers
+RESUME. On a switch it queues the release of a packet's buffer space (per ingress) at the
+end of its transmission in its release ring; the switch settles the releases
+(:class:`panama.sim.nodes.Switch`, lazily), which may let it resume its upstreams. Its arrival handlers
 check the pipe's head time, since a pause can take packets back from a pipe under a
 pending event. Same model as :mod:`panama.sim.ports` (docs/simulator-network.md).
 
@@ -59,9 +60,9 @@ class LosslessPort(Port):
             self.net._ahead(self, pkt, now)
         if self.release is not None:
             self.release.put(end, size, in_idx)
-            if not self.rel_armed:
-                self.rel_armed = True
-                self._eng.schedule(end, self._release_ev)
+            sw = self.owner
+            if end < sw.next_release_ps:
+                sw.note_release(end)
         if not self.armed:
             self.armed = True
             self._eng.schedule(arrive, self)
@@ -128,12 +129,14 @@ class LosslessPort(Port):
                     continue
                 out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
             # --- Switch._admit, inlined ---
+            if now >= sw.next_release_ps:
+                sw._catch_up(now)
             size = pkt.size_bytes
-            used = sw.used_bytes + size
+            used = sw._used + size
             if used > sw.buffer_bytes:
                 self.net._drop(out, pkt, DROP_LOSSLESS_OVERFLOW)
                 continue
-            sw.used_bytes = used
+            sw._used = used
             if used > sw.peak_used_bytes:
                 sw.peak_used_bytes = used
             ib = sw._ing[idx] + size
@@ -162,9 +165,9 @@ class LosslessPort(Port):
         self._push(pkt)
         if self.release is not None:
             self.release.put(end, pkt.size_bytes, in_idx)
-            if not self.rel_armed:
-                self.rel_armed = True
-                self._eng.schedule(end, self._release_ev)
+            sw = self.owner
+            if end < sw.next_release_ps:
+                sw.note_release(end)
         if not self.armed:
             self.armed = True
             self._eng.schedule(arrive, self)
@@ -245,18 +248,3 @@ class LosslessPort(Port):
             self._commit(pkt, in_idx, pkt.size_bytes * ppb)
         if self._trace is not None:
             self._trace((now, "resume", self.owner.name, self.peer.name, -1, -1, -1, -1, 0, self.queue_bytes()))
-
-    def _release(self) -> None:
-        """Lossless switches: free buffer of packets whose transmission ended."""
-        now = self._eng.now
-        sw = self.owner
-        rel = self.release
-        freed = rel.release(now, sw._ing)
-        nxt = rel.head_end()
-        if nxt >= 0:
-            self._eng.schedule(nxt, self._release_ev)
-        else:
-            self.rel_armed = False
-        if freed:
-            sw.used_bytes -= freed
-            sw._check_resume()

@@ -265,8 +265,6 @@ class Network:
             sw.resume_offset = (
                 cfg.pfc_resume_offset_bytes if cfg.pfc_resume_offset_bytes is not None else 2 * cfg.mtu_bytes
             )
-            for p in sw.ports:
-                p.enable_release()
 
     # ------------------------------------------------------------------ access
     @property

@@ -1,12 +1,14 @@
 # Types of panama/sim/nodes.py for the compiled fast path (setup.py); the .py is the source.
 cimport cython
 
-from panama.sim.engine cimport Engine
-from panama.sim.fifos cimport DelayLine
+from panama.sim.engine cimport Engine, Timer
+from panama.sim.fifos cimport DelayLine, ReleaseRing
 from panama.sim.heap cimport Event
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
 from panama.sim.ports cimport Port
+
+cdef long long _NEVER
 
 cdef class Switch
 cdef class _DelayLine
@@ -40,7 +42,8 @@ cdef class Switch(Node):
     cdef public list nb_names
     cdef public bint lossless
     cdef public bint _dl_armed
-    cdef public long long used_bytes
+    cdef public long long next_release_ps
+    cdef public long long _used
     cdef public long long buffer_bytes
     cdef public long long peak_used_bytes
     cdef public long long pool_bytes
@@ -53,7 +56,9 @@ cdef class Switch(Node):
     cdef public DelayLine _delayline
     cdef public long long[::1] _ing
     cdef public list hooks
-    cdef public object ingress_bytes
+    cdef public object _ingress
+    cdef public list _rings
+    cdef public Timer _rel_timer
     cdef public long long resume_offset
     cdef public long long pauses_sent
 
@@ -68,7 +73,13 @@ cdef class Switch(Node):
     @cython.locals(now=cython.longlong, t=cython.longlong, dl=DelayLine, in_idx=cython.longlong)
     cpdef _drain_delayline(self)
 
-    @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong)
+    cpdef settle(self)
+    cpdef note_release(self, long long end_ps)
+    @cython.locals(freed=cython.longlong, nxt=cython.longlong, e=cython.longlong, rel=ReleaseRing)
+    cpdef _catch_up(self, long long now)
+    cpdef _release_due(self)
+
+    @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong, now=cython.longlong)
     cpdef bint _admit(self, SimPacket pkt, long long in_idx, Port port) except -1
 
     cpdef long long pfc_threshold(self) except? -1

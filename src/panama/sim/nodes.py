@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from panama.core.errors import FieldError
-from panama.sim.fifos import DelayLine
+from panama.sim.fifos import DelayLine, ReleaseRing
 from panama.sim.heap import Event
 from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_HANDLER, DROP_NO_ROUTE, NUM_KINDS, SimPacket
 from panama.sim.routing import ecmp_index
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from panama.sim.ports import Port
 
 __all__ = ["Node", "Host", "Switch", "PacketHook", "HookObject"]
+
+_NEVER = 1 << 62  # later than any simulated time (as panama.sim.engine)
 
 
 class Node:
@@ -141,6 +143,18 @@ class Switch(Node):
     Lossless state: ``ingress_bytes[i]`` bytes held that arrived on port ``i`` (the last
     entry is local/hook-originated traffic, never paused), ``used_bytes`` in total,
     ``pause_sent[i]`` whether the upstream of port ``i`` is paused by us.
+
+    Buffer releases are settled lazily: a packet's bytes are freed when its transmission
+    ends (its output port's release ring holds ``(end_ps, size, in_idx)``), but the
+    switch applies the releases that are due (``end_ps <= now``) only when it next needs
+    its buffer state: before it admits a packet, when ``used_bytes`` or
+    ``ingress_bytes`` is read, and, while it pauses an upstream (the only time a release
+    can change anything by itself: it may let the switch RESUME), at a timer set to the
+    earliest pending end. So a release costs no engine event unless PFC is pausing.
+    A release due at the same picosecond as an admission is applied before it (the
+    buffer space a transmission frees at ``t`` is free for a packet arriving at ``t``).
+    ``next_release_ps`` is the earliest pending end over the switch's ports (a lower
+    bound: withdrawn entries may leave it early; never late).
     """
 
     __slots__ = (
@@ -149,9 +163,12 @@ class Switch(Node):
         "lossless",
         "buffer_bytes",
         "pool_bytes",
-        "ingress_bytes",
+        "_ingress",
         "_ing",
-        "used_bytes",
+        "_used",
+        "next_release_ps",
+        "_rings",
+        "_rel_timer",
         "pause_sent",
         "pfc_alpha",
         "pfc_static",
@@ -174,9 +191,12 @@ class Switch(Node):
         self.lossless = False
         self.buffer_bytes = 0
         self.pool_bytes = 0
-        self.ingress_bytes: array[int] = array("q")  # see set_lossless
-        self._ing = self.ingress_bytes  # the same buffer (a typed memoryview when compiled)
-        self.used_bytes = 0
+        self._ingress: array[int] = array("q")  # see set_lossless; read through ingress_bytes
+        self._ing = self._ingress  # the same buffer (a typed memoryview when compiled)
+        self._used = 0  # read through used_bytes (which settles due releases first)
+        self.next_release_ps = _NEVER
+        self._rings: list[ReleaseRing] = []  # the release rings of the ports (set_lossless)
+        self._rel_timer = net.engine.timer(self._release_due)
         self.pause_sent: list[bool] = []
         self.pfc_alpha = 0.125
         self.pfc_static: int | None = None
@@ -188,6 +208,22 @@ class Switch(Node):
         self._dl_ev = _DelayLine(self)
         self._npaused = 0  # entries of pause_sent that are True
         self.nb_names: list[str] = []  # see set_hook
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes held in the shared buffer now (due releases settled first)."""
+        self.settle()
+        return self._used
+
+    @used_bytes.setter
+    def used_bytes(self, value: int) -> None:
+        self._used = value
+
+    @property
+    def ingress_bytes(self) -> array:
+        """Bytes held by ingress port (the last entry: local traffic), due releases settled first."""
+        self.settle()
+        return self._ingress
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:
         hook = self.hooks[pkt.kind]
@@ -291,25 +327,74 @@ class Switch(Node):
         """Lossless accounting for ``nports`` ingress ports (plus one entry for local and
         hook-originated traffic); the thresholds are set by the network."""
         self.lossless = True
-        self.ingress_bytes = array("q", bytes(8 * (nports + 1)))
-        self._ing = self.ingress_bytes
+        self._ingress = array("q", bytes(8 * (nports + 1)))
+        self._ing = self._ingress
         self.pause_sent = [False] * nports
         self._npaused = 0
+        self._rings = []
+        for p in self.ports:
+            p.enable_release()
+            self._rings.append(p.release)
+
+    # ------------------------------------------------------------------ buffer releases
+    def settle(self) -> None:
+        """Apply every buffer release due by now (see the class docstring)."""
+        now = self._eng.now
+        if now >= self.next_release_ps:
+            self._catch_up(now)
+
+    def note_release(self, end_ps: int) -> None:
+        """One of the ports queued a release at ``end_ps`` (its ring already holds it)."""
+        if end_ps < self.next_release_ps:
+            self.next_release_ps = end_ps
+            if self._npaused:
+                self._rel_timer.arm(end_ps)
+
+    def _catch_up(self, now: int) -> None:
+        """Free the bytes of every transmission ended by ``now``; while pausing, check
+        whether an upstream can resume."""
+        freed = 0
+        nxt = _NEVER
+        for rel in self._rings:
+            e = rel.head_end()
+            if e < 0:
+                continue
+            if e <= now:
+                freed += rel.release(now, self._ing)
+                e = rel.head_end()
+                if e < 0:
+                    continue
+            if e < nxt:
+                nxt = e
+        self.next_release_ps = nxt
+        if freed:
+            self._used -= freed
+            if self._npaused:
+                self._check_resume()
+
+    def _release_due(self) -> None:
+        """The release timer (armed only while an upstream is paused by this switch)."""
+        self._catch_up(self._eng.now)
+        if self._npaused and self.next_release_ps < _NEVER:
+            self._rel_timer.arm(self.next_release_ps)
 
     def pfc_threshold(self) -> int:
         """Current per-ingress PAUSE threshold in bytes."""
         if self.pfc_static is not None:
             return self.pfc_static
-        free = self.pool_bytes - self.used_bytes
+        free = self.pool_bytes - self._used
         return int(self.pfc_alpha * free) if free > 0 else 0
 
     def _admit(self, pkt: SimPacket, in_idx: int, port: Port) -> bool:
+        now = self._eng.now
+        if now >= self.next_release_ps:
+            self._catch_up(now)
         size = pkt.size_bytes
-        used = self.used_bytes + size
+        used = self._used + size
         if used > self.buffer_bytes:
             self.net._drop(port, pkt, DROP_LOSSLESS_OVERFLOW)
             return False
-        self.used_bytes = used
+        self._used = used
         if used > self.peak_used_bytes:
             self.peak_used_bytes = used
         ib = self._ing[in_idx] + size
@@ -324,7 +409,7 @@ class Switch(Node):
         ps = self.pause_sent
         thr = self.pfc_threshold()
         off = self.resume_offset
-        ib = self.ingress_bytes
+        ib = self._ing
         for i, p in enumerate(ps):
             if p and (ib[i] + off <= thr or ib[i] == 0):
                 self._send_pfc(i, False)
@@ -338,6 +423,8 @@ class Switch(Node):
         if pause:
             self.pauses_sent += 1
             eng.push(eng.now + link.delay_ps, up.pause)
+            if self.next_release_ps < _NEVER:
+                self._rel_timer.arm(self.next_release_ps)
         else:
             eng.push(eng.now + link.delay_ps, up.resume)
         trace = eng.trace
@@ -353,7 +440,7 @@ class Switch(Node):
                     -1,
                     -1,
                     0,
-                    self.ingress_bytes[in_idx],
+                    self._ing[in_idx],
                 )
             )
 

@@ -11,8 +11,6 @@ from panama.sim.routing cimport ecmp_index
 cdef long long _CE, _TRACKED
 cdef long long _GENERIC, _HOST, _SWITCH, _HOST_CHECKED, _SWITCH_LOSSLESS
 
-cdef class _Release
-
 cdef class Port(Event):
     # Fields in the order of use on the hot path (the C struct keeps this order: fewer
     # cache lines per packet hop).
@@ -20,7 +18,6 @@ cdef class Port(Event):
     cdef public long long _mode
     cdef public bint armed
     cdef public bint paused
-    cdef public bint rel_armed
     cdef public long long busy_until
     cdef public long long ps_per_byte
     cdef public long long delay_ps
@@ -34,7 +31,6 @@ cdef class Port(Event):
     cdef public Node owner
     cdef public object _trace
     cdef public ReleaseRing release
-    cdef public _Release _release_ev
     cdef public long long tx_packets
     cdef public long long tx_bytes
     cdef public long long ecn_marks
@@ -75,11 +71,6 @@ cdef class Port(Event):
     cpdef _deliver_switch_lossless(self)
     cpdef pause(self)
     cpdef resume(self)
-    cpdef _release(self)
-
-@cython.final
-cdef class _Release(Event):
-    cdef public Port port
 
 cdef class HostPort(Port):
     @cython.locals(now=cython.longlong, bu=cython.longlong, size=cython.longlong, end=cython.longlong)

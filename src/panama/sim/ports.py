@@ -51,8 +51,8 @@ class Port(Event):
 
     The pipe holds the packets accepted and not yet arrived, each with its arrival time
     at the peer in ``arrive_ps``. The port is itself the engine event of its pipe's head
-    arrival (:meth:`fire` runs the arrival handler chosen for the peer); ``_release_ev`` is the event of its
-    buffer releases (lossless switches).
+    arrival (:meth:`fire` runs the arrival handler chosen for the peer); ``release`` holds
+    the buffer releases of a lossless switch's port, which the switch settles.
 
     Serialisation takes ``size_bytes x ps_per_byte`` with ``ps_per_byte =
     ceil(8e12 / rate_bps)``: exact for every rate dividing 8 Tbit/s (1, 2.5, 10, 25, 40,
@@ -87,11 +87,9 @@ class Port(Event):
         "limit_ps",
         "k_ps",
         "release",
-        "rel_armed",
         "_eng",
         "_trace",
         "_mode",
-        "_release_ev",
         "net",
         "tx_packets",
         "tx_bytes",
@@ -133,10 +131,8 @@ class Port(Event):
         self.limit_ps = _NEVER
         self.k_ps = _NEVER
         self.release: ReleaseRing | None = None  # see enable_release
-        self.rel_armed = False
         self._mode = _GENERIC
         self._fire_cb = self._deliver
-        self._release_ev = _Release(self)
         self.tx_packets = 0
         self.tx_bytes = 0
         self.ecn_marks = 0
@@ -384,8 +380,6 @@ class Port(Event):
     def resume(self) -> None:  # pragma: no cover
         raise RuntimeError(f"{self.name}: RESUME on a port of a lossy network")
 
-    def _release(self) -> None:  # pragma: no cover
-        raise RuntimeError(f"{self.name}: buffer release on a port of a lossy network")
 
 
 class HostPort(Port):
@@ -432,18 +426,3 @@ class HostPort(Port):
                 )
             )
         return True
-
-
-class _Release(Event):
-    """The buffer-release event of a lossless switch port (one pending at a time)."""
-
-    __slots__ = ("port",)
-
-    def __init__(self, port: Port):
-        self.t = 0
-        self.seq = 0
-        self.port = port
-        self._fire_cb = port._release
-
-    def fire(self) -> None:
-        self.port._release()
