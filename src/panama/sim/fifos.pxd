@@ -8,23 +8,20 @@ ctypedef struct _Rel:
     long long size
     long long in_idx
 
+ctypedef struct _Ring:
+    _Rel* q
+    Py_ssize_t head
+    Py_ssize_t n
+    Py_ssize_t cap
+
+ctypedef struct _Flight:
+    long long t
+    PyObject* pkt
+
 ctypedef struct _Held:
     long long t
     long long in_idx
     PyObject* out
-
-@cython.final
-cdef class ReleaseRing:
-    cdef _Rel* _q
-    cdef Py_ssize_t _head
-    cdef Py_ssize_t _n
-    cdef Py_ssize_t _cap
-
-    cdef int _grow(self) except -1
-    cpdef put(self, long long end_ps, long long size, long long in_idx)
-    cpdef long long pop_back(self) except? -1
-    cpdef long long head_end(self) noexcept
-    cpdef long long release(self, long long now, long long[::1] ingress) except? -1
 
 @cython.final
 cdef class DelayLine:
@@ -38,3 +35,31 @@ cdef class DelayLine:
     cpdef long long head_time(self) noexcept
     cpdef long long head_in_idx(self) except? -1
     cpdef list pop_head(self)
+
+@cython.final
+cdef class ReleaseRings:
+    cdef _Ring* _r
+    cdef Py_ssize_t _nrings
+    cdef long long _next
+
+    cdef int _check(self, Py_ssize_t ring) except -1
+    cdef int _grow(self, _Ring* r) except -1
+    cpdef Py_ssize_t pending(self, Py_ssize_t ring) except -1
+    cpdef put(self, Py_ssize_t ring, long long end_ps, long long size, long long in_idx)
+    cpdef long long pop_back(self, Py_ssize_t ring) except? -1
+    cpdef long long next_end(self) noexcept
+    cpdef long long release(self, long long now, long long[::1] ingress) except? -1
+
+@cython.final
+cdef class PacketPipe:
+    cdef _Flight* _q
+    cdef Py_ssize_t _head
+    cdef Py_ssize_t _n
+    cdef Py_ssize_t _cap
+
+    cdef int _grow(self) except -1
+    cpdef push(self, long long arrive_ps, object pkt)
+    cpdef long long head_time(self) noexcept
+    cpdef long long back_time(self) noexcept
+    cpdef object pop_head(self)
+    cpdef object pop_back(self)

@@ -7,75 +7,7 @@ from cpython.ref cimport Py_DECREF, Py_INCREF
 
 IMPLEMENTATION = "C"
 
-
-cdef class ReleaseRing:
-    """See fifos.py."""
-
-    def __dealloc__(self):
-        PyMem_Free(self._q)
-
-    def __len__(self):
-        return self._n
-
-    cdef int _grow(self) except -1:
-        """Double the ring (entries kept in order, from index 0)."""
-        cdef Py_ssize_t cap = self._cap * 2 if self._cap else 64
-        cdef Py_ssize_t j, k
-        cdef _Rel* q = <_Rel*>PyMem_Malloc(cap * sizeof(_Rel))
-        if q == NULL:
-            raise MemoryError()
-        for j in range(self._n):
-            k = self._head + j
-            if k >= self._cap:
-                k -= self._cap
-            q[j] = self._q[k]
-        PyMem_Free(self._q)
-        self._q = q
-        self._head = 0
-        self._cap = cap
-        return 0
-
-    cpdef put(self, long long end_ps, long long size, long long in_idx):
-        cdef Py_ssize_t i
-        if self._n == self._cap:
-            self._grow()
-        i = self._head + self._n
-        if i >= self._cap:
-            i -= self._cap
-        self._q[i].end = end_ps
-        self._q[i].size = size
-        self._q[i].in_idx = in_idx
-        self._n += 1
-
-    cpdef long long pop_back(self) except? -1:
-        cdef Py_ssize_t i
-        if not self._n:
-            raise IndexError("pop from an empty ReleaseRing")
-        self._n -= 1
-        i = self._head + self._n
-        if i >= self._cap:
-            i -= self._cap
-        return self._q[i].in_idx
-
-    cpdef long long head_end(self) noexcept:
-        return self._q[self._head].end if self._n else -1
-
-    cpdef long long release(self, long long now, long long[::1] ingress) except? -1:
-        cdef long long freed = 0
-        cdef Py_ssize_t h = self._head, n = self._n
-        cdef _Rel* q = self._q
-        while n:
-            if q[h].end > now:
-                break
-            ingress[q[h].in_idx] -= q[h].size
-            freed += q[h].size
-            h += 1
-            if h == self._cap:
-                h = 0
-            n -= 1
-        self._head = h
-        self._n = n
-        return freed
+cdef long long _NEVER_C = 1LL << 62  # later than any simulated time (panama.sim.engine)
 
 
 cdef class DelayLine:
@@ -143,3 +75,217 @@ cdef class DelayLine:
             self._head = 0
         self._n -= 1
         return out
+
+
+cdef class ReleaseRings:
+    """See fifos.py. One C ring of ``_Rel`` per port, in one array."""
+
+    def __init__(self, Py_ssize_t nrings):
+        cdef Py_ssize_t i
+        if nrings < 0:
+            raise ValueError(f"nrings must be >= 0, got {nrings}")
+        self._r = <_Ring*>PyMem_Malloc((nrings if nrings else 1) * sizeof(_Ring))
+        if self._r == NULL:
+            raise MemoryError()
+        self._nrings = nrings
+        for i in range(nrings):
+            self._r[i].q = NULL
+            self._r[i].head = 0
+            self._r[i].n = 0
+            self._r[i].cap = 0
+        self._next = _NEVER_C
+
+    def __dealloc__(self):
+        cdef Py_ssize_t i
+        if self._r != NULL:
+            for i in range(self._nrings):
+                PyMem_Free(self._r[i].q)
+            PyMem_Free(self._r)
+
+    def __len__(self):
+        cdef Py_ssize_t i, total = 0
+        for i in range(self._nrings):
+            total += self._r[i].n
+        return total
+
+    cpdef Py_ssize_t pending(self, Py_ssize_t ring) except -1:
+        self._check(ring)
+        return self._r[ring].n
+
+    cdef int _check(self, Py_ssize_t ring) except -1:
+        if ring < 0 or ring >= self._nrings:
+            raise IndexError(f"ring {ring} out of range [0, {self._nrings})")
+        return 0
+
+    cdef int _grow(self, _Ring* r) except -1:
+        cdef Py_ssize_t cap = r.cap * 2 if r.cap else 64
+        cdef Py_ssize_t j, k
+        cdef _Rel* q = <_Rel*>PyMem_Malloc(cap * sizeof(_Rel))
+        if q == NULL:
+            raise MemoryError()
+        for j in range(r.n):
+            k = r.head + j
+            if k >= r.cap:
+                k -= r.cap
+            q[j] = r.q[k]
+        PyMem_Free(r.q)
+        r.q = q
+        r.head = 0
+        r.cap = cap
+        return 0
+
+    cpdef put(self, Py_ssize_t ring, long long end_ps, long long size, long long in_idx):
+        cdef Py_ssize_t i
+        cdef _Ring* r
+        self._check(ring)
+        r = &self._r[ring]
+        if r.n == r.cap:
+            self._grow(r)
+        i = r.head + r.n
+        if i >= r.cap:
+            i -= r.cap
+        r.q[i].end = end_ps
+        r.q[i].size = size
+        r.q[i].in_idx = in_idx
+        r.n += 1
+        if end_ps < self._next:
+            self._next = end_ps
+
+    cpdef long long pop_back(self, Py_ssize_t ring) except? -1:
+        cdef Py_ssize_t i
+        cdef _Ring* r
+        self._check(ring)
+        r = &self._r[ring]
+        if not r.n:
+            raise IndexError("pop from an empty release ring")
+        r.n -= 1
+        i = r.head + r.n
+        if i >= r.cap:
+            i -= r.cap
+        return r.q[i].in_idx
+
+    cpdef long long next_end(self) noexcept:
+        return self._next
+
+    cpdef long long release(self, long long now, long long[::1] ingress) except? -1:
+        cdef long long freed = 0, nxt = _NEVER_C
+        cdef Py_ssize_t k, h, n
+        cdef _Ring* r
+        cdef _Rel* q
+        for k in range(self._nrings):
+            r = &self._r[k]
+            n = r.n
+            if not n:
+                continue
+            q = r.q
+            h = r.head
+            while n and q[h].end <= now:
+                ingress[q[h].in_idx] -= q[h].size
+                freed += q[h].size
+                h += 1
+                if h == r.cap:
+                    h = 0
+                n -= 1
+            r.head = h
+            r.n = n
+            if n and q[h].end < nxt:
+                nxt = q[h].end
+        self._next = nxt
+        return freed
+
+
+cdef class PacketPipe:
+    """See fifos.py. A C ring of ``(arrive_ps, packet)``; each entry owns a reference."""
+
+    def __dealloc__(self):
+        cdef Py_ssize_t j, k
+        for j in range(self._n):
+            k = self._head + j
+            if k >= self._cap:
+                k -= self._cap
+            Py_DECREF(<object>self._q[k].pkt)
+        self._n = 0
+        PyMem_Free(self._q)
+
+    def __len__(self):
+        return self._n
+
+    def __bool__(self):
+        return self._n > 0
+
+    def __getitem__(self, Py_ssize_t i):
+        cdef Py_ssize_t k
+        if i < 0:
+            i += self._n
+        if i < 0 or i >= self._n:
+            raise IndexError("PacketPipe index out of range")
+        k = self._head + i
+        if k >= self._cap:
+            k -= self._cap
+        return <object>self._q[k].pkt
+
+    cdef int _grow(self) except -1:
+        cdef Py_ssize_t cap = self._cap * 2 if self._cap else 16
+        cdef Py_ssize_t j, k
+        cdef _Flight* q = <_Flight*>PyMem_Malloc(cap * sizeof(_Flight))
+        if q == NULL:
+            raise MemoryError()
+        for j in range(self._n):
+            k = self._head + j
+            if k >= self._cap:
+                k -= self._cap
+            q[j] = self._q[k]
+        PyMem_Free(self._q)
+        self._q = q
+        self._head = 0
+        self._cap = cap
+        return 0
+
+    cpdef push(self, long long arrive_ps, object pkt):
+        cdef Py_ssize_t i
+        if self._n == self._cap:
+            self._grow()
+        i = self._head + self._n
+        if i >= self._cap:
+            i -= self._cap
+        Py_INCREF(pkt)
+        self._q[i].t = arrive_ps
+        self._q[i].pkt = <PyObject*>pkt
+        self._n += 1
+
+    cpdef long long head_time(self) noexcept:
+        return self._q[self._head].t if self._n else -1
+
+    cpdef long long back_time(self) noexcept:
+        cdef Py_ssize_t k
+        if not self._n:
+            return -1
+        k = self._head + self._n - 1
+        if k >= self._cap:
+            k -= self._cap
+        return self._q[k].t
+
+    cpdef object pop_head(self):
+        cdef PyObject* p
+        if not self._n:
+            raise IndexError("pop from an empty PacketPipe")
+        p = self._q[self._head].pkt
+        self._head += 1
+        if self._head == self._cap:
+            self._head = 0
+        self._n -= 1
+        cdef object pkt = <object>p  # a new reference
+        Py_DECREF(pkt)  # the ring's reference (``pkt`` holds its own)
+        return pkt
+
+    cpdef object pop_back(self):
+        cdef Py_ssize_t k
+        if not self._n:
+            raise IndexError("pop from an empty PacketPipe")
+        k = self._head + self._n - 1
+        if k >= self._cap:
+            k -= self._cap
+        self._n -= 1
+        cdef object pkt = <object>self._q[k].pkt
+        Py_DECREF(pkt)
+        return pkt

@@ -4,7 +4,7 @@ cimport cython
 from panama.sim.nodes cimport Host, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
-from panama.sim.fifos cimport ReleaseRing
+from panama.sim.fifos cimport PacketPipe
 from panama.sim.ports cimport Port
 
 cdef long long _CE, _TRACKED
@@ -14,10 +14,11 @@ cdef class LosslessPort(Port):
                    backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong, sw=Switch)
     cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
 
-    @cython.locals(pkt=SimPacket, host=Host)
+    @cython.locals(pkt=SimPacket, host=Host, pipe=PacketPipe, t=cython.longlong, now=cython.longlong)
     cpdef _deliver_host_checked(self)
 
-    @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, idx=cython.longlong,
+    @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, idx=cython.longlong, pipe=PacketPipe,
+                   t=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, used=cython.longlong,
                    ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list, hooks=list)
     cpdef _deliver_switch_lossless(self)

@@ -55,11 +55,11 @@ class LosslessPort(Port):
         self.busy_until = end
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
-        self._push(pkt)
+        self.pipe.push(arrive, pkt)
         if pkt.flags & _TRACKED:
             self.net._ahead(self, pkt, now)
         if self.release is not None:
-            self.release.put(end, size, in_idx)
+            self.release.put(self.index, end, size, in_idx)
             sw = self.owner
             if end < sw.next_release_ps:
                 sw.note_release(end)
@@ -88,12 +88,14 @@ class LosslessPort(Port):
         under the pending event, so the head's time is checked)."""
         pipe = self.pipe
         now = self._eng.now
-        while pipe:
-            pkt = pipe[0]
-            if pkt.arrive_ps > now:
-                self._eng.schedule(pkt.arrive_ps, self)
+        while True:
+            t = pipe.head_time()
+            if t < 0:
+                break
+            if t > now:
+                self._eng.schedule(t, self)
                 return
-            self._pop()
+            pkt = pipe.pop_head()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
@@ -110,12 +112,14 @@ class LosslessPort(Port):
         now = self._eng.now
         idx = self.peer_index
         fib1 = sw.fib1
-        while pipe:
-            pkt = pipe[0]
-            if pkt.arrive_ps > now:
-                self._eng.schedule(pkt.arrive_ps, self)
+        while True:
+            t = pipe.head_time()
+            if t < 0:
+                break
+            if t > now:
+                self._eng.schedule(t, self)
                 return
-            self._pop()
+            pkt = pipe.pop_head()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, idx, hooks[pkt.kind])
                 continue
@@ -162,9 +166,9 @@ class LosslessPort(Port):
         self.busy_until = end
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
-        self._push(pkt)
+        self.pipe.push(arrive, pkt)
         if self.release is not None:
-            self.release.put(end, pkt.size_bytes, in_idx)
+            self.release.put(self.index, end, pkt.size_bytes, in_idx)
             sw = self.owner
             if end < sw.next_release_ps:
                 sw.note_release(end)
@@ -221,15 +225,16 @@ class LosslessPort(Port):
             tx = pkt.size_bytes * ppb
             if arrive - delay - tx < now:
                 break
-            pipe.pop()
-            in_idx = -1 if rel is None else rel.pop_back()
+            pipe.pop_back()
+            in_idx = -1 if rel is None else rel.pop_back(self.index)
             held.append((pkt, in_idx))
             self.waiting_ps += tx
         if held:
             held.reverse()
             held.extend(self.waiting)
             self.waiting = deque(held)
-        self.busy_until = pipe[-1].arrive_ps - delay if pipe else min(self.busy_until, now)
+        last = pipe.back_time()
+        self.busy_until = last - delay if last >= 0 else min(self.busy_until, now)
         if self._trace is not None:
             self._trace((now, "pause", self.owner.name, self.peer.name, -1, -1, -1, -1, 0, self.queue_bytes()))
 

@@ -2,7 +2,7 @@
 cimport cython
 
 from panama.sim.engine cimport Engine, Timer
-from panama.sim.fifos cimport DelayLine, ReleaseRing
+from panama.sim.fifos cimport DelayLine, ReleaseRings
 from panama.sim.heap cimport Event
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
@@ -57,7 +57,7 @@ cdef class Switch(Node):
     cdef public long long[::1] _ing
     cdef public list hooks
     cdef public object _ingress
-    cdef public list _rings
+    cdef public ReleaseRings releases
     cdef public Timer _rel_timer
     cdef public long long resume_offset
     cdef public long long pauses_sent
@@ -75,7 +75,7 @@ cdef class Switch(Node):
 
     cpdef settle(self)
     cpdef note_release(self, long long end_ps)
-    @cython.locals(freed=cython.longlong, nxt=cython.longlong, e=cython.longlong, rel=ReleaseRing)
+    @cython.locals(freed=cython.longlong)
     cpdef _catch_up(self, long long now)
     cpdef _release_due(self)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from panama.core.errors import FieldError
-from panama.sim.fifos import DelayLine, ReleaseRing
+from panama.sim.fifos import DelayLine, ReleaseRings
 from panama.sim.heap import Event
 from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_HANDLER, DROP_NO_ROUTE, NUM_KINDS, SimPacket
 from panama.sim.routing import ecmp_index
@@ -167,7 +167,7 @@ class Switch(Node):
         "_ing",
         "_used",
         "next_release_ps",
-        "_rings",
+        "releases",
         "_rel_timer",
         "pause_sent",
         "pfc_alpha",
@@ -195,7 +195,7 @@ class Switch(Node):
         self._ing = self._ingress  # the same buffer (a typed memoryview when compiled)
         self._used = 0  # read through used_bytes (which settles due releases first)
         self.next_release_ps = _NEVER
-        self._rings: list[ReleaseRing] = []  # the release rings of the ports (set_lossless)
+        self.releases = ReleaseRings(0)  # the ports' pending releases (set_lossless)
         self._rel_timer = net.engine.timer(self._release_due)
         self.pause_sent: list[bool] = []
         self.pfc_alpha = 0.125
@@ -331,10 +331,9 @@ class Switch(Node):
         self._ing = self._ingress
         self.pause_sent = [False] * nports
         self._npaused = 0
-        self._rings = []
+        self.releases = ReleaseRings(len(self.ports))
         for p in self.ports:
-            p.enable_release()
-            self._rings.append(p.release)
+            p.enable_release(self.releases)
 
     # ------------------------------------------------------------------ buffer releases
     def settle(self) -> None:
@@ -353,20 +352,8 @@ class Switch(Node):
     def _catch_up(self, now: int) -> None:
         """Free the bytes of every transmission ended by ``now``; while pausing, check
         whether an upstream can resume."""
-        freed = 0
-        nxt = _NEVER
-        for rel in self._rings:
-            e = rel.head_end()
-            if e < 0:
-                continue
-            if e <= now:
-                freed += rel.release(now, self._ing)
-                e = rel.head_end()
-                if e < 0:
-                    continue
-            if e < nxt:
-                nxt = e
-        self.next_release_ps = nxt
+        freed = self.releases.release(now, self._ing)
+        self.next_release_ps = self.releases.next_end()
         if freed:
             self._used -= freed
             if self._npaused:

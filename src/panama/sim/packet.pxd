@@ -4,6 +4,7 @@ cimport cython
 from panama.core.packet cimport Packet
 
 @cython.final
+@cython.freelist(1024)
 cdef class SimPacket:
     # Hot fields first (see Port in panama/sim/ports.pxd).
     cdef public long long arrive_ps

@@ -2,7 +2,7 @@
 cimport cython
 
 from panama.sim.engine cimport Engine
-from panama.sim.fifos cimport ReleaseRing
+from panama.sim.fifos cimport PacketPipe, ReleaseRings
 from panama.sim.heap cimport Event
 from panama.sim.nodes cimport Host, Node, Switch
 from panama.sim.packet cimport SimPacket
@@ -23,14 +23,12 @@ cdef class Port(Event):
     cdef public long long delay_ps
     cdef public long long k_ps
     cdef public long long limit_ps
-    cdef public object pipe
-    cdef public object _push
-    cdef public object _pop
+    cdef public PacketPipe pipe
     cdef public Node peer
     cdef public long long peer_index
     cdef public Node owner
     cdef public object _trace
-    cdef public ReleaseRing release
+    cdef public ReleaseRings release
     cdef public long long tx_packets
     cdef public long long tx_bytes
     cdef public long long ecn_marks
@@ -56,13 +54,13 @@ cdef class Port(Event):
                    backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong)
     cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
 
-    @cython.locals(now=cython.longlong, idx=cython.longlong, head=SimPacket, peer=object)
+    @cython.locals(now=cython.longlong, idx=cython.longlong, t=cython.longlong, peer=object, pipe=PacketPipe)
     cpdef _deliver(self)
 
-    @cython.locals(pkt=SimPacket, head=SimPacket, t=cython.longlong, host=Host)
+    @cython.locals(pkt=SimPacket, t=cython.longlong, host=Host, pipe=PacketPipe)
     cpdef _deliver_host(self)
 
-    @cython.locals(sw=Switch, pkt=SimPacket, head=SimPacket, out=Port, now=cython.longlong, t=cython.longlong,
+    @cython.locals(sw=Switch, pkt=SimPacket, pipe=PacketPipe, out=Port, now=cython.longlong, t=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, tx=cython.longlong,
                    bu=cython.longlong, backlog=cython.longlong, end=cython.longlong, fib1=list)
     cpdef _deliver_switch(self)

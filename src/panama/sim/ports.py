@@ -21,7 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from panama.core.packet import CE
-from panama.sim.fifos import ReleaseRing
+from panama.sim.fifos import PacketPipe, ReleaseRings
 from panama.sim.heap import Event
 from panama.sim.nodes import Host, Switch
 from panama.sim.packet import DROP_NO_ROUTE, DROP_QUEUE_FULL, FLAG_TRACKED, SimPacket
@@ -77,8 +77,6 @@ class Port(Event):
         "delay_ps",
         "busy_until",
         "pipe",
-        "_push",
-        "_pop",
         "armed",
         "paused",
         "paused_since",
@@ -119,10 +117,7 @@ class Port(Event):
         self.ps_per_byte = -(-_BITS_PS // int(rate_bps))
         self.delay_ps = int(delay_ps)
         self.busy_until = 0
-        self.pipe: deque[SimPacket] = deque()  # in flight, in arrival order (``arrive_ps``)
-        # The pipe's append and popleft, bound once (the pipe object is never replaced).
-        self._push = self.pipe.append
-        self._pop = self.pipe.popleft
+        self.pipe = PacketPipe()  # in flight, in arrival order (``arrive_ps``)
         self.armed = False
         self.paused = False
         self.paused_since = 0
@@ -130,7 +125,7 @@ class Port(Event):
         self.waiting_ps = 0
         self.limit_ps = _NEVER
         self.k_ps = _NEVER
-        self.release: ReleaseRing | None = None  # see enable_release
+        self.release: ReleaseRings | None = None  # see enable_release
         self._mode = _GENERIC
         self._fire_cb = self._deliver
         self.tx_packets = 0
@@ -143,11 +138,11 @@ class Port(Event):
     def __repr__(self) -> str:
         return f"Port({self.name}, {self.rate_bps / 1e9:g} Gbps, {self.delay_ps} ps)"
 
-    def enable_release(self) -> None:
-        """Keep ``release``, the ``(end_ps, size, in_idx)`` of every packet whose
-        transmission has not ended, to free the owner's shared buffer then (lossless
-        switch ports; :class:`panama.sim.lossless.LosslessPort`)."""
-        self.release = ReleaseRing()
+    def enable_release(self, rings: ReleaseRings) -> None:
+        """Queue the ``(end_ps, size, in_idx)`` of every packet whose transmission has not
+        ended in ring ``index`` of ``rings``, the owner's, which frees the shared buffer
+        then (lossless switch ports; :class:`panama.sim.lossless.LosslessPort`)."""
+        self.release = rings
 
     def _select_delivery(self) -> None:
         """Pick the arrival handler specialised for the peer (called once the network is built)."""
@@ -218,7 +213,7 @@ class Port(Event):
         self.tx_bytes += size
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
-        self._push(pkt)
+        self.pipe.push(arrive, pkt)
         if pkt.flags & _TRACKED:
             self.net._ahead(self, pkt, now)
         if not self.armed:
@@ -248,13 +243,14 @@ class Port(Event):
         peer = self.peer  # untyped (ports.pxd): ``receive`` is looked up as a Python attribute
         recv = peer.receive
         idx = self.peer_index
-        while pipe:
-            head = pipe[0]
-            if head.arrive_ps > now:
-                self._eng.schedule(head.arrive_ps, self)
+        while True:
+            t = pipe.head_time()
+            if t < 0:
+                break
+            if t > now:
+                self._eng.schedule(t, self)
                 return
-            self._pop()
-            recv(head, idx)
+            recv(pipe.pop_head(), idx)
         self.armed = False
 
     def _deliver_host(self) -> None:
@@ -263,20 +259,18 @@ class Port(Event):
         Only used in lossy networks, where the pipe's head is always due when the event
         fires (nothing but arrivals ever removes packets from a pipe)."""
         pipe = self.pipe
-        popleft = self._pop
         while True:
-            pkt = popleft()
+            pkt = pipe.pop_head()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
             else:
                 host = self.peer
                 host.receive_unbound(pkt)
-            if not pipe:
+            t = pipe.head_time()
+            if t < 0:
                 self.armed = False
                 return
-            head = pipe[0]
-            t = head.arrive_ps
             if t > self._eng.now:
                 self._eng.schedule(t, self)
                 return
@@ -289,19 +283,17 @@ class Port(Event):
         sw = self.peer
         hooks = sw.hooked
         pipe = self.pipe
-        popleft = self._pop
         now = self._eng.now
         fib1 = sw.fib1
         while True:
             # The head is due: nothing but arrivals removes packets from a lossy pipe.
-            pkt = popleft()
+            pkt = pipe.pop_head()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, self.peer_index, hooks[pkt.kind])
-                if not pipe:
+                t = pipe.head_time()
+                if t < 0:
                     self.armed = False
                     return
-                head = pipe[0]
-                t = head.arrive_ps
                 if t > now:
                     self._eng.schedule(t, self)
                     return
@@ -335,7 +327,7 @@ class Port(Event):
                     out.tx_bytes += size
                     end += out.delay_ps
                     pkt.arrive_ps = end
-                    out._push(pkt)
+                    out.pipe.push(end, pkt)
                     if pkt.flags & _TRACKED:
                         self.net._ahead(out, pkt, now)
                     if not out.armed:
@@ -356,11 +348,10 @@ class Port(Event):
                                 backlog // out.ps_per_byte,
                             )
                         )
-            if not pipe:
+            t = pipe.head_time()
+            if t < 0:
                 self.armed = False
                 return
-            head = pipe[0]
-            t = head.arrive_ps
             if t > now:
                 self._eng.schedule(t, self)
                 return
@@ -404,7 +395,7 @@ class HostPort(Port):
         self.tx_bytes += size
         end += self.delay_ps
         pkt.arrive_ps = end
-        self._push(pkt)
+        self.pipe.push(end, pkt)
         if pkt.flags & _TRACKED:
             self.net._ahead(self, pkt, now)
         if not self.armed:

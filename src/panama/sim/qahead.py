@@ -99,11 +99,13 @@ class QueueAhead:
                 if i == n:
                     break
                 row[base + self._kind(q, own)] += q.size_bytes * ppb
-            pipe_iter = reversed(port.pipe)
+            i = len(port.pipe) - 1
         else:
-            pipe_iter = reversed(port.pipe)
-            next(pipe_iter)  # the packet itself, just pushed
-        for q in pipe_iter:
+            i = len(port.pipe) - 2  # the last one is the packet itself, just pushed
+        pipe = port.pipe
+        while i >= 0:
+            q = pipe[i]
+            i -= 1
             end = q.arrive_ps - delay
             if end <= now:
                 break
