@@ -58,6 +58,7 @@ cdef class PacketPipe:
     cdef Py_ssize_t _cap
 
     cdef int _grow(self) except -1
+    cpdef object at(self, Py_ssize_t i)
     cpdef push(self, long long arrive_ps, object pkt)
     cpdef long long head_time(self) noexcept
     cpdef long long back_time(self) noexcept

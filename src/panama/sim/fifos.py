@@ -51,6 +51,10 @@ class PacketPipe(deque):
         """Arrival time of the newest packet, or -1 if there is none."""
         return self[-1].arrive_ps if self else -1
 
+    def at(self, i: int) -> Any:
+        """The packet at position ``i`` (0: oldest; negative from the newest)."""
+        return self[i]
+
     def pop_head(self) -> Any:
         """Remove and return the oldest packet (IndexError if empty)."""
         return self.popleft()

@@ -214,6 +214,10 @@ cdef class PacketPipe:
         return self._n > 0
 
     def __getitem__(self, Py_ssize_t i):
+        return self.at(i)
+
+    cpdef object at(self, Py_ssize_t i):
+        """The packet at position ``i`` (0: oldest; negative from the newest)."""
         cdef Py_ssize_t k
         if i < 0:
             i += self._n

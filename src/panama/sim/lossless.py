@@ -57,7 +57,7 @@ class LosslessPort(Port):
         pkt.arrive_ps = arrive
         self.pipe.push(arrive, pkt)
         if pkt.flags & _TRACKED:
-            self.net._ahead(self, pkt, now)
+            self.tally.ahead(self, pkt, now)
         if self.release is not None:
             self.release.put(self.index, end, size, in_idx)
             sw = self.owner
@@ -129,7 +129,7 @@ class LosslessPort(Port):
                 ports = sw.fib[dst]
                 n = len(ports)
                 if not n:
-                    self.net._drop(None, pkt, DROP_NO_ROUTE, node=sw)
+                    self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
                     continue
                 out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
             # --- Switch._admit, inlined ---
@@ -138,7 +138,7 @@ class LosslessPort(Port):
             size = pkt.size_bytes
             used = sw._used + size
             if used > sw.buffer_bytes:
-                self.net._drop(out, pkt, DROP_LOSSLESS_OVERFLOW)
+                self.tally.drop(out, pkt, DROP_LOSSLESS_OVERFLOW)
                 continue
             sw._used = used
             if used > sw.peak_used_bytes:
@@ -187,7 +187,7 @@ class LosslessPort(Port):
         self.waiting.append((pkt, in_idx))
         self.waiting_ps += tx
         if pkt.flags & _TRACKED:
-            self.net._ahead(self, pkt, now)
+            self.tally.ahead(self, pkt, now)
         if self._trace is not None:
             self._trace(
                 (

@@ -72,6 +72,7 @@ from panama.sim.packet import (
 from panama.sim.ports import HostPort, Port
 from panama.sim.routing import group_next_hops
 from panama.sim.sampler import QueueSampler
+from panama.sim.tally import NetworkTally
 
 # The network's public names, wherever they are defined (this module stays the one import
 # for users of the simulated network).
@@ -135,11 +136,10 @@ class Network:
         missing = [n for n in graph.nodes if n not in kinds]
         if missing:
             raise ValueError(f"node {missing[0]!r}: missing attribute 'kind'")
+        # Drops and queue-ahead as the ports and nodes report them (handed to each).
+        self.tally = NetworkTally(engine)
         self._build_nodes(kinds)
         self.ports: list[Port] = []
-        self.drops: Counter[str] = Counter()
-        # Attribution of tracked packets' queueing (panama.sim.qahead.QueueAhead), set by the runner.
-        self.queue_ahead = None
         self._build_links(graph, cfg)
         self._set_queues(cfg)
         for h in self.hosts:
@@ -268,6 +268,20 @@ class Network:
 
     # ------------------------------------------------------------------ access
     @property
+    def drops(self) -> Counter[str]:
+        """Packets dropped by the network, by reason (``tally.drops``)."""
+        return self.tally.drops
+
+    @property
+    def queue_ahead(self) -> Any:
+        """The attribution of tracked packets' queueing (``tally.queue_ahead``), or None."""
+        return self.tally.queue_ahead
+
+    @queue_ahead.setter
+    def queue_ahead(self, value: Any) -> None:
+        self.tally.queue_ahead = value
+
+    @property
     def now(self) -> int:
         return self.engine.now
 
@@ -328,22 +342,6 @@ class Network:
         return out
 
     # ------------------------------------------------------------------ counters
-    def _ahead(self, port: Port, pkt: SimPacket, now: int) -> None:
-        """A packet with ``FLAG_TRACKED`` was queued at ``port``: charge the traffic ahead of it."""
-        qa = self.queue_ahead
-        if qa is not None:
-            qa.add(port, pkt, now)
-
-    def _drop(self, port: Port | None, pkt: SimPacket, reason: str, node: Node | None = None) -> None:
-        self.drops[reason] += 1
-        if port is not None:
-            port.drops += 1
-        trace = self.engine.trace
-        if trace is not None:
-            where = port.owner.name if port is not None else (node.name if node is not None else "?")
-            peer = port.peer.name if port is not None else ""
-            trace((self.engine.now, "drop", where, peer, pkt.kind, pkt.src, pkt.dst, pkt.seq, pkt.size_bytes, reason))
-
     def hops(self) -> int:
         """Packet hops so far (packets accepted onto any link)."""
         return sum(p.tx_packets for p in self.ports)

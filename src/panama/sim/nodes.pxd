@@ -18,6 +18,7 @@ cdef class HookObject:
 
 cdef class Node:
     cdef public object net
+    cdef public object tally
     cdef public Engine _eng
     cdef public str name
     cdef public str kind

@@ -38,10 +38,11 @@ _NEVER = 1 << 62  # later than any simulated time (as panama.sim.engine)
 class Node:
     """Common part of hosts and switches: name, ports, forwarding table."""
 
-    __slots__ = ("net", "_eng", "name", "kind", "ports", "port_by_name", "fib", "fib1", "salt")
+    __slots__ = ("net", "tally", "_eng", "name", "kind", "ports", "port_by_name", "fib", "fib1", "salt")
 
     def __init__(self, net: Network, name: str, kind: str):
         self.net = net
+        self.tally = net.tally
         self._eng = net.engine
         self.name = name
         self.kind = kind
@@ -95,7 +96,7 @@ class Host(Node):
             return up.send(pkt, -1)
         port = self.route(pkt)
         if port is None:
-            self.net._drop(None, pkt, DROP_NO_ROUTE)
+            self.tally.drop(None, pkt, DROP_NO_ROUTE)
             return False
         return port.send(pkt, -1)
 
@@ -114,7 +115,7 @@ class Host(Node):
         """Deliver a packet without a ``deliver`` callback to the attached handler."""
         h = self.handler
         if h is None:
-            self.net._drop(None, pkt, DROP_NO_HANDLER, node=self)
+            self.tally.drop(None, pkt, DROP_NO_HANDLER, node=self)
             return
         h(pkt)
 
@@ -241,7 +242,7 @@ class Switch(Node):
         elif n:
             port = ports[ecmp_index(pkt.flow_hash, self.salt, n)]
         else:
-            self.net._drop(None, pkt, DROP_NO_ROUTE, node=self)
+            self.tally.drop(None, pkt, DROP_NO_ROUTE, node=self)
             return
         if self.lossless and not self._admit(pkt, in_idx, port):
             return
@@ -379,7 +380,7 @@ class Switch(Node):
         size = pkt.size_bytes
         used = self._used + size
         if used > self.buffer_bytes:
-            self.net._drop(port, pkt, DROP_LOSSLESS_OVERFLOW)
+            self.tally.drop(port, pkt, DROP_LOSSLESS_OVERFLOW)
             return False
         self._used = used
         if used > self.peak_used_bytes:

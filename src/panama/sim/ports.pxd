@@ -41,6 +41,7 @@ cdef class Port(Event):
     cdef public long long paused_since
     cdef public object waiting
     cdef public object net
+    cdef public object tally
     cdef public long long drops
     cdef public long long pauses
     cdef public long long paused_ps

@@ -89,6 +89,7 @@ class Port(Event):
         "_trace",
         "_mode",
         "net",
+        "tally",
         "tx_packets",
         "tx_bytes",
         "ecn_marks",
@@ -101,6 +102,7 @@ class Port(Event):
         self.t = 0
         self.seq = 0
         self.net = net
+        self.tally = net.tally
         eng = net.engine
         self._eng = eng
         self._trace = eng.trace
@@ -202,7 +204,7 @@ class Port(Event):
             bu = now
         backlog = bu - now
         if backlog + tx > self.limit_ps:
-            self.net._drop(self, pkt, DROP_QUEUE_FULL)
+            self.tally.drop(self, pkt, DROP_QUEUE_FULL)
             return False
         if backlog > self.k_ps and 0 < pkt.ecn < _CE:
             pkt.ecn = _CE
@@ -215,7 +217,7 @@ class Port(Event):
         pkt.arrive_ps = arrive
         self.pipe.push(arrive, pkt)
         if pkt.flags & _TRACKED:
-            self.net._ahead(self, pkt, now)
+            self.tally.ahead(self, pkt, now)
         if not self.armed:
             self.armed = True
             self._eng.schedule(arrive, self)
@@ -306,7 +308,7 @@ class Port(Event):
                 if n:
                     out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
                 else:
-                    self.net._drop(None, pkt, DROP_NO_ROUTE, node=sw)
+                    self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
             if out is not None:
                 # --- Port.send(out, pkt), inlined ---
                 size = pkt.size_bytes
@@ -316,7 +318,7 @@ class Port(Event):
                     bu = now
                 backlog = bu - now
                 if backlog + tx > out.limit_ps:
-                    self.net._drop(out, pkt, DROP_QUEUE_FULL)
+                    self.tally.drop(out, pkt, DROP_QUEUE_FULL)
                 else:
                     if backlog > out.k_ps and 0 < pkt.ecn < _CE:
                         pkt.ecn = _CE
@@ -329,7 +331,7 @@ class Port(Event):
                     pkt.arrive_ps = end
                     out.pipe.push(end, pkt)
                     if pkt.flags & _TRACKED:
-                        self.net._ahead(out, pkt, now)
+                        self.tally.ahead(out, pkt, now)
                     if not out.armed:
                         out.armed = True
                         self._eng.schedule(end, out)
@@ -397,7 +399,7 @@ class HostPort(Port):
         pkt.arrive_ps = end
         self.pipe.push(end, pkt)
         if pkt.flags & _TRACKED:
-            self.net._ahead(self, pkt, now)
+            self.tally.ahead(self, pkt, now)
         if not self.armed:
             self.armed = True
             self._eng.schedule(end, self)

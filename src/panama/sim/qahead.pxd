@@ -3,6 +3,7 @@
 # queue reads the packets' and the port's fields in C.
 cimport cython
 
+from panama.sim.fifos cimport PacketPipe
 from panama.sim.packet cimport SimPacket
 from panama.sim.ports cimport Port
 
@@ -23,6 +24,6 @@ cdef class QueueAhead:
 
     @cython.locals(
         row=list, base=cython.longlong, ppb=cython.longlong, delay=cython.longlong,
-        n=cython.longlong, i=cython.longlong, q=SimPacket, end=cython.longlong, tx=cython.longlong,
+        n=cython.longlong, i=cython.longlong, q=SimPacket, pipe=PacketPipe, end=cython.longlong, tx=cython.longlong,
     )
     cpdef add(self, Port port, SimPacket pkt, long long now)

@@ -104,7 +104,7 @@ class QueueAhead:
             i = len(port.pipe) - 2  # the last one is the packet itself, just pushed
         pipe = port.pipe
         while i >= 0:
-            q = pipe[i]
+            q = pipe.at(i)
             i -= 1
             end = q.arrive_ps - delay
             if end <= now:
