@@ -66,6 +66,24 @@ CASES = {
     # PANAMA-heavy multi-job k=8 fat-tree, shortened to 1 ms (PFC, ECN, four 16-worker
     # in-network jobs, background DCTCP flows).
     "panama-heavy": (HEAVY, ["duration_ms=1.0", "max_time_ms=1.0"]),
+    # The same at 100 Gb/s (issue 34): ten times the packets per simulated ms, PFC pauses,
+    # releases settled lazily by the switches.
+    "panama-heavy-100g": (
+        HEAVY,
+        ["duration_ms=0.4", "max_time_ms=0.4", "topology.host_rate_gbps=100", "topology.fabric_rate_gbps=100"],
+    ),
+    # And with a small shared buffer, so that PFC pauses (over 2,000 PAUSE frames: the
+    # switches' release timers run while they pause an upstream).
+    "panama-heavy-100g-pfc": (
+        HEAVY,
+        [
+            "duration_ms=0.4",
+            "max_time_ms=0.4",
+            "topology.host_rate_gbps=100",
+            "topology.fabric_rate_gbps=100",
+            "network.switch_buffer_bytes=400000",
+        ],
+    ),
 }
 
 
@@ -81,6 +99,8 @@ def test_compiled_and_pure_give_identical_outputs(case, tmp_path):
     strip = lambda s: {k: v for k, v in s.items() if k not in NONDETERMINISTIC_KEYS}  # noqa: E731
     assert strip(fast) == strip(pure)
     assert fast["packet_hops"] > 0
+    if case.endswith("-pfc"):
+        assert fast["pfc_pauses"] > 0
     for name in ("flows.csv", "jobs.csv"):
         assert (tmp_path / "compiled" / name).read_bytes() == (tmp_path / "pure" / name).read_bytes(), name
 
