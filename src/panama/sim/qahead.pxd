@@ -18,9 +18,12 @@ cdef class QueueAhead:
     cdef public dict rows
     cdef public dict hops
     cdef dict _dir
+    cdef dict _by_callback
 
-    @cython.locals(k=cython.longlong, f=object, size=object)
+    @cython.locals(k=cython.longlong, entry=tuple)
     cdef int _kind(self, SimPacket q, object own) except -1
+    @cython.locals(f=object, size=object)
+    cdef tuple _classify(self, object d)
 
     @cython.locals(
         row=list, base=cython.longlong, ppb=cython.longlong, delay=cython.longlong,

@@ -59,6 +59,8 @@ class QueueAhead:
             self._dir[id(p)] = dirs.setdefault(d, len(dirs))
         self.directions = list(dirs)
         self.rows: dict[int, list[int]] = {}  # flow id -> [dir * _NK + kind] ps
+        # A flow's callback (SimPacket.deliver) -> (flow, kind): one dict lookup per packet ahead.
+        self._by_callback: dict[Any, tuple[Any, int]] = {}
         self.hops: dict[int, int] = {}  # flow id -> tracked packet-hops
 
     def _kind(self, q: Any, own: Any) -> int:
@@ -68,15 +70,23 @@ class QueueAhead:
         if k != _KIND_DATA and k != _KIND_ACK:
             return _OTHER
         d = q.deliver
+        entry = self._by_callback.get(d)
+        if entry is None:
+            entry = self._by_callback[d] = self._classify(d)
+        if entry[0] is own:
+            return _OWN
+        return entry[1]
+
+    def _classify(self, d: Any) -> tuple[Any, int]:
+        """``(flow, kind)`` of the packets whose ``deliver`` is ``d`` (a flow's callback):
+        worked out once per callback, then read from ``_by_callback``."""
         f = getattr(d, "__self__", None)
         if f is None:
-            return _OTHER
-        if f is own:
-            return _OWN
+            return (None, _OTHER)
         if f.stack is not self.background:
-            return _RING
+            return (f, _RING)
         size = f.size_bytes
-        return _SHORT if size is not None and size < self.short_bytes else _BULK
+        return (f, _SHORT if size is not None and size < self.short_bytes else _BULK)
 
     def add(self, port: Any, pkt: Any, now: int) -> None:
         """``pkt`` (tracked) was just queued at ``port`` at time ``now``: charge what is ahead."""
