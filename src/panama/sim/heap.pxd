@@ -27,6 +27,7 @@ cdef class EventQueue:
     cdef public long long seq
     cdef public long long events
     cdef _Key* _keys
+    cdef void* _kraw
     cdef Py_ssize_t* _vacant
     cdef Py_ssize_t _kcap
     cdef Py_ssize_t _n

@@ -4,8 +4,10 @@
 The contract, and how this file and its pure-Python twin ``heap.py`` are chosen, are in
 ``heap.py``'s docstring; both run entries in the same ``(time, seq)`` order.
 
-Here the heap is a C array of ``(t, seq, slot)`` keys, 16 bytes each (``_keys``, ``_n``
-of them): ``t`` biased by 2**63 in the high half, ``seq`` (below 2**40) and ``slot``
+Here the heap is a 4-ary heap in a C array of ``(t, seq, slot)`` keys, 16 bytes each
+(``_keys``, ``_n`` of them; the children of entry ``i`` are ``4i+1 .. 4i+4``, and the array
+is placed so that each group of four siblings fills one 64-byte cache line: a pop reads
+one line per level, half the levels of a binary heap): ``t`` biased by 2**63 in the high half, ``seq`` (below 2**40) and ``slot``
 (below 2**24) in the low half, so the keys compare as ``(t, seq)`` do (seq numbers are
 unique). ``slot`` is the event's position in ``heap``, a list that only owns the pending
 events (visible to the garbage collector) and whose free positions are reused
@@ -14,7 +16,8 @@ touches the events themselves; the loop calls each event's ``fire()`` as a C met
 """
 
 from cpython.list cimport PyList_GET_ITEM
-from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.string cimport memcpy
 
 cdef extern from *:
     # GCC/Clang: a hint to load a cache line early.
@@ -93,15 +96,22 @@ cdef class EventQueue:
         self.events = 0
 
     def __dealloc__(self):
-        PyMem_Free(self._keys)
+        PyMem_Free(self._kraw)
         PyMem_Free(self._vacant)
 
     cdef int _grow(self) except -1:
-        """Double the key array and the free-slot array."""
+        """Double the key array and the free-slot array. The keys start 3 entries past a
+        64-byte boundary, so that every group of siblings (from entry 1 on) fills a line."""
         cdef Py_ssize_t cap = self._kcap * 2 if self._kcap else 1024
-        cdef _Key* keys = <_Key*>PyMem_Realloc(self._keys, cap * sizeof(_Key))
-        if keys == NULL:
+        cdef void* raw = PyMem_Malloc(cap * sizeof(_Key) + 128)
+        if raw == NULL:
             raise MemoryError()
+        cdef size_t base = (<size_t>raw + 63) & ~(<size_t>63)
+        cdef _Key* keys = (<_Key*>base) + 3
+        if self._n:
+            memcpy(keys, self._keys, self._n * sizeof(_Key))
+        PyMem_Free(self._kraw)
+        self._kraw = raw
         self._keys = keys
         cdef Py_ssize_t* vacant = <Py_ssize_t*>PyMem_Realloc(self._vacant, cap * sizeof(Py_ssize_t))
         if vacant == NULL:
@@ -134,7 +144,7 @@ cdef class EventQueue:
         k = _key(ev.t, ev.seq, slot)
         pos = n
         while pos > 0:
-            up = (pos - 1) >> 1
+            up = (pos - 1) >> 2
             if keys[up].k < k:
                 break
             keys[pos] = keys[up]
@@ -145,7 +155,7 @@ cdef class EventQueue:
 
     cdef Event _heap_pop(self):
         """Pop the smallest event of the non-empty heap."""
-        cdef Py_ssize_t n, slot, pos, child
+        cdef Py_ssize_t n, slot, pos, child, last, c
         cdef _u128 k, ck
         cdef _Key* keys = self._keys
         cdef list heap = self.heap
@@ -161,13 +171,18 @@ cdef class EventQueue:
         k = keys[n].k
         pos = 0
         while True:
-            child = 2 * pos + 1
+            child = 4 * pos + 1
             if child >= n:
                 break
+            # The smallest of the (up to) four siblings child .. child + 3.
             ck = keys[child].k
-            if child + 1 < n and keys[child + 1].k < ck:
-                child += 1
-                ck = keys[child].k
+            last = child + 3 if child + 3 < n else n - 1
+            c = child + 1
+            while c <= last:
+                if keys[c].k < ck:
+                    ck = keys[c].k
+                    child = c
+                c += 1
             if k < ck:
                 break
             keys[pos] = keys[child]
