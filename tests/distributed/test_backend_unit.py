@@ -42,7 +42,7 @@ def test_backend_is_registered_and_one_rank_groups_work(spec):
         x = torch.arange(4, dtype=torch.float32)
         dist.all_reduce(x, op=dist.ReduceOp.AVG)
         assert torch.equal(x, torch.arange(4, dtype=torch.float32))
-        with pytest.raises(panama.distributed.PanamaDistributedError, match="CPU tensors only"):
+        with pytest.raises(panama.distributed.PanamaDistributedError, match="CPU and CUDA tensors only"):
             dist.all_reduce(torch.ones(2, device="meta"))
         st = panama.distributed.stats()
         assert st["mode"] == "pending" and st["panama_calls"] == 0 and st["gloo_calls"] == {"allreduce": 1}
