@@ -179,7 +179,7 @@ def test_a_blocked_collective_wait_runs_signal_handlers():
     Ctrl-C) instead of ignoring it until the collective ends (issue 27)."""
     import signal
 
-    from panama.distributed.backend import _FutureWork
+    from panama.distributed.work import FutureWork
 
     class Stop(Exception):
         pass
@@ -187,7 +187,7 @@ def test_a_blocked_collective_wait_runs_signal_handlers():
     def handler(signum, frame):
         raise Stop
 
-    work = _FutureWork(torch.futures.Future())  # never completes
+    work = FutureWork(torch.futures.Future())  # never completes
     old = signal.signal(signal.SIGALRM, handler)
     signal.setitimer(signal.ITIMER_REAL, 0.3)
     try:
@@ -198,4 +198,4 @@ def test_a_blocked_collective_wait_runs_signal_handlers():
         signal.signal(signal.SIGALRM, old)
     done = torch.futures.Future()
     done.set_result([1])
-    assert _FutureWork(done).wait() is True
+    assert FutureWork(done).wait() is True

@@ -287,3 +287,71 @@ def test_backend_refuses_mixed_devices(staged_group):
 
 def test_backend_is_registered_for_cpu_and_cuda():
     assert dist.Backend.backend_capability["panama"] == ["cpu", "cuda"]
+
+
+# ---------------------------------------------------------------------- the DDP communication hook
+
+
+class DoublingCommunicator:
+    """As if two ranks held this rank's bucket: returns a new tensor, 2 * x."""
+
+    world_size = 2
+    timeout_s = 30.0
+
+    def allreduce(self, x):
+        return x * 2
+
+
+class Bucket:
+    def __init__(self, buf):
+        self._buf = buf
+
+    def buffer(self):
+        return self._buf
+
+
+def test_hook_stages_a_device_bucket_on_the_current_stream():
+    from panama.runtime.worker.ddp_hook import PanamaHookState, panama_allreduce_hook
+
+    dev = FakeDevice()
+    side = FakeStream("side")
+    dev.set_current(side)
+    state = PanamaHookState(DoublingCommunicator(), world_size=2, device_apis={"cpu": dev})
+    buf = torch.arange(8.0)
+    fut = panama_allreduce_hook(state, Bucket(buf))
+    assert isinstance(fut, FakeFuture) and fut.completed_on is side and fut.device == buf.device
+    assert torch.equal(buf, torch.arange(8.0) / 2)  # divided (here at once: a CPU op), sum not yet copied back
+    dev.run(side)
+    assert torch.equal(buf, torch.arange(8.0)) and fut.wait() is buf
+    assert state.calls == 1 and state.elems == 8 and dev.allocated == [8]
+    panama_allreduce_hook(state, Bucket(torch.ones(4)))
+    assert dev.allocated == [8]  # reused
+
+
+def test_hook_under_ddp_with_staged_buckets_matches_the_local_gradient():
+    from torch.nn.parallel import DistributedDataParallel
+
+    from panama.runtime.worker.ddp_hook import register_panama_hook
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        make = lambda: torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))  # noqa: E731
+        plain, model = make(), make()
+        model.load_state_dict(plain.state_dict())
+        ddp = DistributedDataParallel(model, bucket_cap_mb=0.0005)
+        state = register_panama_hook(ddp, DoublingCommunicator())
+        dev = FakeDevice(lazy=False)  # DDP's C++ reducer waits on the futures without the model
+        state.device_apis = {"cpu": dev}
+        x = torch.randn(5, 6)
+        for _ in range(3):
+            ddp.zero_grad()
+            ddp(x).sum().backward()
+        plain(x).sum().backward()
+        for p, q in zip(plain.parameters(), model.parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad)  # 2 equal halves summed: the local gradient
+        assert state.calls >= 3 and len(dev.futures) == state.calls
+        # one buffer: DDP's first step reduces all gradients in one bucket, the later (smaller) buckets reuse it
+        assert len(dev.allocated) == 1 and dev.allocated[0] == sum(p.numel() for p in model.parameters())
+    finally:
+        dist.destroy_process_group()

@@ -213,8 +213,9 @@ def staged_run(tmp_path: Path, kind: str) -> list[dict]:
         assert st["mode"] == "panama" and st["fallback_calls"] == 0, st
         # every float32 sum staged; several DDP buckets per step once DDP has rebuilt them (after step 1)
         assert st["staged_calls"] == st["panama_calls"] > 3 + 6, st
-        # the buffers fit after DDP's first steps: nothing allocated afterwards
-        assert st["pinned_allocations"] == rr["stats_mid"]["pinned_allocations"], (rr["stats_mid"], st)
+        # buffers are reused: one per all_reduce in flight at once (which varies with timing), not one per call
+        # (at most 3 buffers, a step's buckets; each replaced only by a larger one, of 6 sizes: <= 18 for 19 calls)
+        assert 0 < st["pinned_allocations"] < st["staged_calls"], st
         assert st["gloo_calls"].get("allreduce") == 1, st  # the int64 sum
     return res
 
@@ -229,4 +230,9 @@ def test_staged_path_matches_gloo_bitwise_without_a_gpu(tmp_path):
 def test_cuda_tensors_match_gloo_bitwise(tmp_path):
     """The same on a GPU (both ranks may share one): CUDA tensors staged through pinned memory."""
     res = staged_run(tmp_path, "cuda")
-    print(f"CUDA staged path: {res[0]['card']}, torch {res[0]['torch']}: ok")  # recorded in docs/training.md
+    st = res[0]["stats"]
+    print(  # for docs/training.md: the card, torch, and the host's wait for copies against the transfer
+        f"CUDA staged path: {res[0]['card']}, torch {res[0]['torch']}: ok; {st['staged_calls']} staged all_reduces, "
+        f"{st['panama_elems']} float32: waited {1e3 * st['staging_seconds']:.2f} ms for copies into host memory, "
+        f"{1e3 * st['panama_seconds']:.2f} ms summing through the switches"
+    )

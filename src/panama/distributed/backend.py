@@ -69,7 +69,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -78,10 +78,10 @@ from torch._C._distributed_c10d import (
     PrefixStore,
     ProcessGroupGloo,
     ReduceOp,
-    Work,
 )
 
 from panama import environment
+from panama.distributed.work import FutureWork, OnDevice, backward_box, run_item, tensors_in
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.http import HttpError, check_access
 from panama.runtime.worker import env
@@ -130,6 +130,7 @@ class GroupStats:
     gloo_calls: dict[str, int] = field(default_factory=dict)
     error: str | None = None
     staged_calls: int = 0  # all_reduces of device (CUDA) tensors staged through pinned host memory
+    staging_seconds: float = 0.0  # of which the worker thread waited for copies into host memory
     pinned_bytes: int = 0  # pinned host memory the staging buffers hold
     pinned_allocations: int = 0  # staging buffers ever allocated (flat once the buffers fit)
 
@@ -145,6 +146,7 @@ class GroupStats:
             "gloo_calls": dict(self.gloo_calls),
             "error": self.error,
             "staged_calls": self.staged_calls,
+            "staging_seconds": self.staging_seconds,
             "pinned_bytes": self.pinned_bytes,
             "pinned_allocations": self.pinned_allocations,
         }
@@ -153,63 +155,6 @@ class GroupStats:
 _default_cluster: _Cluster | None = None
 _groups: weakref.WeakSet = weakref.WeakSet()  # this process's live panama groups
 _lock = threading.Lock()
-
-
-class _FutureWork(Work):
-    """A work object over a future: ``wait()`` raises the collective's error.
-
-    (``_create_work_from_future`` would not: its ``wait()`` returns normally on a failed
-    future, and DDP's reducer then crashes reading the value.)
-    """
-
-    def __init__(self, fut: torch.futures.Future):
-        super().__init__()
-        self._fut = fut
-        self._done = threading.Event()
-        fut.add_done_callback(lambda _: self._done.set())
-
-    def wait(self, timeout: timedelta | None = None) -> bool:  # bounded by the collective's own timeout
-        # Wait in Python, in slices: a signal handler (SIGTERM from torchrun's agent, Ctrl-C)
-        # runs while a collective is blocked, which it could not inside Future.wait().
-        while not self._done.wait(0.5):
-            pass
-        self._fut.wait()  # raises the collective's error
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self._fut
-
-    def is_completed(self) -> bool:
-        return self._fut.done()
-
-    def is_success(self) -> bool:
-        if not self._fut.done():
-            return False
-        try:
-            self._fut.value()
-        except Exception:
-            return False
-        return True
-
-    def exception(self) -> Any:
-        try:
-            self._fut.value()
-        except Exception as exc:
-            return exc
-        return None
-
-    def result(self) -> Any:
-        self.wait()  # a device future orders the current stream after the result
-        return self._fut.value()
-
-
-@dataclass(slots=True)
-class _OnDevice:
-    """A collective of device tensors: where its worker-thread part runs and completes."""
-
-    api: DeviceApi
-    device: torch.device
-    stream: Any  # the caller's current stream at the call
 
 
 class PanamaProcessGroup(dist.ProcessGroup):
@@ -344,28 +289,28 @@ class PanamaProcessGroup(dist.ProcessGroup):
             item = self._queue.get()
             if item is None:
                 return
-            fn, fut, backward_box, on = item
+            fn, fut, box, on = item
             # A device collective runs, and its future completes, on the caller's stream.
             with contextlib.nullcontext() if on is None else on.api.use_stream(on.stream):
-                _run_item(fn, fut, backward_box)
+                run_item(fn, fut, box)
 
-    def _submit(self, fn: Callable[[], Any], value_on_error: Any = None, on: _OnDevice | None = None) -> Any:
+    def _submit(self, fn: Callable[[], Any], value_on_error: Any = None, on: OnDevice | None = None) -> Any:
         self._check_open()
         fut: torch.futures.Future = torch.futures.Future() if on is None else on.api.future(on.device)
-        box = _backward_box(fut, value_on_error)
+        box = backward_box(fut, value_on_error)
         self._queue.put((fn, fut, box, on))
-        return _FutureWork(fut)
+        return FutureWork(fut)
 
     def _check_open(self) -> None:
         if self._closed:
             raise PanamaDistributedError(f"panama backend: group {self._group_id} was destroyed")
 
-    def _on_device(self, args: Any) -> _OnDevice | None:
+    def _on_device(self, args: Any) -> OnDevice | None:
         """The first tensor in ``args`` on a device with a stream-aware path, with the current stream."""
-        for t in _tensors(args):
+        for t in tensors_in(args):
             api = self._device_apis.get(t.device.type)
             if api is not None:
-                return _OnDevice(api, t.device, api.current_stream(t.device))
+                return OnDevice(api, t.device, api.current_stream(t.device))
         return None
 
     def _gloo_call(self, name: str, *args: Any, value_on_error: Any = None) -> Any:
@@ -413,7 +358,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
             )
         return self._submit(lambda: self._panama_allreduce(tensors, avg=is_avg), tensors)
 
-    def _staged_allreduce(self, on: _OnDevice, tensors: list[torch.Tensor], avg: bool) -> Any:
+    def _staged_allreduce(self, on: OnDevice, tensors: list[torch.Tensor], avg: bool) -> Any:
         """Float32 SUM/AVG of device tensors through pinned host memory (module docstring, "CUDA tensors")."""
         self._check_open()  # nothing is staged for a destroyed group
         staging = self._stagings.get(on.device.type)
@@ -424,10 +369,12 @@ class PanamaProcessGroup(dist.ProcessGroup):
         def run() -> list[torch.Tensor]:
             try:
                 self._check_broken()
+                start = time.perf_counter()
                 try:
                     staging.wait_copied_in(staged, self._timeout_s)
                 except StagingError as exc:  # this rank cannot contribute: the group's sums would shift
                     self._fail(exc, f"all_reduce of {staged.numel} float32 on {staged.device}")
+                self.stats.staging_seconds += time.perf_counter() - start
                 self._host_allreduce(staged.views, avg)
             except BaseException:
                 staging.abandon(staged)
@@ -665,52 +612,6 @@ class PanamaProcessGroup(dist.ProcessGroup):
         finally:
             if local is not None:
                 local.stop()
-
-
-def _run_item(fn: Callable[[], Any], fut: torch.futures.Future, backward_box: list[Any] | None) -> None:
-    """Run one queued collective on the worker thread and complete its future."""
-    try:
-        value = fn()
-    except BaseException as exc:  # handed to whoever waits on the work
-        if backward_box is None:
-            fut.set_exception(exc)
-            return
-        # Inside backward (DDP's reducer): a failed future from a Python process
-        # group crashes torch 2.13 (SIGSEGV in the reducer), so the future completes
-        # and the autograd final callback queued at submission raises the error.
-        backward_box.append(exc)
-        value = backward_box[0]
-    fut.set_result(value)
-
-
-def _tensors(args: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in ``args`` (tensors, and lists or tuples of them, nested)."""
-    for arg in args:
-        if isinstance(arg, torch.Tensor):
-            yield arg
-        elif isinstance(arg, (list, tuple)):
-            yield from _tensors(arg)
-
-
-def _backward_box(fut: torch.futures.Future, value_on_error: Any) -> list[Any] | None:
-    """During a backward pass: queue an autograd final callback that raises the collective's error.
-
-    Returns the box the worker thread puts the error in (after ``value_on_error``, what the
-    future completes with instead), or None outside backward (the future then carries the
-    error, and ``wait()`` raises it with its type).
-    """
-    box: list[Any] = [value_on_error]
-
-    def raise_if_failed() -> None:
-        fut.wait()
-        if len(box) > 1:
-            raise box[1]
-
-    try:
-        torch.autograd.Variable._execution_engine.queue_callback(raise_if_failed)
-    except RuntimeError:  # "Final callbacks can only be installed during backward pass"
-        return None
-    return box
 
 
 def _opt(opts: Any) -> tuple[Any, ...]:

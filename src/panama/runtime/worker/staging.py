@@ -25,8 +25,8 @@ next operation that takes it makes its stream wait for that event before writing
 (a device-side wait: the host never blocks on it). An operation takes the smallest free
 buffer that fits; when none fits, the largest free one is dropped and one of the needed
 size allocated. So the pool holds at most as many buffers as operations were ever in flight
-at once (DDP: its buckets), each as large as the largest operation it served; after DDP's
-first steps nothing more is allocated.
+at once (DDP: at most its buckets of one step), each as large as the largest operation it
+served; once it has met the most operations in flight at once, nothing more is allocated.
 
 Every device operation goes through a :class:`DeviceApi` (:class:`CudaApi` for torch.cuda),
 so this logic runs in CI without a GPU against a stream model
