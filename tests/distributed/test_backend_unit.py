@@ -42,7 +42,7 @@ def test_backend_is_registered_and_one_rank_groups_work(spec):
         x = torch.arange(4, dtype=torch.float32)
         dist.all_reduce(x, op=dist.ReduceOp.AVG)
         assert torch.equal(x, torch.arange(4, dtype=torch.float32))
-        with pytest.raises(panama.distributed.PanamaDistributedError, match="CPU tensors only"):
+        with pytest.raises(panama.distributed.PanamaDistributedError, match="CPU and CUDA tensors only"):
             dist.all_reduce(torch.ones(2, device="meta"))
         st = panama.distributed.stats()
         assert st["mode"] == "pending" and st["panama_calls"] == 0 and st["gloo_calls"] == {"allreduce": 1}
@@ -179,7 +179,7 @@ def test_a_blocked_collective_wait_runs_signal_handlers():
     Ctrl-C) instead of ignoring it until the collective ends (issue 27)."""
     import signal
 
-    from panama.distributed.backend import _FutureWork
+    from panama.distributed.work import FutureWork
 
     class Stop(Exception):
         pass
@@ -187,7 +187,7 @@ def test_a_blocked_collective_wait_runs_signal_handlers():
     def handler(signum, frame):
         raise Stop
 
-    work = _FutureWork(torch.futures.Future())  # never completes
+    work = FutureWork(torch.futures.Future())  # never completes
     old = signal.signal(signal.SIGALRM, handler)
     signal.setitimer(signal.ITIMER_REAL, 0.3)
     try:
@@ -198,4 +198,4 @@ def test_a_blocked_collective_wait_runs_signal_handlers():
         signal.signal(signal.SIGALRM, old)
     done = torch.futures.Future()
     done.set_result([1])
-    assert _FutureWork(done).wait() is True
+    assert FutureWork(done).wait() is True

@@ -8,6 +8,10 @@ the error its backward raised and the one a later all_reduce raised.
 ``worker_ops.py orphan OUT_DIR`` (2 ranks, no ``PANAMA_CONTROLLER``): rank 0 starts the
 automatic cluster and dies; rank 1 records what its next all_reduce raised and when.
 ``worker_ops.py init OUT_DIR``: every rank records what init_process_group raised.
+``worker_ops.py staged OUT_DIR cuda|fake`` (2 ranks): the staged path of device tensors:
+DDP on the ``panama`` group against DDP on a gloo group (parameters bitwise), all_reduce
+of non-contiguous tensors and of a multi-tensor bucket, other dtypes, a side stream (cuda
+only). ``fake``: CPU tensors play the device's on the stream model of fake_device.py.
 """
 
 from __future__ import annotations
@@ -160,6 +164,78 @@ def fail(rank: int, world: int) -> dict:
     return res
 
 
+def staged(rank: int, world: int, kind: str) -> dict:
+    pg = dist.distributed_c10d._get_default_group()
+    if kind == "fake":
+        from fake_device import FakeDevice  # beside this script
+
+        pg._device_apis = {"cpu": FakeDevice(lazy=False)}  # eager: DDP's C++ reducer waits without the model
+        device = torch.device("cpu")
+    else:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    total = sum(range(1, world + 1))
+    res: dict = {"device": str(device)}
+    if kind == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        res["card"] = f"{props.name}, {props.total_memory // 2**20} MiB"
+        res["torch"] = torch.__version__
+
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    x = (base * (rank + 1)).to(device).t()  # non-contiguous
+    dist.all_reduce(x)
+    res["noncontig_ok"] = bool(torch.equal(x.cpu(), (base * total).t()))
+
+    a = (torch.arange(6, dtype=torch.float32) * (rank + 1)).to(device)
+    b = (torch.arange(20, dtype=torch.float32) * (rank + 1)).to(device)[1::3]
+    pg.allreduce([a, b]).wait()  # one multi-tensor bucket, one staging buffer
+    res["multi_ok"] = bool(
+        torch.equal(a.cpu(), torch.arange(6, dtype=torch.float32) * total)
+        and torch.equal(b.cpu(), (torch.arange(20, dtype=torch.float32) * total)[1::3])
+    )
+
+    x = (base * (rank + 1)).to(device)
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    res["avg_ok"] = bool(torch.equal(x.cpu(), base * (total / world)))
+
+    n = torch.arange(5, device=device) * (rank + 1)  # int64: gloo
+    dist.all_reduce(n)
+    res["int_ok"] = bool(torch.equal(n.cpu(), torch.arange(5) * total))
+
+    if kind == "cuda":  # a side stream: the result is ordered on it, the host never syncs the device
+        side = torch.cuda.Stream(device)
+        with torch.cuda.stream(side):
+            y = torch.full((1 << 20,), float(rank + 1), device=device)
+            y.mul_(2)
+            work = dist.all_reduce(y, async_op=True)
+            work.wait()
+            res["side_stream_ok"] = bool((y == 2.0 * total).all())
+
+    params = {}
+    for name, group in (("panama", None), ("gloo", dist.new_group(backend="gloo"))):
+        torch.manual_seed(0)
+        layers = [torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers, torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(
+            device
+        )
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device] if kind == "cuda" else None, process_group=group, bucket_cap_mb=0.002
+        )
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+        g = torch.Generator().manual_seed(10 + rank)
+        for step in range(6):
+            loss = ddp(torch.randn(32, 16, generator=g).to(device)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        params[name] = torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+        del ddp, opt
+    res["ddp_bitwise"] = bool(torch.equal(params["panama"], params["gloo"]))
+    res["ddp_max_diff"] = (params["panama"] - params["gloo"]).abs().max().item()
+    res["stats"] = panama.distributed.stats()
+    return res
+
+
 def orphan(rank: int, world: int, out_dir: Path) -> dict:
     """Rank 0 owns the automatic cluster and exits after one all_reduce (its daemons stop with
     it); rank 1's next all_reduce must fail with PanamaFabricError, long before its timeout."""
@@ -196,7 +272,10 @@ def main() -> int:
     try:
         if mode == "orphan":
             orphan(rank, world, out_dir)
-        res = {"ops": ops, "fail": fail}[mode](rank, world)
+        if mode == "staged":
+            res = staged(rank, world, sys.argv[3])
+        else:
+            res = {"ops": ops, "fail": fail}[mode](rank, world)
     except Exception as exc:
         res = {"crash": err_info(exc), "traceback": traceback.format_exc()}
     (out_dir / f"rank{rank}.json").write_text(json.dumps(res))

@@ -1,7 +1,7 @@
 """The ``panama`` torch.distributed backend: all_reduce through PANAMA switch daemons.
 
 ``import panama.distributed`` registers it (``torch.distributed.Backend.register_backend``,
-CPU). Each process group is a :class:`PanamaProcessGroup`, a Python subclass of torch's
+devices ``cpu`` and ``cuda``). Each process group is a :class:`PanamaProcessGroup`, a Python subclass of torch's
 ``ProcessGroup`` (the same kind PyTorch's own tests run DDP on), holding:
 
 - one :class:`panama.Communicator`: one PANAMA job per group, named by
@@ -21,10 +21,25 @@ Which path (decided per call from the dtype, device and op, identical on every r
 | operation | path |
 |---|---|
 | ``all_reduce`` SUM / AVG, float32 CPU tensor | PANAMA (AVG: the sum divided by the group size) |
+| ``all_reduce`` SUM / AVG, float32 CUDA tensor | PANAMA, staged through pinned host memory (below) |
 | ``all_reduce`` other ops or dtypes | gloo (AVG: gloo SUM, then divided; integer AVG refused) |
 | every other collective (``broadcast``, ``all_gather[_into_tensor]``, ``gather``, ``scatter``, | gloo, through |
 | ``reduce``, ``reduce_scatter[_tensor]``, ``all_to_all[_single]``, ``barrier``, ...) | the worker thread |
 | ``send``, ``recv``, ``recv_anysource`` | gloo directly (not queued behind pending collectives) |
+
+CUDA tensors. gloo handles those of the operations it serves itself (it stages them
+through host memory); the worker thread runs its call with the caller's current stream
+(captured at the call) as its current stream. A float32 SUM/AVG all_reduce of CUDA tensors
+is staged by :class:`panama.runtime.worker.staging.PinnedStaging`: copied into a reused
+pinned host buffer on the caller's current stream (at the call, so DDP's backward goes on
+while earlier buckets are summed); the worker thread waits for that copy's event only,
+sums the buffer through the switches, and queues the copy back on the same stream. Every
+collective with a CUDA tensor returns a work whose future is a
+``torch.futures.Future(devices=[device])`` completed on that stream: ``wait()``, DDP's
+reducer and ``then`` callbacks make their current stream wait for the result, never the
+host for the whole device. No GPU is needed to test this: the device operations are a
+:class:`~panama.runtime.worker.staging.DeviceApi` (``_device_apis``), replaced in the
+tests by a stream model on CPU tensors.
 
 Discovery (at group creation): ``$PANAMA_CONTROLLER`` (+ ``$PANAMA_TOKEN``) joins a running
 cluster, on this machine or another (each rank's UDP socket binds ``$PANAMA_BIND_HOST``, else
@@ -44,6 +59,7 @@ rank, and every later collective of the group with the same error.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -62,14 +78,15 @@ from torch._C._distributed_c10d import (
     PrefixStore,
     ProcessGroupGloo,
     ReduceOp,
-    Work,
 )
 
 from panama import environment
+from panama.distributed.work import FutureWork, OnDevice, backward_box, run_item, tensors_in
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.http import HttpError, check_access
 from panama.runtime.worker import env
 from panama.runtime.worker.communicator import Communicator, CommunicatorError, JobRefused
+from panama.runtime.worker.staging import CudaApi, DeviceApi, PinnedStaging, StagingError
 
 BACKEND_NAME = "panama"
 log = logging.getLogger("panama.distributed")
@@ -112,6 +129,10 @@ class GroupStats:
     fallback_reason: str | None = None
     gloo_calls: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    staged_calls: int = 0  # all_reduces of device (CUDA) tensors staged through pinned host memory
+    staging_seconds: float = 0.0  # of which the worker thread waited for copies into host memory
+    pinned_bytes: int = 0  # pinned host memory the staging buffers hold
+    pinned_allocations: int = 0  # staging buffers ever allocated (flat once the buffers fit)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -124,59 +145,16 @@ class GroupStats:
             "fallback_reason": self.fallback_reason,
             "gloo_calls": dict(self.gloo_calls),
             "error": self.error,
+            "staged_calls": self.staged_calls,
+            "staging_seconds": self.staging_seconds,
+            "pinned_bytes": self.pinned_bytes,
+            "pinned_allocations": self.pinned_allocations,
         }
 
 
 _default_cluster: _Cluster | None = None
 _groups: weakref.WeakSet = weakref.WeakSet()  # this process's live panama groups
 _lock = threading.Lock()
-
-
-class _FutureWork(Work):
-    """A work object over a future: ``wait()`` raises the collective's error.
-
-    (``_create_work_from_future`` would not: its ``wait()`` returns normally on a failed
-    future, and DDP's reducer then crashes reading the value.)
-    """
-
-    def __init__(self, fut: torch.futures.Future):
-        super().__init__()
-        self._fut = fut
-        self._done = threading.Event()
-        fut.add_done_callback(lambda _: self._done.set())
-
-    def wait(self, timeout: timedelta | None = None) -> bool:  # bounded by the collective's own timeout
-        # Wait in Python, in slices: a signal handler (SIGTERM from torchrun's agent, Ctrl-C)
-        # runs while a collective is blocked, which it could not inside Future.wait().
-        while not self._done.wait(0.5):
-            pass
-        self._fut.wait()  # raises the collective's error
-        return True
-
-    def get_future(self) -> torch.futures.Future:
-        return self._fut
-
-    def is_completed(self) -> bool:
-        return self._fut.done()
-
-    def is_success(self) -> bool:
-        if not self._fut.done():
-            return False
-        try:
-            self._fut.value()
-        except Exception:
-            return False
-        return True
-
-    def exception(self) -> Any:
-        try:
-            self._fut.value()
-        except Exception as exc:
-            return exc
-        return None
-
-    def result(self) -> Any:
-        return self._fut.value()
 
 
 class PanamaProcessGroup(dist.ProcessGroup):
@@ -203,18 +181,21 @@ class PanamaProcessGroup(dist.ProcessGroup):
         self._cluster: _Cluster | None = None
         self._comm: Communicator | None = None
         self._warned = False
+        self._timeout_s = env.timeout_from_env(min(env.DEFAULT_TIMEOUT_S, timeout.total_seconds()))
+        # Device types whose tensors go through a stream-aware path (tests put a stream model here).
+        self._device_apis: dict[str, DeviceApi] = {"cuda": CudaApi()}
+        self._stagings: dict[str, PinnedStaging] = {}
         self._gloo = ProcessGroupGloo(PrefixStore("panama-gloo/", store), rank, size, timeout)
         nonce = self._setup()
         self.stats = GroupStats(job=env.job_name(self._group_id, nonce))
         if size > 1:
             assert self._cluster is not None
-            timeout_s = env.timeout_from_env(min(env.DEFAULT_TIMEOUT_S, timeout.total_seconds()))
             self._comm = Communicator(
                 self._cluster.controller,
                 self.stats.job,
                 rank,
                 size,
-                timeout_s=timeout_s,
+                timeout_s=self._timeout_s,
                 token=self._cluster.token,
                 bind_host=env.bind_host_for(self._cluster.controller),  # on another machine: its LAN address
             )
@@ -308,27 +289,29 @@ class PanamaProcessGroup(dist.ProcessGroup):
             item = self._queue.get()
             if item is None:
                 return
-            fn, fut, backward_box = item
-            try:
-                value = fn()
-            except BaseException as exc:  # handed to whoever waits on the work
-                if backward_box is None:
-                    fut.set_exception(exc)
-                    continue
-                # Inside backward (DDP's reducer): a failed future from a Python process
-                # group crashes torch 2.13 (SIGSEGV in the reducer), so the future completes
-                # and the autograd final callback queued at submission raises the error.
-                backward_box.append(exc)
-                value = backward_box[0]
-            fut.set_result(value)
+            fn, fut, box, on = item
+            # A device collective runs, and its future completes, on the caller's stream.
+            with contextlib.nullcontext() if on is None else on.api.use_stream(on.stream):
+                run_item(fn, fut, box)
 
-    def _submit(self, fn: Callable[[], Any], value_on_error: Any = None) -> Any:
+    def _submit(self, fn: Callable[[], Any], value_on_error: Any = None, on: OnDevice | None = None) -> Any:
+        self._check_open()
+        fut: torch.futures.Future = torch.futures.Future() if on is None else on.api.future(on.device)
+        box = backward_box(fut, value_on_error)
+        self._queue.put((fn, fut, box, on))
+        return FutureWork(fut)
+
+    def _check_open(self) -> None:
         if self._closed:
             raise PanamaDistributedError(f"panama backend: group {self._group_id} was destroyed")
-        fut: torch.futures.Future = torch.futures.Future()
-        box = _backward_box(fut, value_on_error)
-        self._queue.put((fn, fut, box))
-        return _FutureWork(fut)
+
+    def _on_device(self, args: Any) -> OnDevice | None:
+        """The first tensor in ``args`` on a device with a stream-aware path, with the current stream."""
+        for t in tensors_in(args):
+            api = self._device_apis.get(t.device.type)
+            if api is not None:
+                return OnDevice(api, t.device, api.current_stream(t.device))
+        return None
 
     def _gloo_call(self, name: str, *args: Any, value_on_error: Any = None) -> Any:
         """Run ``name`` on the inner gloo group from the worker thread, in issue order."""
@@ -339,7 +322,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
             getattr(self._gloo, name)(*args).wait()  # not every gloo work has a future
             return args[0] if args else None  # the output argument, as torch's works return
 
-        return self._submit(run, value_on_error)
+        return self._submit(run, value_on_error, self._on_device(args))
 
     def _check_broken(self) -> None:
         if self._broken is not None:
@@ -354,19 +337,61 @@ class PanamaProcessGroup(dist.ProcessGroup):
                 "panama backend: all_reduce AVG needs floating-point tensors (gloo has no AVG to fall back on)"
             )
         for t in tensors:
-            if t.device.type != "cpu":
+            if t.device.type != "cpu" and t.device.type not in self._device_apis:
                 raise PanamaDistributedError(
-                    f"panama backend: CPU tensors only, got one on {t.device} (torch replaces the whole group by a "
-                    "Python process group, so 'cpu:panama,cuda:nccl' does not reach nccl; use a separate nccl group)"
+                    f"panama backend: CPU and CUDA tensors only, got one on {t.device} (torch replaces the whole "
+                    "group by a Python process group, so 'cpu:panama,xpu:...' does not reach another backend; use a "
+                    "separate group)"
                 )
-        panama_ok = self._size > 1 and (is_sum or is_avg) and all(t.dtype == torch.float32 for t in tensors)
-        if not panama_ok:
+        devices = sorted({str(t.device) for t in tensors})
+        if len(devices) > 1:
+            raise PanamaDistributedError(f"panama backend: one all_reduce takes tensors of one device, got {devices}")
+        on = self._on_device(tensors)
+        float_sum = (is_sum or is_avg) and all(t.dtype == torch.float32 for t in tensors)
+        if on is not None and float_sum:
+            return self._staged_allreduce(on, tensors, avg=is_avg)
+        if not (float_sum and self._size > 1):
             if is_avg:
-                return self._submit(lambda: self._gloo_allreduce(tensors, avg=True), tensors)
+                return self._submit(lambda: self._gloo_allreduce(tensors, avg=True), tensors, on)
             return self._gloo_call(
                 "allreduce", tensors, opts if opts is not None else AllreduceOptions(), value_on_error=tensors
             )
         return self._submit(lambda: self._panama_allreduce(tensors, avg=is_avg), tensors)
+
+    def _staged_allreduce(self, on: OnDevice, tensors: list[torch.Tensor], avg: bool) -> Any:
+        """Float32 SUM/AVG of device tensors through pinned host memory (module docstring, "CUDA tensors")."""
+        self._check_open()  # nothing is staged for a destroyed group
+        staging = self._stagings.get(on.device.type)
+        if staging is None:
+            staging = self._stagings[on.device.type] = PinnedStaging(on.api)
+        staged = staging.copy_in(tensors)  # now, on the caller's current stream (on.stream)
+
+        def run() -> list[torch.Tensor]:
+            try:
+                self._check_broken()
+                start = time.perf_counter()
+                try:
+                    staging.wait_copied_in(staged, self._timeout_s)
+                except StagingError as exc:  # this rank cannot contribute: the group's sums would shift
+                    self._fail(exc, f"all_reduce of {staged.numel} float32 on {staged.device}")
+                self.stats.staging_seconds += time.perf_counter() - start
+                self._host_allreduce(staged.views, avg)
+            except BaseException:
+                staging.abandon(staged)
+                raise
+            staging.copy_out(staged)  # on on.stream, which is current here (_serve)
+            self.stats.staged_calls += 1
+            self.stats.pinned_bytes = sum(s.pinned_bytes for s in self._stagings.values())
+            self.stats.pinned_allocations = sum(s.allocations for s in self._stagings.values())
+            return tensors
+
+        return self._submit(run, tensors, on)
+
+    def _host_allreduce(self, tensors: list[torch.Tensor], avg: bool) -> list[torch.Tensor]:
+        """Float32 SUM/AVG of host tensors, run on the worker thread: the path a CPU tensor takes."""
+        if self._size > 1:
+            return self._panama_allreduce(tensors, avg)
+        return self._gloo_allreduce(tensors, avg)
 
     def _gloo_allreduce(self, tensors: list[torch.Tensor], avg: bool) -> list[torch.Tensor]:
         self._check_broken()
@@ -395,7 +420,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
                 else:
                     t.copy_(comm.allreduce(t))
             except CommunicatorError as exc:
-                self._fail(exc, t.numel())
+                self._fail(exc, f"all_reduce of {t.numel()} float32")
             if avg:
                 t.div_(self._size)
             self.stats.panama_elems += t.numel()
@@ -411,7 +436,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
             comm.connect(size)
         except CommunicatorError as exc:
             if not isinstance(exc, JobRefused):
-                self._fail(exc, None)
+                self._fail(exc, "registration")
             self.stats.mode = "gloo"
             self.stats.fallback_reason = str(exc)
             comm.close()
@@ -427,8 +452,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
             return
         self.stats.mode = "panama"
 
-    def _fail(self, exc: CommunicatorError, elems: int | None) -> None:
-        what = f"all_reduce of {elems} float32" if elems is not None else "registration"
+    def _fail(self, exc: Exception, what: str) -> None:
         err = PanamaFabricError(
             f"panama backend: group {self._group_id} rank {self._rank} (job {self.stats.job}): {what} failed: {exc}"
         )
@@ -514,7 +538,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
                 getattr(self._gloo, name)(out, inp, *_opt(opts)).wait()
             return outputs
 
-        return self._submit(run)
+        return self._submit(run, on=self._on_device(pairs))
 
     def send(self, tensors, dst, tag=0):  # noqa: ANN001
         return self._gloo.send(tensors, dst, tag)
@@ -590,27 +614,6 @@ class PanamaProcessGroup(dist.ProcessGroup):
                 local.stop()
 
 
-def _backward_box(fut: torch.futures.Future, value_on_error: Any) -> list[Any] | None:
-    """During a backward pass: queue an autograd final callback that raises the collective's error.
-
-    Returns the box the worker thread puts the error in (after ``value_on_error``, what the
-    future completes with instead), or None outside backward (the future then carries the
-    error, and ``wait()`` raises it with its type).
-    """
-    box: list[Any] = [value_on_error]
-
-    def raise_if_failed() -> None:
-        fut.wait()
-        if len(box) > 1:
-            raise box[1]
-
-    try:
-        torch.autograd.Variable._execution_engine.queue_callback(raise_if_failed)
-    except RuntimeError:  # "Final callbacks can only be installed during backward pass"
-        return None
-    return box
-
-
 def _opt(opts: Any) -> tuple[Any, ...]:
     return () if opts is None else (opts,)
 
@@ -630,7 +633,7 @@ def register() -> None:
     """Register ``"panama"`` with torch.distributed (idempotent; done by ``import panama.distributed``)."""
     if BACKEND_NAME.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu", "cuda"])
 
 
 def stats(group: Any = None) -> dict[str, Any]:

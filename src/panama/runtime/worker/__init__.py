@@ -2,6 +2,7 @@
 
 - :mod:`.communicator` — :class:`~.communicator.Communicator`, PANAMA allreduce for one rank;
 - :mod:`.ddp_hook` — the ``DistributedDataParallel`` communication hook;
+- :mod:`.staging` — CUDA tensors through reused pinned host buffers, on the caller's stream;
 - :mod:`.results` — its receive paths (plain batches, GRO buffers) into the transport;
 - :mod:`.heartbeat` — the rank's heartbeat thread;
 - :mod:`.env` — where a worker finds its cluster and job (environment, job names);

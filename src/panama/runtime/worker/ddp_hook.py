@@ -10,12 +10,17 @@ initial parameter broadcast and shape checks)::
 Contract of :func:`panama_allreduce_hook` (torch's comm-hook API,
 ``hook(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]``):
 
-- the bucket's flat float32 CPU buffer is divided by ``state.world_size`` *before* the
+- the bucket's flat float32 buffer (CPU or CUDA) is divided by ``state.world_size`` *before* the
   reduction (as torch's default ``allreduce_hook`` does), summed over ranks by
   ``state.communicator.allreduce`` and written back into the same buffer, so DDP sees the
   gradient average in place;
 - the reduction is written into the bucket itself (``allreduce(buf, out=buf)`` when the
   communicator takes ``out=``, as :class:`panama.Communicator` does; else copied back);
+- a CUDA bucket is summed on the host through a reused pinned buffer
+  (:class:`~panama.runtime.worker.staging.PinnedStaging`): divided on the device, copied to
+  the buffer on the current stream, the host waits for that copy only, the sum is copied
+  back on the current stream, and the future is a ``Future(devices=[device])`` completed
+  on it (DDP's reducer orders its stream after the copy back);
 - the returned future is already completed (the communicator call is blocking). An
   exception from the communicator surfaces from ``backward()`` with its own type: inside
   backward it is raised by an autograd final callback and the future completes (torch's
@@ -40,6 +45,8 @@ import torch
 import torch.distributed as dist
 
 from panama.core.errors import FieldError
+from panama.runtime.worker.env import DEFAULT_TIMEOUT_S
+from panama.runtime.worker.staging import CudaApi, DeviceApi, PinnedStaging
 
 
 class SumAllreducer(Protocol):
@@ -58,6 +65,9 @@ class PanamaHookState:
     elems: int = 0
     seconds: float = 0.0
     in_place: bool = field(default=False, init=False)  # the communicator takes out=
+    # Device types whose buckets are staged through pinned host memory (tests: a stream model).
+    device_apis: dict[str, DeviceApi] = field(default_factory=lambda: {"cuda": CudaApi()})
+    staging: dict[str, PinnedStaging] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         try:
@@ -78,21 +88,19 @@ class PanamaHookState:
 
 def panama_allreduce_hook(state: PanamaHookState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average ``bucket`` over ranks through ``state.communicator``, in place; completed future."""
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     buf = bucket.buffer()
+    api = state.device_apis.get(buf.device.type)
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future() if api is None else api.future(buf.device)
     try:
-        if buf.dtype != torch.float32 or buf.device.type != "cpu":
-            raise TypeError(f"panama_allreduce_hook needs float32 CPU gradients, got {buf.dtype} on {buf.device}")
-        buf.div_(state.world_size)
-        start = time.perf_counter()
-        out = state.communicator.allreduce(buf, out=buf) if state.in_place else state.communicator.allreduce(buf)
-        state.seconds += time.perf_counter() - start
-        if out is not buf:
-            if tuple(out.shape) != tuple(buf.shape):
-                raise RuntimeError(
-                    f"communicator returned shape {tuple(out.shape)} for a bucket of shape {tuple(buf.shape)}"
-                )
-            buf.copy_(out)
+        if buf.dtype != torch.float32 or (api is None and buf.device.type != "cpu"):
+            raise TypeError(
+                f"panama_allreduce_hook needs float32 CPU or CUDA gradients, got {buf.dtype} on {buf.device}"
+            )
+        buf.div_(state.world_size)  # on the bucket's device, before the sum
+        if api is None:
+            _sum_in_place(state, buf)
+        else:
+            _sum_staged(state, api, buf)
         state.calls += 1
         state.elems += buf.numel()
     except Exception as exc:
@@ -103,6 +111,33 @@ def panama_allreduce_hook(state: PanamaHookState, bucket: dist.GradBucket) -> to
             return fut
     fut.set_result(buf)
     return fut
+
+
+def _sum_in_place(state: PanamaHookState, buf: torch.Tensor) -> None:
+    start = time.perf_counter()
+    out = state.communicator.allreduce(buf, out=buf) if state.in_place else state.communicator.allreduce(buf)
+    state.seconds += time.perf_counter() - start
+    if out is not buf:
+        if tuple(out.shape) != tuple(buf.shape):
+            raise RuntimeError(
+                f"communicator returned shape {tuple(out.shape)} for a bucket of shape {tuple(buf.shape)}"
+            )
+        buf.copy_(out)
+
+
+def _sum_staged(state: PanamaHookState, api: DeviceApi, buf: torch.Tensor) -> None:
+    """Sum a device bucket on the host: pinned buffer in and out on the current stream."""
+    staging = state.staging.get(buf.device.type)
+    if staging is None:
+        staging = state.staging[buf.device.type] = PinnedStaging(api)
+    staged = staging.copy_in([buf])
+    try:
+        staging.wait_copied_in(staged, getattr(state.communicator, "timeout_s", DEFAULT_TIMEOUT_S))
+        _sum_in_place(state, staged.views[0])
+    except BaseException:
+        staging.abandon(staged)
+        raise
+    staging.copy_out(staged)  # on the current stream, where the future completes
 
 
 def _reraise(exc: Exception) -> None:
