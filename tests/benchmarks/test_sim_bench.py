@@ -85,3 +85,32 @@ def test_bench_sim_panama_scenario(capsys):
     assert code == 0
     res = json.loads(out)
     assert res["packet_hops"] > 0 and res["figures"]["topology"].startswith("fat-tree:k=8")
+
+
+def test_bench_sim_paper_100g_scenario_reports_events_per_hop(capsys):
+    code, out, _ = run_cli(
+        capsys, ["bench", "sim", "--scenario", "paper-100g", "--duration-ms", "0.2", "--json", "--no-compare-pure"]
+    )
+    assert code == 0
+    res = json.loads(out)
+    assert res["scenario"] == "paper-100g" and res["packet_hops"] > 0
+    # Issue 34: about one engine event per packet hop (1.8 before buffer releases were settled lazily).
+    assert 0.9 <= res["events_per_hop"] <= 1.3
+
+
+def test_paper_100g_is_the_paper_preset_at_100_gbps():
+    from panama.benchmarks.sim import paper_100g_scenario
+    from panama.experiments.cluster_scenario import experiment_scenario
+
+    sc = paper_100g_scenario(2.0, 7)
+    paper = experiment_scenario("paper")
+    assert (sc.topology.host_rate_gbps, sc.topology.fabric_rate_gbps) == (100.0, 100.0)
+    assert (sc.scheme, sc.seed, sc.duration_ms, sc.max_time_ms) == ("panama", 7, 2.0, 2.0)
+    assert sc.jobs == paper.jobs and sc.background == paper.background and sc.topology.spec == paper.topology.spec
+
+
+def test_compare_pure_paper_100g_gives_identical_results():
+    from panama.benchmarks.sim import compare_pure
+
+    res = compare_pure("paper-100g", ms(0.1), seed=1, slices=2)
+    assert res["identical_to_pure"] and res["packet_hops"] > 0 and res["events_per_hop"] > 0

@@ -154,7 +154,7 @@ class SwitchBenchConfig(Settings):
 
 # ---------------------------------------------------------------------- bench sim
 # Simulated milliseconds and seed of each scenario when not given.
-SIM_DEFAULTS = {"reference": (100.0, 1), "panama": (3.0, 3)}
+SIM_DEFAULTS = {"reference": (100.0, 1), "panama": (3.0, 3), "paper-100g": (10.0, 1)}
 MIN_SIM_DURATION_MS = 0.1
 MAX_SIM_DURATION_MS = 10_000.0
 
@@ -167,10 +167,11 @@ class SimBenchConfig(Settings):
     """What ``panama bench sim`` runs (:func:`panama.benchmarks.sim.bench_sim_report`);
     ``duration_ms`` and ``seed`` left out take the scenario's (:meth:`resolved`)."""
 
-    scenario: Literal["reference", "panama"] = Field(
+    scenario: Literal["reference", "panama", "paper-100g"] = Field(
         "reference",
         description="reference: 4 DCTCP flows through one bottleneck; panama: the PANAMA-heavy k=8 fat-tree "
-        "(data/scenarios/panama_heavy.toml).",
+        "(data/scenarios/panama_heavy.toml); paper-100g: the first milliseconds of the shared-cluster 'paper' preset "
+        "(k=8 fat-tree, 128 hosts, eight jobs, web-search at load 0.3) at 100 Gb/s under the panama scheme.",
     )
     duration_ms: float | None = Field(
         None,

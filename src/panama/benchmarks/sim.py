@@ -238,6 +238,26 @@ REFERENCE_FIGURES = (
 PANAMA_SCENARIO = Path(__file__).resolve().parents[1] / "data" / "scenarios" / "panama_heavy.toml"
 
 
+def paper_100g_scenario(duration_ms: float, seed: int):
+    """The ``paper-100g`` benchmark scenario: the shared-cluster ``paper`` preset
+    (``panama.experiments.cluster_scenario``) at 100 Gb/s on every link, scheme ``panama``,
+    cut at ``duration_ms``: the background flows from 0, the first allreduce at about
+    6.5 ms (seed 1), so the default 10 ms holds about 77,000 accelerator contributions
+    among 31 million packet hops."""
+    from panama.experiments.cluster_scenario import experiment_scenario
+
+    return experiment_scenario("paper").with_overrides(
+        [
+            "scheme=panama",
+            "topology.host_rate_gbps=100",
+            "topology.fabric_rate_gbps=100",
+            f"seed={seed}",
+            f"duration_ms={duration_ms!r}",
+            f"max_time_ms={duration_ms!r}",
+        ]
+    )
+
+
 class _SlicedRun:
     """One benchmark scenario run slice by slice: ``step(k)`` simulates slice ``k`` of
     ``slices`` and returns (packet hops, wall seconds); ``figures()`` the deterministic
@@ -258,11 +278,19 @@ class _SlicedRun:
             from panama.sim.scenario import load_scenario
 
             ms_ = duration_ps / 1e9
-            sc = load_scenario(PANAMA_SCENARIO, [f"seed={seed}", f"duration_ms={ms_!r}", f"max_time_ms={ms_!r}"])
+            if scenario == "paper-100g":
+                sc = paper_100g_scenario(ms_, seed)
+            else:
+                sc = load_scenario(PANAMA_SCENARIO, [f"seed={seed}", f"duration_ms={ms_!r}", f"max_time_ms={ms_!r}"])
             self.sim = Simulation(sc)
             self.sim.start()
             self.net = self.sim.net
             self.engine = self.sim.engine
+
+    def events_per_hop(self) -> float:
+        """Engine events per packet hop so far."""
+        hops = self.net.hops()
+        return self.engine.events / hops if hops else 0.0
 
     def step(self, k: int) -> tuple[int, float]:
         before = self.net.hops()
@@ -350,6 +378,7 @@ def _compare_once(scenario: str, duration_ps: int, seed: int, slices: int, copie
         "pure_hops_per_s": pure_rate,
         "pure_wall_s": pure_wall,
         "speedup_vs_pure": rate / pure_rate,
+        "events_per_hop": runs[0].events_per_hop(),
         "identical_to_pure": all(f == pure_figures for f in figures) and hops == copies * pure_hops,
         "figures": figures[0],
     }
@@ -389,7 +418,7 @@ def compare_pure(
 
 # Repetitions of ``panama bench sim`` by scenario (run_bench's, compare_pure's copies and
 # repeats): enough that two runs on one machine agree within 10 % (docs/performance.md).
-BENCH_REPEATS = {"reference": (5, 5, 3), "panama": (None, 1, 3)}
+BENCH_REPEATS = {"reference": (5, 5, 3), "panama": (None, 1, 3), "paper-100g": (None, 1, 3)}
 
 
 def bench_sim_report(cfg: SimBenchConfig | None = None) -> dict[str, Any]:
@@ -405,7 +434,7 @@ def bench_sim_report(cfg: SimBenchConfig | None = None) -> dict[str, Any]:
         res = run_bench(ms(duration_ms), seed, repeats=bench_repeats)
     else:
         res = {"compiled": is_compiled}
-    if is_compiled and with_pure or scenario == "panama":
+    if is_compiled and with_pure or scenario != "reference":
         cmp = None
         if is_compiled and with_pure:
             cmp = compare_pure(scenario, ms(duration_ms), seed, copies=copies, repeats=repeats)
@@ -418,6 +447,7 @@ def bench_sim_report(cfg: SimBenchConfig | None = None) -> dict[str, Any]:
                 "packet_hops": hops,
                 "hops_per_s": hops / wall,
                 "wall_s": wall,
+                "events_per_hop": run.events_per_hop(),
                 "figures": json.loads(json.dumps(run.figures())),
             }
         if scenario == "reference":
@@ -460,9 +490,10 @@ def format_bench_sim(res: dict[str, Any]) -> str:
         f = res["figures"]
         rows = [
             ("simulator", mode),
-            ("scenario", f"panama: {f['topology']}, {len(f['jobs'])} jobs, seed {seed}"),
+            ("scenario", f"{scenario}: {f['topology']}, {len(f['jobs'])} jobs, seed {seed}"),
             ("simulated time", f"{duration_ms:g} ms"),
             ("packet hops", f"{res['packet_hops']:,}"),
+            ("events per hop", f"{res['events_per_hop']:.3f}"),
             ("simulator hops/s", f"{res['hops_per_s']:,.0f}"),
         ]
     if "speedup_vs_pure" in res:

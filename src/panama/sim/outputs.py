@@ -166,6 +166,7 @@ def collect(sim: Simulation) -> SimResult:
         "compiled": compiled(),
         "events": events,
         "events_per_wall_s": events / sim.wall_s if sim.wall_s > 0 else None,
+        "events_per_hop": events / counters["packet_hops"] if counters["packet_hops"] else None,
         "packet_hops": counters["packet_hops"],
         "drops": counters["drops_total"] + acc["drops_total"],
         "network_drops": counters["drops_total"],
