@@ -3,13 +3,11 @@ cimport cython
 
 from panama.core.packet cimport Packet
 
-# Allocated per packet: from a free list, and outside the cyclic garbage collector (a
-# SimPacket is never part of a reference cycle: what it references, the core packet and
-# the flow's bound callback, never references a SimPacket), so that allocations do not
-# trigger collections.
+# Allocated per packet: packet.py puts the class on a free list and outside the cyclic
+# garbage collector (@cython.freelist, @cython.no_gc there: decorators in a .pxd are not
+# applied). A SimPacket is never part of a reference cycle: what it references, the core
+# packet and the flow's bound callback, never references a SimPacket.
 @cython.final
-@cython.freelist(1024)
-@cython.no_gc
 cdef class SimPacket:
     # Hot fields first (see Port in panama/sim/ports.pxd).
     cdef public long long arrive_ps

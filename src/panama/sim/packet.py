@@ -10,6 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+try:
+    import cython  # the compiled build's class decorators below (no-ops interpreted)
+except ImportError:  # interpreted, without Cython installed
+    from panama.sim import _cython_shim as cython
+
 from panama.core.codec import FLOAT_BYTES, HEADER_BYTES, IP_UDP_OVERHEAD_BYTES
 from panama.core.packet import ECT0
 
@@ -54,6 +59,9 @@ DROP_REASONS = (DROP_QUEUE_FULL, DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, DROP_NO_
 PANAMA_OVERHEAD_BYTES = IP_UDP_OVERHEAD_BYTES + HEADER_BYTES
 
 
+@cython.freelist(1024)
+@cython.no_gc
+@cython.cclass
 class SimPacket:
     """One packet on the simulated wire.
 

@@ -1,0 +1,36 @@
+"""The few ``cython`` decorators the simulator's modules use, as no-ops, for an interpreted
+install without Cython (the compiled build reads the real ones at compile time: they
+change how an extension type allocates, never what the code does).
+
+``panama.sim.packet`` puts ``SimPacket`` on a free list and outside the cyclic garbage
+collector (``freelist``, ``no_gc``, which Cython takes only on a class marked
+``cclass``); interpreted, the class is an ordinary class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["cclass", "freelist", "no_gc"]
+
+_C = TypeVar("_C", bound=type)
+
+
+def freelist(size: int) -> Callable[[_C], _C]:
+    """``@cython.freelist(size)``: keep up to ``size`` freed instances for reuse (compiled)."""
+
+    def keep(cls: _C) -> _C:
+        return cls
+
+    return keep
+
+
+def no_gc(cls: _C) -> _C:
+    """``@cython.no_gc``: instances are never part of a reference cycle (compiled: untracked)."""
+    return cls
+
+
+def cclass(cls: _C) -> _C:
+    """``@cython.cclass``: an extension type (compiled; its fields are in the ``.pxd``)."""
+    return cls
