@@ -129,6 +129,17 @@ class OptionalBuildExt(build_ext):
         self._done = 0
         self._lock = threading.Lock()
 
+    def _record_cython(self) -> None:
+        """Write the Cython release used beside the compiled modules (panama._ext.BUILD_RECORD),
+        so that panama can refuse extensions of a release known to miscompile them."""
+        import Cython
+
+        package_dir = os.path.dirname(self.get_ext_fullpath("panama._record"))
+        os.makedirs(package_dir, exist_ok=True)
+        with open(os.path.join(package_dir, EXT["BUILD_RECORD"]), "w", encoding="ascii") as f:
+            f.write(Cython.__version__ + "\n")
+        _say(f"built with Cython {Cython.__version__}")
+
     def build_extension(self, ext) -> None:
         t0 = time.monotonic()
         outcome = "failed"
@@ -158,6 +169,7 @@ class OptionalBuildExt(build_ext):
         try:
             super().run()
             if self.extensions:
+                self._record_cython()
                 _say(f"compiled fast path built ({_duration(time.monotonic() - t0)} of C compilation)")
         except Exception as e:  # no compiler, no Python headers, ...
             _say(f"compiled fast path not built ({type(e).__name__}: {e}); installing the pure-Python simulator")
@@ -195,9 +207,17 @@ def ext_modules() -> list:
         _say(f"{EXT['ENV_VAR']} is set: installing the pure-Python simulator")
         return []
     try:
+        import Cython
         from Cython.Build import cythonize
     except ImportError:
         _say("Cython is not available: installing the pure-Python simulator")
+        return []
+    why = EXT["bad_cython"](Cython.__version__)
+    if why is not None:
+        _say(
+            f"Cython {Cython.__version__} {why}: not used; installing the pure-Python simulator "
+            f"(pip install 'Cython!={Cython.__version__}' and reinstall for the compiled fast path)"
+        )
         return []
     sources = [os.path.relpath(EXT["source_of"](name), HERE) for name in EXT["COMPILED_MODULES"]]
     from setuptools import Extension

@@ -48,6 +48,11 @@ __all__ = [
     "source_of",
     "no_extensions",
     "install_pure_finder",
+    "BAD_CYTHON",
+    "BUILD_RECORD",
+    "bad_cython",
+    "built_with_cython",
+    "bad_build_line",
     "warn_stale",
     "extensions_built",
     "module_is_compiled",
@@ -81,6 +86,49 @@ COMPILED_MODULES: tuple[str, ...] = (
 )
 
 ENV_VAR = "PANAMA_NO_EXTENSIONS"
+
+# Cython releases known to miscompile these modules (release -> what goes wrong): setup.py
+# does not compile with them, and compiled modules that one of them built are not run.
+BAD_CYTHON: dict[str, str] = {
+    "3.3.0": "miscompiles a loop over an argument's dict attribute (a segfault in every PANAMA simulation)",
+}
+
+# Written by setup.py beside this file when it compiles the modules: the Cython release used.
+BUILD_RECORD = "_built_with_cython.txt"
+
+
+def bad_cython(version: str) -> str | None:
+    """What Cython ``version`` gets wrong in these modules, or None for a release not known to."""
+    return BAD_CYTHON.get(version.strip())
+
+
+def built_with_cython() -> str | None:
+    """The Cython release that built the extensions beside the sources (setup.py's record),
+    or None when there is no record (a pure install, or a build older than the record)."""
+    try:
+        with open(os.path.join(_PACKAGE_DIR, BUILD_RECORD), encoding="ascii") as f:
+            return f.read().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _bad_build() -> str | None:
+    """The release that built the extensions present, if it is a known-bad one."""
+    version = built_with_cython()
+    if version is None or bad_cython(version) is None:
+        return None
+    if not any(_built_extension(name) for name in COMPILED_MODULES):
+        return None
+    return version
+
+
+def bad_build_line(version: str) -> str:
+    """The one line refusing extensions built with a known-bad Cython ``version``."""
+    return (
+        f"panama: error: the compiled modules were built with Cython {version}, which {bad_cython(version)}; "
+        f"running the pure-Python simulator instead. Fix: pip install 'Cython!={version}' and rebuild "
+        f"(pip install --no-build-isolation -e . or python setup.py build_ext --inplace)"
+    )
 
 
 def source_of(name: str) -> str:
@@ -147,6 +195,11 @@ def install_pure_finder() -> None:
     if no_extensions():
         sys.meta_path.insert(0, _PureFinder())
         return
+    bad = _bad_build()
+    if bad is not None:
+        print(bad_build_line(bad), file=sys.stderr)
+        sys.meta_path.insert(0, _PureFinder())
+        return
     stale = _stale_extensions()
     if not stale:
         return
@@ -170,8 +223,13 @@ def warn_stale(names: list[str], fallback: str) -> None:
 
 def extensions_built() -> bool:
     """True when every module of the fast path has an up-to-date extension beside its
-    source (whether or not this process uses them)."""
-    return all(_built_extension(name) is not None for name in COMPILED_MODULES) and not _stale_extensions()
+    source, built by a Cython release not known to be bad (whether or not this process
+    uses them)."""
+    return (
+        all(_built_extension(name) is not None for name in COMPILED_MODULES)
+        and not _stale_extensions()
+        and _bad_build() is None
+    )
 
 
 def module_is_compiled(name: str) -> bool:

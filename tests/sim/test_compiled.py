@@ -167,3 +167,40 @@ def test_the_field_by_field_constructors_build_the_same_packets():
     size = PANAMA_OVERHEAD_BYTES + 4 * 361
     assert wire == SimPacket(KIND_PANAMA, 5, -1, size, 0, ECT0, None, 0, 0, 0, 0, q) and wire.arrive_ps == 0
     assert panama_sim_packet(p) == SimPacket(KIND_PANAMA, -1, -1, PANAMA_OVERHEAD_BYTES + 12, 0, CE, inner=p)
+
+
+def test_extensions_built_by_a_bad_cython_are_refused_with_one_line(monkeypatch, capsys):
+    """Issue 36: compiled modules that Cython 3.3.0 built segfault; panama runs the pure
+    path instead and says so in one line naming the release and the fix."""
+    assert _ext.bad_cython("3.3.0") is not None and _ext.bad_cython("3.3.1") is None
+    monkeypatch.delenv(_ext.ENV_VAR, raising=False)
+    monkeypatch.setattr(_ext, "built_with_cython", lambda: "3.3.0")
+    monkeypatch.setattr(_ext, "_built_extension", lambda name: f"/x/{name}.so")
+    monkeypatch.setattr(_ext, "_stale_extensions", lambda: [])
+    monkeypatch.setattr(sys, "meta_path", [f for f in sys.meta_path if not isinstance(f, _ext._PureFinder)])
+    assert not _ext.extensions_built()
+    _ext.install_pure_finder()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Cython 3.3.0" in err[0] and "Cython!=3.3.0" in err[0] and "pure-Python" in err[0]
+    assert isinstance(sys.meta_path[0], _ext._PureFinder)
+
+
+def test_a_good_or_missing_record_keeps_the_compiled_path(monkeypatch):
+    monkeypatch.setattr(_ext, "_built_extension", lambda name: f"/x/{name}.so")
+    for record in ("3.3.1", "3.1.2", None):
+        monkeypatch.setattr(_ext, "built_with_cython", lambda r=record: r)
+        assert _ext._bad_build() is None
+
+
+def test_the_build_records_cython_and_refuses_a_bad_release():
+    """setup.py writes panama._ext.BUILD_RECORD when it compiles, and does not compile with
+    a release of BAD_CYTHON (it installs the pure path and says why)."""
+    setup_py = Path(__file__).resolve().parents[2] / "setup.py"
+    if not setup_py.exists():
+        pytest.skip("no source checkout")
+    text = setup_py.read_text()
+    assert 'EXT["BUILD_RECORD"]' in text and 'EXT["bad_cython"](Cython.__version__)' in text
+    pyproject = (setup_py.parent / "pyproject.toml").read_text()
+    assert all(f"!={v}" in pyproject for v in _ext.BAD_CYTHON)
+    if _ext.extensions_built() and _ext.built_with_cython() is not None:
+        assert _ext.bad_cython(_ext.built_with_cython()) is None

@@ -379,7 +379,11 @@ class Accelerator:
                 spare -= extra
 
     def _release(self, tree: _Tree) -> None:
-        for slot in tree.slots.values():
+        # The dict is bound to a local before iterating: Cython 3.3.0 compiled a loop
+        # over an argument's dict attribute without loading the attribute (a segfault;
+        # issue 36). The same in every compiled module (tests/test_cython_shapes.py).
+        slots = tree.slots
+        for slot in slots.values():
             self._free_slot(slot)
         tree.slots.clear()
         tree.used = 0
@@ -618,7 +622,8 @@ class Accelerator:
         """Every child's ack passed the floor: raise it and free the slots below it."""
         # The lowest ack and how many children hold it, in one loop (faster than a list's min and count, both paths).
         new_floor = at = 0
-        for a in tree.child_ack.values():
+        child_ack = tree.child_ack  # a local (see _release)
+        for a in child_ack.values():
             if not at or a < new_floor:
                 new_floor, at = a, 1
             elif a == new_floor:

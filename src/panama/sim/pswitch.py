@@ -106,7 +106,8 @@ class PSwitchFabric:
     ):
         self.net = net
         self.latency_ps = int(latency_ps)
-        names = list(switches) if switches is not None else [sw.name for sw in net.switches]
+        all_switches = net.switches  # a local (see Accelerator._release)
+        names = list(switches) if switches is not None else [sw.name for sw in all_switches]
         self.accelerators: dict[str, Accelerator] = {}
         for name in names:
             acc = Accelerator(
@@ -135,7 +136,8 @@ class PSwitchFabric:
         """Accelerator drops summed over switches, by reason (every reason listed)."""
         total = {r: 0 for r in DROP_REASONS}
         for acc in self.accelerators.values():
-            for r, c in acc.drops.items():
+            drops = acc.drops  # a local (see Accelerator._release)
+            for r, c in drops.items():
                 total[r] = total.get(r, 0) + c
         return total
 
