@@ -52,6 +52,9 @@ def test_no_compiled_module_loops_over_an_argument_attribute():
 
 def test_the_check_sees_the_shape():
     bad = "def f(tree):\n    for s in tree.slots.values():\n        pass\n    return [k for k in tree.slots]\n"
-    good = "def f(self, tree):\n    slots = tree.slots\n    for s in slots.values():\n        pass\n    for x in self.a.items():\n        pass\n"
+    good = (
+        "def f(self, tree):\n    slots = tree.slots\n    for s in slots.values():\n        pass\n"
+        "    for x in self.a.items():\n        pass\n"
+    )
     assert [line for line, _ in _loops_over_an_argument_attribute(ast.parse(bad))] == [2, 4]
     assert _loops_over_an_argument_attribute(ast.parse(good)) == []

@@ -50,7 +50,9 @@ def test_golden_tiny_scenario():
         r = run_scenario(sc, progress=False)
         # Event counts depend on the engine's bookkeeping, not on behaviour: not golden.
         summary = {
-            k: v for k, v in r.summary.items() if k not in NONDETERMINISTIC_KEYS and k not in ("events", "events_per_hop")
+            k: v
+            for k, v in r.summary.items()
+            if k not in NONDETERMINISTIC_KEYS and k not in ("events", "events_per_hop")
         }
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")

@@ -353,8 +353,7 @@ class Accelerator:
                 tree.target = per_tree
                 tree.cap = cwnd_cap_for_slots(per_tree)
                 if tree.limit > per_tree and not tree.used:
-                    # Holds no slot (idle, or not started): shrink now, so a newcomer is
-                    # never starved by jobs between allreduces.
+                    # Holds no slot (idle, or not started): shrink now, so a newcomer is never starved.
                     tree.hold_seq = None
                     tree.limit = per_tree
                 elif tree.limit > per_tree and tree.cap_sent > tree.cap:
@@ -379,13 +378,10 @@ class Accelerator:
                 spare -= extra
 
     def _release(self, tree: _Tree) -> None:
-        # The dict is bound to a local before iterating: Cython 3.3.0 compiled a loop
-        # over an argument's dict attribute without loading the attribute (a segfault;
-        # issue 36). The same in every compiled module (tests/test_cython_shapes.py).
-        slots = tree.slots
+        slots = tree.slots  # a local: Cython 3.3.0 miscompiles the loop otherwise (tests/test_cython_shapes.py)
         for slot in slots.values():
             self._free_slot(slot)
-        tree.slots.clear()
+        slots.clear()
         tree.used = 0
         tree.limit = 0
 
@@ -543,8 +539,7 @@ class Accelerator:
         if cap > tree.cap_sent:
             tree.cap_sent = cap
         if tree.hold_seq == -1:
-            # First result carrying the new cap: packets a worker sent before seeing it
-            # reach at most hold_cap sequence numbers further.
+            # First result carrying the new cap: earlier packets reach at most hold_cap seqs further.
             tree.hold_seq = slot.seq + tree.hold_cap
         packet = new_packet(
             tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, 0, ecn, payload

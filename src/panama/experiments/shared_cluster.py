@@ -38,6 +38,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,7 @@ from panama.experiments.cluster_scenario import (
 from panama.experiments.schemes import FLOOR, SCHEME_ORDER, SCHEME_VARIANTS
 from panama.experiments.stats import percentile
 from panama.experiments.sweep import (
+    POINTS_DIR,
     SweepError,
     fingerprint_of,
     grid,
@@ -246,6 +249,25 @@ def _prepare_output(out: Path, config: dict[str, Any], base: Scenario, command: 
     return fingerprint
 
 
+def _estimate_line(base_json: Mapping[str, Any], points: list[dict[str, Any]], out: Path, jobs: int | None) -> str:
+    """One line: how long the runs not finished in ``out`` will take (experiments.estimate)."""
+    from panama._ext import compiled
+    from panama.experiments.estimate import describe_runs
+
+    finished = {p.stem for p in (out / POINTS_DIR).glob("*.json")}
+    runs = []
+    for point in points:
+        if point_id(point) in finished:
+            continue
+        params = {k: v for k, v in point.items() if k != "scheme"}
+        scheme = point["scheme"]
+        sc = apply_params(base_json, params)
+        if scheme != FLOOR:
+            scheme = SCHEME_VARIANTS.get(scheme, (scheme, {}))[0]
+        runs.append((sc, scheme, scheme != FLOOR))
+    return describe_runs(runs, jobs or os.cpu_count() or 1, compiled=compiled(), what="shared-cluster")
+
+
 def run_shared_cluster(
     out_dir: str | Path,
     *,
@@ -310,6 +332,8 @@ def run_shared_cluster(
         large_bytes=large_bytes,
         runs_dir=str((out / "runs").resolve()) if keep_runs else None,
     )
+    if progress:
+        print(_estimate_line(base_json, points, out, jobs), file=sys.stderr, flush=True)
     sweep = run_sweep(
         fn,
         points,

@@ -374,7 +374,6 @@ class Port(Event):
         raise RuntimeError(f"{self.name}: RESUME on a port of a lossy network")
 
 
-
 class HostPort(Port):
     """A host NIC in a lossy network: never drops (the transports' windows bound the
     queue), so :meth:`send` skips the limit check. It marks ECN-capable packets above

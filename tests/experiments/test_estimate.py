@@ -1,0 +1,50 @@
+"""The run-time estimate printed before a shared-cluster experiment (issue 34)."""
+
+from __future__ import annotations
+
+import pytest
+
+from panama.experiments import estimate as est
+from panama.sim.scenario import JobConfig, Scenario, TopologyConfig
+
+
+def _scenario(**kw) -> Scenario:
+    return Scenario(topology=TopologyConfig(spec="leaf-spine:leaves=2,spines=2,hosts_per_leaf=2"), **kw)
+
+
+def test_background_hops_are_offered_bytes_over_the_mean_path_with_acks():
+    sc = _scenario(duration_ms=10.0, jobs=[])
+    e = est.estimate_hops(sc)
+    # 4 hosts at 10 Gb/s (the spec's rate), load 0.3, 10 ms; every pair 2 (same leaf) or 4 links.
+    offered = 4 * 10e9 / 8 * sc.background.load * 0.010
+    assert 2 <= e.mean_path_links <= 4
+    assert e.background_hops == pytest.approx(offered / 1460 * e.mean_path_links * 2)
+    assert e.job_hops == 0 and e.hops == e.background_hops
+
+
+def test_jobs_add_ring_or_tree_traffic_and_the_floor_has_none():
+    job = JobConfig(workers=4, gradient_bytes=10_000_000, iterations=2)
+    sc = _scenario(jobs=[job]).with_overrides(["panama.threshold_bytes=1000000"])
+    ring = est.estimate_hops(sc, "ring")
+    tree = est.estimate_hops(sc, "panama")
+    floor = est.estimate_hops(sc, "panama", with_jobs=False)
+    assert ring.job_hops == pytest.approx(4 * 2 * 3 / 4 * 20_000_000 / 1460 * ring.mean_path_links * 2)
+    assert tree.job_hops == pytest.approx(4 * 20_000_000 / 1444 * 2 * 2)
+    assert floor.job_hops == 0 and floor.background_hops == ring.background_hops
+    # A job below the aggregation threshold runs ring allreduce under panama too.
+    small = _scenario(jobs=[JobConfig(workers=4, gradient_bytes=1000, iterations=2)])
+    assert est.estimate_hops(small, "panama").job_hops == est.estimate_hops(small, "ring").job_hops
+
+
+def test_cpu_seconds_use_the_measured_speed_of_each_path():
+    assert est.estimate_cpu_s(4.7e6, compiled=True) == pytest.approx(1.0)
+    assert est.estimate_cpu_s(0.4e6, compiled=False) == pytest.approx(1.0)
+
+
+def test_the_line_says_runs_processes_and_what_it_is_based_on():
+    sc = _scenario(duration_ms=10.0, jobs=[])
+    runs = [(sc, "panama", True)] * 3
+    line = est.describe_runs(runs, 2, compiled=True, what="shared-cluster")
+    assert line.startswith("shared-cluster: 3 runs, 2 at a time: about ")
+    assert "estimate" in line and "M packet hops per CPU second" in line and "compiled" in line
+    assert "already finished" in est.describe_runs([], 2, compiled=True, what="x")
