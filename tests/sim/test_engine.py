@@ -191,3 +191,44 @@ def test_many_pending_events_keep_time_then_scheduling_order():
     eng.run()
     assert eng.pending() == 0 and eng.next_time() is None
     assert seen == sorted(expected)
+
+
+def test_inside_a_callback_pending_and_next_time_see_the_others_only():
+    """The C queue keeps a firing event at its root until the callback returns (and re-keys
+    it in place if it schedules itself): what a callback sees is the same as with heapq's
+    pop-then-run, on either implementation."""
+    from panama.sim.heap import Event
+
+    eng = Engine()
+    seen = []
+
+    class Again(Event):
+        __slots__ = ("left",)
+
+        def __init__(self):
+            super().__init__()
+            self.left = 2
+
+        def fire(self):
+            seen.append(("again", eng.now, eng.pending(), eng.next_time()))
+            if self.left:
+                self.left -= 1
+                eng.schedule(eng.now + 10, self)
+                seen.append(("again+", eng.pending(), eng.next_time()))
+
+    def once():
+        seen.append(("once", eng.now, eng.pending(), eng.next_time()))
+
+    eng.schedule(5, Again())
+    eng.at(12, once)
+    eng.at(40, once)
+    eng.run()
+    assert seen == [
+        ("again", 5, 2, 12),
+        ("again+", 3, 12),
+        ("once", 12, 2, 15),
+        ("again", 15, 1, 40),
+        ("again+", 2, 25),
+        ("again", 25, 1, 40),
+        ("once", 40, 0, None),
+    ]

@@ -2,6 +2,7 @@
 # pure-Python twin is heap.py; see its docstring). Other compiled modules cimport
 # Event and EventQueue from here.
 cimport cython
+from cpython.ref cimport PyObject
 
 cdef extern from *:
     ctypedef unsigned long long _u128 "unsigned __int128"
@@ -32,10 +33,15 @@ cdef class EventQueue:
     cdef Py_ssize_t _kcap
     cdef Py_ssize_t _n
     cdef Py_ssize_t _nfree
+    cdef PyObject* _firing
+    cdef bint _refired
+    cdef _u128 _refire_key
 
     cdef int _grow(self) except -1
     cdef int _heap_push(self, Event ev) except -1
     cdef Event _heap_pop(self)
+    cdef void _sift_root(self, _u128 k, Py_ssize_t n) noexcept
+    cdef void _settle_fired(self) noexcept
 
     cpdef push(self, long long time_ps, object callback)
     cpdef schedule(self, long long time_ps, Event ev)

@@ -16,6 +16,7 @@ touches the events themselves; the loop calls each event's ``fire()`` as a C met
 """
 
 from cpython.list cimport PyList_GET_ITEM
+from cpython.ref cimport PyObject
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.string cimport memcpy
 
@@ -153,22 +154,12 @@ cdef class EventQueue:
         self._n = n + 1
         return 0
 
-    cdef Event _heap_pop(self):
-        """Pop the smallest event of the non-empty heap."""
-        cdef Py_ssize_t n, slot, pos, child, last, c
-        cdef _u128 k, ck
+    cdef void _sift_root(self, _u128 k, Py_ssize_t n) noexcept:
+        """Put key ``k`` at the root of the heap of ``n`` keys (the root's old key is
+        dropped) and sift it down to its place."""
+        cdef Py_ssize_t pos, child, last, c
+        cdef _u128 ck
         cdef _Key* keys = self._keys
-        cdef list heap = self.heap
-        slot = _key_slot(keys[0].k)
-        cdef Event top = _event_at(heap, slot)
-        heap[slot] = None
-        self._vacant[self._nfree] = slot
-        self._nfree += 1
-        n = self._n - 1
-        self._n = n
-        if not n:
-            return top
-        k = keys[n].k
         pos = 0
         while True:
             child = 4 * pos + 1
@@ -188,8 +179,42 @@ cdef class EventQueue:
             keys[pos] = keys[child]
             pos = child
         keys[pos].k = k
-        _prefetch_event(heap, _key_slot(keys[0].k))
+
+    cdef Event _heap_pop(self):
+        """Pop the smallest event of the non-empty heap."""
+        cdef Py_ssize_t n, slot
+        cdef list heap = self.heap
+        slot = _key_slot(self._keys[0].k)
+        cdef Event top = _event_at(heap, slot)
+        heap[slot] = None
+        self._vacant[self._nfree] = slot
+        self._nfree += 1
+        n = self._n - 1
+        self._n = n
+        if n:
+            self._sift_root(self._keys[n].k, n)
+            _prefetch_event(heap, _key_slot(self._keys[0].k))
         return top
+
+    cdef void _settle_fired(self) noexcept:
+        """After the root's event fired: if it scheduled itself again (``schedule`` noted
+        its new key), the new key replaces the root's, keeping its slot (a due event's next
+        time is usually near: the sift stops early); else the root is removed."""
+        cdef Py_ssize_t slot, n
+        if self._refired:
+            self._refired = False
+            self._sift_root(self._refire_key, self._n)
+        else:
+            slot = _key_slot(self._keys[0].k)
+            self.heap[slot] = None
+            self._vacant[self._nfree] = slot
+            self._nfree += 1
+            n = self._n - 1
+            self._n = n
+            if n:
+                self._sift_root(self._keys[n].k, n)
+        if self._n:
+            _prefetch_event(self.heap, _key_slot(self._keys[0].k))
 
     cpdef push(self, long long time_ps, object callback):
         """Run ``callback()`` at ``time_ps`` (>= now, unchecked)."""
@@ -201,35 +226,69 @@ cdef class EventQueue:
         self._heap_push(ev)
 
     cpdef schedule(self, long long time_ps, Event ev):
-        """Fire ``ev`` at ``time_ps`` (>= now, unchecked); ``ev`` must not be pending."""
+        """Fire ``ev`` at ``time_ps`` (>= now, unchecked); ``ev`` must not be pending
+        (the event firing now may schedule itself: its root entry is reused)."""
         cdef long long seq = self.seq + 1
         self.seq = seq
         ev.t = time_ps
         ev.seq = seq
+        if <PyObject*>ev == self._firing and not self._refired:
+            if seq >> _SEQ_BITS:
+                raise OverflowError("engine: more than 2**40 events scheduled in one run")
+            self._refired = True
+            self._refire_key = _key(time_ps, seq, _key_slot(self._keys[0].k))
+            return
         self._heap_push(ev)
 
     def pending(self):
-        """Pending entries (including stale timer entries)."""
+        """Pending entries (including stale timer entries). While an event fires, its root
+        entry counts only if it scheduled itself again."""
+        if self._firing != NULL and not self._refired:
+            return self._n - 1
         return self._n
 
     def next_time(self):
-        """Time of the earliest pending entry, or None."""
-        return _key_t(self._keys[0].k) if self._n else None
+        """Time of the earliest pending entry, or None (while an event fires: of the
+        others, and of its own next firing if it scheduled itself again)."""
+        cdef Py_ssize_t c
+        cdef bint found = False
+        cdef _u128 best = 0
+        if self._firing == NULL:
+            return _key_t(self._keys[0].k) if self._n else None
+        if self._refired:
+            best = self._refire_key
+            found = True
+        for c in range(1, min(5, self._n)):  # the root's children hold the next smallest key
+            if not found or self._keys[c].k < best:
+                best = self._keys[c].k
+                found = True
+        return _key_t(best) if found else None
 
     cpdef long long run_due(self, long long limit) except? -1:
         """See heap.py."""
         cdef long long t, n = 0
         cdef long long last = self.now
         cdef Event ev
+        cdef object r
         try:
             while self._n:
                 t = _key_t(self._keys[0].k)
                 if t > limit:
                     break
-                ev = self._heap_pop()
+                # The event stays at the root while it fires (every key pushed meanwhile
+                # is larger: later, or as late with a larger seq); _settle_fired then
+                # removes it or, if it scheduled itself, re-keys it in place.
+                ev = _event_at(self.heap, _key_slot(self._keys[0].k))
+                self._firing = <PyObject*>ev
+                self._refired = False
                 self.now = t
                 n += 1
-                if ev.fire() is _STALE:
+                try:
+                    r = ev.fire()
+                finally:
+                    self._firing = NULL
+                    self._settle_fired()
+                if r is _STALE:
                     self.now = last
                 else:
                     last = t
