@@ -267,8 +267,7 @@ class Accelerator:
         self._free = [_Slot(i, rows[i]) for i in range(packet_memory - 1, -1, -1)]
         self._trees: dict[tuple[int, int], _Tree] = {}
         self._jobs: dict[int, list[_Tree]] = {}
-        self.used_slots = 0
-        self.peak_used_slots = 0
+        self.used_slots = self.peak_used_slots = 0
         self.drops: Counter[str] = Counter()
         self.contributions = 0
         self.results_in = 0
@@ -379,11 +378,11 @@ class Accelerator:
                 spare -= extra
 
     def _release(self, tree: _Tree) -> None:
-        for slot in tree.slots.values():
+        slots = tree.slots  # a local, not `for slot in tree.slots.values()`: see panama._ext.BAD_CYTHON
+        for slot in slots.values():
             self._free_slot(slot)
-        tree.slots.clear()
-        tree.used = 0
-        tree.limit = 0
+        slots.clear()
+        tree.used = tree.limit = 0
 
     def _free_slot(self, slot: _Slot) -> None:
         slot.state = _FREE
@@ -618,7 +617,8 @@ class Accelerator:
         """Every child's ack passed the floor: raise it and free the slots below it."""
         # The lowest ack and how many children hold it, in one loop (faster than a list's min and count, both paths).
         new_floor = at = 0
-        for a in tree.child_ack.values():
+        child_ack = tree.child_ack  # a local: see _release
+        for a in child_ack.values():
             if not at or a < new_floor:
                 new_floor, at = a, 1
             elif a == new_floor:
