@@ -8,7 +8,12 @@ them (the same code that runs interpreted: no module branches on which path runs
 Cython writes the generated ``.c`` files under ``build/cython/``, never into ``src``
 (``.c`` files found there are leftovers of older builds: git-ignored, safe to delete).
 Without a compiler, or with ``PANAMA_NO_EXTENSIONS=1`` at install time, the package
-installs as pure Python and this prints one line saying so. Editable installs build the extensions in place
+installs as pure Python and this prints one line saying so. A Cython release known to
+miscompile the modules (``BAD_CYTHON`` in ``_ext.py``; the build requirements exclude it,
+but a build without isolation uses whatever is installed) stops the build with one line
+naming it and the fix. Once the modules are built, ``panama/_build_info.py`` (git-ignored)
+records the Cython that translated them, so that ``panama`` refuses builds made by a
+release found bad later. Editable installs build the extensions in place
 (``src/panama/.../*.so``, git-ignored).
 
 Apart from those, and optional on its own: ``panama.runtime.net._mmsg`` (a ``.pyx``, Linux
@@ -118,6 +123,14 @@ def _cythonize_saying(cythonize, ext, which: str) -> list:
     return built
 
 
+def _cython_version() -> str | None:
+    try:
+        import Cython
+    except ImportError:
+        return None
+    return Cython.__version__
+
+
 class OptionalBuildExt(build_ext):
     """build_ext that falls back to pure Python when compiling fails, and compiles the
     modules in parallel."""
@@ -128,17 +141,6 @@ class OptionalBuildExt(build_ext):
             self.parallel = os.cpu_count() or 1
         self._done = 0
         self._lock = threading.Lock()
-
-    def _record_cython(self) -> None:
-        """Write the Cython release used beside the compiled modules (panama._ext.BUILD_RECORD),
-        so that panama can refuse extensions of a release known to miscompile them."""
-        import Cython
-
-        package_dir = os.path.dirname(self.get_ext_fullpath("panama._record"))
-        os.makedirs(package_dir, exist_ok=True)
-        with open(os.path.join(package_dir, EXT["BUILD_RECORD"]), "w", encoding="ascii") as f:
-            f.write(Cython.__version__ + "\n")
-        _say(f"built with Cython {Cython.__version__}")
 
     def build_extension(self, ext) -> None:
         t0 = time.monotonic()
@@ -159,8 +161,15 @@ class OptionalBuildExt(build_ext):
                 n = self._done
             _say(f"[C {n:2d}/{len(self.extensions)}] {ext.name} ({outcome})")
 
+    def _record(self, cython_version: str | None) -> None:
+        """Write (None: remove) the record of the Cython that built the compiled modules, in the
+        package directory they were built into (``src/panama`` in place, else the build's)."""
+        package_dir = os.path.dirname(self.get_ext_fullpath("panama." + EXT["BUILD_RECORD"]))
+        EXT["write_build_record"](package_dir, cython_version)
+
     def run(self) -> None:
         t0 = time.monotonic()
+        built = any(ext.name not in OPTIONAL_MODULES for ext in self.extensions)
         if self.extensions:
             _say(
                 f"compiling {len(self.extensions)} modules with the C compiler, {self.parallel} at a time "
@@ -168,11 +177,13 @@ class OptionalBuildExt(build_ext):
             )
         try:
             super().run()
+            if built:
+                self._record(_cython_version())
             if self.extensions:
-                self._record_cython()
                 _say(f"compiled fast path built ({_duration(time.monotonic() - t0)} of C compilation)")
         except Exception as e:  # no compiler, no Python headers, ...
             _say(f"compiled fast path not built ({type(e).__name__}: {e}); installing the pure-Python simulator")
+            self._record(None)
             # All or nothing: the compiled modules share extension types.
             for ext in self.extensions:
                 if ext.name in OPTIONAL_MODULES:
@@ -207,18 +218,13 @@ def ext_modules() -> list:
         _say(f"{EXT['ENV_VAR']} is set: installing the pure-Python simulator")
         return []
     try:
-        import Cython
         from Cython.Build import cythonize
     except ImportError:
         _say("Cython is not available: installing the pure-Python simulator")
         return []
-    why = EXT["bad_cython"](Cython.__version__)
-    if why is not None:
-        _say(
-            f"Cython {Cython.__version__} {why}: not used; installing the pure-Python simulator "
-            f"(pip install 'Cython!={Cython.__version__}' and reinstall for the compiled fast path)"
-        )
-        return []
+    refused = EXT["bad_cython"](_cython_version())
+    if refused is not None:  # the build requirements exclude it; a build without isolation may still find it
+        raise SystemExit(f"panama: {refused}")
     sources = [os.path.relpath(EXT["source_of"](name), HERE) for name in EXT["COMPILED_MODULES"]]
     from setuptools import Extension
 

@@ -159,6 +159,10 @@ def _imports(tree: ast.Module):
             yield node
 
 
+# Written by setup.py beside the compiled modules it built (git-ignored; panama._ext.BUILD_RECORD): no code.
+GENERATED = pathlib.Path("_build_info.py")
+
+
 def import_graph(root: pathlib.Path = SRC):
     """Module -> modules it imports (at import time or in a function), within the package
     (networkx DiGraph)."""
@@ -166,6 +170,8 @@ def import_graph(root: pathlib.Path = SRC):
 
     modules = {}
     for path in root.rglob("*.py"):
+        if path.relative_to(root) == GENERATED:
+            continue
         parts = path.relative_to(root.parent).with_suffix("").parts
         modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph = nx.DiGraph()

@@ -30,29 +30,41 @@ Both paths give bit-identical simulation results (``tests/sim/test_compiled.py``
 ``PANAMA_NO_EXTENSIONS`` switches it off too, and ``panama.runtime.net.mmsg.IMPLEMENTATION``
 says which runs.
 
+Cython releases known to miscompile these modules (:data:`BAD_CYTHON`) are kept out three
+ways: ``pyproject.toml``'s build requirements exclude them, ``setup.py`` refuses to build
+with one (:func:`bad_cython`: the install fails with one line naming it and the fix), and
+the build records the Cython that translated it (:data:`BUILD_RECORD`, git-ignored beside
+this file), so that compiled modules built by a release found bad later are refused at
+import: importing one raises :class:`BadBuildError` (one line naming the release and the
+fix; the ``panama`` command prints it and exits 2) instead of letting it crash.
+``PANAMA_NO_EXTENSIONS=1`` runs the ``.py`` files as ever.
+
 This module is read by ``setup.py`` (with ``runpy``): it imports the standard library
 only.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import importlib.util
 import os
 import sys
 
 __all__ = [
+    "BAD_CYTHON",
+    "BUILD_RECORD",
+    "BadBuildError",
     "COMPILED_MODULES",
     "COMPONENTS",
     "ENV_VAR",
     "source_of",
     "no_extensions",
-    "install_pure_finder",
-    "BAD_CYTHON",
-    "BUILD_RECORD",
     "bad_cython",
     "built_with_cython",
-    "bad_build_line",
+    "write_build_record",
+    "refusal",
+    "install_pure_finder",
     "warn_stale",
     "extensions_built",
     "module_is_compiled",
@@ -87,48 +99,19 @@ COMPILED_MODULES: tuple[str, ...] = (
 
 ENV_VAR = "PANAMA_NO_EXTENSIONS"
 
-# Cython releases known to miscompile these modules (release -> what goes wrong): setup.py
-# does not compile with them, and compiled modules that one of them built are not run.
+# Cython releases that miscompile these modules, and what goes wrong (pyproject.toml's build
+# requirements exclude each: tests/sim/test_compiled.py checks it).
 BAD_CYTHON: dict[str, str] = {
-    "3.3.0": "miscompiles a loop over an argument's dict attribute (a segfault in every PANAMA simulation)",
+    # A loop over an attribute of a def function's argument annotated with an extension type
+    # (`for slot in tree.slots.values()` with `tree: _Tree`, annotation_typing off) iterates
+    # over NULL: the attribute is never loaded. Every PANAMA simulation segfaulted in
+    # Accelerator._release. The sources no longer have that shape (a test keeps it out).
+    "3.3.0": "segfaults",
 }
 
-# Written by setup.py beside this file when it compiles the modules: the Cython release used.
-BUILD_RECORD = "_built_with_cython.txt"
-
-
-def bad_cython(version: str) -> str | None:
-    """What Cython ``version`` gets wrong in these modules, or None for a release not known to."""
-    return BAD_CYTHON.get(version.strip())
-
-
-def built_with_cython() -> str | None:
-    """The Cython release that built the extensions beside the sources (setup.py's record),
-    or None when there is no record (a pure install, or a build older than the record)."""
-    try:
-        with open(os.path.join(_PACKAGE_DIR, BUILD_RECORD), encoding="ascii") as f:
-            return f.read().strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _bad_build() -> str | None:
-    """The release that built the extensions present, if it is a known-bad one."""
-    version = built_with_cython()
-    if version is None or bad_cython(version) is None:
-        return None
-    if not any(_built_extension(name) for name in COMPILED_MODULES):
-        return None
-    return version
-
-
-def bad_build_line(version: str) -> str:
-    """The one line refusing extensions built with a known-bad Cython ``version``."""
-    return (
-        f"panama: error: the compiled modules were built with Cython {version}, which {bad_cython(version)}; "
-        f"running the pure-Python simulator instead. Fix: pip install 'Cython!={version}' and rebuild "
-        f"(pip install --no-build-isolation -e . or python setup.py build_ext --inplace)"
-    )
+# The module setup.py writes beside this one once it has built the compiled modules
+# (git-ignored): ``CYTHON_VERSION = "..."``, the Cython that translated them.
+BUILD_RECORD = "_build_info"
 
 
 def source_of(name: str) -> str:
@@ -141,6 +124,81 @@ def source_of(name: str) -> str:
 def no_extensions() -> bool:
     """True when ``PANAMA_NO_EXTENSIONS`` asks for the pure-Python path."""
     return os.environ.get(ENV_VAR, "") not in ("", "0")
+
+
+def _fix(version: str) -> str:
+    return (
+        f"install another Cython (pip install 'Cython!={version}') and rebuild panama (pip install -e .), "
+        f"or set {ENV_VAR}=1 to run pure Python"
+    )
+
+
+def bad_cython(version: str) -> str | None:
+    """Why Cython ``version`` must not build the compiled modules, as one line naming it and the
+    fix (``setup.py`` stops with it), or None for a release not known to be bad."""
+    why = BAD_CYTHON.get(version)
+    return None if why is None else f"Cython {version} miscompiles panama's compiled modules ({why}): {_fix(version)}"
+
+
+def write_build_record(package_dir: str, cython_version: str | None) -> None:
+    """Record in ``package_dir`` (the ``panama`` directory the extensions were built into) the
+    Cython that translated them (``setup.py``, once they are built); None removes the record."""
+    path = os.path.join(package_dir, BUILD_RECORD + ".py")
+    if cython_version is None:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    doc = "Written by setup.py when it built the compiled modules (git-ignored): the Cython that translated them."
+    with open(path, "w") as f:
+        f.write(f'"""{doc}"""\n\nCYTHON_VERSION = "{cython_version}"\n')
+
+
+def built_with_cython(package_dir: str | None = None) -> str | None:
+    """The Cython release the build of the compiled modules recorded, or None (no record: no
+    build, or one made before builds were recorded)."""
+    path = os.path.join(package_dir or _PACKAGE_DIR, BUILD_RECORD + ".py")
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["CYTHON_VERSION"]:
+            value = node.value
+            return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
+    return None
+
+
+def refusal(package_dir: str | None = None) -> str | None:
+    """The one line refusing the extensions built in ``package_dir`` (default: this package)
+    when the release that built them is known to miscompile them (:data:`BAD_CYTHON`), else None."""
+    package_dir = package_dir or _PACKAGE_DIR
+    if not any(_built_extension(name, package_dir) is not None for name in COMPILED_MODULES):
+        return None
+    version = built_with_cython(package_dir)
+    if version not in BAD_CYTHON:
+        return None
+    return (
+        f"panama's compiled modules were built with Cython {version}, which miscompiles them "
+        f"({BAD_CYTHON[version]}): {_fix(version)}"
+    )
+
+
+class BadBuildError(ImportError):
+    """A compiled module was imported from a build made by a Cython release known to miscompile
+    it; the message is one line naming the release and the fix."""
+
+
+class _RefuseFinder:
+    """Meta-path finder: importing any compiled module raises :class:`BadBuildError`."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        if fullname in COMPILED_MODULES:
+            raise BadBuildError(self.message, name=fullname)
+        return None
 
 
 class _PureFinder:
@@ -157,9 +215,9 @@ class _PureFinder:
         return importlib.util.spec_from_file_location(fullname, source)
 
 
-def _built_extension(name: str) -> str | None:
+def _built_extension(name: str, package_dir: str | None = None) -> str | None:
     """Path of the extension module built for ``name`` beside its source, if any."""
-    base = os.path.join(_PACKAGE_DIR, *name.split(".")[1:])
+    base = os.path.join(package_dir or _PACKAGE_DIR, *name.split(".")[1:])
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         if os.path.exists(base + suffix):
             return base + suffix
@@ -188,17 +246,18 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 def install_pure_finder() -> None:
     """Put the pure-Python finder in front of the import system if the switch is set,
     or if some extension is older than its source (``_stale_extensions()``; the compiled
-    modules share extension types, so they run compiled all together or not at all).
-    Called by ``panama/__init__.py`` before any compiled module is imported."""
-    if any(isinstance(f, _PureFinder) for f in sys.meta_path):
+    modules share extension types, so they run compiled all together or not at all); with
+    the switch unset, the refusing finder instead if a release known to miscompile them
+    built them (:func:`refusal`). Called by ``panama/__init__.py`` before any compiled
+    module is imported."""
+    if any(isinstance(f, (_PureFinder, _RefuseFinder)) for f in sys.meta_path):
         return
     if no_extensions():
         sys.meta_path.insert(0, _PureFinder())
         return
-    bad = _bad_build()
-    if bad is not None:
-        print(bad_build_line(bad), file=sys.stderr)
-        sys.meta_path.insert(0, _PureFinder())
+    refused = refusal()
+    if refused is not None:
+        sys.meta_path.insert(0, _RefuseFinder(refused))
         return
     stale = _stale_extensions()
     if not stale:
@@ -223,13 +282,8 @@ def warn_stale(names: list[str], fallback: str) -> None:
 
 def extensions_built() -> bool:
     """True when every module of the fast path has an up-to-date extension beside its
-    source, built by a Cython release not known to be bad (whether or not this process
-    uses them)."""
-    return (
-        all(_built_extension(name) is not None for name in COMPILED_MODULES)
-        and not _stale_extensions()
-        and _bad_build() is None
-    )
+    source (whether or not this process uses them)."""
+    return all(_built_extension(name) is not None for name in COMPILED_MODULES) and not _stale_extensions()
 
 
 def module_is_compiled(name: str) -> bool:

@@ -8,7 +8,9 @@ it against the commands), so the first thing a newcomer types answers at once in
 after importing torch.
 
 Every usage or configuration error ends as one line on stderr,
-``panama <command>: error: <message naming the field>``, and exit code 2.
+``panama <command>: error: <message naming the field>``, and exit code 2; so does a build
+of the compiled modules that :mod:`panama._ext` refuses (made by a Cython release known
+to miscompile them).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import sys
 
 import click
 from click.utils import make_default_short_help
+
+from panama._ext import BadBuildError
 
 
 class LazyGroup(click.Group):
@@ -57,6 +61,8 @@ class LazyGroup(click.Group):
         if cmd_name in self.lazy_subcommands:
             try:
                 return self.resolve(cmd_name)
+            except BadBuildError:  # not a missing extra: main() says what to rebuild
+                raise
             except ImportError as exc:
                 return _unavailable(cmd_name, exc)
         return super().get_command(ctx, cmd_name)
@@ -168,6 +174,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
+    except BadBuildError as exc:  # compiled modules built by a Cython release known to miscompile them
+        click.echo(f"panama: error: {exc}", err=True)
+        sys.exit(2)
     except OSError as exc:  # a file or socket the command could not use: one line, never a traceback
         where = f": {exc.filename}" if exc.filename else ""
         click.echo(f"panama: error: {exc.strerror or exc}{where}", err=True)

@@ -102,6 +102,7 @@ cdef class Accelerator:
     cdef _take_ack(self, _Tree tree, object child, long long ack)
 
     @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
-                   slots=dict, free=list, a=cython.longlong, at=cython.longlong)
+                   slots=dict, child_ack=dict, free=list, a=cython.longlong,
+                   at=cython.longlong)
     cdef _advance_floor(self, _Tree tree)
 

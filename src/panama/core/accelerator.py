@@ -267,8 +267,7 @@ class Accelerator:
         self._free = [_Slot(i, rows[i]) for i in range(packet_memory - 1, -1, -1)]
         self._trees: dict[tuple[int, int], _Tree] = {}
         self._jobs: dict[int, list[_Tree]] = {}
-        self.used_slots = 0
-        self.peak_used_slots = 0
+        self.used_slots = self.peak_used_slots = 0
         self.drops: Counter[str] = Counter()
         self.contributions = 0
         self.results_in = 0
@@ -353,7 +352,8 @@ class Accelerator:
                 tree.target = per_tree
                 tree.cap = cwnd_cap_for_slots(per_tree)
                 if tree.limit > per_tree and not tree.used:
-                    # Holds no slot (idle, or not started): shrink now, so a newcomer is never starved.
+                    # Holds no slot (idle, or not started): shrink now, so a newcomer is
+                    # never starved by jobs between allreduces.
                     tree.hold_seq = None
                     tree.limit = per_tree
                 elif tree.limit > per_tree and tree.cap_sent > tree.cap:
@@ -378,12 +378,11 @@ class Accelerator:
                 spare -= extra
 
     def _release(self, tree: _Tree) -> None:
-        slots = tree.slots  # a local: Cython 3.3.0 miscompiles the loop otherwise (tests/test_cython_shapes.py)
+        slots = tree.slots  # a local, not `for slot in tree.slots.values()`: see panama._ext.BAD_CYTHON
         for slot in slots.values():
             self._free_slot(slot)
         slots.clear()
-        tree.used = 0
-        tree.limit = 0
+        tree.used = tree.limit = 0
 
     def _free_slot(self, slot: _Slot) -> None:
         slot.state = _FREE
@@ -539,7 +538,8 @@ class Accelerator:
         if cap > tree.cap_sent:
             tree.cap_sent = cap
         if tree.hold_seq == -1:
-            # First result carrying the new cap: earlier packets reach at most hold_cap seqs further.
+            # First result carrying the new cap: packets a worker sent before seeing it
+            # reach at most hold_cap sequence numbers further.
             tree.hold_seq = slot.seq + tree.hold_cap
         packet = new_packet(
             tree.job_id, tree.tree_id, slot.seq, slot.generation, slot.count, flags, cap, 0, ecn, payload
@@ -617,7 +617,7 @@ class Accelerator:
         """Every child's ack passed the floor: raise it and free the slots below it."""
         # The lowest ack and how many children hold it, in one loop (faster than a list's min and count, both paths).
         new_floor = at = 0
-        child_ack = tree.child_ack  # a local (see _release)
+        child_ack = tree.child_ack  # a local: see _release
         for a in child_ack.values():
             if not at or a < new_floor:
                 new_floor, at = a, 1
