@@ -4,10 +4,27 @@ structs that grow by doubling. Contract and choice of implementation: ``fifos.py
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport Py_DECREF, Py_INCREF
+from libc.string cimport memcpy
 
 IMPLEMENTATION = "C"
 
 cdef long long _NEVER_C = 1LL << 62  # later than any simulated time (panama.sim.engine)
+
+
+cdef void* _regrown(void* q, Py_ssize_t head, Py_ssize_t n, Py_ssize_t cap, Py_ssize_t new_cap,
+                    size_t size) except NULL:
+    """A new buffer of ``new_cap`` items of ``size`` bytes holding, from index 0 and in
+    order, the ``n`` items of the ring ``q`` (``cap`` items, oldest at ``head``); frees ``q``."""
+    cdef char* out = <char*>PyMem_Malloc(new_cap * size)
+    if out == NULL:
+        raise MemoryError()
+    cdef Py_ssize_t first = n if n < cap - head else cap - head
+    if first > 0:
+        memcpy(out, <char*>q + head * size, first * size)
+    if n > first:
+        memcpy(out + first * size, q, (n - first) * size)
+    PyMem_Free(q)
+    return out
 
 
 cdef class DelayLine:
@@ -28,17 +45,7 @@ cdef class DelayLine:
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t cap = self._cap * 2 if self._cap else 64
-        cdef Py_ssize_t j, k
-        cdef _Held* q = <_Held*>PyMem_Malloc(cap * sizeof(_Held))
-        if q == NULL:
-            raise MemoryError()
-        for j in range(self._n):
-            k = self._head + j
-            if k >= self._cap:
-                k -= self._cap
-            q[j] = self._q[k]
-        PyMem_Free(self._q)
-        self._q = q
+        self._q = <_Held*>_regrown(self._q, self._head, self._n, self._cap, cap, sizeof(_Held))
         self._head = 0
         self._cap = cap
         return 0
@@ -119,17 +126,7 @@ cdef class ReleaseRings:
 
     cdef int _grow(self, _Ring* r) except -1:
         cdef Py_ssize_t cap = r.cap * 2 if r.cap else 64
-        cdef Py_ssize_t j, k
-        cdef _Rel* q = <_Rel*>PyMem_Malloc(cap * sizeof(_Rel))
-        if q == NULL:
-            raise MemoryError()
-        for j in range(r.n):
-            k = r.head + j
-            if k >= r.cap:
-                k -= r.cap
-            q[j] = r.q[k]
-        PyMem_Free(r.q)
-        r.q = q
+        r.q = <_Rel*>_regrown(r.q, r.head, r.n, r.cap, cap, sizeof(_Rel))
         r.head = 0
         r.cap = cap
         return 0
@@ -230,17 +227,7 @@ cdef class PacketPipe:
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t cap = self._cap * 2 if self._cap else 16
-        cdef Py_ssize_t j, k
-        cdef _Flight* q = <_Flight*>PyMem_Malloc(cap * sizeof(_Flight))
-        if q == NULL:
-            raise MemoryError()
-        for j in range(self._n):
-            k = self._head + j
-            if k >= self._cap:
-                k -= self._cap
-            q[j] = self._q[k]
-        PyMem_Free(self._q)
-        self._q = q
+        self._q = <_Flight*>_regrown(self._q, self._head, self._n, self._cap, cap, sizeof(_Flight))
         self._head = 0
         self._cap = cap
         return 0

@@ -39,7 +39,6 @@ cdef class EventQueue:
 
     cdef int _grow(self) except -1
     cdef int _heap_push(self, Event ev) except -1
-    cdef Event _heap_pop(self)
     cdef void _sift_root(self, _u128 k, Py_ssize_t n) noexcept
     cdef void _settle_fired(self) noexcept
 

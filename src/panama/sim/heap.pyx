@@ -180,22 +180,6 @@ cdef class EventQueue:
             pos = child
         keys[pos].k = k
 
-    cdef Event _heap_pop(self):
-        """Pop the smallest event of the non-empty heap."""
-        cdef Py_ssize_t n, slot
-        cdef list heap = self.heap
-        slot = _key_slot(self._keys[0].k)
-        cdef Event top = _event_at(heap, slot)
-        heap[slot] = None
-        self._vacant[self._nfree] = slot
-        self._nfree += 1
-        n = self._n - 1
-        self._n = n
-        if n:
-            self._sift_root(self._keys[n].k, n)
-            _prefetch_event(heap, _key_slot(self._keys[0].k))
-        return top
-
     cdef void _settle_fired(self) noexcept:
         """After the root's event fired: if it scheduled itself again (``schedule`` noted
         its new key), the new key replaces the root's, keeping its slot (a due event's next
