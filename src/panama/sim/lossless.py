@@ -88,6 +88,8 @@ class LosslessPort(Port):
         under the pending event, so the head's time is checked)."""
         pipe = self.pipe
         now = self._eng.now
+        # Port._head_due, inlined: from this module it is a call through the vtable, about
+        # 4 % of the 100 Gb/s slice's CPU in these two loops (measured against the inline form).
         while True:
             t = pipe.head_time()
             if t < 0:
@@ -112,7 +114,7 @@ class LosslessPort(Port):
         now = self._eng.now
         idx = self.peer_index
         fib1 = sw.fib1
-        while True:
+        while True:  # Port._head_due, inlined (see _deliver_host_checked)
             t = pipe.head_time()
             if t < 0:
                 break

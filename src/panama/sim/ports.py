@@ -238,6 +238,19 @@ class Port(Event):
             )
         return True
 
+    def _head_due(self, now: int) -> bool:
+        """Whether the pipe's head arrives by ``now``; if not, the port is re-armed for the
+        head's arrival, or disarmed when the pipe is empty (the step every arrival loop
+        takes between packets)."""
+        t = self.pipe.head_time()
+        if t < 0:
+            self.armed = False
+            return False
+        if t > now:
+            self._eng.schedule(t, self)
+            return False
+        return True
+
     def _deliver(self) -> None:
         """Generic arrival: hand due packets to ``peer.receive``."""
         pipe = self.pipe
@@ -245,15 +258,8 @@ class Port(Event):
         peer = self.peer  # untyped (ports.pxd): ``receive`` is looked up as a Python attribute
         recv = peer.receive
         idx = self.peer_index
-        while True:
-            t = pipe.head_time()
-            if t < 0:
-                break
-            if t > now:
-                self._eng.schedule(t, self)
-                return
+        while self._head_due(now):
             recv(pipe.pop_head(), idx)
-        self.armed = False
 
     def _deliver_host(self) -> None:
         """Arrival at a host: ``pkt.deliver(pkt)`` or the host's handler.
@@ -269,12 +275,7 @@ class Port(Event):
             else:
                 host = self.peer
                 host.receive_unbound(pkt)
-            t = pipe.head_time()
-            if t < 0:
-                self.armed = False
-                return
-            if t > self._eng.now:
-                self._eng.schedule(t, self)
+            if not self._head_due(self._eng.now):
                 return
 
     def _deliver_switch(self) -> None:
@@ -292,12 +293,7 @@ class Port(Event):
             pkt = pipe.pop_head()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, self.peer_index, hooks[pkt.kind])
-                t = pipe.head_time()
-                if t < 0:
-                    self.armed = False
-                    return
-                if t > now:
-                    self._eng.schedule(t, self)
+                if not self._head_due(now):
                     return
                 continue
             dst = pkt.dst
@@ -350,12 +346,7 @@ class Port(Event):
                                 backlog // out.ps_per_byte,
                             )
                         )
-            t = pipe.head_time()
-            if t < 0:
-                self.armed = False
-                return
-            if t > now:
-                self._eng.schedule(t, self)
+            if not self._head_due(now):
                 return
 
     # ------------------------------------------------------------------ PFC (LosslessPort)
