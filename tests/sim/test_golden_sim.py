@@ -15,6 +15,8 @@ import math
 import os
 from pathlib import Path
 
+import pytest
+
 from panama.sim.outputs import NONDETERMINISTIC_KEYS
 from panama.sim.runner import run_scenario
 from panama.sim.scenario import load_scenario
@@ -68,5 +70,7 @@ def test_golden_tiny_scenario():
         assert buf.getvalue() == jc.read_text(), scheme
         # sanity of the blessed run itself
         assert summary["finished"] and summary["drops"] == 0
+        # Not golden, but reported: engine events per packet hop (issue 34).
+        assert r.summary["events_per_hop"] == pytest.approx(r.summary["events"] / r.summary["packet_hops"])
         assert summary["jobs"]["inet"]["scheme_used"] == sim_scheme
         assert summary["jobs"]["small"]["scheme_used"] == "ring"  # below threshold_bytes
