@@ -14,8 +14,9 @@ Layout: ``leaves`` leaf accelerators; worker ``r`` of every job sits under leaf
 from __future__ import annotations
 
 import heapq
+import inspect
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -76,31 +77,70 @@ def _check_prob(name: str, value: float) -> None:
         raise ValueError(f"{name} must be in [0, 1), got {value}")
 
 
+@dataclass(frozen=True)
+class Links:
+    """What every in-memory link does to a packet: ``loss`` and ``duplicate``
+    probabilities, ``reorder`` (a random extra delay up to 8x the base one), ``ecn``
+    (probability of a CE mark on an ECT packet) and ``ecn_down`` (added for results), a
+    fixed ``delay_ps``."""
+
+    loss: float = 0.0
+    duplicate: float = 0.0
+    reorder: bool = False
+    ecn: float = 0.0
+    ecn_down: float = 0.0
+    delay_ps: int = us(1)
+
+    def check(self) -> None:
+        for name, value in (("loss", self.loss), ("duplicate", self.duplicate), ("ecn", self.ecn)):
+            _check_prob(name, value)
+        _check_prob("ecn_down", self.ecn_down)
+
+
+@dataclass(frozen=True)
+class FabricOptions:
+    """Everything about an in-memory run but its links and its inputs (see
+    :func:`allreduce`'s docstring for each field); the one place their defaults live."""
+
+    trees: int = 1
+    leaves: int = 1
+    seed: int = 0
+    cc: str = "dctcp"
+    cc_options: dict | None = None
+    path_window: int | None = None
+    payload_elems: int = DEFAULT_PAYLOAD_ELEMS
+    packet_memory: int = 4096
+    max_events: int = 50_000_000
+    max_retries: int = 30
+    start_ps: Mapping[Hashable, int] | None = None
+    calls: int = 1
+    gap_ps: int = 0
+    trace_windows: bool = False
+    in_place: bool = False
+
+
+# allreduce's link keywords and the Links fields they set.
+_LINK_KEYWORDS = {f.name: f.name for f in fields(Links) if f.name != "delay_ps"} | {"link_delay_ps": "delay_ps"}
+
+
+def _allreduce_signature() -> inspect.Signature:
+    """allreduce's keywords as introspection (help, IDEs) shows them: the fields of
+    :class:`Links` and :class:`FabricOptions` with their defaults."""
+    params = [inspect.Parameter("inputs", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    link_defaults = {f.name: f.default for f in fields(Links)}
+    for keyword, field_name in _LINK_KEYWORDS.items():
+        params.append(inspect.Parameter(keyword, inspect.Parameter.KEYWORD_ONLY, default=link_defaults[field_name]))
+    for f in fields(FabricOptions):
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default))
+    params.append(inspect.Parameter("return_report", inspect.Parameter.KEYWORD_ONLY, default=False))
+    return inspect.Signature(params)
+
+
 def allreduce(
     inputs: Sequence[np.ndarray] | Mapping[Hashable, Sequence[np.ndarray]],
     *,
-    trees: int = 1,
-    leaves: int = 1,
-    loss: float = 0.0,
-    duplicate: float = 0.0,
-    reorder: bool = False,
-    ecn: float = 0.0,
-    ecn_down: float = 0.0,
-    seed: int = 0,
-    cc: str = "dctcp",
-    cc_options: dict | None = None,
-    path_window: int | None = None,
-    payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
-    packet_memory: int = 4096,
-    link_delay_ps: int = us(1),
-    max_events: int = 50_000_000,
-    max_retries: int = 30,
-    start_ps: Mapping[Hashable, int] | None = None,
-    calls: int = 1,
-    gap_ps: int = 0,
-    trace_windows: bool = False,
     return_report: bool = False,
-    in_place: bool = False,
+    **options,
 ):
     """Sum float32 vectors across workers through in-memory accelerators.
 
@@ -127,49 +167,18 @@ def allreduce(
     """
     single = not isinstance(inputs, Mapping)
     jobs_in: dict[Hashable, Sequence[np.ndarray]] = {0: inputs} if single else dict(inputs)  # type: ignore[dict-item]
-    fab = FabricRun(
-        jobs_in,
-        links=Links(loss, duplicate, reorder, ecn, ecn_down, link_delay_ps),
-        trees=trees,
-        leaves=leaves,
-        seed=seed,
-        cc=cc,
-        cc_options=cc_options,
-        path_window=path_window,
-        payload_elems=payload_elems,
-        packet_memory=packet_memory,
-        max_events=max_events,
-        max_retries=max_retries,
-        start_ps=start_ps,
-        calls=calls,
-        gap_ps=gap_ps,
-        trace_windows=trace_windows,
-        in_place=in_place,
-    )
+    link_options = {_LINK_KEYWORDS[k]: options.pop(k) for k in list(options) if k in _LINK_KEYWORDS}
+    unknown = sorted(set(options) - {f.name for f in fields(FabricOptions)})
+    if unknown:
+        raise TypeError(f"allreduce() got unexpected keyword argument(s): {', '.join(unknown)}")
+    fab = FabricRun(jobs_in, links=Links(**link_options), options=FabricOptions(**options))
     fab.run()
     outputs = fab.outputs()
     result = outputs[0] if single else outputs
     return (result, fab.report) if return_report else result
 
 
-@dataclass(frozen=True)
-class Links:
-    """What every in-memory link does to a packet: ``loss`` and ``duplicate``
-    probabilities, ``reorder`` (a random extra delay up to 8x the base one), ``ecn``
-    (probability of a CE mark on an ECT packet) and ``ecn_down`` (added for results), a
-    fixed ``delay_ps``."""
-
-    loss: float = 0.0
-    duplicate: float = 0.0
-    reorder: bool = False
-    ecn: float = 0.0
-    ecn_down: float = 0.0
-    delay_ps: int = us(1)
-
-    def check(self) -> None:
-        for name, value in (("loss", self.loss), ("duplicate", self.duplicate), ("ecn", self.ecn)):
-            _check_prob(name, value)
-        _check_prob("ecn_down", self.ecn_down)
+allreduce.__signature__ = _allreduce_signature()  # type: ignore[attr-defined]
 
 
 class FabricRun:
@@ -188,39 +197,13 @@ class FabricRun:
         jobs_in: dict[Hashable, Sequence[np.ndarray]],
         *,
         links: Links = Links(),
-        trees: int = 1,
-        leaves: int = 1,
-        seed: int = 0,
-        cc: str = "dctcp",
-        cc_options: dict | None = None,
-        path_window: int | None = None,
-        payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
-        packet_memory: int = 4096,
-        max_events: int = 50_000_000,
-        max_retries: int = 30,
-        start_ps: Mapping[Hashable, int] | None = None,
-        calls: int = 1,
-        gap_ps: int = 0,
-        trace_windows: bool = False,
-        in_place: bool = False,
+        options: FabricOptions = FabricOptions(),
     ):
         self.jobs_in = jobs_in
         self.links = links
-        self.trees = trees
-        self.leaves = leaves
-        self.cc = cc
-        self.cc_options = cc_options
-        self.path_window = path_window
-        self.payload_elems = payload_elems
-        self.packet_memory = packet_memory
-        self.max_events = max_events
-        self.max_retries = max_retries
-        self.calls = calls
-        self.gap_ps = gap_ps
-        self.trace_windows = trace_windows
-        self.in_place = in_place
-        self.starts = self._check(start_ps)
-        self.rand = _Rand(np.random.default_rng(seed))
+        self.options = options
+        self.starts = self._check(options.start_ps)
+        self.rand = _Rand(np.random.default_rng(options.seed))
         self.report = FabricReport()
         self._build_accelerators()
         self.job_ids = {key: i + 1 for i, key in enumerate(jobs_in)}
@@ -245,10 +228,10 @@ class FabricRun:
         jobs_in = self.jobs_in
         if not jobs_in:
             raise ValueError("no jobs given")
-        if self.trees < 1:
-            raise ValueError(f"trees must be >= 1, got {self.trees}")
-        if self.leaves < 1:
-            raise ValueError(f"leaves must be >= 1, got {self.leaves}")
+        if self.options.trees < 1:
+            raise ValueError(f"trees must be >= 1, got {self.options.trees}")
+        if self.options.leaves < 1:
+            raise ValueError(f"leaves must be >= 1, got {self.options.leaves}")
         self.links.check()
         for key, arrays in jobs_in.items():
             if len(arrays) < 1:
@@ -268,19 +251,19 @@ class FabricRun:
             if not isinstance(at, int) or at < 0:
                 raise ValueError(f"start_ps of job {key!r} must be an integer >= 0 ps, got {at!r}")
             starts[key] = at
-        if self.calls < 1:
-            raise ValueError(f"calls must be >= 1, got {self.calls}")
-        if self.gap_ps < 0:
-            raise ValueError(f"gap_ps must be >= 0, got {self.gap_ps}")
+        if self.options.calls < 1:
+            raise ValueError(f"calls must be >= 1, got {self.options.calls}")
+        if self.options.gap_ps < 0:
+            raise ValueError(f"gap_ps must be >= 0, got {self.options.gap_ps}")
         return starts
 
     def _build_accelerators(self) -> None:
         """One accelerator per leaf, and one root per tree above them when there are several
         leaves; a job's trees are installed when it starts (its admission)."""
-        self.leaf_names = [f"leaf{i}" for i in range(self.leaves)]
-        self.root_names = [f"root{t}" for t in range(self.trees)] if self.leaves > 1 else []
+        self.leaf_names = [f"leaf{i}" for i in range(self.options.leaves)]
+        self.root_names = [f"root{t}" for t in range(self.options.trees)] if self.options.leaves > 1 else []
         self.accs: dict[str, Accelerator] = {
-            name: Accelerator(self.packet_memory, self.payload_elems, name=name)
+            name: Accelerator(self.options.packet_memory, self.options.payload_elems, name=name)
             for name in self.leaf_names + self.root_names
         }
 
@@ -289,8 +272,8 @@ class FabricRun:
         plan would give them (the accelerators' own rule, as shares stand now)."""
         job_id, arrays = self.job_ids[key], self.jobs_in[key]
         leaves, trees, leaf_names, root_names, accs = (
-            self.leaves,
-            self.trees,
+            self.options.leaves,
+            self.options.trees,
             self.leaf_names,
             self.root_names,
             self.accs,
@@ -316,7 +299,7 @@ class FabricRun:
             jobs_at[sw] = jobs_at.get(sw, 0) + 1
         caps = [
             min(
-                cwnd_cap_for_slots(self.packet_memory // jobs_at[sw] // (1 if sw in root_names else trees))
+                cwnd_cap_for_slots(self.options.packet_memory // jobs_at[sw] // (1 if sw in root_names else trees))
                 for sw in sw_list
             )
             for sw_list in tree_switches
@@ -327,16 +310,16 @@ class FabricRun:
                 job_id,
                 rank,
                 trees,
-                payload_elems=self.payload_elems,
+                payload_elems=self.options.payload_elems,
                 cwnd_caps=caps,
-                path_windows=None if self.path_window is None else [self.path_window] * trees,
-                cc=self.cc,
-                cc_options=self.cc_options,
+                path_windows=None if self.options.path_window is None else [self.options.path_window] * trees,
+                cc=self.options.cc,
+                cc_options=self.options.cc_options,
                 initial_rto_ps=delay * 40,
                 min_rto_ps=delay * 20,
                 max_rto_ps=ms(100),
-                max_retries=self.max_retries,
-                trace_windows=self.trace_windows,
+                max_retries=self.options.max_retries,
+                trace_windows=self.options.trace_windows,
             )
             self.calls_done[(job_id, rank)] = []
 
@@ -385,7 +368,7 @@ class FabricRun:
         key = self.keys[node[0]]
         w = self.workers[node]
         data = np.asarray(self.jobs_in[key][node[1]])
-        if self.in_place:
+        if self.options.in_place:
             buf = self.own.get(node)
             if buf is None:
                 buf = self.own[node] = np.empty_like(data)
@@ -401,11 +384,11 @@ class FabricRun:
         """Worker ``node`` has its result: its next call after ``gap_ps``, or it is done."""
         done = self.calls_done[node]
         done.append(now)
-        if len(done) == self.calls:
+        if len(done) == self.options.calls:
             self.remaining -= 1
             self.finished_ps = now
         else:
-            self._push((now + self.gap_ps, _NEXT_CALL, node, None, None, 0))
+            self._push((now + self.options.gap_ps, _NEXT_CALL, node, None, None, 0))
 
     # ------------------------------------------------------------------ event loop
     def run(self) -> None:
@@ -433,9 +416,9 @@ class FabricRun:
                 )
             now, _, kind, dst, pkt, src, codepoint = heapq.heappop(heap)
             self.events += 1
-            if self.events > self.max_events:
+            if self.events > self.options.max_events:
                 raise FabricError(
-                    f"event budget {self.max_events} spent with {self.remaining} workers unfinished: "
+                    f"event budget {self.options.max_events} spent with {self.remaining} workers unfinished: "
                     f"{_missing(self.workers)}"
                 )
             handlers[kind](now, dst, pkt, src, codepoint)
@@ -490,7 +473,7 @@ class FabricRun:
             report.peak_tree_use[name] = [
                 {"job": key, "tree": t, **acc.tree_status(self.job_ids[key], t)}
                 for key in self.jobs_in
-                for t in range(self.trees)
+                for t in range(self.options.trees)
                 if acc.has_tree(self.job_ids[key], t)
             ]
         for name, acc in accs.items():

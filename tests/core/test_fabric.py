@@ -238,3 +238,20 @@ def test_bad_inputs():
         fabric.allreduce([np.ones(4, np.float64)])
     with pytest.raises(ValueError, match="differs"):
         fabric.allreduce([np.ones(4, np.float32), np.ones(5, np.float32)])
+
+
+def test_allreduce_keywords_are_the_options_fields_with_their_defaults():
+    """allreduce's keywords come from Links and FabricOptions (one place for the defaults):
+    introspection shows each with its field's default, and a misspelt one is refused by name."""
+    import dataclasses
+    import inspect
+
+    from panama.fabric import FabricOptions, Links
+
+    params = inspect.signature(fabric.allreduce).parameters
+    for f in dataclasses.fields(FabricOptions):
+        assert params[f.name].default == f.default, f.name
+    assert params["link_delay_ps"].default == Links().delay_ps
+    assert params["loss"].default == Links().loss
+    with pytest.raises(TypeError, match="tres"):
+        fabric.allreduce([np.ones(4, np.float32)] * 2, tres=2)
