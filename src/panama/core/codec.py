@@ -53,6 +53,10 @@ FLOAT_BYTES = 4
 IP_UDP_OVERHEAD_BYTES = 28
 DEFAULT_MTU_BYTES = 1500
 DEFAULT_PAYLOAD_ELEMS = (DEFAULT_MTU_BYTES - IP_UDP_OVERHEAD_BYTES - HEADER_BYTES) // FLOAT_BYTES  # 361
+# The largest payload of a keyed datagram (header, payload, key trailer) in a 1500-byte MTU: what a
+# real NIC takes without fragments (--payload-elems 359). DEFAULT_PAYLOAD_ELEMS leaves out the
+# trailer, as the simulator and the hardware model do.
+NIC_PAYLOAD_ELEMS = (DEFAULT_MTU_BYTES - IP_UDP_OVERHEAD_BYTES - HEADER_BYTES - KEY_BYTES) // FLOAT_BYTES  # 359
 MAX_PAYLOAD_ELEMS = (65507 - HEADER_BYTES - KEY_BYTES) // FLOAT_BYTES  # largest UDP datagram: 16367
 
 _F32 = np.dtype("<f4")
