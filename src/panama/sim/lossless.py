@@ -44,43 +44,13 @@ class LosslessPort(Port):
         bu = self.busy_until
         if bu < now:
             bu = now
-        backlog = bu - now
-        if backlog > self.k_ps and 0 < pkt.ecn < _CE:
-            pkt.ecn = _CE
-            self.ecn_marks += 1
-        self.tx_packets += 1
-        self.tx_bytes += size
-        # --- _commit, inlined ---
-        end = bu + tx
-        self.busy_until = end
-        arrive = end + self.delay_ps
-        pkt.arrive_ps = arrive
-        self.pipe.push(arrive, pkt)
-        if pkt.flags & _TRACKED:
-            self.tally.ahead(self, pkt, now)
-        if self.release is not None:
+        if self.release is not None:  # the buffer space is freed when the transmission ends
+            end = bu + tx
             self.release.put(self.index, end, size, in_idx)
             sw = self.owner
             if end < sw.next_release_ps:
                 sw.note_release(end)
-        if not self.armed:
-            self.armed = True
-            self._eng.schedule(arrive, self)
-        if self._trace is not None:
-            self._trace(
-                (
-                    now,
-                    "tx",
-                    self.owner.name,
-                    self.peer.name,
-                    pkt.kind,
-                    pkt.src,
-                    pkt.dst,
-                    pkt.seq,
-                    size,
-                    backlog // self.ps_per_byte,
-                )
-            )
+        self._transmit(pkt, now, bu, tx)
         return True
 
     def _deliver_host_checked(self) -> None:
@@ -191,20 +161,7 @@ class LosslessPort(Port):
         if pkt.flags & _TRACKED:
             self.tally.ahead(self, pkt, now)
         if self._trace is not None:
-            self._trace(
-                (
-                    now,
-                    "hold",
-                    self.owner.name,
-                    self.peer.name,
-                    pkt.kind,
-                    pkt.src,
-                    pkt.dst,
-                    pkt.seq,
-                    pkt.size_bytes,
-                    backlog // self.ps_per_byte,
-                )
-            )
+            self._trace_packet(now, "hold", pkt, backlog)
         return True
 
     def pause(self) -> None:

@@ -52,6 +52,11 @@ cdef class Port(Event):
     @cython.final
     @cython.locals(t=cython.longlong)
     cdef bint _head_due(self, long long now) except -1
+    # Final: a direct call (inlined by the C compiler in this module's sends).
+    @cython.final
+    @cython.locals(backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong)
+    cdef inline int _transmit(self, SimPacket pkt, long long now, long long bu, long long tx) except -1
+    cpdef _trace_packet(self, long long now, str what, SimPacket pkt, long long backlog_ps)
     cpdef long long backlog_ps(self)
     cpdef long long queue_bytes(self)
 

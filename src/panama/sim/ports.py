@@ -206,13 +206,21 @@ class Port(Event):
         if backlog + tx > self.limit_ps:
             self.tally.drop(self, pkt, DROP_QUEUE_FULL)
             return False
+        self._transmit(pkt, now, bu, tx)
+        return True
+
+    def _transmit(self, pkt: SimPacket, now: int, bu: int, tx: int) -> None:
+        """The tail of every send of an accepted packet, the wire free from ``bu`` (>= now)
+        for ``tx`` ps: mark ECN-capable packets CE above ``k_ps`` of backlog, count, queue
+        in the pipe with the arrival time, attribute queueing (``tally.ahead``), arm."""
+        backlog = bu - now
         if backlog > self.k_ps and 0 < pkt.ecn < _CE:
             pkt.ecn = _CE
             self.ecn_marks += 1
         end = bu + tx
         self.busy_until = end
         self.tx_packets += 1
-        self.tx_bytes += size
+        self.tx_bytes += pkt.size_bytes
         arrive = end + self.delay_ps
         pkt.arrive_ps = arrive
         self.pipe.push(arrive, pkt)
@@ -222,21 +230,24 @@ class Port(Event):
             self.armed = True
             self._eng.schedule(arrive, self)
         if self._trace is not None:
-            self._trace(
-                (
-                    now,
-                    "tx",
-                    self.owner.name,
-                    self.peer.name,
-                    pkt.kind,
-                    pkt.src,
-                    pkt.dst,
-                    pkt.seq,
-                    size,
-                    backlog // self.ps_per_byte,
-                )
+            self._trace_packet(now, "tx", pkt, backlog)
+
+    def _trace_packet(self, now: int, what: str, pkt: SimPacket, backlog_ps: int) -> None:
+        """One record to the packet trace (``panama simulate --trace``)."""
+        self._trace(
+            (
+                now,
+                what,
+                self.owner.name,
+                self.peer.name,
+                pkt.kind,
+                pkt.src,
+                pkt.dst,
+                pkt.seq,
+                pkt.size_bytes,
+                backlog_ps // self.ps_per_byte,
             )
-        return True
+        )
 
     def _head_due(self, now: int) -> bool:
         """Whether the pipe's head arrives by ``now``; if not, the port is re-armed for the
@@ -306,7 +317,7 @@ class Port(Event):
                 else:
                     self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
             if out is not None:
-                # --- Port.send(out, pkt), inlined ---
+                # --- Port.send(out, pkt), inlined but for its tail (_transmit) ---
                 size = pkt.size_bytes
                 tx = size * out.ps_per_byte
                 bu = out.busy_until
@@ -316,36 +327,7 @@ class Port(Event):
                 if backlog + tx > out.limit_ps:
                     self.tally.drop(out, pkt, DROP_QUEUE_FULL)
                 else:
-                    if backlog > out.k_ps and 0 < pkt.ecn < _CE:
-                        pkt.ecn = _CE
-                        out.ecn_marks += 1
-                    end = bu + tx
-                    out.busy_until = end
-                    out.tx_packets += 1
-                    out.tx_bytes += size
-                    end += out.delay_ps
-                    pkt.arrive_ps = end
-                    out.pipe.push(end, pkt)
-                    if pkt.flags & _TRACKED:
-                        self.tally.ahead(out, pkt, now)
-                    if not out.armed:
-                        out.armed = True
-                        self._eng.schedule(end, out)
-                    if out._trace is not None:
-                        out._trace(
-                            (
-                                now,
-                                "tx",
-                                sw.name,
-                                out.peer.name,
-                                pkt.kind,
-                                pkt.src,
-                                pkt.dst,
-                                pkt.seq,
-                                size,
-                                backlog // out.ps_per_byte,
-                            )
-                        )
+                    out._transmit(pkt, now, bu, tx)
             if not self._head_due(now):
                 return
 
@@ -377,35 +359,5 @@ class HostPort(Port):
         bu = self.busy_until
         if bu < now:
             bu = now
-        elif bu - now > self.k_ps and 0 < pkt.ecn < _CE:
-            pkt.ecn = _CE
-            self.ecn_marks += 1
-        size = pkt.size_bytes
-        end = bu + size * self.ps_per_byte
-        self.busy_until = end
-        self.tx_packets += 1
-        self.tx_bytes += size
-        end += self.delay_ps
-        pkt.arrive_ps = end
-        self.pipe.push(end, pkt)
-        if pkt.flags & _TRACKED:
-            self.tally.ahead(self, pkt, now)
-        if not self.armed:
-            self.armed = True
-            self._eng.schedule(end, self)
-        if self._trace is not None:
-            self._trace(
-                (
-                    now,
-                    "tx",
-                    self.owner.name,
-                    self.peer.name,
-                    pkt.kind,
-                    pkt.src,
-                    pkt.dst,
-                    pkt.seq,
-                    size,
-                    (bu - now) // self.ps_per_byte,
-                )
-            )
+        self._transmit(pkt, now, bu, pkt.size_bytes * self.ps_per_byte)
         return True
