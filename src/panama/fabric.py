@@ -105,7 +105,7 @@ class FabricOptions:
     trees: int = 1
     leaves: int = 1
     seed: int = 0
-    cc: str = "dctcp"
+    cc: str = "dctcp-or"
     cc_options: dict | None = None
     path_window: int | None = None
     payload_elems: int = DEFAULT_PAYLOAD_ELEMS

@@ -24,7 +24,7 @@ OPTIONS = {
         "--trees": None,
         "--payload-elems": 16367,
         "--packet-memory": 512,
-        "--cc": "dctcp",
+        "--cc": "dctcp-or",  # spelled "dctcp" before issue 38 (the same reaction; still accepted)
         "--ecn-threshold": DEFAULT_ECN_THRESHOLD_PKTS,
         "--min-rto-ms": 100.0,
         "--min-pto-ms": 5.0,

@@ -2,11 +2,11 @@
 
 import pytest
 
-from panama.core.cc import Dctcp, DctcpPath, Fixed, NoControl, make_cc
+from panama.core.cc import DctcpOr, DctcpPath, Fixed, NoControl, make_cc
 
 
 def test_registry_and_unknown_name():
-    assert isinstance(make_cc("dctcp"), Dctcp)
+    assert isinstance(make_cc("dctcp"), DctcpOr)
     assert isinstance(make_cc("fixed", initial_window=8), Fixed)
     assert isinstance(make_cc("none"), NoControl)
     with pytest.raises(ValueError, match="unknown congestion control 'cubic'"):
@@ -14,7 +14,7 @@ def test_registry_and_unknown_name():
 
 
 def test_dctcp_slow_start_then_cut_by_alpha_half():
-    cc = Dctcp(initial_window=2, initial_alpha=1.0)
+    cc = DctcpOr(initial_window=2, initial_alpha=1.0)
     seq = 0
     for _ in range(20):
         cc.on_result(seq, False, 1000, snd_nxt=seq + int(cc.cwnd))
@@ -40,7 +40,7 @@ def test_dctcp_slow_start_then_cut_by_alpha_half():
 
 
 def test_dctcp_alpha_tracks_marked_fraction():
-    cc = Dctcp(initial_window=20, initial_alpha=1.0)
+    cc = DctcpOr(initial_window=20, initial_alpha=1.0)
     seq = 0
     for _ in range(400):  # windows of 20 results
         end = seq + 20
@@ -51,7 +51,7 @@ def test_dctcp_alpha_tracks_marked_fraction():
 
 
 def test_window_clamped_to_cap_and_timeout_resets():
-    cc = Dctcp(initial_window=50)
+    cc = DctcpOr(initial_window=50)
     cc.on_result(0, False, 7, snd_nxt=1)
     assert cc.window == 7
     cc.on_timeout()
@@ -112,7 +112,7 @@ def test_dctcp_path_floor_share_lets_the_echo_cut_below_the_path_window():
 
 
 def test_dctcp_path_without_a_path_window_is_dctcp():
-    a, b = Dctcp(initial_window=4, initial_alpha=0.0), DctcpPath(initial_window=4)
+    a, b = DctcpOr(initial_window=4, initial_alpha=0.0), DctcpPath(initial_window=4)
     for seq in range(300):
         ece = seq % 7 == 3
         a.on_result(seq, ece, 300, snd_nxt=seq + a.window)

@@ -59,7 +59,9 @@ class BenchConfig(Settings):
         RUNTIME_PAYLOAD_ELEMS, ge=1, le=codec.MAX_PAYLOAD_ELEMS, description="float32 per datagram."
     )
     packet_memory: int = Field(RUNTIME_PACKET_MEMORY, ge=1, description="Accelerator slots of each switch daemon.")
-    cc: Literal["dctcp", "fixed", "none"] = Field("dctcp", description="The workers' congestion control.")
+    cc: Literal["dctcp-or", "dctcp", "fixed", "none"] = Field(
+        "dctcp-or", description="The workers' congestion control (dctcp: the earlier name of dctcp-or)."
+    )
     ecn_threshold_pkts: int = Field(
         DEFAULT_ECN_THRESHOLD_PKTS, ge=0, description="Switch CE-marking backlog (full datagrams; 0: off)."
     )

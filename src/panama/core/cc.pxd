@@ -15,7 +15,7 @@ cdef class CongestionControl:
     cpdef on_result(self, long long seq, bint ece, long long cwnd_cap, long long snd_nxt)
     cpdef on_timeout(self)
 
-cdef class Dctcp(CongestionControl):
+cdef class DctcpOr(CongestionControl):
     cdef public double g
     cdef public double alpha
     cdef public double ssthresh
@@ -27,7 +27,7 @@ cdef class Dctcp(CongestionControl):
     @cython.locals(fraction=cython.double)
     cpdef on_result(self, long long seq, bint ece, long long cwnd_cap, long long snd_nxt)
 
-cdef class DctcpPath(Dctcp):
+cdef class DctcpPath(DctcpOr):
     cdef public double floor_share
     cdef public double ceiling
     cdef public double floor

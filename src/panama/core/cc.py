@@ -65,7 +65,7 @@ class CongestionControl:
         """A retransmission timer of this tree fired."""
 
 
-class Dctcp(CongestionControl):
+class DctcpOr(CongestionControl):
     """DCTCP (RFC 8257) mapped onto a tree; results are the ACKs, ``FLAG_ECE`` the echo.
 
     - alpha <- (1 - g) * alpha + g * F once per window of results, F the marked
@@ -123,7 +123,7 @@ class Dctcp(CongestionControl):
         self.cwnd = 1.0
 
 
-class DctcpPath(Dctcp):
+class DctcpPath(DctcpOr):
     """A tree window that never drops below its path window and exceeds it only while the
     echo shows queues held at the marking threshold: DCTCP above that floor.
 
@@ -138,7 +138,7 @@ class DctcpPath(Dctcp):
     - **While it is not**, some path holds a queue at the marking threshold that the tree
       did not build alone (at its path window it cannot), so its round trip is longer
       than the path's base one and the path window no longer fills its share: the window
-      may then grow above it and is governed by :class:`Dctcp`'s reaction, unchanged.
+      may then grow above it and is governed by :class:`DctcpOr`'s reaction, unchanged.
     - **Never below the path window** (``floor_share`` of it; 1 by default). The echo is
       the OR of marks on all of a tree's paths, so on a busy fabric nearly every window
       carries one whatever the tree does (loss path multiplicity), and the source's
@@ -147,7 +147,7 @@ class DctcpPath(Dctcp):
       one at the threshold it gets less than a flow of that path would.
     Path window, ``alpha`` (from the echo) and the cap come from the plan and the results,
     the same on every worker of a tree, so the workers stay in lock-step. Without a path
-    window (``limit_to_path`` never called) it is :class:`Dctcp` (started at ``alpha = 0``).
+    window (``limit_to_path`` never called) it is :class:`DctcpOr` (started at ``alpha = 0``).
     """
 
     name = "dctcp-path"
@@ -173,7 +173,7 @@ class DctcpPath(Dctcp):
             self.cwnd = float(self.cwnd_cap)
 
     def on_result(self, seq: int, ece: bool, cwnd_cap: int, snd_nxt: int) -> None:
-        Dctcp.on_result(self, seq, ece, cwnd_cap, snd_nxt)
+        DctcpOr.on_result(self, seq, ece, cwnd_cap, snd_nxt)
         if self.cwnd > self.ceiling and self.alpha < self.g:
             self.cwnd = self.ceiling
         elif self.cwnd < self.floor:
@@ -208,8 +208,8 @@ class NoControl(CongestionControl):
         self.cwnd_cap = max(1, cwnd_cap)
 
 
-REGISTRY: dict[str, type[CongestionControl]] = {cls.name: cls for cls in (Dctcp, DctcpPath, Fixed, NoControl)}
-REGISTRY["dctcp"] = Dctcp  # the source's reaction under its earlier name
+REGISTRY: dict[str, type[CongestionControl]] = {cls.name: cls for cls in (DctcpOr, DctcpPath, Fixed, NoControl)}
+REGISTRY["dctcp"] = DctcpOr  # the source's reaction under its earlier name (still accepted)
 
 
 def make_cc(name: str, **options) -> CongestionControl:

@@ -204,7 +204,7 @@ class WorkerTransport:
         payload_elems: int = DEFAULT_PAYLOAD_ELEMS,
         cwnd_caps: Sequence[int] | None = None,
         path_windows: Sequence[int] | None = None,
-        cc: str = "dctcp",
+        cc: str = "dctcp-or",
         cc_options: dict | None = None,
         initial_rto_ps: int = ms(10),
         min_rto_ps: int = ms(1),

@@ -222,7 +222,9 @@ class CommunicatorConfig(Settings):
         le=codec.MAX_PAYLOAD_ELEMS,
         description=f"float32 per datagram, at most what the daemons hold [default: {RUNTIME_PAYLOAD_ELEMS}].",
     )
-    cc: str = Field("dctcp", min_length=1, description="Congestion control by name (panama.core.cc).")
+    cc: str = Field(
+        "dctcp-or", min_length=1, description="Congestion control by name (panama.core.cc: dctcp-or, dctcp-path, ...)."
+    )
     cc_options: dict[str, Any] | None = Field(None, description="Options of the congestion control.")
     drop_prob: float = Field(0.0, ge=0.0, lt=1.0, description="Drop own outgoing datagrams (fault injection).")
     seed: int = Field(0, ge=0, description="Seed of the drop generator.")
