@@ -20,6 +20,7 @@ shared machine affects both sides alike.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -313,8 +314,14 @@ class _SlicedRun:
 
         self.sim.sampler.stop()
         self.sim.wall_s = self.wall
-        summary = outputs.collect(self.sim).summary
-        return {k: v for k, v in summary.items() if k not in outputs.NONDETERMINISTIC_KEYS}
+        result = outputs.collect(self.sim)
+        figures = {k: v for k, v in result.summary.items() if k not in outputs.NONDETERMINISTIC_KEYS}
+        # Every flow's and every job iteration's completion (the rows of flows.csv and jobs.csv),
+        # by digest: "identical" means these too, not only the summary's aggregates.
+        rows = json.dumps([result.flow_rows, result.iteration_rows], sort_keys=True, default=str)
+        figures["completions"] = len(result.flow_rows) + len(result.iteration_rows)
+        figures["completions_sha256"] = hashlib.sha256(rows.encode()).hexdigest()
+        return figures
 
 
 def _pure_child() -> None:
