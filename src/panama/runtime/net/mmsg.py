@@ -56,9 +56,8 @@ import socket
 from collections.abc import Sequence
 
 from panama import _ext, environment
+from panama.runtime.net.offload import parse_cmsgs, tos_cmsg
 
-_IP_TOS_LEVEL = int(socket.IPPROTO_IP)
-_IP_TOS = int(socket.IP_TOS)
 _MSG_TRUNC = int(socket.MSG_TRUNC)
 _DONTWAIT = int(socket.MSG_DONTWAIT)
 _CMSG_SPACE = socket.CMSG_SPACE(4) * 2
@@ -104,12 +103,7 @@ class PyReceiver:
                     raise
                 self._pending = exc
                 break
-            ecn = 0
-            for level, kind, data in anc:
-                if level == _IP_TOS_LEVEL and kind == _IP_TOS and data:
-                    ecn = data[0] & 3
-                    break
-            ecns[k] = ecn
+            ecns[k] = parse_cmsgs(anc)[0] if anc else 0
             sizes[k] = -1 if flags & _MSG_TRUNC else n
             if want_sources:
                 sources[k] = src if isinstance(src, tuple) and len(src) == 2 else None
@@ -146,7 +140,7 @@ class PySender:
         for k, parts in enumerate(messages):
             to = destinations[k]
             tos = toses[k]
-            anc = () if tos == default_tos else [(_IP_TOS_LEVEL, _IP_TOS, bytes((tos,)))]
+            anc = () if tos == default_tos else [tos_cmsg(tos)]
             try:
                 if to is None:
                     sendmsg(parts, anc)

@@ -109,6 +109,7 @@ def segment_cmsg(size_bytes: int) -> tuple:
 
 
 def tos_cmsg(tos: int) -> tuple:
+    """The ``IP_TOS`` control message that sends one datagram with ``tos`` (its ECN bits)."""
     return (_IPPROTO_IP, _IP_TOS, bytes((tos,)))
 
 
@@ -120,7 +121,8 @@ def segments_per_send(datagram_bytes: int) -> int:
 
 
 def parse_cmsgs(anc: list) -> tuple[int, int]:
-    """``(ecn, segment_bytes)`` from ``recvmsg`` control messages (segment 0: not coalesced)."""
+    """``(ecn, segment_bytes)`` from ``recvmsg`` control messages (segment 0: not coalesced): the
+    one reader of the ``IP_TOS`` control message (the ECN bits) for every receive path."""
     ecn = 0
     seg = 0
     for level, kind, data in anc:

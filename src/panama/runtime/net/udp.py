@@ -40,7 +40,8 @@ DEFAULT_SOCKET_BUFFER_BYTES = 32 * 1024 * 1024
 # Runtime default datagram payload: the largest a UDP datagram holds, 16367 float32
 # (65,468 + 28 header + 8 key trailer = 65,504 bytes). Loopback's MTU is 65,536, so such datagrams are
 # never fragmented there; per-datagram costs (system calls, Python) dominate, so fewer,
-# larger datagrams are faster (docs/runtime-performance.md). Use 361 (1500-byte MTU) on real NICs.
+# larger datagrams are faster (docs/runtime-performance.md). Use codec.NIC_PAYLOAD_ELEMS (359) on real
+# 1500-byte-MTU NICs.
 RUNTIME_PAYLOAD_ELEMS = codec.MAX_PAYLOAD_ELEMS
 # Runtime default accelerator memory: 512 slots of RUNTIME_PAYLOAD_ELEMS float32 (32 MiB per
 # daemon); with 2 trees per job a leaf advertises cwnd_cap 127 per tree (docs/runtime.md).
@@ -293,11 +294,11 @@ class PacketSocket:
                 if tos == ECT0:
                     self.sock.sendmsg(self._iov)
                 else:
-                    self.sock.sendmsg(self._iov, [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))])
+                    self.sock.sendmsg(self._iov, [offload_mod.tos_cmsg(tos)])
             elif tos == ECT0:
                 self.sock.sendmsg(self._iov, (), 0, to)
             else:
-                self.sock.sendmsg(self._iov, [(socket.IPPROTO_IP, socket.IP_TOS, bytes((tos,)))], 0, to)
+                self.sock.sendmsg(self._iov, [offload_mod.tos_cmsg(tos)], 0, to)
         except (OSError, TypeError, ValueError, OverflowError) as exc:
             self._count_send_error(exc, to)
             return 0
@@ -435,10 +436,7 @@ class PacketSocket:
         A datagram longer than ``buf`` (cut by the kernel) comes back with ``nbytes = -1``.
         """
         n, anc, flags, addr = self.sock.recvmsg_into([buf], _TOS_CMSG_SPACE)
-        ecn = 0
-        for level, kind, data in anc:
-            if level == socket.IPPROTO_IP and kind == socket.IP_TOS and data:
-                ecn = data[0] & 3
+        ecn = offload_mod.parse_cmsgs(anc)[0] if anc else 0
         if flags & _MSG_TRUNC:
             n = -1
         return n, ecn, addr
