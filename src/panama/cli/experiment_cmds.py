@@ -199,7 +199,7 @@ def _shared_cluster_options(f):
             "--floor/--no-floor",
             default=True,
             show_default=True,
-            help="Also run each point without its jobs ('background': the same flows, the fabric's floor).",
+            help="Also run each point without its jobs ('floor (no jobs)': the same flows, the fabric's floor).",
         ),
     ]
     for opt in reversed(options):
@@ -230,11 +230,10 @@ def _resolve_shared_cluster(
     if scenario_path is not None and (quick or preset is not None):
         raise usage_error("--scenario", "give either a scenario file or a preset, not both")
     from panama.experiments.cluster_scenario import DEFAULT_PRESET, seed_axis
-    from panama.experiments.schemes import SCHEME_VARIANTS
 
     preset = "quick" if quick else (preset or DEFAULT_PRESET)
     scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]
-    known = (*SCHEMES, *SCHEME_VARIANTS)
+    known = SCHEMES
     bad = [s for s in scheme_list if s not in known]
     if bad or not scheme_list:
         raise usage_error(
