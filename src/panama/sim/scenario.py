@@ -146,7 +146,8 @@ class PanamaConfig(_Model):
     payload_elems: int = Field(361, ge=1, le=361, description="float32 elements per packet (361 fills 1500 B)")
     cc: Literal["dctcp-path", "dctcp-or"] = Field(
         "dctcp-path",
-        description="tree congestion control of panama and ina-single (panama-or always runs dctcp-or): dctcp-path (the path window the "
+        description="tree congestion control of panama and ina-single (panama-or always runs dctcp-or): dctcp-path "
+        "(the path window the "
         "controller derives from link rates and hops, DCTCP above it while the echo shows queues at K) or "
         "dctcp-or (the source's DCTCP on the tree-wide OR of marks); docs/design.md, ECN",
     )
