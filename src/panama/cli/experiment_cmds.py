@@ -447,6 +447,28 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
     click.echo(f"wrote {path}")
 
 
+@experiment.command(name="publish")
+@click.option(
+    "--from",
+    "run_root",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=Path("out/final"),
+    show_default=True,
+    help="Directory holding the page's outputs: comm-ratio/, paper/, jobs-dominated/, paper-100g/, demo/.",
+)
+def publish_cmd(run_root: Path) -> None:
+    """Store the page's outputs in docs/results/ and write docs/results.md and the README's headline rows from them.
+
+    Run in the repository's root. Copies summaries, demo and training records, scenarios and
+    figures (not the per-run points); tests/test_doc_numbers.py then checks every quoted
+    number against these stored files.
+    """
+    from panama.experiments.publish import publish
+
+    for path in publish(run_root):
+        click.echo(f"wrote {path}")
+
+
 # --------------------------------------------------------------------------- reproduce
 
 

@@ -114,6 +114,15 @@ def plot_fct_cdf(path: Path, summary: Mapping[str, Any], runs: Sequence[Mapping[
     plt.close(fig)
 
 
+def _plain_log_ticks(ax) -> None:
+    """Gains as plain numbers (0.5, 1, 2, 5) on a log axis, not powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(lambda _v, _pos: ""))
+
+
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and math.isfinite(v) and v > 0
 
@@ -171,6 +180,7 @@ def plot_gains(path: Path, summary: Mapping[str, Any], schemes: Sequence[str]) -
                         ha="center", fontsize=7)  # fmt: skip
     ax.set_yscale("log")
     ax.set_ylim(*limits)
+    _plain_log_ticks(ax)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x, [label for _, label in metrics])
     ax.set_ylabel(f"gain against {BASELINE} (x better; log)")
@@ -268,6 +278,7 @@ def plot_gain_vs_share(path: Path, summary: Mapping[str, Any], schemes: Sequence
             _clip_marks(ax, xs, lo, hi, limits)
         ax.set_yscale("log")
         ax.set_ylim(*limits)
+        _plain_log_ticks(ax)
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xlabel(f"jobs' share of {BASELINE}'s link bytes (1 - floor / {BASELINE})")
         ax.set_ylabel(label)

@@ -347,6 +347,21 @@ def _demo_section(demo, demo_dir) -> list[str]:
         )
     if "parameters_bitwise_equal" in t:
         lines += T.lines(T.DEMO_BITWISE, equal=t["parameters_bitwise_equal"])
+    sim = demo.get("simulation") or {}
+    if "short_fct_p99_gain" in sim:  # demo.json since the gains (earlier: scheme/ring ratios, not shown)
+        fl = sim.get("floor") or {}
+        lines += T.lines(
+            T.DEMO_SIMULATION,
+            preset=sim.get("preset"),
+            seed=sim.get("seed"),
+            flows=_f(sim["ring"].get("short_flows"), ".0f"),
+            out=Path(sim["out_dir"]),
+            p99=_f(sim.get("short_fct_p99_gain")),
+            mean=_f(sim.get("short_fct_mean_gain")),
+            training=_f(sim.get("large_job_training_time_gain")),
+            floor_p99=_f(fl.get("short_fct_p99_gain")),
+            floor_mean=_f(fl.get("short_fct_mean_gain")),
+        )
     lines.append("")
     return lines
 

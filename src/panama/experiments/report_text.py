@@ -167,6 +167,13 @@ Command: `$command` (output `$out`).
 | run | allreduce | workers | epochs | final test accuracy | replicas identical | wall s |
 |---|---|---|---|---|---|---|"""
 )
+DEMO_SIMULATION = Template(
+    """
+The demo's simulation (preset `$preset`, seed $seed, $flows short flows per run; output `$out`): panama's gain \
+against ring (ring / panama, higher is better) is ${p99}x at the short-flow p99, ${mean}x at the mean and \
+${training}x in large-job training time; the floor (no jobs) gains ${floor_p99}x at the p99 and ${floor_mean}x at \
+the mean."""
+)
 DEMO_BITWISE = Template(
     """
 Parameters of panama and DDP on gloo bitwise equal: $equal."""
