@@ -611,15 +611,17 @@ def reproduce_cmd(
 def demo(out_dir: Path, skip_train: bool, epochs: int, workers: int, jobs: int | None, quiet: bool) -> None:
     """A half-minute tour: ring vs panama on a simulated shared cluster, then real training through switch daemons.
 
-    Measured 6.5 s wall on the idle 2-core machine (`/usr/bin/time panama demo`).
+    Measured 32 s wall from scratch on the shared 2-core machine (`panama demo --out
+    out/final/demo -j 2`), 15 s when its simulations are resumed from OUT.
 
     \b
-    1. simulates the quick shared-cluster preset under ring and panama (same flows, same seed);
+    1. simulates the jobs-dominated shared-cluster preset (seed 1) under ring and panama and
+       without any job (the floor), same flows and placement;
     2. trains the reference LeNet data-parallel with `panama train` through a local
-       cluster of PANAMA switch daemons (UDP on 127.0.0.1), and once more with a local
-       in-process sum as the accuracy reference;
-    3. prints the headline table (short-flow p99 FCT ratio, training-time ratio, training
-       accuracy) and where the plots are.
+       cluster of PANAMA switch daemons (UDP on 127.0.0.1), and once more with stock DDP
+       on gloo (same data, seed and steps: the parameters must be bitwise equal);
+    3. prints the headline table (gains against ring, higher is better: short-flow p99 and
+       mean FCT, training time, bytes; the floor's beside) and where the plots are.
     """
     from panama.experiments.demo import run_demo
     from panama.experiments.sweep import SweepError

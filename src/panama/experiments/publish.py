@@ -63,8 +63,13 @@ def _copy_output(src: Path, dest: Path, root_from: Path, root_to: Path) -> None:
         _copy_output(inner, dest / "shared-cluster", root_from, root_to)
 
 
+def _finished(d: Path) -> bool:
+    """An output directory whose run finished (its summary or demo record was written)."""
+    return (d / "summary.json").is_file() or (d / "demo.json").is_file()
+
+
 def _page_dirs(store: Path) -> dict[str, Path]:
-    return {name: store / name for name in PAGE_OUTPUTS if (store / name).is_dir()}
+    return {name: store / name for name in PAGE_OUTPUTS if _finished(store / name)}
 
 
 def write_results_page(store: Path = STORE, output: Path = RESULTS_PAGE) -> Path:
@@ -179,7 +184,7 @@ def publish(run_root: Path, root: Path = Path(".")) -> list[Path]:
     store = root / STORE
     for name in PAGE_OUTPUTS:
         src = run_root / name
-        if src.is_dir():
+        if _finished(src):
             if (store / name).exists():
                 shutil.rmtree(store / name)
             _copy_output(src, store / name, run_root / name, STORE / name)
@@ -204,8 +209,20 @@ class QuotedFact:
 
 QUOTED_FACTS = (
     QuotedFact(
-        "docs/training.md",
-        r"test accuracy (\d\.\d{4})",
+        "docs/experiments.md",
+        r"the demo's short-flow p99 gain (\d+\.\d\d)x",
+        "docs/results/demo/demo.json",
+        lambda d: f"{d['simulation']['short_fct_p99_gain']:.2f}",
+    ),
+    QuotedFact(
+        "docs/experiments.md",
+        r"\(floor \(no\s+jobs\) (\d+\.\d\d)x\), test accuracy",
+        "docs/results/demo/demo.json",
+        lambda d: f"{d['simulation']['floor']['short_fct_p99_gain']:.2f}",
+    ),
+    QuotedFact(
+        "docs/experiments.md",
+        r"test accuracy (\d\.\d{4}) with panama",
         "docs/results/demo/demo.json",
         lambda d: f"{d['train']['panama']['final_test_accuracy']:.4f}",
     ),
@@ -246,7 +263,10 @@ def check_published(root: Path = Path("."), readme_text: str | None = None) -> l
         problems += [f"README.md row disagrees with {STORE}: {line}" for line in sorted(stale)]
     for fact in QUOTED_FACTS:
         want = fact.value(_load(root / fact.source))
-        for got in re.findall(fact.pattern, (root / fact.doc).read_text()):
+        found = re.findall(fact.pattern, (root / fact.doc).read_text())
+        if not found:
+            problems.append(f"{fact.doc} no longer quotes {fact.pattern!r} (update QUOTED_FACTS)")
+        for got in found:
             if got != want:
                 problems.append(f"{fact.doc} quotes {got} where {fact.source} gives {want}")
     return problems + missing_files(root)
