@@ -12,7 +12,9 @@ parameters (SHA-256 of the float32 bytes); rank 0 prints one JSON line (``--json
 summary: the backend, the digests, whether the replicas are identical, the median step
 time after ``--warmup`` steps, the final loss and the backend's counters. Expected: with 2
 ranks the digest equals the ``--backend gloo`` run's (a sum of two addends does not depend
-on the order), replicas identical.
+on the order), replicas identical. The digest is the same under every launch shape
+(``--standalone --nproc-per-node 2`` or ``--nnodes 2 --nproc-per-node 1``) because every rank
+runs ``--threads`` (default 1) intra-op threads: torch's float reductions depend on it.
 """
 
 from __future__ import annotations
@@ -41,11 +43,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=256, help="hidden width (parameters grow with its square)")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads of every rank (pinned: the parameter digest depends on it, and torchrun sets "
+        "OMP_NUM_THREADS=1 only when a node runs several ranks, so an unpinned run differs between launch shapes)",
+    )
     p.add_argument("--bucket-cap-mb", type=float, default=None, help="DDP bucket size (default: torch's 25 MB)")
     p.add_argument("--save", default=None, help="rank 0 writes the final flat parameters here (torch.save)")
     p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line instead of a summary")
     args = p.parse_args(argv)
-    for name in ("steps", "batch_size", "hidden"):
+    for name in ("steps", "batch_size", "hidden", "threads"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')}: must be >= 1")
     if not 0 <= args.warmup < args.steps:
@@ -63,6 +72,7 @@ def make_data(seed: int, n: int = 4096, d: int = 32, classes: int = 10) -> tuple
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    torch.set_num_threads(args.threads)  # one digest for every launch shape (docs/training.md)
     dist.init_process_group(backend=args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.batch_size < world:

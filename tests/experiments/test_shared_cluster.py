@@ -61,32 +61,33 @@ def test_summary_schema_and_ratios(tiny):
     assert list(data["schemes"]) == [*SCHEME_ORDER, FLOOR]
     ring = data["schemes"]["ring"]
     floor = data["schemes"][FLOOR]
-    assert floor["jobs_total"] == 0 and floor["bytes_total_norm"] < 1.0  # same flows, no training traffic
+    assert floor["jobs_total"] == 0 and floor["bytes_total_gain"] > 1.0  # same flows, no training traffic
+    # one direction: every ratio is a gain (ring / scheme); no scheme/ring ratio is left anywhere
+    assert not [k for st in data["schemes"].values() for k in st if "_norm" in k]
     group = data["groups"][0]
     assert group["aggregation_share"] == pytest.approx(1 - floor["bytes_total"] / ring["bytes_total"])
     assert floor["aggregation_share"] is None and 0 < data["schemes"]["panama"]["aggregation_share"] < 1
     assert floor.get("large_job_training_time_s") is None
     for scheme, st in data["schemes"].items():
         for key in ("lt2k", "2k_10k", "10k_50k", "50k_100k"):
-            assert f"short_fct_p99_us_{key}_norm" in st and f"short_flows_{key}" in st, (scheme, key)
+            assert f"short_fct_p99_us_{key}_gain" in st and f"short_flows_{key}" in st, (scheme, key)
         if scheme == FLOOR:
             continue
         assert st["n_seeds"] == 1
         for key in REQUIRED:
-            assert key in st and key + "_norm" in st, (scheme, key)
+            assert key in st and key + "_gain" in st, (scheme, key)
         for key in NORMALISED:
-            raw, ref, norm = st.get(key), ring.get(key), st.get(key + "_norm")
+            raw, ref = st.get(key), ring.get(key)
             if raw and ref:
-                assert norm == pytest.approx(raw / ref)
                 assert st[key + "_gain"] == pytest.approx(ref / raw)
         tiers = [
             k for k in st if k.startswith("bytes_") and not k.endswith(("_norm", "_gain", "_ci")) and k != "bytes_total"
         ]
         assert tiers and sum(st[t] for t in tiers) == pytest.approx(st["bytes_total"])
         assert st["jobs_finished"] == st["jobs_total"]
-    assert all(ring[k + "_norm"] == pytest.approx(1.0) for k in REQUIRED if ring.get(k))
+    assert all(ring[k + "_gain"] == pytest.approx(1.0) for k in REQUIRED if ring.get(k))
     # in-network schemes carry less traffic than ring allreduce on the same workload
-    assert data["schemes"]["panama"]["bytes_total_norm"] < 1.0
+    assert data["schemes"]["panama"]["bytes_total_gain"] > 1.0
     assert data["consistency"]["same_flows_and_placement"] is True
 
 
@@ -107,9 +108,10 @@ def test_csv_and_plots(tiny):
     assert sorted(r["scheme"] for r in runs) == sorted([*SCHEME_ORDER, FLOOR])
     ring = next(r for r in runs if r["scheme"] == "ring")
     for r in runs:
-        assert float(r["short_fct_p99_us_norm"]) == pytest.approx(
-            float(r["short_fct_p99_us"]) / float(ring["short_fct_p99_us"])
+        assert float(r["short_fct_p99_us_gain"]) == pytest.approx(
+            float(ring["short_fct_p99_us"]) / float(r["short_fct_p99_us"])
         )
+        assert not [k for k in r if "_norm" in k]
     with open(out / "summary.csv") as fh:
         assert len(list(csv.DictReader(fh))) == len(SCHEME_ORDER) + 1  # and the floor
     for name in ("fct_cdf.png", "normalized.png"):
@@ -140,17 +142,14 @@ def test_seed_sweep_gives_intervals(tmp_path):
     assert group["seeds"] == [1, 2]
     st = group["schemes"]["panama"]
     assert st["n_seeds"] == 2
-    lo, hi = st["short_fct_p99_us_norm_ci"]
-    assert lo <= st["short_fct_p99_us_norm"] <= hi
-    # pooled over both seeds' short flows: bootstrap intervals of the ratios, never negative
+    lo, hi = st["short_fct_p99_us_gain_ci"]
+    assert lo <= st["short_fct_p99_us_gain"] <= hi
+    # pooled over both seeds' short flows: bootstrap intervals of the gains, never negative
     for name in ("short_fct_p99_pooled_us", "short_fct_mean_pooled_us"):
-        low, high, ratio = st[name + "_norm_ci_low"], st[name + "_norm_ci_high"], st[name + "_norm"]
-        assert 0 < low <= ratio <= high, name
-        assert st[name + "_gain_ci_low"] == pytest.approx(1 / high) and st[name + "_gain_ci_high"] == pytest.approx(
-            1 / low
-        )
+        low, high, gain = st[name + "_gain_ci_low"], st[name + "_gain_ci_high"], st[name + "_gain"]
+        assert 0 < low <= gain <= high, name
     ring = group["schemes"]["ring"]
-    assert ring["short_fct_mean_pooled_us_norm"] == pytest.approx(1.0)
+    assert ring["short_fct_mean_pooled_us_gain"] == pytest.approx(1.0)
     runs = [json.loads(p.read_text()) for p in (tmp_path / "points").glob("*.json")]
     digests = {}
     for r in runs:
@@ -196,7 +195,8 @@ def test_cli_shared_cluster_and_errors(tmp_path):
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "panama" in proc.stdout and "p99 ratio" in proc.stdout
+    assert "panama" in proc.stdout and "p99 gain" in proc.stdout and "higher is better" in proc.stdout
+    assert "floor (no jobs)" in proc.stdout and "lower is better" not in proc.stdout
     assert (out / "summary.json").is_file()
     assert list(json.loads((out / "summary.json").read_text())["schemes"]) == ["ring", "panama", FLOOR]
     nofloor = tmp_path / "nofloor"
@@ -230,13 +230,20 @@ def test_demo_without_training(tmp_path):
     demo = run_demo(tmp_path, train=False, preset="tiny", jobs=1, echo=lambda m: None, progress=False)
     data = json.loads((tmp_path / "demo.json").read_text())
     sim = data["simulation"]
-    assert sim["short_fct_p99_ratio"] == pytest.approx(
-        sim["panama"]["short_fct_p99_us"] / sim["ring"]["short_fct_p99_us"]
+    assert sim["short_fct_p99_gain"] == pytest.approx(
+        sim["ring"]["short_fct_p99_us"] / sim["panama"]["short_fct_p99_us"]
     )
+    assert sim["floor"]["short_fct_p99_gain"] == pytest.approx(
+        sim["ring"]["short_fct_p99_us"] / sim["floor"]["short_fct_p99_us"]
+    )
+    assert f"{sim['short_fct_p99_gain']:.2f}" in demo["table_text"] and "higher is better" in demo["table_text"]
     assert "short-flow FCT p99" in demo["table_text"] and "Plots:" in demo["table_text"]
     # the floor (the same flows without jobs) stands beside, with the number of short flows
     assert sim["floor"]["short_flows"] == sim["ring"]["short_flows"] > 0
-    assert "no jobs" in demo["table_text"] and f"{sim['ring']['short_flows']:.0f} short flows" in demo["table_text"]
+    assert (
+        "floor (no jobs)" in demo["table_text"]
+        and f"{sim['ring']['short_flows']:.0f} short flows" in demo["table_text"]
+    )
 
 
 def test_cli_report(tiny, tmp_path):
@@ -389,22 +396,19 @@ def test_cli_shared_cluster_on_dask_scheduler(tmp_path):
             assert a[scheme][key] == b[scheme][key]
 
 
-def test_ratios_over_seeds_are_geometric_and_their_intervals_never_negative():
-    """Per-seed ratios that spread widely (0.1 to 3) would give a t interval below zero on the
-    raw scale; on the log scale it stays positive, and a gain is exactly 1 / its ratio."""
+def test_gains_over_seeds_are_geometric_and_their_intervals_never_negative():
+    """Per-seed gains that spread widely (0.33 to 10) would give a t interval below zero on the
+    raw scale; on the log scale it stays positive."""
     import math
 
     from panama.experiments.cluster_analysis import _scheme_stats
 
-    norms = [0.1, 3.0, 0.2, 2.5]
-    rows = [{"seed": i, "short_fct_p99_us_norm": r, "short_fct_p99_us_gain": 1 / r} for i, r in enumerate(norms)]
-    st = _scheme_stats(rows)
-    geo = math.exp(sum(math.log(r) for r in norms) / len(norms))
-    assert st["short_fct_p99_us_norm"] == pytest.approx(geo)
-    low, high = st["short_fct_p99_us_norm_ci"]
+    gains = [10.0, 1 / 3, 5.0, 0.4]
+    st = _scheme_stats([{"seed": i, "short_fct_p99_us_gain": g} for i, g in enumerate(gains)])
+    geo = math.exp(sum(math.log(g) for g in gains) / len(gains))
+    assert st["short_fct_p99_us_gain"] == pytest.approx(geo)
+    low, high = st["short_fct_p99_us_gain_ci"]
     assert 0 < low < geo < high
-    assert st["short_fct_p99_us_gain"] == pytest.approx(1 / geo)
-    assert st["short_fct_p99_us_gain_ci"] == pytest.approx([1 / high, 1 / low])
 
 
 def test_the_default_experiment_is_the_paper_preset_over_its_five_seeds(tmp_path):

@@ -199,7 +199,7 @@ def _shared_cluster_options(f):
             "--floor/--no-floor",
             default=True,
             show_default=True,
-            help="Also run each point without its jobs ('background': the same flows, the fabric's floor).",
+            help="Also run each point without its jobs ('floor (no jobs)': the same flows, the fabric's floor).",
         ),
     ]
     for opt in reversed(options):
@@ -230,11 +230,10 @@ def _resolve_shared_cluster(
     if scenario_path is not None and (quick or preset is not None):
         raise usage_error("--scenario", "give either a scenario file or a preset, not both")
     from panama.experiments.cluster_scenario import DEFAULT_PRESET, seed_axis
-    from panama.experiments.schemes import SCHEME_VARIANTS
 
     preset = "quick" if quick else (preset or DEFAULT_PRESET)
     scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]
-    known = (*SCHEMES, *SCHEME_VARIANTS)
+    known = SCHEMES
     bad = [s for s in scheme_list if s not in known]
     if bad or not scheme_list:
         raise usage_error(
@@ -448,6 +447,28 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
     click.echo(f"wrote {path}")
 
 
+@experiment.command(name="publish")
+@click.option(
+    "--from",
+    "run_root",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=Path("out/final"),
+    show_default=True,
+    help="Directory holding the page's outputs: comm-ratio/, paper/, jobs-dominated/, paper-100g/, demo/.",
+)
+def publish_cmd(run_root: Path) -> None:
+    """Store the page's outputs in docs/results/ and write docs/results.md and the README's headline rows from them.
+
+    Run in the repository's root. Copies summaries, demo and training records, scenarios and
+    figures (not the per-run points); tests/test_doc_numbers.py then checks every quoted
+    number against these stored files.
+    """
+    from panama.experiments.publish import publish
+
+    for path in publish(run_root):
+        click.echo(f"wrote {path}")
+
+
 # --------------------------------------------------------------------------- reproduce
 
 
@@ -590,15 +611,17 @@ def reproduce_cmd(
 def demo(out_dir: Path, skip_train: bool, epochs: int, workers: int, jobs: int | None, quiet: bool) -> None:
     """A half-minute tour: ring vs panama on a simulated shared cluster, then real training through switch daemons.
 
-    Measured 6.5 s wall on the idle 2-core machine (`/usr/bin/time panama demo`).
+    Measured 32 s wall from scratch on the shared 2-core machine (`panama demo --out
+    out/final/demo -j 2`), 15 s when its simulations are resumed from OUT.
 
     \b
-    1. simulates the quick shared-cluster preset under ring and panama (same flows, same seed);
+    1. simulates the jobs-dominated shared-cluster preset (seed 1) under ring and panama and
+       without any job (the floor), same flows and placement;
     2. trains the reference LeNet data-parallel with `panama train` through a local
-       cluster of PANAMA switch daemons (UDP on 127.0.0.1), and once more with a local
-       in-process sum as the accuracy reference;
-    3. prints the headline table (short-flow p99 FCT ratio, training-time ratio, training
-       accuracy) and where the plots are.
+       cluster of PANAMA switch daemons (UDP on 127.0.0.1), and once more with stock DDP
+       on gloo (same data, seed and steps: the parameters must be bitwise equal);
+    3. prints the headline table (gains against ring, higher is better: short-flow p99 and
+       mean FCT, training time, bytes; the floor's beside) and where the plots are.
     """
     from panama.experiments.demo import run_demo
     from panama.experiments.sweep import SweepError

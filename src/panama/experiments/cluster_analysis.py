@@ -17,7 +17,8 @@ def _group_key(params: Mapping[str, Any]) -> str:
 
 
 def normalise_runs(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Flat rows (params + raw metrics + ``*_norm``/``*_gain`` vs. ring of the same params and seed)."""
+    """Flat rows: params, raw metrics and ``*_gain`` = ring / scheme of the same params and seed
+    (x better than ring, higher is better; for byte counts, x fewer bytes than ring)."""
     by_key: dict[tuple[str, Any], dict[str, Mapping[str, Any]]] = {}
     for r in runs:
         p = r["params"]
@@ -36,7 +37,6 @@ def normalise_runs(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             a = res.get(k)
             b = ref.get(k) if ref is not None else None
             ok = isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0
-            row[f"{k}_norm"] = a / b if ok else None
             row[f"{k}_gain"] = b / a if ok else None
         for job, t in (res.get("job_training_time_s") or {}).items():
             row[f"job.{job}.training_time_s"] = t
@@ -67,7 +67,8 @@ def summarise(
     every metric ``m`` as its mean across seeds, plus ``m_ci`` = [low, high] (95 % t
     interval; equal to the mean with one seed) and ``n_seeds``. With few short flows per
     run, a per-seed p99 is close to the maximum; ``short_fct_p99_pooled_us`` is the p99 of
-    all seeds' short flows pooled (``short_flows_pooled`` samples), with its ratio to ring.
+    all seeds' short flows pooled (``short_flows_pooled`` samples), with its gain against ring.
+    Every ratio is a gain: ring / scheme, higher is better.
     """
     rows = normalise_runs(runs)
     consistency = check_consistency(runs)
@@ -90,19 +91,17 @@ def summarise(
             ref = percentile(base, 99) if base else None
             st["short_fct_p99_pooled_us"] = p99
             st["short_flows_pooled"] = len(mine)
-            st["short_fct_p99_pooled_us_norm"] = p99 / ref if p99 and ref else None
             st["short_fct_p99_pooled_us_gain"] = ref / p99 if p99 and ref else None
-            # Bootstrap intervals of the pooled ratios (flows of every seed resampled; seeded):
-            # a ratio's interval is never negative, and one flow gives none (NaN bounds -> None).
+            # Bootstrap intervals of the pooled gains (flows of every seed resampled; seeded):
+            # a gain's interval is never negative, and one flow gives none (NaN bounds -> None).
             for stat, name in (("p99", "short_fct_p99_pooled_us"), ("mean", "short_fct_mean_pooled_us")):
                 ci = ratio_ci(mine, base, stat, n_resamples=1000, seed=0) if mine and base else None
                 ok = ci is not None and math.isfinite(ci.low) and ci.low > 0
-                st[f"{name}_norm_ci_low"] = ci.low if ok else None
-                st[f"{name}_norm_ci_high"] = ci.high if ok else None
                 st[f"{name}_gain_ci_low"] = 1.0 / ci.high if ok else None
                 st[f"{name}_gain_ci_high"] = 1.0 / ci.low if ok else None
                 if stat == "mean":
-                    st[f"{name}_norm"] = ci.ratio if ci is not None and math.isfinite(ci.ratio) else None
+                    ratio_ok = ci is not None and math.isfinite(ci.ratio) and ci.ratio > 0
+                    st[f"{name}_gain"] = 1.0 / ci.ratio if ratio_ok else None
             g["schemes"][scheme] = st
         _aggregation_shares(g)
         del g["_rows"]
@@ -133,7 +132,7 @@ def _aggregation_shares(group: dict[str, Any]) -> None:
     group["aggregation_share"] = group["schemes"].get(BASELINE, {}).get("aggregation_share")
 
 
-RATIO_SUFFIXES = ("_norm", "_gain")
+RATIO_SUFFIXES = ("_gain",)
 
 
 def _scheme_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -151,9 +150,8 @@ def _scheme_stats(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         vals = [r.get(k) for r in rows]
         vals = [float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if k.endswith(RATIO_SUFFIXES):
-            # Ratios average on the log scale (the geometric mean, as for speed-up ratios):
-            # the interval is a t interval of log ratios mapped back, so it is never negative,
-            # and a gain is exactly the inverse of its ratio, interval included.
+            # Gains average on the log scale (the geometric mean, as for speed-up ratios):
+            # the interval is a t interval of log gains mapped back, so it is never negative.
             logs = mean_ci([math.log(v) for v in vals if v > 0])
             stats[k] = math.exp(logs.mean) if logs.n else None
             stats[f"{k}_ci"] = [math.exp(logs.low), math.exp(logs.high)] if logs.n else None

@@ -31,7 +31,8 @@ ALIASES = {
     "duration": "duration_ms",
 }
 
-#: Metrics normalised to ring (lower is better for all of them).
+#: Metrics compared with ring as gains, ring / scheme (each is lower-is-better, so a gain
+#: above 1 is better); the name says what it once was: the metrics normalised to ring.
 NORMALISED = (
     "short_fct_mean_us",
     "short_fct_p99_us",

@@ -19,7 +19,7 @@ from panama.core.errors import FieldError
 from panama.experiments import report_text as T
 from panama.experiments.report_regimes import floor_text, regimes_section
 from panama.experiments.report_regimes import fmt_number as _f
-from panama.experiments.schemes import FLOOR
+from panama.experiments.schemes import FLOOR, scheme_label
 from panama.version import code_version
 
 #: Claims of the original work (quoted, for comparison only).
@@ -151,29 +151,32 @@ def _group_tables(g: Mapping[str, Any]) -> list[str]:
     lines = T.lines(T.GROUP_HEAD, label=_group_label(g))
     for scheme, st in g["schemes"].items():
         lines.append(
-            f"| {scheme} | {_f(st.get('short_fct_mean_us'), '.1f')} | {_f(st.get('short_fct_p99_us'), '.1f')} | "
+            f"| {scheme_label(scheme)} | {_f(st.get('short_fct_mean_us'), '.1f')} | "
+            f"{_f(st.get('short_fct_p99_us'), '.1f')} | "
             f"{_ci(st, 'short_fct_p99_us_gain')} | {_f(st.get('short_fct_p99_pooled_us_gain'))} | "
             f"{_ci(st, 'short_fct_mean_us_gain')} | "
             f"{_ci(st, 'large_flow_fct_mean_us_gain')} | {_f(st.get('large_job_training_time_s'), '.4f')} | "
-            f"{_ci(st, 'large_job_training_time_s_gain')} | {_ci(st, 'bytes_total_norm')} |"
+            f"{_ci(st, 'large_job_training_time_s_gain')} | {_ci(st, 'bytes_total_gain')} |"
         )
     n_short = next(iter(g["schemes"].values()), {}).get("short_flows_pooled")
     per_seed = _f((n_short or 0) / max(1, len(g["seeds"])), ".0f")
     lines += T.lines(T.SHORT_FLOWS_POOLED, pooled=n_short, per_seed=per_seed)
     tiers = sorted(
         {
-            k[len("bytes_") : -len("_norm")]
+            k[len("bytes_") : -len("_gain")]
             for st in g["schemes"].values()
             for k in st
-            if k.startswith("bytes_") and k.endswith("_norm") and k != "bytes_total_norm"
+            if k.startswith("bytes_") and k.endswith("_gain") and k != "bytes_total_gain"
         }
     )
     if tiers:
         lines += T.lines(T.TIERS_HEAD)
         lines += ["| scheme | " + " | ".join(tiers) + " |", "|---|" + "---|" * len(tiers)]
         for scheme, st in g["schemes"].items():
-            lines.append(f"| {scheme} | " + " | ".join(_ci(st, f"bytes_{t}_norm") for t in tiers) + " |")
-    unfinished = [f"{s}: {st.get('unfinished_flows')}" for s, st in g["schemes"].items() if st.get("unfinished_flows")]
+            gains = " | ".join(_ci(st, f"bytes_{t}_gain") for t in tiers)
+            lines.append(f"| {scheme_label(scheme)} | {gains} |")
+    schemes = g["schemes"].items()
+    unfinished = [f"{scheme_label(s)}: {st['unfinished_flows']}" for s, st in schemes if st.get("unfinished_flows")]
     if unfinished:
         lines += T.lines(T.UNFINISHED, flows=", ".join(unfinished))
     lines.append("")
@@ -303,7 +306,7 @@ def _summary_shared(main_dir: Path, main, all_groups) -> list[str]:
             where=where,
             best=_f(btr),
         ),
-        T.text(T.SUMMARY_BYTES, share=_ci(st, "bytes_total_norm")),
+        T.text(T.SUMMARY_BYTES, gain=_ci(st, "bytes_total_gain")),
     ]
 
 
@@ -344,6 +347,21 @@ def _demo_section(demo, demo_dir) -> list[str]:
         )
     if "parameters_bitwise_equal" in t:
         lines += T.lines(T.DEMO_BITWISE, equal=t["parameters_bitwise_equal"])
+    sim = demo.get("simulation") or {}
+    if "short_fct_p99_gain" in sim:  # demo.json since the gains (earlier: scheme/ring ratios, not shown)
+        fl = sim.get("floor") or {}
+        lines += T.lines(
+            T.DEMO_SIMULATION,
+            preset=sim.get("preset"),
+            seed=sim.get("seed"),
+            flows=_f(sim["ring"].get("short_flows"), ".0f"),
+            out=Path(sim["out_dir"]),
+            p99=_f(sim.get("short_fct_p99_gain")),
+            mean=_f(sim.get("short_fct_mean_gain")),
+            training=_f(sim.get("large_job_training_time_gain")),
+            floor_p99=_f(fl.get("short_fct_p99_gain")),
+            floor_mean=_f(fl.get("short_fct_mean_gain")),
+        )
     lines.append("")
     return lines
 
@@ -533,7 +551,7 @@ def _health(main) -> str:
         parts.append(
             T.text(
                 T.HEALTH,
-                scheme=scheme,
+                scheme=scheme_label(scheme),
                 pauses=_f(st.get("pfc_pauses"), ".0f"),
                 marks=_f(st.get("ecn_marks"), ".0f"),
                 drops=_f(st.get("drops"), ".0f"),
@@ -644,7 +662,7 @@ def _short_flows_item(main, cluster: str) -> str:
         T.SHORT_FLOWS_ITEM,
         p99_verdict=_cap(_compare(st, "short_fct_p99_us_gain", ORIGINAL["short_p99_gain"], "p99 FCT")),
         mean_verdict=_compare(st, "short_fct_mean_us_gain", ORIGINAL["short_mean_gain"], "mean FCT"),
-        bytes=_f(st.get("bytes_total_norm")),
+        bytes=_f(st.get("bytes_total_gain")),
         best=best_txt,
         floor=floor_text(main),
         health=_health(main),

@@ -62,7 +62,9 @@ SUMMARY_TRAINING = Template(
     "| large-job training time, panama vs ring | up to ${original}x faster | ${gain}x ($where); best group "
     "${best}x | same |"
 )
-SUMMARY_BYTES = Template("| network bytes, panama vs ring | (less traffic: the motivation) | $share of ring's | same |")
+SUMMARY_BYTES = Template(
+    "| network bytes, panama vs ring | (less traffic: the motivation) | ${gain}x fewer than ring | same |"
+)
 SUMMARY_ACCURACY = Template(
     "| accuracy unaffected by in-network float32 aggregation | no loss of accuracy | test accuracy $panama "
     "(panama) vs $other $comparison | `panama demo` |"
@@ -124,15 +126,16 @@ Output: `$out` (preset `$preset`, scenario `$scenario`, in-network threshold $th
 gradient scale).
 
 Gains are ring / scheme (higher is better; the original's "x better"), per seed, then the geometric mean [95 % t \
-confidence interval of the log gains over seeds]; pooled p99 gains have a bootstrap interval in the summary. \
-`background` is the floor: the same flows without any job.
+confidence interval of the log gains over seeds]; pooled p99 gains have a bootstrap interval in the summary; \
+for network bytes the gain is how many times fewer bytes than ring. `floor (no jobs)` is the floor: the same flows \
+without any job.
 """
 )
 GROUP_HEAD = Template(
     """**$label**
 
 | scheme | short FCT mean µs | short FCT p99 µs | p99 gain | pooled p99 gain | mean gain | large-flow FCT gain \
-| large-job training s | training gain | network bytes (x ring) |
+| large-job training s | training gain | network bytes (x fewer) |
 |---|---|---|---|---|---|---|---|---|---|"""
 )
 SHORT_FLOWS_POOLED = Template(
@@ -142,7 +145,7 @@ is close to the largest value; the pooled p99 uses every seed's short flows at o
 )
 TIERS_HEAD = Template(
     """
-Bytes per tier, as a fraction of ring's:
+Bytes per tier, gain against ring (x fewer bytes than ring):
 """
 )
 UNFINISHED = Template(
@@ -163,6 +166,13 @@ Command: `$command` (output `$out`).
 
 | run | allreduce | workers | epochs | final test accuracy | replicas identical | wall s |
 |---|---|---|---|---|---|---|"""
+)
+DEMO_SIMULATION = Template(
+    """
+The demo's simulation (preset `$preset`, seed $seed, $flows short flows per run; output `$out`): panama's gain \
+against ring (ring / panama, higher is better) is ${p99}x at the short-flow p99, ${mean}x at the mean and \
+${training}x in large-job training time; the floor (no jobs) gains ${floor_p99}x at the p99 and ${floor_mean}x at \
+the mean."""
 )
 DEMO_BITWISE = Template(
     """
@@ -202,13 +212,13 @@ BEST_INA = Template(
 OUR_CLUSTER = Template("Our cluster: $cluster; gradients and compute times are scaled down together. ")
 SHORT_FLOWS_ITEM = Template(
     "- **Short flows.** $p99_verdict; $mean_verdict. In-network aggregation removes only the jobs' share of the "
-    "traffic (panama carries $bytes of ring's bytes here; the background flows, the same under every scheme, are "
-    "the rest), and short flows gain only from removed traffic that shared their queues. Both the ring's TCP flows "
-    "and PANAMA's trees are ECN-controlled (DCTCP-style) by design, so queues stay near the marking threshold under "
-    "either; what changes is how long the jobs keep them there. ${best}${floor}Per-scheme run health in the main "
-    "configuration (means per seed): $health. ${cluster}The original states 'up to': its best case, over "
-    "configurations that the part of the paper available to us does not describe (cluster size, job mix, "
-    "background load)."
+    "traffic (panama carries ${bytes}x fewer bytes than ring here; the background flows, the same under every "
+    "scheme, are the rest), and short flows gain only from removed traffic that shared their queues. Both the "
+    "ring's TCP flows and PANAMA's trees are ECN-controlled (DCTCP-style) by design, so queues stay near the "
+    "marking threshold under either; what changes is how long the jobs keep them there. ${best}${floor}Per-scheme"
+    " run health in the main configuration (means per seed): $health. ${cluster}The original states 'up to': its "
+    "best case, over configurations that the part of the paper available to us does not describe (cluster size, "
+    "job mix, background load)."
 )
 LOAD_ITEM = Template("- **Load.** $sentence")
 OTHER_SETTINGS_ITEM = Template("- **Other settings.** $sentence")
@@ -257,10 +267,11 @@ REGIMES_HEAD = Template(
     """## Where PANAMA can and cannot help (every output, with the floor)
 
 Gains against ring on the same flows and seeds (above 1 is better): pooled short-flow p99, short-flow mean \
-(geometric mean over seeds), large-job training. `floor` is the same flows without any job: what no allreduce \
-scheme can beat. `panama` runs the default tree reaction (`dctcp-path`), `panama-or` the source's (`dctcp-or`).
+(geometric mean over seeds), large-job training. `floor (no jobs)` is the same flows without any job: what no \
+allreduce scheme can beat. `panama` runs the default tree reaction (`dctcp-path`), `panama-or` the source's \
+(`dctcp-or`).
 
-| output | regime | seeds | jobs' share of ring's bytes | floor p99 / mean | panama p99 / mean / training \
+| output | regime | seeds | jobs' share of ring's bytes | floor (no jobs) p99 / mean | panama p99 / mean / training \
 | panama-or p99 / mean / training |
 |---|---|---|---|---|---|---|"""
 )

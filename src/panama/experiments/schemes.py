@@ -1,25 +1,30 @@
 """The schemes every shared-cluster table compares, declared once (standard library only,
 so that the command line can show them without importing the simulator).
 
-The simulator's own schemes are :data:`panama.sim.scenario.SCHEMES`; an experiment adds
-variants of them (:data:`SCHEME_VARIANTS`) and the floor (:data:`FLOOR`).
+The simulator's own schemes are :data:`panama.sim.scenario.SCHEMES` (``panama-or`` among
+them: PANAMA with the source's tree reaction); an experiment adds the floor (:data:`FLOOR`).
+Every ratio a user sees is a *gain* against :data:`BASELINE`: baseline / scheme, "x better",
+higher is better (:data:`GAIN_TEXT`).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-__all__ = ["BASELINE", "FLOOR", "SCHEME_ORDER", "SCHEME_VARIANTS"]
+__all__ = ["BASELINE", "FLOOR", "FLOOR_LABEL", "GAIN_TEXT", "SCHEME_ORDER", "scheme_label"]
 
 #: The order of the schemes in every table, and the default selection of the commands.
 SCHEME_ORDER = ("ring", "ina-fixed", "ina-single", "panama-or", "panama")
 #: The baseline of every ratio: host-based ring allreduce.
 BASELINE = "ring"
-#: Experiment schemes that are a simulator scheme with settings of their own: ``panama-or``
-#: is PANAMA with the source's tree reaction (DCTCP on the OR of marks, ``panama.cc =
-#: "dctcp-or"``), beside ``panama`` with the default (``dctcp-path``), in every table.
-SCHEME_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"panama-or": ("panama", {"panama.cc": "dctcp-or"})}
 #: The floor: the same scenario with its jobs removed (same background flows, same seed),
-#: run beside the schemes so every ratio can be read against what the fabric gives
-#: short flows without any training traffic.
-FLOOR = "background"
+#: run beside the schemes so every gain can be read against what the fabric gives short
+#: flows without any training traffic.
+FLOOR = "floor"
+#: How tables, plots and pages name the floor.
+FLOOR_LABEL = "floor (no jobs)"
+#: How every table and plot says which way its ratios go.
+GAIN_TEXT = f"gain = {BASELINE} / scheme: x better than {BASELINE}, higher is better"
+
+
+def scheme_label(scheme: str) -> str:
+    """The name of ``scheme`` in tables and plots (the floor: :data:`FLOOR_LABEL`)."""
+    return FLOOR_LABEL if scheme == FLOOR else scheme

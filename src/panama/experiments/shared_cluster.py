@@ -23,9 +23,9 @@ How a run works
   dotted scenario key works too). The simulator seeds workload and placement from
   ``seed`` only, so every scheme of a seed sees exactly the same flows and job placement —
   each point records a digest of both and :func:`summarise` checks they agree.
-* Metrics are normalised per seed to the ``ring`` run of the same parameters
-  (``*_norm`` = scheme/ring, below 1 is better; ``*_gain`` = ring/scheme, the original's
-  "x better"), then averaged over seeds with t 95 % confidence intervals.
+* Metrics are compared per seed with the ``ring`` run of the same parameters as gains
+  (``*_gain`` = ring/scheme, the original's "x better", higher is better; for bytes: x fewer
+  bytes than ring), then averaged over seeds (geometric mean) with t 95 % confidence intervals.
 
 Outputs (``out_dir``): ``points/`` (one JSON per run, for resume), ``runs.csv`` (one row per
 run: raw and normalised metrics), ``summary.csv`` (per group and scheme: mean and CI),
@@ -61,7 +61,7 @@ from panama.experiments.cluster_scenario import (
     experiment_scenario,
     seed_axis,
 )
-from panama.experiments.schemes import FLOOR, SCHEME_ORDER, SCHEME_VARIANTS
+from panama.experiments.schemes import FLOOR, SCHEME_ORDER
 from panama.experiments.stats import percentile
 from panama.experiments.sweep import (
     POINTS_DIR,
@@ -203,8 +203,7 @@ def run_point(
     if scheme == FLOOR:  # the same flows and seed, no jobs
         sc = apply_params(base, params).model_copy(update={"jobs": []})
     else:
-        scheme, settings = SCHEME_VARIANTS.get(scheme, (scheme, {}))
-        sc = apply_params(base, {**params, **settings}).with_scheme(scheme)
+        sc = apply_params(base, params).with_scheme(scheme)
     out = Path(runs_dir) / point_id(point) if runs_dir else None
     result = run_scenario(sc, out, progress=False, plots=False)
     return metrics_from_result(result, short_bytes=short_bytes, large_bytes=large_bytes)
@@ -230,8 +229,8 @@ def _checked_schemes(schemes: Sequence[str], floor: bool) -> list[str]:
 
     schemes = [s for s in dict.fromkeys(schemes) if s != FLOOR]
     for s in schemes:
-        if s not in SCHEMES and s not in SCHEME_VARIANTS:
-            raise ValueError(f"unknown scheme {s!r} (choose from {', '.join((*SCHEMES, *SCHEME_VARIANTS))})")
+        if s not in SCHEMES:
+            raise ValueError(f"unknown scheme {s!r} (choose from {', '.join(SCHEMES)})")
     return [*schemes, FLOOR] if floor else schemes
 
 
@@ -262,8 +261,6 @@ def _estimate_line(base_json: Mapping[str, Any], points: list[dict[str, Any]], o
         params = {k: v for k, v in point.items() if k != "scheme"}
         scheme = point["scheme"]
         sc = apply_params(base_json, params)
-        if scheme != FLOOR:
-            scheme = SCHEME_VARIANTS.get(scheme, (scheme, {}))[0]
         runs.append((sc, scheme, scheme != FLOOR))
     return describe_runs(runs, jobs or os.cpu_count() or 1, compiled=compiled(), what="shared-cluster")
 

@@ -148,7 +148,7 @@ def collect(sim: Simulation) -> SimResult:
     now = sim.engine.now
     events = sim.engine.events
 
-    jobs: dict[str, Any] = {job.name: _job_summary(job) for job in sim.jobs}
+    jobs: dict[str, Any] = {job.name: _job_summary(job, sc) for job in sim.jobs}
     done_jobs = [j for j in jobs.values() if j["training_time_us"] is not None]
 
     queue_stats, queue = _busiest_queue(sim)
@@ -158,8 +158,10 @@ def collect(sim: Simulation) -> SimResult:
     summary: dict[str, Any] = {
         "_doc": SUMMARY_DOC,
         "scheme": sc.scheme,
+        "congestion_control": sc.congestion_control(sc.scheme),
         "seed": sc.seed,
         "topology": sim.topology.name,
+        **link_rates_gbps(sim.topology),
         "finished": sim.finished,
         "simulated_s": now / PS_PER_S,
         "wall_s": sim.wall_s,
@@ -211,7 +213,19 @@ def collect(sim: Simulation) -> SimResult:
     return SimResult(sc, summary, bg_rows + ring_rows, iter_rows, queue, sim)
 
 
-def _job_summary(job: TrainingJob) -> dict[str, Any]:
+def link_rates_gbps(topology) -> dict[str, float | list[float] | None]:
+    """The summary's ``host_rate_gbps`` and ``fabric_rate_gbps``: the rates of the links as
+    run (host-ToR links, switch-switch links), one number when every link of the kind has the
+    same rate, else the sorted distinct rates; None when there is no such link."""
+    rates: dict[str, set[float]] = {"host_rate_gbps": set(), "fabric_rate_gbps": set()}
+    g = topology.graph
+    for a, b, d in g.edges(data=True):
+        host_link = topology.is_host(a) or topology.is_host(b)
+        rates["host_rate_gbps" if host_link else "fabric_rate_gbps"].add(d["rate_bps"] / 1e9)
+    return {k: (None if not v else min(v) if len(v) == 1 else sorted(v)) for k, v in rates.items()}
+
+
+def _job_summary(job: TrainingJob, sc: Scenario) -> dict[str, Any]:
     """One job's entry of the summary's ``jobs``: placement, progress, times, retransmissions."""
     mean_it = job.mean_iteration_ps()
     total = job.training_time_ps()
@@ -219,6 +233,7 @@ def _job_summary(job: TrainingJob) -> dict[str, Any]:
     return {
         "scheme": job.scheme,
         "scheme_used": job.scheme_used,
+        "congestion_control": sc.congestion_control(job.scheme_used) if job.scheme_used else None,
         "admission": job.admission,
         "trees": len(job.plan.trees) if job.plan is not None and job.plan.admitted else 0,
         "hosts": list(job.hosts),
@@ -287,12 +302,19 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
     return "-" if x is None else format(x, spec)
 
 
+def _gbps(rate: float | list[float] | None) -> str:
+    if rate is None:
+        return "none"
+    return "/".join(f"{r:g}" for r in (rate if isinstance(rate, list) else [rate])) + " Gb/s"
+
+
 def terminal_table(result: SimResult) -> str:
     """A short human-readable summary of one run."""
     s = result.summary
     lines = [
-        f"scenario: {s['topology']}  scheme={s['scheme']}  seed={s['seed']}"
+        f"scenario: {s['topology']}  scheme={s['scheme']}  cc={s['congestion_control']}  seed={s['seed']}"
         f"  {'finished' if s['finished'] else 'STOPPED at max_time_ms'}",
+        f"links: hosts {_gbps(s['host_rate_gbps'])}, fabric {_gbps(s['fabric_rate_gbps'])}",
         f"simulated {s['simulated_s'] * 1e3:.3f} ms in {s['wall_s']:.1f} s wall"
         f"  ({s['events']:,} events, {s['packet_hops']:,} packet hops)",
         f"drops {s['drops']} (network {s['network_drops']}, accelerators {s['accelerator_drops']})"
@@ -308,6 +330,7 @@ def terminal_table(result: SimResult) -> str:
                 name,
                 j["scheme"],
                 str(j["scheme_used"]),
+                str(j["congestion_control"]),
                 j["trees"],
                 j["workers"],
                 f"{j['iterations_done']}/{j['iterations']}",
@@ -316,8 +339,8 @@ def terminal_table(result: SimResult) -> str:
             )
             for name, j in s["jobs"].items()
         ]
-        headers = ("job", "scheme", "used", "trees", "workers", "iters", "mean iter µs", "total µs")
-        lines += ["", format_table(rows, headers, align="lllrrrrr")]
+        headers = ("job", "scheme", "used", "cc", "trees", "workers", "iters", "mean iter µs", "total µs")
+        lines += ["", format_table(rows, headers, align="llllrrrrr")]
         for name, j in s["jobs"].items():  # why a job did not run the scheme it asked for
             if j["scheme_used"] != j["scheme"]:
                 lines.append(f"{name} ran {j['scheme_used']} instead of {j['scheme']}: {j.get('admission')}")

@@ -24,6 +24,7 @@ completed, or at ``max_time_ms`` (then unfinished flows and jobs are reported as
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import time
 from collections.abc import Iterator
@@ -34,7 +35,7 @@ import numpy as np
 
 from panama.core.controller import Controller, ControllerError
 from panama.core.errors import FieldError
-from panama.core.topology import HOST, Topology, TopologyError
+from panama.core.topology import HOST, Topology, TopologyError, parse_topology
 from panama.core.units import PS_PER_MS, PS_PER_US
 from panama.progress import StatusLine
 from panama.sim import outputs
@@ -97,9 +98,39 @@ def build_topology(sc: Scenario) -> Topology:
     params = dict(topo.params)
     params.update({k: v for k, v in t.model_dump().items() if k != "spec" and v is not None})
     try:
-        return Topology(g, name=topo.name, params=params)
+        return Topology(g, name=_name_as_run(topo.name, t), params=params)
     except TopologyError as exc:
         raise ScenarioError("topology", str(exc)) from None
+
+
+# The spec keys of the fabric and host link rates of the built-in topology kinds.
+_RATE_KEYS = {"fat-tree": ("gbps", "host_gbps"), "leaf-spine": ("fabric_gbps", "host_gbps")}
+
+
+def _name_as_run(name: str, t) -> str:
+    """The name of a topology with the scenario's rate and delay overrides ``t`` applied: the
+    canonical spec of what runs for a built-in kind (``fat-tree:k=8,gbps=100,...`` when the
+    spec said 10 but both rates are set to 100), else the file's name with the overrides."""
+    kind, _, rest = name.partition(":")
+    keys = _RATE_KEYS.get(kind)
+    if keys is None or "=" not in rest:
+        given = [
+            f"{what} {v:g} {unit}"
+            for what, v, unit in (
+                ("host links", t.host_rate_gbps, "Gb/s"),
+                ("fabric links", t.fabric_rate_gbps, "Gb/s"),
+                ("link delay", t.link_delay_us, "us"),
+            )
+            if v is not None
+        ]
+        return f"{name} ({', '.join(given)})"
+    items = dict(part.split("=", 1) for part in rest.split(","))
+    if kind == "fat-tree":  # without host_gbps, the spec's gbps is the hosts' rate too
+        items.setdefault("host_gbps", items["gbps"])
+    for key, value in ((keys[0], t.fabric_rate_gbps), (keys[1], t.host_rate_gbps), ("delay_us", t.link_delay_us)):
+        if value is not None:
+            items[key] = f"{value:g}"
+    return parse_topology(f"{kind}:" + ",".join(f"{k}={v}" for k, v in items.items())).name
 
 
 # NetworkConfig field -> scenario key (for error messages).
@@ -320,6 +351,14 @@ class Simulation:
         first = int(rng.integers(len(order)))
         return [h for rack in order[first:] + order[:first] for h in rack]
 
+    def settings_for(self, scheme: str) -> TransportSettings:
+        """The worker-transport settings of a job of ``scheme``: the scenario's, with the
+        source's tree reaction for ``panama-or`` (:meth:`Scenario.congestion_control`)."""
+        cc = self.scenario.congestion_control(scheme)
+        if scheme == "panama-or" and self.settings.cc != cc:
+            return dataclasses.replace(self.settings, cc=cc)
+        return self.settings
+
     # ------------------------------------------------------------------ running
     def _arrive(self) -> None:
         specs = self.flow_specs
@@ -367,7 +406,7 @@ class Simulation:
                 self.pswitches.accelerators,
                 self.dispatchers,
                 self.ring_tcp,
-                self.settings,
+                self.settings_for(job.scheme),
                 on_finish=self._job_done,
             )
         if self.flow_specs:

@@ -24,9 +24,12 @@ from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.core.errors import FieldError
 
 # The allreduce schemes of the simulator, declared once (the type of the settings field;
-# the tuple is derived from it).
-Scheme = Literal["panama", "ina-single", "ina-fixed", "ring"]
+# the tuple is derived from it). ``panama-or`` is ``panama`` with the source's tree reaction
+# (``dctcp-or``) whatever ``panama.cc`` says, so that both can run side by side.
+Scheme = Literal["panama", "panama-or", "ina-single", "ina-fixed", "ring"]
 SCHEMES: tuple[str, ...] = get_args(Scheme)
+#: The congestion control of the host TCP flows that carry ring allreduce (and background traffic).
+HOST_CC = "dctcp"
 
 
 class ScenarioError(FieldError):
@@ -143,7 +146,8 @@ class PanamaConfig(_Model):
     payload_elems: int = Field(361, ge=1, le=361, description="float32 elements per packet (361 fills 1500 B)")
     cc: Literal["dctcp-path", "dctcp-or"] = Field(
         "dctcp-path",
-        description="tree congestion control of panama and ina-single: dctcp-path (the path window the "
+        description="tree congestion control of panama and ina-single (panama-or always runs dctcp-or): dctcp-path "
+        "(the path window the "
         "controller derives from link rates and hops, DCTCP above it while the echo shows queues at K) or "
         "dctcp-or (the source's DCTCP on the tree-wide OR of marks); docs/design.md, ECN",
     )
@@ -267,6 +271,12 @@ class Scenario(_Model):
 
     def job_scheme(self, index: int) -> str:
         return self.jobs[index].scheme or self.scheme
+
+    def congestion_control(self, scheme: str) -> str:
+        """The congestion control a job of ``scheme`` runs: its trees' reaction (``panama.cc``
+        for ``panama`` and ``ina-single``, ``dctcp-or`` for ``panama-or``, ``fixed`` windows for
+        ``ina-fixed``) or, for ``ring``, the hosts' TCP (:data:`HOST_CC`)."""
+        return {"ring": HOST_CC, "ina-fixed": "fixed", "panama-or": "dctcp-or"}.get(scheme, self.panama.cc)
 
     @property
     def stop_ps(self) -> int:
