@@ -3,24 +3,26 @@ trailer and output FIFO.
 
 Contract: :func:`build_beat_pipeline` adds to the datapath's module ``m`` the part that
 moves payload beats once the header FSM (:mod:`panama.hw.header_fsm`) has decided a
-packet. Per cycle the FSM may issue one beat (``st.iss_valid``, ``st.iss_data``,
-``st.iss_beat``, ``st.iss_last``); the beat reads row ``w_s * beats_per_slot + beat`` of
-the slot memory (BRAM, one ``width``-bit row per beat), goes through ``lanes``
-:class:`~panama.hw.fp32.Fp32Adder` (add, copy incoming, or re-emit stored, per ``st.op``;
-beat 0's header words always copy the emitted header ``st.beat0``), is written back when
-``st.wr``, and enters the output FIFO when ``st.emit``, with the words past the count
-zeroed and the job's key trailer appended. It provides ``st.hazard`` (a beat of the
+packet, and returns its :class:`BeatPipeline`. Per cycle the FSM may issue one beat
+(:class:`IssuePort`); the beat reads row ``slot * beats_per_slot + beat`` of the slot
+memory (BRAM, one ``width``-bit row per beat), goes through ``lanes``
+:class:`~panama.hw.fp32.Fp32Adder` (add, copy incoming, or re-emit stored, per the packet's
+``op``; beat 0's header words always copy the emitted header ``beat0``), is written back
+when ``wr``, and enters the output FIFO when ``emit``, with the words past the count
+zeroed and the job's key trailer appended. It provides ``hazard`` (a beat of the
 packet's slot is still between read and write port: a packet that reads its slot
-waits), ``st.room_out`` (the FIFO can take a whole datagram more) and ``st.beat0``.
+waits), ``room_out`` (the FIFO can take a whole datagram more) and ``beat0``.
 ``dp`` is the :class:`~panama.hw.datapath.AggregationDatapath` (its configuration and
-egress ports), ``st`` the namespace of internal signals it shares with its parts.
+egress ports); the packet in flight (:class:`~panama.hw.datapath.Flight`), its header
+and the tree table (the key trailer) are the datapath's records it reads.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from amaranth import Cat, Const, Module, Mux, Signal, signed
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 
@@ -30,80 +32,103 @@ from panama.hw.ingress import max_beats
 from panama.hw.layout import HEADER_WORDS, KEY_WORDS, MAGIC, VERSION
 
 if TYPE_CHECKING:
-    from types import SimpleNamespace
-
-    from panama.hw.datapath import AggregationDatapath
+    from panama.hw.datapath import AggregationDatapath, Flight, Header, TreeTable
     from panama.hw.layout import HwConfig
 
-__all__ = ["build_beat_pipeline"]
+__all__ = ["BeatPipeline", "IssuePort", "build_beat_pipeline"]
 
 
-def build_beat_pipeline(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
-    """Add the beat pipeline to ``m``; sets ``st.iss_*``, ``st.beat_no``, ``st.hazard``,
-    ``st.room_out`` and ``st.beat0``."""
+@dataclass
+class IssuePort:
+    """Where the header FSM issues a packet's beats, one per cycle: ``valid``, ``data``,
+    ``beat`` (its number in the packet), ``last``; ``beat_no`` counts the beats issued
+    for the current packet (a register the FSM drives)."""
+
+    valid: Signal
+    data: Signal
+    beat: Signal
+    beat_no: Signal
+    last: Signal
+
+
+@dataclass
+class BeatPipeline:
+    """What the beat pipeline gives the header FSM: the issue port, ``hazard`` (a beat of
+    the packet's slot is between read and write port), ``room_out`` (the output FIFO can
+    take a whole datagram more) and ``beat0`` (beat 0 with the emitted header in words
+    0..6)."""
+
+    issue: IssuePort
+    hazard: Signal
+    room_out: Signal
+    beat0: Value
+
+
+def build_beat_pipeline(m: Module, dp: AggregationDatapath, tree: TreeTable, hdr: Header, pkt: Flight) -> BeatPipeline:
+    """Add the beat pipeline of the packet in flight ``pkt`` to ``m``."""
     cfg = dp.cfg
     mem = Memory(shape=cfg.width, depth=cfg.slots * cfg.beats_per_slot, init=[])
     m.submodules.mem = mem
     rd = mem.read_port()
     wp = mem.write_port()
-    side0 = _issue(m, cfg, st, rd, wp)
-    pipe, result = _lanes(m, cfg, st, rd, side0)
+    issue, side0 = _issue(m, cfg, tree, pkt, rd, wp)
+    pipe, result = _lanes(m, cfg, issue, rd, side0)
     fifo, fifo_depth = _write_back_and_egress(m, dp, pipe[-1], result, wp)
-    _hazard_and_room(m, cfg, st, pipe, fifo, fifo_depth)
-    st.beat0 = _emitted_header(st)
+    hazard, room_out = _hazard_and_room(m, cfg, pkt, pipe, fifo, fifo_depth)
+    return BeatPipeline(issue, hazard, room_out, _emitted_header(tree, hdr, pkt))
 
 
-def _issue(m: Module, cfg: HwConfig, st: SimpleNamespace, rd, wp) -> Signal:
-    """The issue port (``st.iss_*``, ``st.beat_no``): the beat's slot-memory read, and its
-    side-band word (what the later stages need of the packet), returned."""
+def _issue(m: Module, cfg: HwConfig, tree: TreeTable, pkt: Flight, rd, wp) -> tuple[IssuePort, Signal]:
+    """The issue port, the beat's slot-memory read, and its side-band word (what the later
+    stages need of the packet): ``(port, side-band word)``."""
     W, LN, NP = cfg.width, cfg.lanes, cfg.ports
     BPS = cfg.beats_per_slot
-    st.iss_valid = Signal()
-    st.iss_data = Signal(W)
-    st.iss_beat = Signal(range(max(2, 1 << 11)))
-    st.beat_no = Signal(range(max(2, 1 << 11)))  # beats issued for the current packet
-    m.d.comb += rd.addr.eq(st.w_s * BPS + st.iss_beat)
-    sbits = len(st.w_s)
+    iss_valid = Signal()
+    iss_data = Signal(W)
+    iss_beat = Signal(range(max(2, 1 << 11)))
+    beat_no = Signal(range(max(2, 1 << 11)))  # beats issued for the current packet
+    m.d.comb += rd.addr.eq(pkt.slot * BPS + iss_beat)
+    sbits = len(pkt.slot)
     # valid op wr emit last beat0 dests ecn words key addr slot
     side_w = 1 + 2 + 1 + 1 + 1 + 1 + NP + 2 + 8 + 64 + len(wp.addr) + sbits
     side0 = Signal(side_w)
     words_left = Signal(signed(20))
-    m.d.comb += words_left.eq(HEADER_WORDS + st.e_count)
+    m.d.comb += words_left.eq(HEADER_WORDS + pkt.e_count)
     rel = Signal(signed(20))
-    m.d.comb += rel.eq(words_left - st.iss_beat * LN)
+    m.d.comb += rel.eq(words_left - iss_beat * LN)
     # lanes below nwords carry data; lanes nwords, nwords+1 the key trailer (clipped to [-2, lanes])
     nwords = Signal(signed(8))
     m.d.comb += nwords.eq(Mux(rel > LN, LN, Mux(rel < -2, -2, rel)))
-    st.iss_last = Signal()
+    iss_last = Signal()
     # the last beat of a datagram may hold only the key trailer, past the slot's rows: never written
     m.d.comb += side0.eq(
         Cat(
-            st.iss_valid,
-            st.op,
-            st.wr & (st.iss_beat < BPS),
-            st.emit,
-            st.iss_last,
-            st.iss_beat == 0,
-            st.e_dests,
-            st.e_ecn,
+            iss_valid,
+            pkt.op,
+            pkt.wr & (iss_beat < BPS),
+            pkt.emit,
+            iss_last,
+            iss_beat == 0,
+            pkt.e_dests,
+            pkt.e_ecn,
             nwords,
-            st.t_keylo[st.l_t],
-            st.t_keyhi[st.l_t],
-            (st.w_s * BPS + st.iss_beat)[: len(wp.addr)],
-            st.w_s,
+            tree.keylo[pkt.tree],
+            tree.keyhi[pkt.tree],
+            (pkt.slot * BPS + iss_beat)[: len(wp.addr)],
+            pkt.slot,
         )
     )
-    return side0
+    return IssuePort(iss_valid, iss_data, iss_beat, beat_no, iss_last), side0
 
 
-def _lanes(m: Module, cfg: HwConfig, st: SimpleNamespace, rd, side0: Signal) -> tuple[list[Signal], Cat]:
+def _lanes(m: Module, cfg: HwConfig, issue: IssuePort, rd, side0: Signal) -> tuple[list[Signal], Cat]:
     """The binary32 lanes, and the side-band word delayed alongside them: ``(pipe, result)``,
     ``pipe[-1]`` the side-band word in step with ``result``."""
     W, LN = cfg.width, cfg.lanes
     side_w = len(side0)
     p1_side = Signal(side_w)
     p1_data = Signal(W)
-    m.d.sync += [p1_side.eq(side0), p1_data.eq(st.iss_data)]
+    m.d.sync += [p1_side.eq(side0), p1_data.eq(issue.data)]
     pipe = [p1_side]
     for i in range(LATENCY):
         nxt = Signal(side_w, name=f"pside{i}")
@@ -166,21 +191,22 @@ def _write_back_and_egress(m: Module, dp: AggregationDatapath, o_side: Signal, r
     return fifo, fifo_depth
 
 
-def _hazard_and_room(m: Module, cfg: HwConfig, st: SimpleNamespace, pipe, fifo, fifo_depth: int) -> None:
-    """``st.hazard`` (a beat of the packet's slot is in flight) and ``st.room_out``."""
-    sbits = len(st.w_s)
+def _hazard_and_room(m: Module, cfg: HwConfig, pkt: Flight, pipe, fifo, fifo_depth: int) -> tuple[Signal, Signal]:
+    """``(hazard, room_out)``: a beat of the packet's slot is in flight; the FIFO has room."""
+    sbits = len(pkt.slot)
     mbeats = max_beats(cfg)
     # Read-after-write hazard: a packet that reads its slot waits while beats of that
     # slot are still between the read port and the write port. The beats carry their slot
     # number: an equality of a few bits (comparing row addresses against the slot's row
     # range, w_s * BPS <= addr < w_s * BPS + BPS, was the critical path on ECP5).
-    st.hazard = Signal()
-    m.d.comb += st.hazard.eq(Cat(sg[0] & sg[3] & (sg[-sbits:] == st.w_s) for sg in pipe).any())
-    st.room_out = Signal()
-    m.d.comb += st.room_out.eq(fifo.level <= fifo_depth - (mbeats + LATENCY + 4))
+    hazard = Signal()
+    m.d.comb += hazard.eq(Cat(sg[0] & sg[3] & (sg[-sbits:] == pkt.slot) for sg in pipe).any())
+    room_out = Signal()
+    m.d.comb += room_out.eq(fifo.level <= fifo_depth - (mbeats + LATENCY + 4))
+    return hazard, room_out
 
 
-def _emitted_header(st: SimpleNamespace):
+def _emitted_header(tree: TreeTable, hdr: Header, pkt: Flight) -> Value:
     """The emitted header in the codec layout, replacing words 0..6 of beat 0."""
 
     def be_bytes(value, n):
@@ -189,14 +215,14 @@ def _emitted_header(st: SimpleNamespace):
     e_hdr = Cat(
         *be_bytes(Const(MAGIC, 16), 2),
         Const(VERSION, 8),
-        st.e_flags,
-        *be_bytes(st.t_job[st.T_], 4),
-        *be_bytes(st.t_tid[st.T_], 2),
-        *be_bytes(st.e_cap, 2),
-        *be_bytes(st.h_gen, 4),
-        *be_bytes(st.e_seq, 4),
-        *be_bytes(st.e_ack, 4),
-        *be_bytes(st.e_count, 2),
+        pkt.e_flags,
+        *be_bytes(tree.job[pkt.tree], 4),
+        *be_bytes(tree.tid[pkt.tree], 2),
+        *be_bytes(pkt.e_cap, 2),
+        *be_bytes(hdr.gen, 4),
+        *be_bytes(pkt.e_seq, 4),
+        *be_bytes(pkt.e_ack, 4),
+        *be_bytes(pkt.e_count, 2),
         Const(0, 16),
     )
-    return Cat(e_hdr, st.hbeat[HEADER_BYTES * 8 :])
+    return Cat(e_hdr, hdr.beat[HEADER_BYTES * 8 :])

@@ -43,16 +43,21 @@ Files
 This module holds the interfaces, the tree and slot tables, the header parse and the
 lookup; the other parts of ``elaborate`` are built by :mod:`panama.hw.beats` (beat
 pipeline), :mod:`panama.hw.control` (control interface) and :mod:`panama.hw.header_fsm`
-(header FSM), in that order, sharing the internal signals through one namespace
-(``st``); the configuration, field and event encodings are in :mod:`panama.hw.layout`,
+(header FSM), in that order, sharing the internal signals as typed records
+(:class:`TreeTable`, :class:`SlotTable`, :class:`Header`, :class:`Lookup`,
+:class:`Latched`, :class:`Flight`, the beat pipeline's
+:class:`~panama.hw.beats.BeatPipeline`; all of them in :class:`Internals`): each
+record is returned by the function that builds its signals, and each generator takes
+the records it reads or drives; the configuration, field and event encodings are in :mod:`panama.hw.layout`,
 the ingress buffer in :mod:`panama.hw.ingress`, the adders in :mod:`panama.hw.fp32`.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from amaranth import Array, Cat, Const, Elaboratable, Module, Signal
+from amaranth import Array, Cat, Const, Elaboratable, Module, Signal, Value
 
 from panama.core.codec import HEADER_BYTES
 from panama.core.packet import KNOWN_FLAGS
@@ -71,7 +76,10 @@ from panama.hw.layout import (
     _bits_for,
 )
 
-__all__ = ["AggregationDatapath"]
+if TYPE_CHECKING:
+    from panama.hw.beats import BeatPipeline
+
+__all__ = ["AggregationDatapath", "Flight", "Header", "Internals", "Latched", "Lookup", "SlotTable", "TreeTable"]
 
 
 class AggregationDatapath(Elaboratable):
@@ -112,18 +120,175 @@ class AggregationDatapath(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        # the internal signals the parts share: tables, parsed header, lookup, packet in flight
-        st = SimpleNamespace()
-        _tree_table(self.cfg, st)
-        _slot_table(self.cfg, st)
-        _ingress(m, self, st)
-        _header_parse(m, self, st)
-        _lookup(m, self.cfg, st)
-        _packet_in_flight(m, self, st)
-        build_beat_pipeline(m, self, st)
-        build_control(m, self, st)
-        build_header_fsm(m, self, st)
+        cfg = self.cfg
+        tree = _tree_table(cfg)
+        slots = _slot_table(cfg)
+        ing, fsm_busy = _ingress(m, self)
+        hdr = _header_parse(m, self)
+        look = _lookup(m, cfg, tree, slots, hdr)
+        lat = _latched(cfg, hdr)
+        pkt = _packet_in_flight(m, self, fsm_busy, tree, hdr, lat)
+        beats = build_beat_pipeline(m, self, tree, hdr, pkt)
+        grow_done = build_control(m, self, tree, slots)
+        parts = Internals(tree, slots, ing, hdr, look, lat, pkt, beats, grow_done)
+        build_header_fsm(m, self, parts)
         return m
+
+
+@dataclass
+class TreeTable:
+    """The tree table: ``max_trees`` entries of registers (one :class:`~amaranth.hdl.Array`
+    per field, indexed by the tree's entry), written by the host through the control
+    interface and by the header FSM. ``chport`` and ``ack`` are per child, indexed by
+    ``Cat(child, tree)``. Hold mode, sequence and cap (``hmode``, ``hseq``, ``hcap``) are
+    the core's share hold; ``keyhi``/``keylo`` the job's key trailer."""
+
+    valid: Array
+    job: Array
+    tid: Array
+    nch: Array  # children
+    chport: Array  # a child's port, index Cat(child, tree)
+    mask: Array  # the children's ports as a bitmask (the results' multicast group)
+    parent: Array
+    root: Array
+    floor: Array
+    ack: Array  # a child's ack, index Cat(child, tree)
+    atfloor: Array  # children whose ack equals the floor
+    used: Array  # slots held
+    limit: Array
+    target: Array
+    cap: Array
+    capsent: Array
+    hmode: Array
+    hseq: Array
+    hcap: Array
+    keyhi: Array
+    keylo: Array
+
+
+@dataclass
+class SlotTable:
+    """The slot table: ``slots`` entries of registers (one Array per field, indexed by the
+    slot), looked up by content on ``(tree, seq)``; the slot's sum is in the beat
+    pipeline's slot memory."""
+
+    valid: Array
+    tree: Array
+    seq: Array
+    gen: Array
+    count: Array
+    seen: Array  # the children that contributed, a bitmask
+    nseen: Array
+    ce: Array
+    retx: Array  # a contribution (or the parent's result) was a retransmission
+    cap: Array
+    state: Array  # S_FREE, S_AGG, S_PARTIAL or S_RESULT
+
+
+@dataclass
+class Header:
+    """The datagram taken by the header FSM: its registers (beat 0 and the side-band),
+    the header fields read from ``beat`` (big-endian slices, no registers of their own)
+    and the codec's verdict on it (``mal``: the codec reason, 0 when well formed)."""
+
+    beat: Signal  # beat 0 of the datagram
+    key: Signal  # the key trailer, read by the ingress buffer
+    port: Signal
+    ecn: Signal
+    length: Signal
+    last: Signal  # beat 0 is the last beat
+    flags: Value
+    job: Value
+    tid: Value
+    cap: Value
+    gen: Value
+    seq: Value
+    ack: Value
+    count: Value
+    mal: Signal
+
+
+@dataclass
+class Lookup:
+    """The combinational lookup of the taken datagram against the tables: the per-entry hit
+    vectors and the first hit's index of its tree (``t_*``), child (``c_*``) and slot
+    (``s_*``), the first free slot, whether its job is known and whether its key is bad."""
+
+    t_hit: Value
+    job_known: Value
+    key_bad: Value
+    t_idx: Signal
+    c_hit: Value
+    c_idx: Signal
+    s_hit: Value
+    s_idx: Signal
+    f_idx: Signal
+
+
+@dataclass
+class Latched:
+    """The :class:`Lookup` registered in state LOOKUP (and the codec verdict), read from
+    DECIDE on: hit flags and indices of tree, child and slot, the free slot."""
+
+    mal: Signal
+    badkey: Signal
+    thit: Signal
+    jobk: Signal  # the job is known
+    t: Signal
+    chit: Signal
+    c: Signal
+    shit: Signal
+    s: Signal
+    free: Signal
+
+
+@dataclass
+class Flight:
+    """The packet in flight through the header FSM: its slot, verdict, what its beats do
+    (``op``, ``wr``, ``emit``), the header it emits (``e_*``), the continuation after an
+    ack, the floor scratch, and the masks derived from its tree and child. ``busy`` is
+    driven by the FSM while it holds a packet (made by :func:`_ingress`, whose statement
+    ORs it into the port ``busy``)."""
+
+    busy: Signal
+    slot: Signal  # the slot this packet works on
+    ev: Signal  # the verdict (event code)
+    op: Signal  # the adders' operation
+    wr: Signal  # write the beats back to slot memory
+    emit: Signal
+    e_flags: Signal
+    e_cap: Signal
+    e_ack: Signal
+    e_seq: Signal
+    e_count: Signal
+    e_dests: Signal
+    e_ecn: Signal
+    cont: Signal  # continuation after taking an ack
+    f_new: Signal  # the new floor (FLOOR1 -> FLOOR2)
+    room_limit: Signal  # the tree's limit before the ack of a share-limited packet
+    moved: Signal  # this packet raised the tree's floor
+    tree: Signal  # the packet's tree entry (the latched lookup's)
+    ack_idx: Value  # Cat(child, tree): the child's ack in the tree table
+    bit: Signal  # the child's bit
+    port_mask: Signal  # the ingress port's bit
+    parent_mask: Signal  # the tree's parent's bit
+
+
+@dataclass
+class Internals:
+    """Every internal part of the datapath, for the header FSM, which reads or drives all
+    of them: the tables, the ingress buffer, the taken header, its lookup (combinational
+    and latched), the packet in flight, the beat pipeline and the host's ``grow_done``."""
+
+    tree: TreeTable
+    slots: SlotTable
+    ing: IngressBuffer
+    hdr: Header
+    look: Lookup
+    lat: Latched
+    pkt: Flight
+    beats: BeatPipeline
+    grow_done: Signal
 
 
 def _table(name: str, width: int, n: int, reset: int = 0) -> Array:
@@ -131,82 +296,87 @@ def _table(name: str, width: int, n: int, reset: int = 0) -> Array:
     return Array(Signal(width, name=f"{name}{i}", init=reset) for i in range(n))
 
 
-def _tree_table(cfg: HwConfig, st: SimpleNamespace) -> None:
+def _tree_table(cfg: HwConfig) -> TreeTable:
     """The tree table: ``max_trees`` entries; per-child fields are indexed by ``Cat(child, tree)``."""
     T, C, S, NP = cfg.max_trees, cfg.max_children, cfg.slots, cfg.ports
     cbits, tbits, sbits, pbits = _bits_for(C), _bits_for(T), _bits_for(S), _bits_for(NP)
     TC = (1 << tbits) * (1 << cbits)  # (tree, child) arrays indexed by Cat(child, tree)
-    st.t_valid = _table("t_valid", 1, T)
-    st.t_job = _table("t_job", 32, T)
-    st.t_tid = _table("t_tid", 16, T)
-    st.t_nch = _table("t_nch", cbits + 1, T)
-    st.t_chport = _table("t_chport", pbits, TC)  # index Cat(child, tree)
-    st.t_mask = _table("t_mask", NP, T)
-    st.t_parent = _table("t_parent", pbits, T)
-    st.t_root = _table("t_root", 1, T)
-    st.t_floor = _table("t_floor", 32, T)
-    st.t_ack = _table("t_ack", 32, TC)
-    st.t_atfloor = _table("t_atfloor", cbits + 1, T)
-    st.t_used = _table("t_used", sbits + 1, T)
-    st.t_limit = _table("t_limit", sbits + 1, T)
-    st.t_target = _table("t_target", sbits + 1, T)
-    st.t_cap = _table("t_cap", 16, T)
-    st.t_capsent = _table("t_capsent", 16, T)
-    st.t_hmode = _table("t_hmode", 2, T)
-    st.t_hseq = _table("t_hseq", 33, T)
-    st.t_hcap = _table("t_hcap", 16, T)
-    st.t_keyhi = _table("t_keyhi", 32, T)
-    st.t_keylo = _table("t_keylo", 32, T)
+    return TreeTable(
+        valid=_table("t_valid", 1, T),
+        job=_table("t_job", 32, T),
+        tid=_table("t_tid", 16, T),
+        nch=_table("t_nch", cbits + 1, T),
+        chport=_table("t_chport", pbits, TC),
+        mask=_table("t_mask", NP, T),
+        parent=_table("t_parent", pbits, T),
+        root=_table("t_root", 1, T),
+        floor=_table("t_floor", 32, T),
+        ack=_table("t_ack", 32, TC),
+        atfloor=_table("t_atfloor", cbits + 1, T),
+        used=_table("t_used", sbits + 1, T),
+        limit=_table("t_limit", sbits + 1, T),
+        target=_table("t_target", sbits + 1, T),
+        cap=_table("t_cap", 16, T),
+        capsent=_table("t_capsent", 16, T),
+        hmode=_table("t_hmode", 2, T),
+        hseq=_table("t_hseq", 33, T),
+        hcap=_table("t_hcap", 16, T),
+        keyhi=_table("t_keyhi", 32, T),
+        keylo=_table("t_keylo", 32, T),
+    )
 
 
-def _slot_table(cfg: HwConfig, st: SimpleNamespace) -> None:
+def _slot_table(cfg: HwConfig) -> SlotTable:
     """The slot table: ``slots`` entries, looked up by content on ``(tree, seq)``."""
     C, S = cfg.max_children, cfg.slots
     cbits, tbits = _bits_for(C), _bits_for(cfg.max_trees)
-    st.s_valid = _table("s_valid", 1, S)
-    st.s_tree = _table("s_tree", tbits, S)
-    st.s_seq = _table("s_seq", 32, S)
-    st.s_gen = _table("s_gen", 32, S)
-    st.s_count = _table("s_count", 16, S)
-    st.s_seen = _table("s_seen", C, S)
-    st.s_nseen = _table("s_nseen", cbits + 1, S)
-    st.s_ce = _table("s_ce", 1, S)
-    st.s_retx = _table("s_retx", 1, S)  # a contribution (or the parent's result) was a retransmission
-    st.s_cap = _table("s_cap", 16, S)
-    st.s_state = _table("s_state", 2, S)
+    return SlotTable(
+        valid=_table("s_valid", 1, S),
+        tree=_table("s_tree", tbits, S),
+        seq=_table("s_seq", 32, S),
+        gen=_table("s_gen", 32, S),
+        count=_table("s_count", 16, S),
+        seen=_table("s_seen", C, S),
+        nseen=_table("s_nseen", cbits + 1, S),
+        ce=_table("s_ce", 1, S),
+        retx=_table("s_retx", 1, S),
+        cap=_table("s_cap", 16, S),
+        state=_table("s_state", 2, S),
+    )
 
 
-def _ingress(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
-    """The ingress buffer (whole datagrams, key read) behind the ingress ports; ``busy``."""
-    cfg = dp.cfg
-    st.ing = IngressBuffer(cfg)
-    m.submodules.ingress = st.ing
+def _ingress(m: Module, dp: AggregationDatapath) -> tuple[IngressBuffer, Signal]:
+    """The ingress buffer (whole datagrams, key read) behind the ingress ports, and the header
+    FSM's busy flag (the port ``busy`` is either's): ``(buffer, fsm_busy)``."""
+    ing = IngressBuffer(dp.cfg)
+    m.submodules.ingress = ing
     m.d.comb += [
-        st.ing.in_data.eq(dp.in_data),
-        st.ing.in_valid.eq(dp.in_valid),
-        st.ing.in_last.eq(dp.in_last),
-        st.ing.in_port.eq(dp.in_port),
-        st.ing.in_ecn.eq(dp.in_ecn),
-        st.ing.in_length.eq(dp.in_length),
-        dp.in_ready.eq(st.ing.in_ready),
+        ing.in_data.eq(dp.in_data),
+        ing.in_valid.eq(dp.in_valid),
+        ing.in_last.eq(dp.in_last),
+        ing.in_port.eq(dp.in_port),
+        ing.in_ecn.eq(dp.in_ecn),
+        ing.in_length.eq(dp.in_length),
+        dp.in_ready.eq(ing.in_ready),
     ]
-    st.fsm_busy = Signal()
-    m.d.comb += dp.busy.eq(st.fsm_busy | st.ing.busy)
+    fsm_busy = Signal()
+    m.d.comb += dp.busy.eq(fsm_busy | ing.busy)
+    return ing, fsm_busy
 
 
-def _header_parse(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
+def _header_parse(m: Module, dp: AggregationDatapath) -> Header:
     """The header register (beat 0 and side-band of the datagram taken), its fields and the
-    codec's checks (``st.mal``: the codec reason, 0 when well formed)."""
+    codec's checks."""
     W, pbits = dp.cfg.width, _bits_for(dp.cfg.ports)
-    st.hbeat = Signal(W)
-    st.hkey = Signal(64)
-    st.hport = Signal(pbits)
-    st.hecn = Signal(2)
-    st.hlen = Signal(17)
-    st.hlast = Signal()
+    hbeat = Signal(W)
+    hkey = Signal(64)
+    hport = Signal(pbits)
+    hecn = Signal(2)
+    hlen = Signal(17)
+    hlast = Signal()
 
     def byte(j):
-        return st.hbeat[8 * j : 8 * j + 8]
+        return hbeat[8 * j : 8 * j + 8]
 
     def be16(o):
         return Cat(byte(o + 1), byte(o))
@@ -214,102 +384,136 @@ def _header_parse(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> No
     def be32(o):
         return Cat(byte(o + 3), byte(o + 2), byte(o + 1), byte(o))
 
-    h_magic, h_version, st.h_flags = be16(0), byte(2), byte(3)
-    st.h_job, st.h_tid, st.h_cap, st.h_gen = be32(4), be16(8), be16(10), be32(12)
-    st.h_seq, st.h_ack, st.h_count, h_res = be32(16), be32(20), be16(24), be16(26)
+    h_magic, h_version, h_flags = be16(0), byte(2), byte(3)
+    h_job, h_tid, h_cap, h_gen = be32(4), be16(8), be16(10), be32(12)
+    h_seq, h_ack, h_count, h_res = be32(16), be32(20), be16(24), be16(26)
     body = Signal(18)
-    m.d.comb += body.eq(st.hlen - HEADER_BYTES - KEY_BYTES)
+    m.d.comb += body.eq(hlen - HEADER_BYTES - KEY_BYTES)
     need = Signal(18)
-    m.d.comb += need.eq(st.h_count << 2)
-    st.mal = Signal(range(len(EVENTS)))
-    with m.If(st.hlen < HEADER_BYTES + KEY_BYTES):
-        m.d.comb += st.mal.eq(EV["codec_short"])
+    m.d.comb += need.eq(h_count << 2)
+    mal = Signal(range(len(EVENTS)))
+    with m.If(hlen < HEADER_BYTES + KEY_BYTES):
+        m.d.comb += mal.eq(EV["codec_short"])
     with m.Elif(h_magic != MAGIC):
-        m.d.comb += st.mal.eq(EV["codec_bad_magic"])
+        m.d.comb += mal.eq(EV["codec_bad_magic"])
     with m.Elif(h_version != VERSION):
-        m.d.comb += st.mal.eq(EV["codec_bad_version"])
-    with m.Elif((st.h_flags & ~KNOWN_FLAGS & 0xFF) != 0):
-        m.d.comb += st.mal.eq(EV["codec_unknown_flags"])
+        m.d.comb += mal.eq(EV["codec_bad_version"])
+    with m.Elif((h_flags & ~KNOWN_FLAGS & 0xFF) != 0):
+        m.d.comb += mal.eq(EV["codec_unknown_flags"])
     with m.Elif(h_res != 0):
-        m.d.comb += st.mal.eq(EV["codec_reserved_nonzero"])
+        m.d.comb += mal.eq(EV["codec_reserved_nonzero"])
     with m.Elif(body < need):
-        m.d.comb += st.mal.eq(EV["codec_count_mismatch"])
+        m.d.comb += mal.eq(EV["codec_count_mismatch"])
     with m.Elif(body > need):
-        m.d.comb += st.mal.eq(EV["codec_trailing_bytes"])
+        m.d.comb += mal.eq(EV["codec_trailing_bytes"])
+    return Header(
+        hbeat, hkey, hport, hecn, hlen, hlast, h_flags, h_job, h_tid, h_cap, h_gen, h_seq, h_ack, h_count, mal
+    )
 
 
-def _lookup(m: Module, cfg: HwConfig, st: SimpleNamespace) -> None:
+def _lookup(m: Module, cfg: HwConfig, tree: TreeTable, slots: SlotTable, hdr: Header) -> Lookup:
     """The combinational lookup of the packet's tree, child, slot and a free slot (and the
-    key check), and the registers that hold it from LOOKUP on."""
+    key check)."""
     T, C, S = cfg.max_trees, cfg.max_children, cfg.slots
     cbits, tbits, sbits = _bits_for(C), _bits_for(T), _bits_for(S)
-    h_job, h_tid = st.h_job, st.h_tid
-    st.t_hit_v = Cat(st.t_valid[i] & (st.t_job[i] == h_job) & (st.t_tid[i] == h_tid) for i in range(T))
-    st.job_known = Cat(st.t_valid[i] & (st.t_job[i] == h_job) for i in range(T)).any()
+    h_job, h_tid = hdr.job, hdr.tid
+    t_hit_v = Cat(tree.valid[i] & (tree.job[i] == h_job) & (tree.tid[i] == h_tid) for i in range(T))
+    job_known = Cat(tree.valid[i] & (tree.job[i] == h_job) for i in range(T)).any()
     # the codec's key check: a known job's datagram must carry the job's key (every entry of a
     # job holds the same key: the host writes the job's key into each of its trees)
-    st.key_bad = Cat(
-        st.t_valid[i] & (st.t_job[i] == h_job) & (Cat(st.t_keylo[i], st.t_keyhi[i]) != st.hkey) for i in range(T)
+    key_bad = Cat(
+        tree.valid[i] & (tree.job[i] == h_job) & (Cat(tree.keylo[i], tree.keyhi[i]) != hdr.key) for i in range(T)
     ).any()
-    st.t_idx = Signal(tbits)
+    t_idx = Signal(tbits)
     for i in reversed(range(T)):
-        with m.If(st.t_hit_v[i]):
-            m.d.comb += st.t_idx.eq(i)
-    st.c_hit_v = Cat(
-        (Const(c, cbits + 1) < st.t_nch[st.t_idx]) & (st.t_chport[Cat(Const(c, cbits), st.t_idx)] == st.hport)
+        with m.If(t_hit_v[i]):
+            m.d.comb += t_idx.eq(i)
+    c_hit_v = Cat(
+        (Const(c, cbits + 1) < tree.nch[t_idx]) & (tree.chport[Cat(Const(c, cbits), t_idx)] == hdr.port)
         for c in range(C)
     )
-    st.c_idx = Signal(cbits)
+    c_idx = Signal(cbits)
     for c in reversed(range(C)):
-        with m.If(st.c_hit_v[c]):
-            m.d.comb += st.c_idx.eq(c)
-    st.s_hit_v = Cat(st.s_valid[s] & (st.s_tree[s] == st.t_idx) & (st.s_seq[s] == st.h_seq) for s in range(S))
-    st.s_idx = Signal(sbits)
+        with m.If(c_hit_v[c]):
+            m.d.comb += c_idx.eq(c)
+    s_hit_v = Cat(slots.valid[s] & (slots.tree[s] == t_idx) & (slots.seq[s] == hdr.seq) for s in range(S))
+    s_idx = Signal(sbits)
     for s in reversed(range(S)):
-        with m.If(st.s_hit_v[s]):
-            m.d.comb += st.s_idx.eq(s)
-    st.f_idx = Signal(sbits)
+        with m.If(s_hit_v[s]):
+            m.d.comb += s_idx.eq(s)
+    f_idx = Signal(sbits)
     for s in reversed(range(S)):
-        with m.If(~st.s_valid[s]):
-            m.d.comb += st.f_idx.eq(s)
-
-    st.l_mal = Signal.like(st.mal)
-    st.l_badkey = Signal()
-    st.l_thit = Signal()
-    st.l_jobk = Signal()
-    st.l_t = Signal(tbits)
-    st.l_chit = Signal()
-    st.l_c = Signal(cbits)
-    st.l_shit = Signal()
-    st.l_s = Signal(sbits)
-    st.l_free = Signal(sbits)
+        with m.If(~slots.valid[s]):
+            m.d.comb += f_idx.eq(s)
+    return Lookup(t_hit_v, job_known, key_bad, t_idx, c_hit_v, c_idx, s_hit_v, s_idx, f_idx)
 
 
-def _packet_in_flight(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
-    """The state of the packet in flight: its slot, verdict, emitted header and continuation."""
+def _latched(cfg: HwConfig, hdr: Header) -> Latched:
+    """The registers that hold the lookup from LOOKUP on (the header FSM writes them)."""
+    cbits, tbits, sbits = _bits_for(cfg.max_children), _bits_for(cfg.max_trees), _bits_for(cfg.slots)
+    l_mal = Signal.like(hdr.mal)
+    l_badkey = Signal()
+    l_thit = Signal()
+    l_jobk = Signal()
+    l_t = Signal(tbits)
+    l_chit = Signal()
+    l_c = Signal(cbits)
+    l_shit = Signal()
+    l_s = Signal(sbits)
+    l_free = Signal(sbits)
+    return Latched(l_mal, l_badkey, l_thit, l_jobk, l_t, l_chit, l_c, l_shit, l_s, l_free)
+
+
+def _packet_in_flight(
+    m: Module, dp: AggregationDatapath, fsm_busy: Signal, tree: TreeTable, hdr: Header, lat: Latched
+) -> Flight:
+    """The state of the packet in flight: its slot, verdict, emitted header and continuation
+    (with ``fsm_busy``, made by :func:`_ingress`)."""
     C, NP, sbits = dp.cfg.max_children, dp.cfg.ports, _bits_for(dp.cfg.slots)
-    st.w_s = Signal(sbits)  # the slot this packet works on
-    st.ev = Signal.like(dp.event_code)
-    st.op = Signal(2)
-    st.wr = Signal()  # write the beats back to slot memory
-    st.emit = Signal()
-    st.e_flags = Signal(8)
-    st.e_cap = Signal(16)
-    st.e_ack = Signal(32)
-    st.e_seq = Signal(32)
-    st.e_count = Signal(16)
-    st.e_dests = Signal(NP)
-    st.e_ecn = Signal(2)
-    st.cont = Signal(3)  # continuation after taking an ack
-    st.f_new = Signal(32)
-    st.room_limit = Signal(sbits + 1)  # the tree's limit before the ack of a share-limited packet
-    st.moved = Signal()  # this packet raised the tree's floor
+    w_s = Signal(sbits)
+    ev = Signal.like(dp.event_code)
+    op = Signal(2)
+    wr = Signal()
+    emit = Signal()
+    e_flags = Signal(8)
+    e_cap = Signal(16)
+    e_ack = Signal(32)
+    e_seq = Signal(32)
+    e_count = Signal(16)
+    e_dests = Signal(NP)
+    e_ecn = Signal(2)
+    cont = Signal(3)
+    f_new = Signal(32)
+    room_limit = Signal(sbits + 1)
+    moved = Signal()
 
-    st.T_ = st.l_t
-    st.cur_ack_idx = Cat(st.l_c, st.l_t)
-    st.bit = Signal(C)
-    m.d.comb += st.bit.eq(Const(1, C) << st.l_c)
-    st.port_mask = Signal(NP)
-    m.d.comb += st.port_mask.eq(Const(1, NP) << st.hport)
-    st.parent_mask = Signal(NP)
-    m.d.comb += st.parent_mask.eq(Const(1, NP) << st.t_parent[st.T_])
+    bit = Signal(C)
+    m.d.comb += bit.eq(Const(1, C) << lat.c)
+    port_mask = Signal(NP)
+    m.d.comb += port_mask.eq(Const(1, NP) << hdr.port)
+    parent_mask = Signal(NP)
+    m.d.comb += parent_mask.eq(Const(1, NP) << tree.parent[lat.t])
+    return Flight(
+        fsm_busy,
+        w_s,
+        ev,
+        op,
+        wr,
+        emit,
+        e_flags,
+        e_cap,
+        e_ack,
+        e_seq,
+        e_count,
+        e_dests,
+        e_ecn,
+        cont,
+        f_new,
+        room_limit,
+        moved,
+        tree=lat.t,
+        ack_idx=Cat(lat.c, lat.t),
+        bit=bit,
+        port_mask=port_mask,
+        parent_mask=parent_mask,
+    )

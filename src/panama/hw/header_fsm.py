@@ -15,8 +15,9 @@ flight. One function builds each state (``_accept`` ... ``_stream``; DECIDE's th
 longer branches in ``_decide_result``, ``_decide_new_slot`` and ``_aggregate``); the
 helpers ``_take_ack``, ``_results_to``, ``_partial`` and ``_allocate`` are the core's
 ``_take_ack``, ``_results_to``, partial emission and slot allocation. ``dp`` is
-the :class:`~panama.hw.datapath.AggregationDatapath`, ``st`` the namespace of internal
-signals it shares with its parts.
+the :class:`~panama.hw.datapath.AggregationDatapath`; the FSM reads and drives every
+internal record of it (:class:`~panama.hw.datapath.Internals`), and each function takes
+only the records it uses.
 """
 
 from __future__ import annotations
@@ -42,397 +43,444 @@ from panama.hw.layout import (
 )
 
 if TYPE_CHECKING:
-    from types import SimpleNamespace
-
-    from panama.hw.datapath import AggregationDatapath
+    from panama.hw.beats import BeatPipeline
+    from panama.hw.datapath import (
+        AggregationDatapath,
+        Flight,
+        Header,
+        Internals,
+        Latched,
+        Lookup,
+        SlotTable,
+        TreeTable,
+    )
+    from panama.hw.ingress import IngressBuffer
 
 __all__ = ["build_header_fsm"]
 
-# Continuation after taking an ack (``st.cont``, read in state NEXT).
+# Continuation after taking an ack (``pkt.cont``, read in state NEXT).
 K_NONE, K_COMPLETE, K_RECHECK, K_DUPEMIT, K_ACKEMIT = range(5)
 
 
-def build_header_fsm(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
+def build_header_fsm(m: Module, dp: AggregationDatapath, parts: Internals) -> None:
     """Add the header FSM to ``m`` (after the beat pipeline and the control interface,
     whose signals it drives and reads): one function per state, in the order of a packet."""
-    m.d.comb += [dp.event_code.eq(st.ev)]
+    tree, slots, ing, hdr, look, lat, pkt = (
+        parts.tree,
+        parts.slots,
+        parts.ing,
+        parts.hdr,
+        parts.look,
+        parts.lat,
+        parts.pkt,
+    )
+    beats, grow_done = parts.beats, parts.grow_done
+    m.d.comb += [dp.event_code.eq(pkt.ev)]
     with m.FSM(name="hdr"):
         with m.State("ACCEPT"):
-            _accept(m, dp, st)
+            _accept(m, dp, ing, hdr, beats)
         with m.State("LOOKUP"):
-            _lookup(m, st)
+            _lookup(m, hdr, look, lat, pkt)
         with m.State("DECIDE"):
-            _decide(m, dp, st)
+            _decide(m, dp, tree, slots, hdr, lat, pkt)
         with m.State("FLOOR1"):
-            _floor_minimum(m, dp, st)
+            _floor_minimum(m, dp, tree, pkt)
         with m.State("FLOOR2"):
-            _floor_advance(m, dp, st)
+            _floor_advance(m, dp, tree, slots, pkt)
         with m.State("HOSTWAIT"):
-            _host_wait(m, dp, st)
+            _host_wait(m, dp, pkt, grow_done)
         with m.State("NEXT"):
-            _finish(m, st)
+            _finish(m, tree, slots, hdr, look, pkt)
         with m.State("START"):
-            _start(m, dp, st)
+            _start(m, dp, hdr, pkt, beats)
         with m.State("STREAM"):
-            _stream(m, st)
+            _stream(m, ing, pkt, beats)
 
 
 # ------------------------------------------------------------ the core's helpers, as statements
 
 
-def _take_ack(m: Module, st: SimpleNamespace, next_cont):
+def _take_ack(m: Module, tree: TreeTable, hdr: Header, pkt: Flight, next_cont):
     """Statements of the core's _take_ack for (l_t, l_c, h_ack), then go on to next_cont."""
-    old = st.t_ack[st.cur_ack_idx]
-    with m.If((st.h_ack > old) & (old == st.t_floor[st.T_])):
-        m.d.sync += [st.t_ack[st.cur_ack_idx].eq(st.h_ack), st.t_atfloor[st.T_].eq(st.t_atfloor[st.T_] - 1)]
-        with m.If(st.t_atfloor[st.T_] == 1):
+    old = tree.ack[pkt.ack_idx]
+    with m.If((hdr.ack > old) & (old == tree.floor[pkt.tree])):
+        m.d.sync += [tree.ack[pkt.ack_idx].eq(hdr.ack), tree.atfloor[pkt.tree].eq(tree.atfloor[pkt.tree] - 1)]
+        with m.If(tree.atfloor[pkt.tree] == 1):
             m.next = "FLOOR1"
         with m.Else():
             m.next = "NEXT"
     with m.Else():
-        with m.If(st.h_ack > old):
-            m.d.sync += st.t_ack[st.cur_ack_idx].eq(st.h_ack)
+        with m.If(hdr.ack > old):
+            m.d.sync += tree.ack[pkt.ack_idx].eq(hdr.ack)
         m.next = "NEXT"
-    m.d.sync += st.cont.eq(next_cont)
+    m.d.sync += pkt.cont.eq(next_cont)
 
 
-def _results_to(m: Module, st: SimpleNamespace, slot_cap, dests, ecn, ce, pop, retx):
+def _results_to(m: Module, tree: TreeTable, hdr: Header, pkt: Flight, slot_cap, dests, ecn, ce, pop, retx):
     """The core's _results_to: header of a result and its side effects on the tree."""
     cap = Signal(16)
-    m.d.comb += cap.eq(Mux(slot_cap < st.t_cap[st.T_], slot_cap, st.t_cap[st.T_]))
+    m.d.comb += cap.eq(Mux(slot_cap < tree.cap[pkt.tree], slot_cap, tree.cap[pkt.tree]))
     m.d.sync += [
-        st.emit.eq(1),
-        st.op.eq(pop),
-        st.e_flags.eq(Mux(ce, FLAG_RESULT | FLAG_ECE, FLAG_RESULT) | Mux(retx, FLAG_RETRANSMIT, 0)),
-        st.e_cap.eq(cap),
-        st.e_ack.eq(0),
-        st.e_dests.eq(dests),
-        st.e_ecn.eq(ecn),
+        pkt.emit.eq(1),
+        pkt.op.eq(pop),
+        pkt.e_flags.eq(Mux(ce, FLAG_RESULT | FLAG_ECE, FLAG_RESULT) | Mux(retx, FLAG_RETRANSMIT, 0)),
+        pkt.e_cap.eq(cap),
+        pkt.e_ack.eq(0),
+        pkt.e_dests.eq(dests),
+        pkt.e_ecn.eq(ecn),
     ]
-    with m.If(cap > st.t_capsent[st.T_]):
-        m.d.sync += st.t_capsent[st.T_].eq(cap)
-    with m.If(st.t_hmode[st.T_] == HOLD_WAIT_RESULT):
-        m.d.sync += [st.t_hmode[st.T_].eq(HOLD_SEQ), st.t_hseq[st.T_].eq(st.h_seq + st.t_hcap[st.T_])]
+    with m.If(cap > tree.capsent[pkt.tree]):
+        m.d.sync += tree.capsent[pkt.tree].eq(cap)
+    with m.If(tree.hmode[pkt.tree] == HOLD_WAIT_RESULT):
+        m.d.sync += [tree.hmode[pkt.tree].eq(HOLD_SEQ), tree.hseq[pkt.tree].eq(hdr.seq + tree.hcap[pkt.tree])]
 
 
-def _partial(m: Module, st: SimpleNamespace, flags, pop, floor):
+def _partial(m: Module, slots: SlotTable, pkt: Flight, flags, pop, floor):
     """The core's partial emission: the slot's sum towards the parent, acking ``floor``."""
     m.d.sync += [
-        st.emit.eq(1),
-        st.op.eq(pop),
-        st.e_flags.eq(flags),
-        st.e_cap.eq(st.s_cap[st.w_s]),
-        st.e_ack.eq(floor),
-        st.e_dests.eq(st.parent_mask),
-        st.e_ecn.eq(Mux(st.s_ce[st.w_s], CE, ECT0)),
+        pkt.emit.eq(1),
+        pkt.op.eq(pop),
+        pkt.e_flags.eq(flags),
+        pkt.e_cap.eq(slots.cap[pkt.slot]),
+        pkt.e_ack.eq(floor),
+        pkt.e_dests.eq(pkt.parent_mask),
+        pkt.e_ecn.eq(Mux(slots.ce[pkt.slot], CE, ECT0)),
     ]
 
 
-def _allocate(m: Module, st: SimpleNamespace, slot):
+def _allocate(m: Module, tree: TreeTable, slots: SlotTable, hdr: Header, pkt: Flight, slot):
     """The core's slot allocation: ``slot`` takes this contribution (copied into slot memory)."""
     m.d.sync += [
-        st.s_valid[slot].eq(1),
-        st.s_tree[slot].eq(st.T_),
-        st.s_seq[slot].eq(st.h_seq),
-        st.s_gen[slot].eq(st.h_gen),
-        st.s_count[slot].eq(st.h_count),
-        st.s_seen[slot].eq(st.bit),
-        st.s_nseen[slot].eq(1),
-        st.s_ce[slot].eq(st.hecn == CE),
-        st.s_retx[slot].eq((st.h_flags & FLAG_RETRANSMIT) != 0),
-        st.s_cap[slot].eq(Mux(st.h_cap < st.t_cap[st.T_], st.h_cap, st.t_cap[st.T_])),
-        st.s_state[slot].eq(S_AGG),
-        st.t_used[st.T_].eq(st.t_used[st.T_] + 1),
-        st.w_s.eq(slot),
-        st.op.eq(OP_PASS_B),
-        st.wr.eq(1),
+        slots.valid[slot].eq(1),
+        slots.tree[slot].eq(pkt.tree),
+        slots.seq[slot].eq(hdr.seq),
+        slots.gen[slot].eq(hdr.gen),
+        slots.count[slot].eq(hdr.count),
+        slots.seen[slot].eq(pkt.bit),
+        slots.nseen[slot].eq(1),
+        slots.ce[slot].eq(hdr.ecn == CE),
+        slots.retx[slot].eq((hdr.flags & FLAG_RETRANSMIT) != 0),
+        slots.cap[slot].eq(Mux(hdr.cap < tree.cap[pkt.tree], hdr.cap, tree.cap[pkt.tree])),
+        slots.state[slot].eq(S_AGG),
+        tree.used[pkt.tree].eq(tree.used[pkt.tree] + 1),
+        pkt.slot.eq(slot),
+        pkt.op.eq(OP_PASS_B),
+        pkt.wr.eq(1),
     ]
 
 
 # ------------------------------------------------------------ the states
 
 
-def _accept(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
+def _accept(m: Module, dp: AggregationDatapath, ing: IngressBuffer, hdr: Header, beats: BeatPipeline) -> None:
     """Take a whole datagram from the ingress buffer when the egress has room for its emission."""
     m.d.comb += dp.ctl_ready.eq(1)
-    with m.If(st.ing.b_valid & st.ing.d_valid & ~dp.ctl_valid & st.room_out):
-        m.d.comb += [st.ing.b_ready.eq(1), st.ing.d_ready.eq(1)]
+    with m.If(ing.b_valid & ing.d_valid & ~dp.ctl_valid & beats.room_out):
+        m.d.comb += [ing.b_ready.eq(1), ing.d_ready.eq(1)]
         m.d.sync += [
-            st.hbeat.eq(st.ing.b_data),
-            st.hport.eq(st.ing.d_port),
-            st.hecn.eq(st.ing.d_ecn),
-            st.hlen.eq(st.ing.d_length),
-            st.hkey.eq(st.ing.d_key),
-            st.hlast.eq(st.ing.b_last),
+            hdr.beat.eq(ing.b_data),
+            hdr.port.eq(ing.d_port),
+            hdr.ecn.eq(ing.d_ecn),
+            hdr.length.eq(ing.d_length),
+            hdr.key.eq(ing.d_key),
+            hdr.last.eq(ing.b_last),
         ]
         m.next = "LOOKUP"
 
 
-def _lookup(m: Module, st: SimpleNamespace) -> None:
+def _lookup(m: Module, hdr: Header, look: Lookup, lat: Latched, pkt: Flight) -> None:
     """Register the lookup of the packet's tree, child and slot and clear the packet's verdict."""
-    m.d.comb += st.fsm_busy.eq(1)
+    m.d.comb += pkt.busy.eq(1)
     m.d.sync += [
-        st.l_mal.eq(st.mal),
-        st.l_badkey.eq(st.key_bad),
-        st.l_thit.eq(st.t_hit_v.any()),
-        st.l_jobk.eq(st.job_known),
-        st.l_t.eq(st.t_idx),
-        st.l_chit.eq(st.c_hit_v.any()),
-        st.l_c.eq(st.c_idx),
-        st.l_shit.eq(st.s_hit_v.any()),
-        st.l_s.eq(st.s_idx),
-        st.l_free.eq(st.f_idx),
-        st.emit.eq(0),
-        st.wr.eq(0),
-        st.moved.eq(0),
-        st.op.eq(OP_PASS_B),
-        st.ev.eq(EV["ok"]),
-        st.w_s.eq(st.s_idx),
-        st.e_seq.eq(st.h_seq),
-        st.e_count.eq(st.h_count),
+        lat.mal.eq(hdr.mal),
+        lat.badkey.eq(look.key_bad),
+        lat.thit.eq(look.t_hit.any()),
+        lat.jobk.eq(look.job_known),
+        lat.t.eq(look.t_idx),
+        lat.chit.eq(look.c_hit.any()),
+        lat.c.eq(look.c_idx),
+        lat.shit.eq(look.s_hit.any()),
+        lat.s.eq(look.s_idx),
+        lat.free.eq(look.f_idx),
+        pkt.emit.eq(0),
+        pkt.wr.eq(0),
+        pkt.moved.eq(0),
+        pkt.op.eq(OP_PASS_B),
+        pkt.ev.eq(EV["ok"]),
+        pkt.slot.eq(look.s_idx),
+        pkt.e_seq.eq(hdr.seq),
+        pkt.e_count.eq(hdr.count),
     ]
     m.next = "DECIDE"
 
 
-def _decide(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
+def _decide(
+    m: Module, dp: AggregationDatapath, tree: TreeTable, slots: SlotTable, hdr: Header, lat: Latched, pkt: Flight
+) -> None:
     """The core's decision: drop with its reason, or store a result, take an ack, allocate or aggregate."""
     cfg = dp.cfg
-    m.d.comb += st.fsm_busy.eq(1)
-    sl = st.l_s
+    m.d.comb += pkt.busy.eq(1)
+    sl = lat.s
     drop = Signal()
-    drop_code = Signal.like(st.ev)
-    with m.If(st.l_mal != 0):
-        m.d.comb += [drop.eq(1), drop_code.eq(st.l_mal)]
-    with m.Elif(st.l_badkey):
+    drop_code = Signal.like(pkt.ev)
+    with m.If(lat.mal != 0):
+        m.d.comb += [drop.eq(1), drop_code.eq(lat.mal)]
+    with m.Elif(lat.badkey):
         m.d.comb += [drop.eq(1), drop_code.eq(EV["codec_" + codec.BAD_KEY])]
         m.d.sync += dp.bad_key_drops.eq(dp.bad_key_drops + 1)
-    with m.Elif(~st.l_thit):
+    with m.Elif(~lat.thit):
         m.d.comb += drop.eq(1)
-        with m.If(st.h_flags & FLAG_ACK):
+        with m.If(hdr.flags & FLAG_ACK):
             m.d.comb += drop_code.eq(EV["ack_unmatched"])
-        with m.Elif(st.l_jobk):
+        with m.Elif(lat.jobk):
             m.d.comb += drop_code.eq(EV[core_acc.UNKNOWN_TREE])
         with m.Else():
             m.d.comb += drop_code.eq(EV[core_acc.UNKNOWN_JOB])
-    with m.Elif(st.h_flags & FLAG_RESULT):
-        _decide_result(m, st, drop, drop_code)
-    with m.Elif(~st.l_chit):
+    with m.Elif(hdr.flags & FLAG_RESULT):
+        _decide_result(m, tree, slots, hdr, lat, pkt, drop, drop_code)
+    with m.Elif(~lat.chit):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.NOT_CHILD])]
-    with m.Elif(st.h_flags & FLAG_ACK):
-        with m.If((st.h_count != 0) | (st.h_ack != st.h_seq)):
+    with m.Elif(hdr.flags & FLAG_ACK):
+        with m.If((hdr.count != 0) | (hdr.ack != hdr.seq)):
             m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.BAD_ACK])]
         with m.Else():
-            _take_ack(m, st, K_ACKEMIT)
-    with m.Elif(st.h_count > cfg.payload_elems):
+            _take_ack(m, tree, hdr, pkt, K_ACKEMIT)
+    with m.Elif(hdr.count > cfg.payload_elems):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.TOO_LARGE])]
-    with m.Elif(st.h_ack > st.h_seq):
+    with m.Elif(hdr.ack > hdr.seq):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.BAD_ACK])]
-    with m.Elif(~st.l_shit):
-        _decide_new_slot(m, st, drop, drop_code)
-    with m.Elif(st.s_gen[sl] != st.h_gen):
+    with m.Elif(~lat.shit):
+        _decide_new_slot(m, tree, slots, hdr, lat, pkt, drop, drop_code)
+    with m.Elif(slots.gen[sl] != hdr.gen):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.GENERATION_MISMATCH])]
-    with m.Elif(st.s_count[sl] != st.h_count):
+    with m.Elif(slots.count[sl] != hdr.count):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.COUNT_MISMATCH])]
-    with m.Elif((st.s_seen[sl] & st.bit) != 0):
-        with m.If(((st.h_flags & FLAG_RETRANSMIT) == 0) | (st.s_state[sl] == S_AGG)):
+    with m.Elif((slots.seen[sl] & pkt.bit) != 0):
+        with m.If(((hdr.flags & FLAG_RETRANSMIT) == 0) | (slots.state[sl] == S_AGG)):
             m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.DUPLICATE])]
         with m.Else():
-            _take_ack(m, st, K_DUPEMIT)
+            _take_ack(m, tree, hdr, pkt, K_DUPEMIT)
     with m.Else():
-        _aggregate(m, st)
+        _aggregate(m, tree, slots, hdr, lat, pkt)
     with m.If(drop):
-        m.d.sync += st.ev.eq(drop_code)
+        m.d.sync += pkt.ev.eq(drop_code)
         m.next = "START"
 
 
-def _decide_result(m: Module, st: SimpleNamespace, drop: Signal, drop_code: Signal) -> None:
+def _decide_result(
+    m: Module,
+    tree: TreeTable,
+    slots: SlotTable,
+    hdr: Header,
+    lat: Latched,
+    pkt: Flight,
+    drop: Signal,
+    drop_code: Signal,
+) -> None:
     """DECIDE for a result from the parent: drop it, or store it in its slot and send it to the children."""
-    sl = st.l_s
-    with m.If(st.t_root[st.T_] | (st.hport != st.t_parent[st.T_])):
+    sl = lat.s
+    with m.If(tree.root[pkt.tree] | (hdr.port != tree.parent[pkt.tree])):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.NOT_PARENT])]
-    with m.Elif(~st.l_shit):
+    with m.Elif(~lat.shit):
         m.d.comb += [
             drop.eq(1),
-            drop_code.eq(Mux(st.h_seq < st.t_floor[st.T_], EV[core_acc.STALE], EV[core_acc.UNEXPECTED_RESULT])),
+            drop_code.eq(Mux(hdr.seq < tree.floor[pkt.tree], EV[core_acc.STALE], EV[core_acc.UNEXPECTED_RESULT])),
         ]
-    with m.Elif(st.s_gen[sl] != st.h_gen):
+    with m.Elif(slots.gen[sl] != hdr.gen):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.GENERATION_MISMATCH])]
-    with m.Elif(st.s_count[sl] != st.h_count):
+    with m.Elif(slots.count[sl] != hdr.count):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.COUNT_MISMATCH])]
-    with m.Elif(st.s_state[sl] == S_RESULT):
+    with m.Elif(slots.state[sl] == S_RESULT):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.DUPLICATE_RESULT])]
-    with m.Elif(st.s_state[sl] != S_PARTIAL):
+    with m.Elif(slots.state[sl] != S_PARTIAL):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.UNEXPECTED_RESULT])]
     with m.Else():
-        ce = (st.h_flags & FLAG_ECE) != 0
-        retx = (st.h_flags & FLAG_RETRANSMIT) != 0
+        ce = (hdr.flags & FLAG_ECE) != 0
+        retx = (hdr.flags & FLAG_RETRANSMIT) != 0
         m.d.sync += [
-            st.s_state[sl].eq(S_RESULT),
-            st.s_ce[sl].eq(ce),
-            st.s_retx[sl].eq(retx),
-            st.s_cap[sl].eq(st.h_cap),
-            st.wr.eq(1),
+            slots.state[sl].eq(S_RESULT),
+            slots.ce[sl].eq(ce),
+            slots.retx[sl].eq(retx),
+            slots.cap[sl].eq(hdr.cap),
+            pkt.wr.eq(1),
         ]
-        _results_to(m, st, st.h_cap, st.t_mask[st.T_], Mux(st.hecn == CE, CE, ECT0), ce, OP_PASS_B, retx)
+        _results_to(m, tree, hdr, pkt, hdr.cap, tree.mask[pkt.tree], Mux(hdr.ecn == CE, CE, ECT0), ce, OP_PASS_B, retx)
         m.next = "START"
 
 
-def _decide_new_slot(m: Module, st: SimpleNamespace, drop: Signal, drop_code: Signal) -> None:
+def _decide_new_slot(
+    m: Module,
+    tree: TreeTable,
+    slots: SlotTable,
+    hdr: Header,
+    lat: Latched,
+    pkt: Flight,
+    drop: Signal,
+    drop_code: Signal,
+) -> None:
     """DECIDE for a contribution with no slot yet: stale, over the tree's share (re-checked after the ack),
     or allocate one."""
-    with m.If(st.h_seq < st.t_floor[st.T_]):
+    with m.If(hdr.seq < tree.floor[pkt.tree]):
         m.d.comb += [drop.eq(1), drop_code.eq(EV[core_acc.STALE])]
-    with m.Elif(st.t_used[st.T_] + (st.h_seq != st.h_ack) >= st.t_limit[st.T_]):
+    with m.Elif(tree.used[pkt.tree] + (hdr.seq != hdr.ack) >= tree.limit[pkt.tree]):
         # the core re-checks against the room computed before the ack,
         # even when the ack's floor advance shrinks the limit
-        m.d.sync += st.room_limit.eq(st.t_limit[st.T_])
-        _take_ack(m, st, K_RECHECK)
+        m.d.sync += pkt.room_limit.eq(tree.limit[pkt.tree])
+        _take_ack(m, tree, hdr, pkt, K_RECHECK)
     with m.Else():
-        _allocate(m, st, st.l_free)
-        _take_ack(m, st, K_COMPLETE)
+        _allocate(m, tree, slots, hdr, pkt, lat.free)
+        _take_ack(m, tree, hdr, pkt, K_COMPLETE)
 
 
-def _aggregate(m: Module, st: SimpleNamespace) -> None:
+def _aggregate(m: Module, tree: TreeTable, slots: SlotTable, hdr: Header, lat: Latched, pkt: Flight) -> None:
     """DECIDE for a new contribution to an existing slot: add it (the beats go through the adders)."""
-    sl = st.l_s
+    sl = lat.s
     m.d.sync += [
-        st.s_seen[sl].eq(st.s_seen[sl] | st.bit),
-        st.s_nseen[sl].eq(st.s_nseen[sl] + 1),
-        st.s_ce[sl].eq(st.s_ce[sl] | (st.hecn == CE)),
-        st.s_retx[sl].eq(st.s_retx[sl] | ((st.h_flags & FLAG_RETRANSMIT) != 0)),
-        st.s_cap[sl].eq(Mux(st.h_cap < st.s_cap[sl], st.h_cap, st.s_cap[sl])),
-        st.op.eq(OP_ADD),
-        st.wr.eq(1),
+        slots.seen[sl].eq(slots.seen[sl] | pkt.bit),
+        slots.nseen[sl].eq(slots.nseen[sl] + 1),
+        slots.ce[sl].eq(slots.ce[sl] | (hdr.ecn == CE)),
+        slots.retx[sl].eq(slots.retx[sl] | ((hdr.flags & FLAG_RETRANSMIT) != 0)),
+        slots.cap[sl].eq(Mux(hdr.cap < slots.cap[sl], hdr.cap, slots.cap[sl])),
+        pkt.op.eq(OP_ADD),
+        pkt.wr.eq(1),
     ]
-    _take_ack(m, st, K_COMPLETE)
+    _take_ack(m, tree, hdr, pkt, K_COMPLETE)
 
 
-def _floor_minimum(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
+def _floor_minimum(m: Module, dp: AggregationDatapath, tree: TreeTable, pkt: Flight) -> None:
     """The tree's new floor: the minimum ack over its children."""
     C = dp.cfg.max_children
     cbits = _bits_for(C)
-    m.d.comb += st.fsm_busy.eq(1)
-    mins = [st.t_ack[Cat(Const(c, cbits), st.T_)] for c in range(C)]
+    m.d.comb += pkt.busy.eq(1)
+    mins = [tree.ack[Cat(Const(c, cbits), pkt.tree)] for c in range(C)]
     cur = mins[0]
     for c in range(1, C):
         v = mins[c]
-        cur = Mux((Const(c, cbits + 1) < st.t_nch[st.T_]) & (v < cur), v, cur)
-    m.d.sync += st.f_new.eq(cur)
+        cur = Mux((Const(c, cbits + 1) < tree.nch[pkt.tree]) & (v < cur), v, cur)
+    m.d.sync += pkt.f_new.eq(cur)
     m.next = "FLOOR2"
 
 
-def _floor_advance(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
+def _floor_advance(m: Module, dp: AggregationDatapath, tree: TreeTable, slots: SlotTable, pkt: Flight) -> None:
     """Advance the floor: free stale slots, shrink the limit and ask the host to redistribute memory."""
     C, S = dp.cfg.max_children, dp.cfg.slots
     cbits = _bits_for(C)
     sbits = _bits_for(S)
-    m.d.comb += st.fsm_busy.eq(1)
+    m.d.comb += pkt.busy.eq(1)
     at = sum(
-        (Const(c, cbits + 1) < st.t_nch[st.T_]) & (st.t_ack[Cat(Const(c, cbits), st.T_)] == st.f_new) for c in range(C)
+        (Const(c, cbits + 1) < tree.nch[pkt.tree]) & (tree.ack[Cat(Const(c, cbits), pkt.tree)] == pkt.f_new)
+        for c in range(C)
     )
-    m.d.sync += [st.t_atfloor[st.T_].eq(at), st.t_floor[st.T_].eq(st.f_new), st.moved.eq(1)]
-    stale_v = Cat(st.s_valid[s] & (st.s_tree[s] == st.T_) & (st.s_seq[s] < st.f_new) for s in range(S))
+    m.d.sync += [tree.atfloor[pkt.tree].eq(at), tree.floor[pkt.tree].eq(pkt.f_new), pkt.moved.eq(1)]
+    stale_v = Cat(slots.valid[s] & (slots.tree[s] == pkt.tree) & (slots.seq[s] < pkt.f_new) for s in range(S))
     for s in range(S):
         with m.If(stale_v[s]):
-            m.d.sync += [st.s_valid[s].eq(0), st.s_state[s].eq(S_FREE)]
+            m.d.sync += [slots.valid[s].eq(0), slots.state[s].eq(S_FREE)]
     freed = Signal(sbits + 1)
     m.d.comb += freed.eq(sum(stale_v[s] for s in range(S)))
     used_after = Signal(sbits + 1)
-    m.d.comb += used_after.eq(st.t_used[st.T_] - freed)
-    m.d.sync += st.t_used[st.T_].eq(used_after)
+    m.d.comb += used_after.eq(tree.used[pkt.tree] - freed)
+    m.d.sync += tree.used[pkt.tree].eq(used_after)
     keep = (
         (used_after != 0)
-        & (st.t_hmode[st.T_] != HOLD_NONE)
-        & ((st.t_hmode[st.T_] == HOLD_WAIT_RESULT) | (st.f_new <= st.t_hseq[st.T_]))
+        & (tree.hmode[pkt.tree] != HOLD_NONE)
+        & ((tree.hmode[pkt.tree] == HOLD_WAIT_RESULT) | (pkt.f_new <= tree.hseq[pkt.tree]))
     )
-    with m.If((freed != 0) & (st.t_limit[st.T_] > st.t_target[st.T_]) & ~keep):
+    with m.If((freed != 0) & (tree.limit[pkt.tree] > tree.target[pkt.tree]) & ~keep):
         m.d.sync += [
-            st.t_hmode[st.T_].eq(HOLD_NONE),
-            st.t_limit[st.T_].eq(Mux(st.t_target[st.T_] > used_after, st.t_target[st.T_], used_after)),
+            tree.hmode[pkt.tree].eq(HOLD_NONE),
+            tree.limit[pkt.tree].eq(Mux(tree.target[pkt.tree] > used_after, tree.target[pkt.tree], used_after)),
         ]
         m.next = "HOSTWAIT"
     with m.Else():
         m.next = "NEXT"
 
 
-def _host_wait(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
+def _host_wait(m: Module, dp: AggregationDatapath, pkt: Flight, grow_done: Signal) -> None:
     """Wait until the host has redistributed spare memory (``grow_done``)."""
-    m.d.comb += [st.fsm_busy.eq(1), dp.host_req.eq(1), dp.ctl_ready.eq(1)]
-    with m.If(st.grow_done):
+    m.d.comb += [pkt.busy.eq(1), dp.host_req.eq(1), dp.ctl_ready.eq(1)]
+    with m.If(grow_done):
         m.next = "NEXT"
 
 
-def _finish(m: Module, st: SimpleNamespace) -> None:
-    """Finish the decision (``st.cont``): complete a slot, emit a partial or a result, re-emit, forward an ack."""
-    m.d.comb += st.fsm_busy.eq(1)
+def _finish(m: Module, tree: TreeTable, slots: SlotTable, hdr: Header, look: Lookup, pkt: Flight) -> None:
+    """Finish the decision (``pkt.cont``): complete a slot, emit a partial or a result, re-emit, forward an ack."""
+    m.d.comb += pkt.busy.eq(1)
+    # the packet's slot and tree entry; short names keep each _results_to call's lookups on one
+    # source line: Amaranth shares an Array's index decoder only between lookups on the same line
+    # (src_loc), and one line each keeps the netlist as it was
+    sl, t = pkt.slot, pkt.tree
     m.next = "START"
-    with m.Switch(st.cont):
+    with m.Switch(pkt.cont):
         with m.Case(K_RECHECK):
-            with m.If(st.t_used[st.T_] + (st.h_seq != st.h_ack) >= st.room_limit):
-                m.d.sync += st.ev.eq(EV[core_acc.SHARE_EXCEEDED])
+            with m.If(tree.used[t] + (hdr.seq != hdr.ack) >= pkt.room_limit):
+                m.d.sync += pkt.ev.eq(EV[core_acc.SHARE_EXCEEDED])
             with m.Else():
-                _allocate(m, st, st.f_idx)  # now: the floor advance may have freed the only free slots
-                m.d.sync += st.cont.eq(K_COMPLETE)
+                # now: the floor advance may have freed the only free slots
+                _allocate(m, tree, slots, hdr, pkt, look.f_idx)
+                m.d.sync += pkt.cont.eq(K_COMPLETE)
                 m.next = "NEXT"
         with m.Case(K_COMPLETE):
-            with m.If(st.s_nseen[st.w_s] == st.t_nch[st.T_]):
-                with m.If(st.t_root[st.T_]):
-                    m.d.sync += st.s_state[st.w_s].eq(S_RESULT)
+            with m.If(slots.nseen[sl] == tree.nch[t]):
+                with m.If(tree.root[t]):
+                    m.d.sync += slots.state[sl].eq(S_RESULT)
                     _results_to(
-                        m, st, st.s_cap[st.w_s], st.t_mask[st.T_], ECT0, st.s_ce[st.w_s], st.op, st.s_retx[st.w_s]
+                        m, tree, hdr, pkt, slots.cap[sl], tree.mask[t], ECT0, slots.ce[sl], pkt.op, slots.retx[sl]
                     )
                 with m.Else():
-                    m.d.sync += st.s_state[st.w_s].eq(S_PARTIAL)
-                    _partial(m, st, Mux(st.s_retx[st.w_s], FLAG_RETRANSMIT, 0), st.op, st.t_floor[st.T_])
+                    m.d.sync += slots.state[sl].eq(S_PARTIAL)
+                    _partial(m, slots, pkt, Mux(slots.retx[sl], FLAG_RETRANSMIT, 0), pkt.op, tree.floor[t])
         with m.Case(K_DUPEMIT):
-            with m.If(st.s_state[st.w_s] == S_RESULT):
-                _results_to(m, st, st.s_cap[st.w_s], st.port_mask, ECT0, st.s_ce[st.w_s], OP_PASS_A, st.s_retx[st.w_s])
+            with m.If(slots.state[sl] == S_RESULT):
+                _results_to(
+                    m, tree, hdr, pkt, slots.cap[sl], pkt.port_mask, ECT0, slots.ce[sl], OP_PASS_A, slots.retx[sl]
+                )
             with m.Else():
-                _partial(m, st, FLAG_RETRANSMIT, OP_PASS_A, st.t_floor[st.T_])
+                _partial(m, slots, pkt, FLAG_RETRANSMIT, OP_PASS_A, tree.floor[t])
         with m.Case(K_ACKEMIT):
-            with m.If(~st.t_root[st.T_] & st.moved):
+            with m.If(~tree.root[t] & pkt.moved):
                 m.d.sync += [
-                    st.emit.eq(1),
-                    st.op.eq(OP_PASS_B),
-                    st.e_flags.eq(FLAG_ACK),
-                    st.e_cap.eq(st.t_cap[st.T_]),
-                    st.e_ack.eq(st.t_floor[st.T_]),
-                    st.e_seq.eq(st.t_floor[st.T_]),
-                    st.e_dests.eq(st.parent_mask),
-                    st.e_ecn.eq(ECT0),
+                    pkt.emit.eq(1),
+                    pkt.op.eq(OP_PASS_B),
+                    pkt.e_flags.eq(FLAG_ACK),
+                    pkt.e_cap.eq(tree.cap[t]),
+                    pkt.e_ack.eq(tree.floor[t]),
+                    pkt.e_seq.eq(tree.floor[t]),
+                    pkt.e_dests.eq(pkt.parent_mask),
+                    pkt.e_ecn.eq(ECT0),
                 ]
 
 
-def _start(m: Module, dp: AggregationDatapath, st: SimpleNamespace) -> None:
+def _start(m: Module, dp: AggregationDatapath, hdr: Header, pkt: Flight, beats: BeatPipeline) -> None:
     """Issue beat 0 (the emitted header) and the packet's event, once its slot has no beat in flight."""
-    m.d.comb += st.fsm_busy.eq(1)
-    reads = st.op != OP_PASS_B
-    with m.If(~(reads & st.hazard)):
+    m.d.comb += pkt.busy.eq(1)
+    reads = pkt.op != OP_PASS_B
+    with m.If(~(reads & beats.hazard)):
         m.d.comb += [
-            st.iss_valid.eq(1),
-            st.iss_data.eq(st.beat0),
-            st.iss_beat.eq(0),
-            st.iss_last.eq(st.hlast),
+            beats.issue.valid.eq(1),
+            beats.issue.data.eq(beats.beat0),
+            beats.issue.beat.eq(0),
+            beats.issue.last.eq(hdr.last),
             dp.event_valid.eq(1),
-            dp.event_emit.eq(st.emit),
+            dp.event_emit.eq(pkt.emit),
         ]
-        m.d.sync += st.beat_no.eq(1)
-        with m.If(st.hlast):
+        m.d.sync += beats.issue.beat_no.eq(1)
+        with m.If(hdr.last):
             m.next = "ACCEPT"
         with m.Else():
             m.next = "STREAM"
 
 
-def _stream(m: Module, st: SimpleNamespace) -> None:
+def _stream(m: Module, ing: IngressBuffer, pkt: Flight, beats: BeatPipeline) -> None:
     """Issue the packet's remaining beats from the ingress buffer."""
-    m.d.comb += [st.fsm_busy.eq(1), st.ing.b_ready.eq(1)]
-    with m.If(st.ing.b_valid):
+    m.d.comb += [pkt.busy.eq(1), ing.b_ready.eq(1)]
+    with m.If(ing.b_valid):
         m.d.comb += [
-            st.iss_valid.eq(1),
-            st.iss_data.eq(st.ing.b_data),
-            st.iss_beat.eq(st.beat_no),
-            st.iss_last.eq(st.ing.b_last),
+            beats.issue.valid.eq(1),
+            beats.issue.data.eq(ing.b_data),
+            beats.issue.beat.eq(beats.issue.beat_no),
+            beats.issue.last.eq(ing.b_last),
         ]
-        m.d.sync += st.beat_no.eq(st.beat_no + 1)
-        with m.If(st.ing.b_last):
+        m.d.sync += beats.issue.beat_no.eq(beats.issue.beat_no + 1)
+        with m.If(ing.b_last):
             m.next = "ACCEPT"
