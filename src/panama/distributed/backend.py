@@ -50,6 +50,17 @@ group's timeout). Subgroups reuse the default group's cluster.
 The local cluster is stopped when the default group is destroyed (after every rank has
 closed its communicator, or after a bounded wait) or when rank 0 exits.
 
+Ctrl-C. A rank whose main thread gets ``KeyboardInterrupt`` while it waits for a
+collective (``work.wait()``, a synchronous ``all_reduce``), or that destroys its group while
+handling one, interrupts its PANAMA job: the all_reduce under way on the worker thread ends
+within one poll of the communicator (50 ms), the group is broken, and the rank leaves the
+job at once with the error ``interrupted (KeyboardInterrupt) ...`` (the controller fails
+the job naming it; the other ranks' calls fail within their heartbeat, not at a timeout);
+``destroy_process_group`` then waits at most ``INTERRUPT_GRACE_S`` for the worker thread,
+and rank 0 does not wait for the other ranks before stopping a local cluster it owns. A
+collective that gloo runs, and the wait inside DDP's C++ reducer (where Python cannot
+take the signal), end as they would without the interrupt (bounded by the group timeout).
+
 Refusal: a job the controller does not admit (below its aggregation threshold, no
 accelerator memory) is reduced by gloo instead, with one warning line on the group's
 rank 0 and the counter ``fallback_calls``. A failure once the job runs (a daemon died, a
@@ -64,6 +75,7 @@ import json
 import logging
 import queue
 import secrets
+import sys
 import threading
 import time
 import weakref
@@ -97,6 +109,8 @@ CLOSED_KEY = "panama/closed"
 CLOSE_WAIT_S = 30.0
 # Upper bound of the wait for rank 0's cluster address (also bounded by the group's timeout).
 SETUP_WAIT_S = 120.0
+# After Ctrl-C: how long the rank waits for its worker thread to leave the interrupted collective.
+INTERRUPT_GRACE_S = 2.0
 
 
 class PanamaDistributedError(RuntimeError):
@@ -178,6 +192,9 @@ class PanamaProcessGroup(dist.ProcessGroup):
         self._is_default = is_default
         self._closed = False
         self._broken: PanamaFabricError | None = None
+        self._interrupted: str | None = None  # why the rank interrupted its collectives (Ctrl-C)
+        self._idle = threading.Event()  # set while the worker thread runs no collective
+        self._idle.set()
         self._cluster: _Cluster | None = None
         self._comm: Communicator | None = None
         self._warned = False
@@ -290,16 +307,42 @@ class PanamaProcessGroup(dist.ProcessGroup):
             if item is None:
                 return
             fn, fut, box, on = item
-            # A device collective runs, and its future completes, on the caller's stream.
-            with contextlib.nullcontext() if on is None else on.api.use_stream(on.stream):
-                run_item(fn, fut, box)
+            self._idle.clear()
+            try:  # a device collective runs, and its future completes, on the caller's stream
+                with contextlib.nullcontext() if on is None else on.api.use_stream(on.stream):
+                    run_item(fn, fut, box)
+            finally:
+                self._idle.set()
 
     def _submit(self, fn: Callable[[], Any], value_on_error: Any = None, on: OnDevice | None = None) -> Any:
         self._check_open()
         fut: torch.futures.Future = torch.futures.Future() if on is None else on.api.future(on.device)
         box = backward_box(fut, value_on_error)
         self._queue.put((fn, fut, box, on))
-        return FutureWork(fut)
+        return FutureWork(fut, on_interrupt=self.interrupt)
+
+    def interrupt(self, exc: BaseException) -> None:
+        """The rank was interrupted (``exc``: KeyboardInterrupt) while waiting for a collective:
+        end the PANAMA all_reduce under way (within one poll of the communicator), break the
+        group, and leave the job now with an error saying "interrupted" (module docstring,
+        "Ctrl-C"). Idempotent; called from the waiting (main) thread."""
+        if self._interrupted is not None or self._closed:
+            return
+        why = f"interrupted ({type(exc).__name__}) on rank {self._rank}"
+        self._interrupted = why
+        if self._broken is None:
+            self._broken = PanamaFabricError(
+                f"panama backend: group {self._group_id} rank {self._rank} (job {self.stats.job}): {why}"
+            )
+            self.stats.mode, self.stats.error = "broken", str(self._broken)
+        comm = self._comm
+        if comm is None:
+            return
+        comm.interrupt(why)
+        # Once the worker thread is out of the communicator, leave at once: the script may
+        # never destroy the group. (Still inside, e.g. a registration: the leave waits for shutdown.)
+        if self._idle.wait(INTERRUPT_GRACE_S):
+            comm.close()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -560,10 +603,16 @@ class PanamaProcessGroup(dist.ProcessGroup):
         return f"PanamaProcessGroup(group={self._group_id}, rank={self._rank}, size={self._size}, job={self.stats.job})"
 
     def shutdown(self) -> None:
-        """Stop the worker thread, leave the PANAMA job, stop an owned local cluster. Idempotent."""
+        """Stop the worker thread, leave the PANAMA job, stop an owned local cluster. Idempotent.
+
+        Called while a KeyboardInterrupt is being handled (``destroy_process_group`` in an
+        ``except`` or ``finally`` after Ctrl-C), it interrupts first (:meth:`interrupt`)."""
         global _default_cluster
         if self._closed:
             return
+        pending = sys.exc_info()[1]
+        if isinstance(pending, KeyboardInterrupt):
+            self.interrupt(pending)
         self._close_own()
         if self._is_default:
             # This process is leaving the cluster: its other groups' jobs end first, so the
@@ -581,7 +630,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
             return
         self._closed = True
         self._queue.put(None)
-        self._thread.join(timeout=self._timeout.total_seconds())
+        self._thread.join(timeout=INTERRUPT_GRACE_S if self._interrupted else self._timeout.total_seconds())
         if self._thread.is_alive():
             log.warning("panama backend: group %s worker thread still busy at shutdown", self._group_id)
         if self._comm is not None:
@@ -594,8 +643,9 @@ class PanamaProcessGroup(dist.ProcessGroup):
             if local is None:
                 self._store.add(CLOSED_KEY, 1)
                 return
-            # Rank 0 owns the daemons: let the other ranks finish and leave first (bounded).
-            deadline = time.monotonic() + CLOSE_WAIT_S
+            # Rank 0 owns the daemons: let the other ranks finish and leave first (bounded;
+            # not after Ctrl-C: the job has failed, and the user wants the process to end).
+            deadline = time.monotonic() + (0.0 if self._interrupted else CLOSE_WAIT_S)
             closed = self._store.add(CLOSED_KEY, 0)
             while closed < self._size - 1 and time.monotonic() < deadline:
                 time.sleep(0.05)
