@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch._C._distributed_c10d import Work
 
-from panama.runtime.worker.staging import DeviceApi
+from panama.distributed.staging import DeviceApi
 
 __all__ = ["FutureWork", "OnDevice", "backward_box", "run_item", "tensors_in"]
 

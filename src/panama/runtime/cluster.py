@@ -12,6 +12,10 @@ parallel; the controller asks the daemons for ``/health`` only when a job arrive
 :meth:`LocalCluster.stop` sends SIGTERM, waits, then SIGKILL; it also runs at
 interpreter exit and when ``start`` fails half-way, so no process is left behind.
 
+:func:`find_or_start_cluster` is how a process of a training run finds its cluster:
+``$PANAMA_CONTROLLER``'s, else a one-rack ``LocalCluster`` it starts for its ranks (the
+torch backend's rank 0 calls it and shares the answer through torch's store).
+
 ``panama cluster up`` records a detached cluster in a *state file* (:class:`ClusterState`,
 JSON, mode 0600): :func:`record_cluster` writes it before the processes are let go, and
 stops them if it cannot (a full disk never leaves unrecorded daemons running);
@@ -567,3 +571,44 @@ def record_cluster(cluster: LocalCluster, path: Path) -> dict[str, Any]:
         raise
     cluster.detach()
     return state
+
+
+# ---------------------------------------------------------------------- discovery
+@dataclass
+class FoundCluster:
+    """The cluster a process's ranks use: its controller (``HOST:PORT``), token, and the
+    :class:`LocalCluster` when this process started it (and must stop it)."""
+
+    controller: str
+    token: str | None
+    local: LocalCluster | None = None
+
+
+def find_or_start_cluster(world_size: int) -> FoundCluster:
+    """``$PANAMA_CONTROLLER`` (with ``$PANAMA_TOKEN``) when set; else a local cluster for
+    ``world_size`` ranks on this machine, started now: one rack (a leaf for the ranks, the
+    one spine the controller needs), multicast results off.
+
+    Why one rack: on one host every daemon is a process on the ranks' CPUs and every tree
+    edge a loopback hop, so the smallest fabric is the fastest (docs/runtime-performance.md:
+    one rack 1.5-1.7x gloo's speed, 2 tiers 0.8-0.96x). Why no multicast: every local user
+    could join a loopback group and read the gradients and the job key of a cluster this
+    user never chose to start (docs/training.md). :class:`ClusterError` when no controller
+    is given and torchrun says the ranks span several hosts (``LOCAL_WORLD_SIZE`` below
+    ``WORLD_SIZE``): a cluster on this loopback cannot serve them.
+    """
+    from panama.runtime.worker.env import CONTROLLER_ENV, controller_from_env, token_from_env
+
+    controller = controller_from_env()
+    if controller is not None:
+        return FoundCluster(controller, token_from_env())
+    local_world, world = environment.local_world_size(), environment.world_size()
+    if local_world is not None and world is not None and local_world != world:
+        raise ClusterError(
+            f"{CONTROLLER_ENV} is not set and the job spans several hosts (WORLD_SIZE={world}, "
+            f"LOCAL_WORLD_SIZE={local_world}): a local cluster on rank 0's loopback cannot serve them; "
+            f"start one (panama cluster up --host ADDR) and set {CONTROLLER_ENV}"
+        )
+    lc = LocalCluster(leaves=1, spines=1, hosts_per_leaf=world_size, log_level="WARNING", multicast_results=False)
+    lc.start()
+    return FoundCluster(lc.controller, lc.token, local=lc)

@@ -16,7 +16,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from panama.runtime.worker.ddp_hook import (  # noqa: E402
+from panama.distributed.ddp_hook import (  # noqa: E402
     PanamaHookState,
     panama_allreduce_hook,
     register_panama_hook,
