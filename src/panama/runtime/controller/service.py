@@ -186,22 +186,7 @@ class ControllerService(ControllerHttp):
             if status != 200 or not isinstance(data, dict):
                 raise _DaemonUnwell(f"/health answered HTTP {status}")
         except (aiohttp.ClientError, asyncio.TimeoutError, _DaemonUnwell, OSError) as exc:
-            # A refused connection means the daemon is gone; a slow answer may only mean a
-            # busy CPU, so it takes PROBE_TIMEOUTS_DOWN consecutive timeouts.
-            sw.timeouts = sw.timeouts + 1 if isinstance(exc, asyncio.TimeoutError) else PROBE_TIMEOUTS_DOWN
-            if sw.timeouts < PROBE_TIMEOUTS_DOWN:
-                return sw.up
-            if sw.up:
-                log.warning(
-                    "switch %s (control %s) is not answering: %s",
-                    sw.name,
-                    format_addr(sw.control),
-                    exc or type(exc).__name__,
-                )
-            sw.up = False
-            sw.error = str(exc) or type(exc).__name__
-            self.switch_jobs[sw.name] = None
-            return False
+            return self._unanswered(sw, exc)
         sw.timeouts = 0
         if data.get("udp") and data["udp"] != format_addr(sw.udp):
             sw.up = False
@@ -217,6 +202,22 @@ class ControllerService(ControllerHttp):
         self.switch_jobs[sw.name] = {int(j) for j in jobs if isinstance(j, int)} if isinstance(jobs, list) else None
         self.switch_jobs_asked[sw.name] = asked
         return True
+
+    def _unanswered(self, sw: SwitchInfo, exc: BaseException) -> bool:
+        """A call to daemon ``sw`` (a probe, an install) got no usable answer: a refused
+        connection or an unwell daemon is down at once; a timeout may only mean a busy CPU
+        or a slow request, so it takes ``PROBE_TIMEOUTS_DOWN`` in a row (one slow install
+        never fails the other jobs on that daemon). Returns whether ``sw`` still counts as up."""
+        sw.timeouts = sw.timeouts + 1 if isinstance(exc, asyncio.TimeoutError) else PROBE_TIMEOUTS_DOWN
+        if sw.timeouts < PROBE_TIMEOUTS_DOWN:
+            return sw.up
+        if sw.up:
+            why = exc or type(exc).__name__
+            log.warning("switch %s (control %s) is not answering: %s", sw.name, format_addr(sw.control), why)
+        sw.up = False
+        sw.error = str(exc) or type(exc).__name__
+        self.switch_jobs[sw.name] = None
+        return False
 
     async def probe_all(self, names: list[str] | None = None) -> None:
         targets = [self.switches[n] for n in (names if names is not None else list(self.switches))]
@@ -418,9 +419,12 @@ class ControllerService(ControllerHttp):
         try:
             status, data = await self._switch_call(sw, "PUT", f"/jobs/{job_id}", body)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            errors.append(f"switch {name} (control {format_addr(sw.control)}) unreachable: {exc or type(exc).__name__}")
-            sw.up, sw.error = False, str(exc) or type(exc).__name__
+            slow = isinstance(exc, asyncio.TimeoutError)
+            what = f"timed out after {self.switch_timeout_s:g} s" if slow else "unreachable"
+            errors.append(f"switch {name} (control {format_addr(sw.control)}) {what}: {exc or type(exc).__name__}")
+            self._unanswered(sw, exc)  # this job's install fails; the daemon's other jobs only after repeated timeouts
             return
+        sw.timeouts = 0  # it answered
         if status != 200:
             errors.append(f"switch {name} refused job {job_id}: HTTP {status} {error_text(data)}")
             return
