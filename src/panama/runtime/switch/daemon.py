@@ -87,7 +87,7 @@ from panama.runtime.net.udp import (
     AddressError,
     PacketSocket,
     format_addr,
-    parse_addr,
+    parse_ipv4_addr,
 )
 from panama.runtime.process import main_from_file
 from panama.runtime.settings import SwitchConfig, SwitchProcess
@@ -616,15 +616,10 @@ def write_ready_file(path: str, info: dict) -> None:
 
 # ---------------------------------------------------------------------- helpers
 def _resolve(text: object, field: str) -> Address:
-    """Parse ``HOST:PORT`` and resolve the host to the dotted address datagrams come from."""
-    if not isinstance(text, str):
-        raise AddressError(field, f"expected HOST:PORT strings, got {text!r}")
-    host, port = parse_addr(text, field=field)
-    try:
-        host = socket.gethostbyname(host)
-    except OSError:
-        raise AddressError(field, f"cannot resolve host {host!r}") from None
-    return host, port
+    """``HOST:PORT`` with an IPv4 literal host (issue 35: a name made the daemon call a blocking
+    ``gethostbyname`` in its event loop, and a slow resolver stalled every other job's
+    control requests); :class:`AddressError` naming ``field`` otherwise."""
+    return parse_ipv4_addr(text, field=field)
 
 
 def run_switch_process(settings: SwitchProcess, token: str) -> None:
