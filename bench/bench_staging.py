@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from panama.runtime.worker.staging import CudaApi, PinnedStaging
+from panama.distributed.staging import CudaApi, PinnedStaging
 
 
 class HostApi:

@@ -32,7 +32,7 @@ CORE_FORBIDDEN = {
 RULES = {
     "core": CORE_FORBIDDEN,
     "sim": {"panama.runtime", "panama.experiments", "panama.cli", "torch", "click"},
-    "runtime": {"panama.sim", "panama.experiments", "panama.cli", "panama.training", "click"},
+    "runtime": {"panama.sim", "panama.experiments", "panama.cli", "panama.training", "panama.distributed", "click"},
     "training": {"panama.sim", "panama.experiments", "panama.cli", "click"},
     "fabric.py": {"panama.sim", "panama.runtime", "panama.experiments", "panama.cli", "click"},
     "hw": {"panama.sim", "panama.runtime", "panama.experiments", "panama.cli", "panama.fabric", "click"},
@@ -69,6 +69,55 @@ def test_layer_imports_point_downward(layer):
     if layer == "core":
         assert files, "the core package must exist"
     assert violations(files, RULES[layer]) == []
+
+
+def module_level_imports(path: pathlib.Path) -> set[str]:
+    """Modules imported when ``path`` is imported: its top-level statements, including those
+    inside module-level ``if``/``try``/``with`` blocks, not those inside functions or classes
+    (which run only when called) nor under ``if TYPE_CHECKING:``."""
+    names: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+            elif isinstance(node, ast.If):
+                if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                    visit(block)
+            elif isinstance(node, ast.With):
+                visit(node.body)
+
+    visit(ast.parse(path.read_text(), filename=str(path)).body)
+    return names
+
+
+def test_the_runtime_imports_no_torch_at_module_level():
+    """Issue 38: the runtime runs without torch; the DDP hook and the CUDA staging live in
+    panama.distributed. A function may import torch lazily (a tensor passed in)."""
+    found = [
+        f"{path.relative_to(SRC)} imports {name}"
+        for path in sorted((SRC / "runtime").rglob("*.py"))
+        for name in module_level_imports(path)
+        if name == "torch" or name.startswith("torch.") or name.startswith("panama.distributed")
+    ]
+    assert found == []
+    assert not (SRC / "runtime" / "worker" / "ddp_hook.py").exists()
+    assert (SRC / "distributed" / "ddp_hook.py").exists()
+
+
+def test_the_module_level_check_sees_blocks_but_not_functions(tmp_path):
+    mod = tmp_path / "m.py"
+    mod.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\ntry:\n    import torch.cuda\n"
+        "except ImportError:\n    pass\ndef f():\n    import torch.nn\n"
+    )
+    assert module_level_imports(mod) == {"typing", "torch.cuda"}
 
 
 def test_rule_catches_a_violation(tmp_path):

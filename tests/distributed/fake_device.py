@@ -1,6 +1,6 @@
 """A model of device streams for tests without a GPU: CPU tensors play the device tensors.
 
-:class:`FakeDevice` implements :class:`panama.runtime.worker.staging.DeviceApi`. Work queued
+:class:`FakeDevice` implements :class:`panama.distributed.staging.DeviceApi`. Work queued
 on a stream (copies, test "kernels", waits for events) runs in order, and, in the default
 lazy mode, only when the device is made to progress: when the host polls an event
 (``event_done``: the device runs that stream up to the event) or a test calls ``run``.

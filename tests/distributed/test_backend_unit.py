@@ -6,6 +6,9 @@ then sends nothing to a switch; its float32 all_reduce is a one-rank gloo call).
 
 from __future__ import annotations
 
+import json
+from datetime import timedelta
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -15,9 +18,9 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 import panama.distributed  # noqa: E402
 from panama.distributed import EnvError, PanamaProcessGroup  # noqa: E402
+from panama.distributed.ddp_hook import register_panama_hook  # noqa: E402
 from panama.runtime.http import JOB_NAME_RE  # noqa: E402
 from panama.runtime.worker.communicator import Communicator, CommunicatorError  # noqa: E402
-from panama.runtime.worker.ddp_hook import register_panama_hook  # noqa: E402
 from panama.runtime.worker.env import bind_host_for, job_name  # noqa: E402
 
 
@@ -199,3 +202,63 @@ def test_a_blocked_collective_wait_runs_signal_handlers():
     done = torch.futures.Future()
     done.set_result([1])
     assert FutureWork(done).wait() is True
+
+
+def test_one_timeout_rule_for_the_backend_and_from_env(no_panama_env):
+    """Issue 38: one rule, one place (env.timeout_s): $PANAMA_TIMEOUT_S when set, else
+    CommunicatorConfig's default, lowered to the group's timeout when that is shorter
+    (before: the backend took 60 s against the communicator's 30 s, restated in env.py)."""
+    from panama.runtime.settings import CommunicatorConfig
+    from panama.runtime.worker import env
+
+    default = CommunicatorConfig().timeout_s
+    assert env.timeout_s() == default and env.timeout_s(limit_s=1800.0) == default
+    assert env.timeout_s(limit_s=5.0) == 5.0
+    config = env.communicator_config("127.0.0.1:9", limit_s=1800.0)
+    assert (config.timeout_s, config.size_bytes, config.bind_host) == (default, None, "127.0.0.1")
+    no_panama_env.setenv("PANAMA_TIMEOUT_S", "90")
+    no_panama_env.setenv("PANAMA_SIZE_BYTES", "4000")
+    config = env.communicator_config("127.0.0.1:9", limit_s=1800.0)
+    assert (config.timeout_s, config.size_bytes) == (90.0, 4000)
+    assert env.communicator_kwargs_from_env(controller="127.0.0.1:9", job="j", rank=0, world_size=2)["timeout_s"] == 90
+    # The backend's group of 2 ranks builds its communicator from that config (size hint kept
+    # for the first all_reduce, not announced at construction: no network here).
+    store = dist.HashStore()
+    store.set("panama/setup", json.dumps({"controller": "127.0.0.1:9", "token": None, "nonce": "n"}))
+    no_panama_env.setattr("panama.distributed.backend.check_access", lambda *a, **k: None)
+    no_panama_env.setattr("panama.distributed.backend.ProcessGroupGloo", lambda *a: None)  # no peer rank here
+    pg = PanamaProcessGroup(store, 1, 2, timedelta(seconds=60), "0", is_default=False)
+    try:
+        assert pg._comm.timeout_s == 90.0 and pg._timeout_s == 90.0  # $PANAMA_TIMEOUT_S=90 is explicit: it wins
+        assert pg._size_hint == 4000 and pg._comm.plan is None
+    finally:
+        pg.shutdown()
+    no_panama_env.delenv("PANAMA_TIMEOUT_S")
+    pg = PanamaProcessGroup(store, 1, 2, timedelta(seconds=12), "0", is_default=False)
+    try:
+        assert pg._comm.timeout_s == 12.0  # the default, lowered to the group's timeout
+    finally:
+        pg.shutdown()
+
+
+def test_an_interrupted_wait_tells_its_group_before_propagating():
+    """Ctrl-C in wait(): on_interrupt sees the KeyboardInterrupt, which still propagates."""
+    import signal
+
+    from panama.distributed.work import FutureWork
+
+    seen = []
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    work = FutureWork(torch.futures.Future(), on_interrupt=seen.append)  # never completes
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            work.wait()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert len(seen) == 1 and isinstance(seen[0], KeyboardInterrupt)

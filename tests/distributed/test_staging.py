@@ -20,7 +20,7 @@ from fake_device import FakeDevice, FakeFuture, FakeStream  # noqa: E402
 
 import panama.distributed  # noqa: E402
 from panama.distributed import PanamaDistributedError  # noqa: E402
-from panama.runtime.worker.staging import PinnedStaging, StagingError  # noqa: E402
+from panama.distributed.staging import PinnedStaging, StagingError  # noqa: E402
 
 JOIN_S = 30.0  # bound of a helper thread's join (it runs a few tensor copies)
 
@@ -311,7 +311,7 @@ class Bucket:
 
 
 def test_hook_stages_a_device_bucket_on_the_current_stream():
-    from panama.runtime.worker.ddp_hook import PanamaHookState, panama_allreduce_hook
+    from panama.distributed.ddp_hook import PanamaHookState, panama_allreduce_hook
 
     dev = FakeDevice()
     side = FakeStream("side")
@@ -331,7 +331,7 @@ def test_hook_stages_a_device_bucket_on_the_current_stream():
 def test_hook_under_ddp_with_staged_buckets_matches_the_local_gradient():
     from torch.nn.parallel import DistributedDataParallel
 
-    from panama.runtime.worker.ddp_hook import register_panama_hook
+    from panama.distributed.ddp_hook import register_panama_hook
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,6 +187,43 @@ def test_survivor_of_a_dead_cluster_owner_fails_fast(tmp_path):
     assert "the cluster is gone" in rr["error"]["message"], rr
     assert rr["seconds"] < 10.0, rr
     assert proc.stderr.count("controller unreachable") <= 2, proc.stderr[-3000:]  # logged once, not every second
+
+
+def test_ctrl_c_in_a_blocked_all_reduce_ends_the_rank_and_its_leave_says_interrupted(tmp_path):
+    """Issue 35 item 7: rank 0 blocked in an all_reduce that rank 1 never joins gets SIGINT:
+    its destroy_process_group returns within 5 s of the signal (before: the group timeout,
+    34.9 s), the controller fails the job saying "interrupted" (before: a clean leave), and
+    rank 1's next all_reduce fails naming it, long before its 60 s timeout."""
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=2, log_level="WARNING") as lc:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PANAMA_")}
+        env.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", PYTHONFAULTHANDLER="1", PANAMA_TIMEOUT_S="60")
+        env.update(cluster_env(lc.controller, getattr(lc, "token", None)))
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        run = subprocess.Popen([*cmd, str(WORKER), "interrupt", str(tmp_path)], env=env, cwd=ROOT, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            blocked = tmp_path / "blocked"
+            for _ in range(RUN_WAIT_S * 10):
+                if blocked.exists() or run.poll() is not None:
+                    break
+                time.sleep(0.1)
+            assert blocked.exists(), run.communicate(timeout=60)[0][-5000:]
+            time.sleep(1.0)  # well inside the all_reduce
+            os.kill(int(blocked.read_text()), signal.SIGINT)
+            out, _ = run.communicate(timeout=RUN_WAIT_S)
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 0, out[-5000:]
+        status, jobs = lc.controller_call("GET", "/v1/jobs")
+    r0 = json.loads((tmp_path / "rank0.json").read_text())
+    r1 = json.loads((tmp_path / "rank1.json").read_text())
+    assert r0["interrupted"] and r0["seconds"] < 5.0, r0
+    ended = {j["job"]: j for j in jobs["history"]}
+    job = ended[r0["job"]]
+    assert job["state"] == "failed" and "rank 0 left after an error: interrupted (KeyboardInterrupt)" in job["reason"]
+    assert r1["error"]["type"] == "PanamaFabricError" and "interrupted" in r1["error"]["message"], r1
+    assert r1["seconds"] < 10.0, r1
 
 
 def test_init_process_group_checks_controller_and_token(tmp_path):

@@ -7,6 +7,11 @@ step 3 rank 0 kills the daemon whose pid is in ``PANAMA_TEST_KILL_PID``; every r
 the error its backward raised and the one a later all_reduce raised.
 ``worker_ops.py orphan OUT_DIR`` (2 ranks, no ``PANAMA_CONTROLLER``): rank 0 starts the
 automatic cluster and dies; rank 1 records what its next all_reduce raised and when.
+``worker_ops.py interrupt OUT_DIR`` (2 ranks, ``PANAMA_CONTROLLER`` set): after one
+all_reduce together, rank 0 blocks in a second one that rank 1 does not join and writes
+``blocked`` (its pid); the test sends it SIGINT; rank 0 records how long after the signal
+its ``destroy_process_group`` returned, rank 1 (once rank 0 is done) what its all_reduce
+raised.
 ``worker_ops.py init OUT_DIR``: every rank records what init_process_group raised.
 ``worker_ops.py staged OUT_DIR cuda|fake`` (2 ranks): the staged path of device tensors:
 DDP on the ``panama`` group against DDP on a gloo group (parameters bitwise), all_reduce
@@ -257,6 +262,45 @@ def orphan(rank: int, world: int, out_dir: Path) -> dict:
     os._exit(0)  # the group's owner is gone: nothing to close
 
 
+def interrupt(rank: int, world: int, out_dir: Path) -> None:
+    dist.all_reduce(torch.ones(1000))  # the job runs
+    job = panama.distributed.stats()["job"]
+    if rank == 1:
+        for _ in range(2400):  # rank 0 is interrupted meanwhile (bounded: 120 s)
+            if (out_dir / "rank0.json").exists():
+                break
+            time.sleep(0.05)
+        start = time.monotonic()
+        res: dict = {"job": job}
+        try:
+            dist.all_reduce(torch.ones(1000))
+            res["error"] = None
+        except Exception as exc:
+            res["error"] = err_info(exc)
+        res["seconds"] = time.monotonic() - start
+        dist.destroy_process_group()
+        (out_dir / "rank1.json").write_text(json.dumps(res))
+        os._exit(0)
+    signalled: dict = {}
+
+    def on_sigint(signum, frame):  # what Python's default handler does, with the time noted
+        signalled["at"] = time.monotonic()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    res = {"job": job, "interrupted": False}
+    (out_dir / "blocked").write_text(str(os.getpid()))
+    try:
+        dist.all_reduce(torch.ones(1000))  # rank 1 never joins this one: blocked until Ctrl-C
+    except KeyboardInterrupt:
+        res["interrupted"] = True
+    finally:
+        dist.destroy_process_group()
+    res["seconds"] = time.monotonic() - signalled.get("at", float("nan"))
+    (out_dir / "rank0.json").write_text(json.dumps(res))
+    os._exit(0)
+
+
 def main() -> int:
     mode, out_dir = sys.argv[1], Path(sys.argv[2])
     if mode == "init":  # the controller or the token is bad: init_process_group says so
@@ -272,6 +316,8 @@ def main() -> int:
     try:
         if mode == "orphan":
             orphan(rank, world, out_dir)
+        if mode == "interrupt":
+            interrupt(rank, world, out_dir)
         if mode == "staged":
             res = staged(rank, world, sys.argv[3])
         else:

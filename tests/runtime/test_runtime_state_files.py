@@ -184,3 +184,200 @@ def test_a_failed_state_write_is_reported_and_never_truncates(tmp_path, monkeypa
         monkeypatch.undo()
         service._save_state()  # the disk has room again
         assert _health(service)["status"] == "ok"
+
+
+# ---------------------------------------------------------------------- issue 35 item 5: state that recovers
+# A full disk is simulated by monkeypatching os.write in panama.runtime.files (_disk_full_after):
+# the same code path as ENOSPC from a real file system, without mounting one.
+
+
+def _saved_job(name: str, job_id: int = 1) -> dict:
+    """A state file entry as Job.to_state writes it, with a real plan on the 1-leaf topology of _service."""
+    from panama.core.controller import Controller
+    from panama.core.topology import leaf_spine
+
+    plan = Controller(leaf_spine(1, 1, 2), threshold_bytes=0).admit(name, ["h0", "h1"], 10**6, 1)
+    assert plan.admitted and plan.switches
+    d = plan.to_dict()
+    d["job_id"] = job_id
+    return {
+        "name": name,
+        "job_id": job_id,
+        "world_size": 2,
+        "key": "0123456789abcdef",
+        "payload_elems": 359,
+        "size_bytes": 10**6,
+        "trees": 1,
+        "plan": d,
+        "groups": {},
+        "ranks": [
+            {"rank": r, "udp": f"127.0.0.1:{4000 + r}", "host": f"h{r}", "incarnation": "i", "left": False}
+            for r in (0, 1)
+        ],
+    }
+
+
+def test_a_failed_state_write_is_retried_until_the_disk_takes_it(tmp_path, monkeypatch):
+    """Disk full: the write fails and stays pending; a second change while full is the one
+    owed; the monitor's retries (not a job change) write it once there is room again and
+    health goes back to ok (before: "degraded" until the next job change, and a restart
+    forgot the job admitted meanwhile)."""
+    from panama.runtime.controller.state_file import StateFile
+
+    now = [0.0]
+    state = StateFile(tmp_path / "state.json", lambda: now[0], retry_interval_s=1.0)
+    assert state.save([_saved_job("a")])
+    before = (tmp_path / "state.json").read_text()
+    _disk_full_after(monkeypatch, 10)
+    assert not state.save([_saved_job("a"), _saved_job("b", 2)])
+    assert "No space left" in state.error
+    monkeypatch.undo()  # room again
+    assert not state.retry()  # not before retry_interval_s
+    assert (tmp_path / "state.json").read_text() == before
+    now[0] = 1.0
+    assert state.retry() and state.error is None
+    names = [e.name for e in StateFile(tmp_path / "state.json", lambda: 0.0).load()]
+    assert names == ["a", "b"]  # the job admitted while the disk was full is on disk
+    assert state.retry()  # nothing pending: no write
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
+
+
+def test_the_controller_monitor_turns_health_back_to_ok_without_a_job_change(tmp_path, monkeypatch):
+    service = _service(tmp_path / "state.json")
+    _disk_full_after(monkeypatch, 10)
+    service._save_state()
+    assert _health(service)["status"] == "degraded"
+    monkeypatch.undo()
+    service.state.clock = lambda: 1e9  # the retry interval has passed
+    asyncio.run(service._monitor_pass(float("inf")))  # one pass of the monitor, no job anywhere
+    health = _health(service)
+    assert health["status"] == "ok" and health["state_file"]["error"] is None
+    assert json.loads((tmp_path / "state.json").read_text()) == {"version": 1, "jobs": []}
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path, 0o600)
+    return path
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ("fifo", ["a FIFO, not a regular file"]),
+        ("directory", ["a directory, not a regular file"]),
+        ("not json {", ["is not JSON"]),
+        ("[1, 2]", ["not a state file", "got list"]),
+        ('{"version": 1, "jobs": 3}', ["not a state file", "jobs: int"]),
+        ('{"version": 7, "jobs": []}', ["version 7"]),
+    ],
+)
+def test_an_unusable_controller_state_file_is_one_line_and_the_controller_does_not_start(tmp_path, content, words):
+    """A FIFO (before: the controller hung reading it, deaf to SIGTERM), a directory, or a
+    wrong shape (before: a traceback, or 'recovering nothing' and then every job on the
+    daemons removed and the record overwritten): the controller process exits 2 with one
+    line naming the file, before waiting for any daemon."""
+    from panama.runtime.controller.state_file import StateFile, StateFileError
+    from panama.runtime.settings import ControllerConfig, ControllerProcess
+
+    state = tmp_path / "state.json"
+    if content == "fifo":
+        _fifo(state)
+    elif content == "directory":
+        state.mkdir()
+    else:
+        state.write_text(content)
+    with pytest.raises(StateFileError) as info:
+        StateFile(state, lambda: 0.0).load()
+    assert str(state) in info.value.detail and all(w in info.value.detail for w in words)
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(
+        "leaves = 1\nspines = 1\nhosts_per_leaf = 2\n"
+        '[switches.leaf0]\nudp = "127.0.0.1:9"\ncontrol = "127.0.0.1:9"\n'
+        '[switches.spine0]\nudp = "127.0.0.1:9"\ncontrol = "127.0.0.1:9"\n'
+    )
+    token = tmp_path / "token"
+    token.write_text("t" * 43)
+    token.chmod(0o600)
+    settings = ControllerProcess(
+        controller=ControllerConfig(cluster_file=cluster, listen=("127.0.0.1", 0), state_file=state, startup_wait_s=60),
+        token_file=token,
+    ).save(tmp_path / "controller.json")
+    cmd = [sys.executable, "-m", "panama.runtime.controller.service", str(settings)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # guard: a hang fails, never blocks CI
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if "state_file" in ln]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert str(state) in lines[0] and all(w in lines[0] for w in words), lines[0]
+
+
+def test_malformed_entries_are_skipped_one_line_each_and_the_controller_starts(tmp_path, caplog):
+    """An entry missing a key (before: KeyError, the controller did not start), one of a wrong
+    type, one whose plan does not rebuild, and a non-object: each is one log line naming the
+    file, the entry and the field; the good entry is read and the controller starts."""
+    from panama.runtime.controller.state_file import StateFile
+
+    good = _saved_job("good")
+    no_key = _saved_job("nokey", 2)
+    del no_key["world_size"]
+    wrong = _saved_job("wrong", 3)
+    wrong["ranks"][0]["udp"] = 4000  # a number, not "HOST:PORT"
+    bad_plan = _saved_job("badplan", 4)
+    del bad_plan["plan"]["trees"]
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"version": 1, "jobs": [good, no_key, wrong, bad_plan, "junk"]}))
+    caplog.set_level("WARNING", logger="panama.controller")
+    assert [e.name for e in StateFile(path, lambda: 0.0).load()] == ["good"]
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skipped) == 4 and all(str(path) in m for m in skipped), skipped
+    assert "entry 1 ('nokey') skipped: world_size: required" in skipped[0].replace("job ", "")
+    assert "ranks.0.udp" in skipped[1] and "plan" in skipped[2] and "entry 4" in skipped[3]
+    caplog.clear()
+    service = _service(path)
+    asyncio.run(service.start())  # no daemon answers (port 9): nothing recovered, but it starts
+    service._monitor_task.cancel()
+    asyncio.run(service._session.close())
+    assert service.controller is not None and service.jobs == {}
+    assert "job 'good' (job_id 1) not recovered" in caplog.text.replace("job good", "job 'good'")
+
+
+@pytest.mark.parametrize("command", ["status", "down", "up"])
+@pytest.mark.parametrize("content", ["fifo", "[]", '{"switches": 3, "controller": null}', '{"controller": "x"}'])
+def test_an_unusable_cluster_state_file_is_one_line_and_never_hangs(tmp_path, command, content):
+    """`cluster status/down/up --state F` with a FIFO at F (before: all three hung, SIGTERM
+    could not stop them) or a file of the wrong shape (before: a traceback): one line, exit 2,
+    nothing started."""
+    state = tmp_path / "cluster.json"
+    if content == "fifo":
+        _fifo(state)
+    else:
+        state.write_text(content)
+    args = ["cluster", command, "--state", str(state)]
+    if command == "up":
+        args += ["--leaves", "1", "--spines", "1", "--hosts-per-leaf", "2"]
+    proc = _cli(args, {}, timeout=120)  # guard: a hang fails the test instead of blocking CI
+    why = "a FIFO, not a regular file" if content == "fifo" else "not a cluster state"
+    _one_line_error(proc, "state", str(state), why)
+    assert not (tmp_path / "run").exists()
+
+
+def test_cluster_up_stops_its_daemons_when_it_cannot_record_them(tmp_path, monkeypatch):
+    """A full disk when `cluster up` writes its state file: every process it started is
+    stopped and the error says so (before: three daemons ran on, recorded nowhere)."""
+    from panama.runtime import cluster as cluster_mod
+    from panama.runtime.cluster import ClusterError, LocalCluster, record_cluster
+
+    lc = LocalCluster(leaves=1, spines=1, hosts_per_leaf=2, workdir=tmp_path / "run", detached=True)
+    lc.start()
+    procs = list(lc.procs.values())
+    assert len(procs) == 3 and all(p.alive() for p in procs)
+
+    def full(path, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cluster_mod, "write_secret_file", full)
+    try:
+        with pytest.raises(ClusterError, match="cannot record the cluster .*No space left.*stopped"):
+            record_cluster(lc, tmp_path / "cluster.json")
+    finally:
+        lc.stop()
+    assert not any(p.alive() for p in procs) and not (tmp_path / "cluster.json").exists()

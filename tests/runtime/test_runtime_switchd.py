@@ -231,6 +231,9 @@ def test_an_unexpected_data_plane_error_is_counted_and_the_loop_goes_on(daemon_f
         ([{"tree_id": 0, "children": ["127.0.0.1:1", "127.0.0.1:1"]}], "trees[0].children"),
         ([{"tree_id": 0, "children": ["127.0.0.1:1"]}, {"tree_id": 0, "children": ["127.0.0.1:2"]}], "trees"),
         ([{"tree_id": 0, "children": ["127.0.0.1:1"], "colour": 1}], "trees[0].colour"),
+        # issue 35: IPv4 literals only, never resolved (a name meant gethostbyname in the event loop)
+        ([{"tree_id": 0, "children": ["localhost:5"]}], "trees[0].children"),
+        ([{"tree_id": 0, "children": ["127.0.0.1:1"], "parent": "127.0.0.1\nFORGED:9"}], "trees[0].parent"),
         ([], "trees"),
     ],
 )

@@ -7,7 +7,7 @@ starts its daemons that way, with the interpreter it runs under).
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -139,15 +139,15 @@ def _state_file(state_path, create: bool = False) -> Path:
 
 
 def _read_state(state_file: Path) -> dict:
-    """The state file's JSON: refused when it is a symlink, another user's, or not JSON."""
-    from panama.runtime.files import UnsafePathError, read_private_file
+    """The state file's JSON: refused (one line, exit 2) when it is a symlink, a FIFO or any
+    other non-regular file, another user's, not JSON or not a cluster state."""
+    from panama.runtime.cluster import read_cluster_state
+    from panama.runtime.files import UnsafePathError
 
     try:
-        return json.loads(read_private_file(state_file, "state"))
+        return read_cluster_state(state_file)
     except UnsafePathError as exc:
         raise usage_error(exc.field, exc.detail) from None
-    except json.JSONDecodeError as exc:
-        raise usage_error("state", f"{state_file} is not JSON ({exc}); remove it") from None
     except OSError as exc:
         raise click.ClickException(f"cannot read cluster state {state_file}: {exc.strerror or exc}") from None
 
@@ -166,25 +166,22 @@ def _read_state(state_file: Path) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def cluster_up(state_path, as_json, **options):
     """Start a local cluster in the background and record it in the state file."""
-    from panama.runtime.cluster import ClusterError, LocalCluster
+    from panama.runtime.cluster import ClusterError, LocalCluster, record_cluster
 
     config = model_from_options(ClusterConfig, options)
     _check_bindable(config.host)
     state_file = _state_file(state_path, create=True)
-    if state_file.exists() or state_file.is_symlink():
+    if os.path.lexists(state_file):
         old = _read_state(state_file)
         if _any_alive(old):
             raise usage_error("state", f"a cluster is already running ({state_file}); run 'panama cluster down' first")
     workdir = state_file.parent / "run"
     lc = LocalCluster(config, workdir=workdir, detached=True)
-    try:
+    try:  # start() stops what it started on failure; record_cluster() stops all if it cannot record
         lc.start()
+        state = record_cluster(lc, state_file)  # holds the token: mode 0600
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
-    state = lc.detach()
-    from panama.runtime.http import write_secret_file
-
-    write_secret_file(state_file, json.dumps(state, indent=2))  # holds the token: mode 0600
     if as_json:
         echo_json(state)
     else:

@@ -6,7 +6,10 @@
     model = torch.nn.parallel.DistributedDataParallel(model)   # unchanged
 
 float32 SUM/AVG all_reduce goes through the PANAMA switch daemons, everything else through
-an inner gloo group (:mod:`panama.distributed.backend`). Discovery and job names:
+an inner gloo group (:mod:`panama.distributed.backend`). The DDP communication hook on a
+:class:`panama.Communicator` (without the backend): :mod:`panama.distributed.ddp_hook`; the
+pinned staging of CUDA tensors both use: :mod:`panama.distributed.staging`. Discovery:
+:func:`panama.runtime.cluster.find_or_start_cluster`; environment and job names:
 :mod:`panama.runtime.worker.env`. Documentation: docs/training.md, section "torchrun".
 """
 

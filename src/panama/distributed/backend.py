@@ -30,7 +30,7 @@ Which path (decided per call from the dtype, device and op, identical on every r
 CUDA tensors. gloo handles those of the operations it serves itself (it stages them
 through host memory); the worker thread runs its call with the caller's current stream
 (captured at the call) as its current stream. A float32 SUM/AVG all_reduce of CUDA tensors
-is staged by :class:`panama.runtime.worker.staging.PinnedStaging`: copied into a reused
+is staged by :class:`panama.distributed.staging.PinnedStaging`: copied into a reused
 pinned host buffer on the caller's current stream (at the call, so DDP's backward goes on
 while earlier buckets are summed); the worker thread waits for that copy's event only,
 sums the buffer through the switches, and queues the copy back on the same stream. Every
@@ -38,17 +38,33 @@ collective with a CUDA tensor returns a work whose future is a
 ``torch.futures.Future(devices=[device])`` completed on that stream: ``wait()``, DDP's
 reducer and ``then`` callbacks make their current stream wait for the result, never the
 host for the whole device. No GPU is needed to test this: the device operations are a
-:class:`~panama.runtime.worker.staging.DeviceApi` (``_device_apis``), replaced in the
+:class:`~panama.distributed.staging.DeviceApi` (``_device_apis``), replaced in the
 tests by a stream model on CPU tensors.
 
-Discovery (at group creation): ``$PANAMA_CONTROLLER`` (+ ``$PANAMA_TOKEN``) joins a running
-cluster, on this machine or another (each rank's UDP socket binds ``$PANAMA_BIND_HOST``, else
-the address of its route to the controller: docs/several-machines.md). Unset, the default
-group's rank 0 starts a one-rack :class:`LocalCluster` sized for the world and publishes its
-address and token through the c10d store; the other ranks wait for it (bounded by the
-group's timeout). Subgroups reuse the default group's cluster.
+Discovery (at group creation): the default group's rank 0 asks the runtime
+(:func:`panama.runtime.cluster.find_or_start_cluster`: ``$PANAMA_CONTROLLER`` + ``$PANAMA_TOKEN``,
+on this machine or another, else a one-rack :class:`LocalCluster` it starts for the world)
+and publishes the controller's address and token through the c10d store; the other ranks
+wait for them (bounded by the group's timeout). Subgroups reuse the default group's
+cluster. Each rank's communicator is built from one
+:class:`~panama.runtime.settings.CommunicatorConfig`
+(:func:`panama.runtime.worker.env.communicator_config`: its UDP socket binds
+``$PANAMA_BIND_HOST``, else the address of its route to the controller, docs/several-machines.md;
+every wait is bounded by ``$PANAMA_TIMEOUT_S``, else the config's default, lowered to the
+group's timeout when that is shorter).
 The local cluster is stopped when the default group is destroyed (after every rank has
 closed its communicator, or after a bounded wait) or when rank 0 exits.
+
+Ctrl-C. A rank whose main thread gets ``KeyboardInterrupt`` while it waits for a
+collective (``work.wait()``, a synchronous ``all_reduce``), or that destroys its group while
+handling one, interrupts its PANAMA job: the all_reduce under way on the worker thread ends
+within one poll of the communicator (50 ms), the group is broken, and the rank leaves the
+job at once with the error ``interrupted (KeyboardInterrupt) ...`` (the controller fails
+the job naming it; the other ranks' calls fail within their heartbeat, not at a timeout);
+``destroy_process_group`` then waits at most ``INTERRUPT_GRACE_S`` for the worker thread,
+and rank 0 does not wait for the other ranks before stopping a local cluster it owns. A
+collective that gloo runs, and the wait inside DDP's C++ reducer (where Python cannot
+take the signal), end as they would without the interrupt (bounded by the group timeout).
 
 Refusal: a job the controller does not admit (below its aggregation threshold, no
 accelerator memory) is reduced by gloo instead, with one warning line on the group's
@@ -64,6 +80,7 @@ import json
 import logging
 import queue
 import secrets
+import sys
 import threading
 import time
 import weakref
@@ -80,13 +97,12 @@ from torch._C._distributed_c10d import (
     ReduceOp,
 )
 
-from panama import environment
+from panama.distributed.staging import CudaApi, DeviceApi, PinnedStaging, StagingError
 from panama.distributed.work import FutureWork, OnDevice, backward_box, run_item, tensors_in
-from panama.runtime.cluster import LocalCluster
+from panama.runtime.cluster import FoundCluster, find_or_start_cluster
 from panama.runtime.http import HttpError, check_access
 from panama.runtime.worker import env
 from panama.runtime.worker.communicator import Communicator, CommunicatorError, JobRefused
-from panama.runtime.worker.staging import CudaApi, DeviceApi, PinnedStaging, StagingError
 
 BACKEND_NAME = "panama"
 log = logging.getLogger("panama.distributed")
@@ -97,6 +113,8 @@ CLOSED_KEY = "panama/closed"
 CLOSE_WAIT_S = 30.0
 # Upper bound of the wait for rank 0's cluster address (also bounded by the group's timeout).
 SETUP_WAIT_S = 120.0
+# After Ctrl-C: how long the rank waits for its worker thread to leave the interrupted collective.
+INTERRUPT_GRACE_S = 2.0
 
 
 class PanamaDistributedError(RuntimeError):
@@ -105,15 +123,6 @@ class PanamaDistributedError(RuntimeError):
 
 class PanamaFabricError(PanamaDistributedError, CommunicatorError):
     """In-network aggregation failed for a running job (daemon, rank or controller gone, timeout)."""
-
-
-@dataclass
-class _Cluster:
-    """The PANAMA cluster a process's groups use."""
-
-    controller: str
-    token: str | None
-    local: LocalCluster | None = None  # started (and owned) by this process
 
 
 @dataclass
@@ -152,7 +161,7 @@ class GroupStats:
         }
 
 
-_default_cluster: _Cluster | None = None
+_default_cluster: FoundCluster | None = None
 _groups: weakref.WeakSet = weakref.WeakSet()  # this process's live panama groups
 _lock = threading.Lock()
 
@@ -178,33 +187,37 @@ class PanamaProcessGroup(dist.ProcessGroup):
         self._is_default = is_default
         self._closed = False
         self._broken: PanamaFabricError | None = None
-        self._cluster: _Cluster | None = None
+        self._interrupted: str | None = None  # why the rank interrupted its collectives (Ctrl-C)
+        self._idle = threading.Event()  # set while the worker thread runs no collective
+        self._idle.set()
+        self._cluster: FoundCluster | None = None
         self._comm: Communicator | None = None
         self._warned = False
-        self._timeout_s = env.timeout_from_env(min(env.DEFAULT_TIMEOUT_S, timeout.total_seconds()))
         # Device types whose tensors go through a stream-aware path (tests put a stream model here).
         self._device_apis: dict[str, DeviceApi] = {"cuda": CudaApi()}
         self._stagings: dict[str, PinnedStaging] = {}
         self._gloo = ProcessGroupGloo(PrefixStore("panama-gloo/", store), rank, size, timeout)
         nonce = self._setup()
         self.stats = GroupStats(job=env.job_name(self._group_id, nonce))
+        self._size_hint: int | None = None  # $PANAMA_SIZE_BYTES: announced at the first PANAMA all_reduce
+        self._timeout_s = env.timeout_s(timeout.total_seconds())  # the staging's waits follow the same rule
         if size > 1:
             assert self._cluster is not None
-            self._comm = Communicator(
+            config = env.communicator_config(self._cluster.controller, limit_s=timeout.total_seconds())
+            self._size_hint, self._timeout_s = config.size_bytes, config.timeout_s
+            self._comm = Communicator.from_config(  # registers at the first all_reduce, on the worker thread
                 self._cluster.controller,
                 self.stats.job,
                 rank,
                 size,
-                timeout_s=self._timeout_s,
+                config.replace(size_bytes=None),
                 token=self._cluster.token,
-                bind_host=env.bind_host_for(self._cluster.controller),  # on another machine: its LAN address
             )
             try:  # a dead controller or a wrong token fails init_process_group, not the first backward()
                 check_access(self._comm.controller, self._comm.token)
             except HttpError as exc:
                 self._comm.close()
                 raise PanamaDistributedError(f"panama backend: group {self._group_id} rank {rank}: {exc}") from None
-        self._size_hint = env.size_hint_from_env()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=f"panama-pg-{self._group_id}-r{rank}", daemon=True)
         self._thread.start()
@@ -232,7 +245,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
             if "error" in info:
                 raise PanamaDistributedError(f"panama backend: rank 0 could not set up PANAMA: {info['error']}")
             nonce = info["nonce"]
-            cluster = self._known_cluster() or _Cluster(info["controller"], info.get("token"))
+            cluster = self._known_cluster() or FoundCluster(info["controller"], info.get("token"))
         self._cluster = cluster
         # Whether this group found (or started) the cluster itself rather than borrowing the
         # default group's: it then closes it (a subgroup when the default group is not panama).
@@ -242,35 +255,21 @@ class PanamaProcessGroup(dist.ProcessGroup):
                 _default_cluster = cluster
         return nonce
 
-    def _known_cluster(self) -> _Cluster | None:
+    def _known_cluster(self) -> FoundCluster | None:
         if not self._is_default and _default_cluster is not None:
             return _default_cluster
         return None
 
-    def _find_or_start_cluster(self) -> _Cluster:
+    def _find_or_start_cluster(self) -> FoundCluster:
         known = self._known_cluster()
         if known is not None:
             return known
-        controller = env.controller_from_env()
-        if controller is not None:
-            return _Cluster(controller, env.token_from_env())
-        local_world, world = environment.local_world_size(), environment.world_size()
-        if local_world is not None and world is not None and local_world != world:
-            raise PanamaDistributedError(
-                f"{env.CONTROLLER_ENV} is not set and the job spans several hosts (WORLD_SIZE={world}, "
-                f"LOCAL_WORLD_SIZE={local_world}): a local cluster on rank 0's loopback cannot serve them; "
-                f"start one (panama cluster up --host ADDR) and set {env.CONTROLLER_ENV}"
+        found = find_or_start_cluster(self._size)
+        if found.local is not None:
+            log.info(
+                "panama backend: started a local cluster for %d ranks, controller %s", self._size, found.controller
             )
-        # One rack (a leaf for the world's hosts, one spine the controller needs): on one
-        # host every daemon is a process on the ranks' CPUs and every tree edge a loopback
-        # hop, so the smallest fabric is the fastest (docs/runtime-performance.md: one rack 1.5-1.7x
-        # gloo's speed, 2 tiers 0.8-0.96x, panama bench allreduce, 2026-11-24).
-        # Multicast results off: every local user could join a loopback group and read the
-        # gradients and the job key of a cluster this user never chose to start (docs/training.md).
-        lc = LocalCluster(leaves=1, spines=1, hosts_per_leaf=self._size, log_level="WARNING", multicast_results=False)
-        lc.start()
-        log.info("panama backend: started a local cluster for %d ranks, controller %s", self._size, lc.controller)
-        return _Cluster(lc.controller, getattr(lc, "token", None), local=lc)
+        return found
 
     def _wait_setup(self) -> dict[str, Any]:
         wait_s = min(SETUP_WAIT_S, self._timeout.total_seconds())
@@ -290,16 +289,42 @@ class PanamaProcessGroup(dist.ProcessGroup):
             if item is None:
                 return
             fn, fut, box, on = item
-            # A device collective runs, and its future completes, on the caller's stream.
-            with contextlib.nullcontext() if on is None else on.api.use_stream(on.stream):
-                run_item(fn, fut, box)
+            self._idle.clear()
+            try:  # a device collective runs, and its future completes, on the caller's stream
+                with contextlib.nullcontext() if on is None else on.api.use_stream(on.stream):
+                    run_item(fn, fut, box)
+            finally:
+                self._idle.set()
 
     def _submit(self, fn: Callable[[], Any], value_on_error: Any = None, on: OnDevice | None = None) -> Any:
         self._check_open()
         fut: torch.futures.Future = torch.futures.Future() if on is None else on.api.future(on.device)
         box = backward_box(fut, value_on_error)
         self._queue.put((fn, fut, box, on))
-        return FutureWork(fut)
+        return FutureWork(fut, on_interrupt=self.interrupt)
+
+    def interrupt(self, exc: BaseException) -> None:
+        """The rank was interrupted (``exc``: KeyboardInterrupt) while waiting for a collective:
+        end the PANAMA all_reduce under way (within one poll of the communicator), break the
+        group, and leave the job now with an error saying "interrupted" (module docstring,
+        "Ctrl-C"). Idempotent; called from the waiting (main) thread."""
+        if self._interrupted is not None or self._closed:
+            return
+        why = f"interrupted ({type(exc).__name__}) on rank {self._rank}"
+        self._interrupted = why
+        if self._broken is None:
+            self._broken = PanamaFabricError(
+                f"panama backend: group {self._group_id} rank {self._rank} (job {self.stats.job}): {why}"
+            )
+            self.stats.mode, self.stats.error = "broken", str(self._broken)
+        comm = self._comm
+        if comm is None:
+            return
+        comm.interrupt(why)
+        # Once the worker thread is out of the communicator, leave at once: the script may
+        # never destroy the group. (Still inside, e.g. a registration: the leave waits for shutdown.)
+        if self._idle.wait(INTERRUPT_GRACE_S):
+            comm.close()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -560,10 +585,16 @@ class PanamaProcessGroup(dist.ProcessGroup):
         return f"PanamaProcessGroup(group={self._group_id}, rank={self._rank}, size={self._size}, job={self.stats.job})"
 
     def shutdown(self) -> None:
-        """Stop the worker thread, leave the PANAMA job, stop an owned local cluster. Idempotent."""
+        """Stop the worker thread, leave the PANAMA job, stop an owned local cluster. Idempotent.
+
+        Called while a KeyboardInterrupt is being handled (``destroy_process_group`` in an
+        ``except`` or ``finally`` after Ctrl-C), it interrupts first (:meth:`interrupt`)."""
         global _default_cluster
         if self._closed:
             return
+        pending = sys.exc_info()[1]
+        if isinstance(pending, KeyboardInterrupt):
+            self.interrupt(pending)
         self._close_own()
         if self._is_default:
             # This process is leaving the cluster: its other groups' jobs end first, so the
@@ -581,7 +612,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
             return
         self._closed = True
         self._queue.put(None)
-        self._thread.join(timeout=self._timeout.total_seconds())
+        self._thread.join(timeout=INTERRUPT_GRACE_S if self._interrupted else self._timeout.total_seconds())
         if self._thread.is_alive():
             log.warning("panama backend: group %s worker thread still busy at shutdown", self._group_id)
         if self._comm is not None:
@@ -594,8 +625,9 @@ class PanamaProcessGroup(dist.ProcessGroup):
             if local is None:
                 self._store.add(CLOSED_KEY, 1)
                 return
-            # Rank 0 owns the daemons: let the other ranks finish and leave first (bounded).
-            deadline = time.monotonic() + CLOSE_WAIT_S
+            # Rank 0 owns the daemons: let the other ranks finish and leave first (bounded;
+            # not after Ctrl-C: the job has failed, and the user wants the process to end).
+            deadline = time.monotonic() + (0.0 if self._interrupted else CLOSE_WAIT_S)
             closed = self._store.add(CLOSED_KEY, 0)
             while closed < self._size - 1 and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch._C._distributed_c10d import Work
 
-from panama.runtime.worker.staging import DeviceApi
+from panama.distributed.staging import DeviceApi
 
 __all__ = ["FutureWork", "OnDevice", "backward_box", "run_item", "tensors_in"]
 
@@ -28,20 +28,28 @@ class FutureWork(Work):
     """A work object over a future: ``wait()`` raises the collective's error.
 
     (``_create_work_from_future`` would not: its ``wait()`` returns normally on a failed
-    future, and DDP's reducer then crashes reading the value.)
+    future, and DDP's reducer then crashes reading the value.) ``on_interrupt(exc)`` is
+    called when the wait itself is interrupted (``KeyboardInterrupt`` from Ctrl-C), before
+    ``exc`` propagates: the group abandons the collective instead of letting it run on.
     """
 
-    def __init__(self, fut: torch.futures.Future):
+    def __init__(self, fut: torch.futures.Future, on_interrupt: Callable[[BaseException], None] | None = None):
         super().__init__()
         self._fut = fut
         self._done = threading.Event()
+        self._on_interrupt = on_interrupt
         fut.add_done_callback(lambda _: self._done.set())
 
     def wait(self, timeout: timedelta | None = None) -> bool:  # bounded by the collective's own timeout
         # Wait in Python, in slices: a signal handler (SIGTERM from torchrun's agent, Ctrl-C)
         # runs while a collective is blocked, which it could not inside Future.wait().
-        while not self._done.wait(0.5):
-            pass
+        try:
+            while not self._done.wait(0.5):
+                pass
+        except KeyboardInterrupt as exc:
+            if self._on_interrupt is not None:
+                self._on_interrupt(exc)
+            raise
         self._fut.wait()  # raises the collective's error
         return True
 

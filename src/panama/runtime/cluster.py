@@ -11,6 +11,17 @@ bind and the start is retried) and confirms them in a *ready file*. The cluster 
 parallel; the controller asks the daemons for ``/health`` only when a job arrives.
 :meth:`LocalCluster.stop` sends SIGTERM, waits, then SIGKILL; it also runs at
 interpreter exit and when ``start`` fails half-way, so no process is left behind.
+
+:func:`find_or_start_cluster` is how a process of a training run finds its cluster:
+``$PANAMA_CONTROLLER``'s, else a one-rack ``LocalCluster`` it starts for its ranks (the
+torch backend's rank 0 calls it and shares the answer through torch's store).
+
+``panama cluster up`` records a detached cluster in a *state file* (:class:`ClusterState`,
+JSON, mode 0600): :func:`record_cluster` writes it before the processes are let go, and
+stops them if it cannot (a full disk never leaves unrecorded daemons running);
+:func:`read_cluster_state` refuses, in one line naming the file, what is not a regular
+file of this user (checked without opening a FIFO in a blocking way) or not the shape
+``cluster up`` writes.
 """
 
 from __future__ import annotations
@@ -28,12 +39,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from panama import environment
 from panama.core.topology import leaf_spine
-from panama.runtime.files import UnsafePathError, private_dir, write_private_file
+from panama.runtime.files import UnsafePathError, private_dir, read_private_file, write_private_file
 from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
 from panama.runtime.lifeline import pid_alive
-from panama.runtime.net.udp import Address, format_addr, free_port, parse_addr
+from panama.runtime.net.udp import Address, AddressError, format_addr, free_port, parse_addr
 from panama.runtime.settings import (
     ClusterConfig,
     ControllerConfig,
@@ -42,6 +55,7 @@ from panama.runtime.settings import (
     SwitchConfig,
     SwitchProcess,
 )
+from panama.settings import settings_error
 
 # The module each kind of daemon runs as (``python -m MODULE SETTINGS.json``).
 DAEMON_MODULES: dict[type[ProcessSettings], str] = {
@@ -416,11 +430,16 @@ class LocalCluster:
             return
         raise ClusterError("controller could not be restarted on its address")
 
-    def detach(self) -> dict[str, Any]:
-        """Forget the processes without stopping them (``panama cluster up``); returns the state."""
+    def recorded_state(self) -> dict[str, Any]:
+        """What ``panama cluster up`` records (:class:`ClusterState`): :meth:`status`, every pid and the token."""
         state = self.status()
         state["pids"] = {p.name: p.pid for p in self.procs.values()}
         state["token"] = self.token
+        return state
+
+    def detach(self) -> dict[str, Any]:
+        """Forget the processes without stopping them (``panama cluster up``); returns the state."""
+        state = self.recorded_state()
         self._tmp = None
         self.procs = {}
         try:
@@ -468,3 +487,128 @@ def _tail(path: Path, lines: int = 5) -> str:
     except OSError:
         return "(no log)"
     return " | ".join(text[-lines:]) or "(empty log)"
+
+
+# ---------------------------------------------------------------------- the state file of `panama cluster up`
+def _an_address_or_none(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            parse_addr(value)
+        except AddressError as exc:
+            raise ValueError(exc.detail) from None
+    return value
+
+
+class RecordedSwitch(BaseModel):
+    """A switch daemon as ``cluster up`` records it (``status()["switches"][i]``)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    id: str
+    role: str
+    udp: str | None = None
+    control: str | None = None
+    pid: int | None = None
+    log: str | None = None
+
+    _addresses = field_validator("udp", "control")(_an_address_or_none)
+
+
+class ClusterState(BaseModel):
+    """What ``panama cluster up`` records: :meth:`LocalCluster.status` plus ``pids`` and ``token``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    controller: str | None
+    controller_pid: int | None = None
+    controller_log: str | None = None
+    workdir: str | None = None
+    switches: list[RecordedSwitch]
+    pids: dict[str, int] = Field(default_factory=dict)
+    token: str | None = None
+
+    _address = field_validator("controller")(_an_address_or_none)
+
+
+def read_cluster_state(path: Path) -> dict[str, Any]:
+    """The state file's content (a :class:`ClusterState` as a dict).
+
+    :class:`~panama.runtime.files.UnsafePathError` (field ``state``) when it is not a
+    regular file of this user (a FIFO is refused without blocking), is not JSON or not
+    the shape above; OSError (e.g. FileNotFoundError) passes through.
+    """
+    text = read_private_file(path, "state")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise UnsafePathError("state", f"{path} is not JSON ({exc}); remove it") from None
+    if not isinstance(data, dict):
+        raise UnsafePathError("state", f"{path} is not a cluster state (a JSON {type(data).__name__}); remove it")
+    try:
+        ClusterState.model_validate(data)
+    except ValidationError as exc:
+        err = settings_error(exc)
+        raise UnsafePathError(
+            "state", f"{path} is not a cluster state ({err.field}: {err.detail}); remove it"
+        ) from None
+    return data
+
+
+def record_cluster(cluster: LocalCluster, path: Path) -> dict[str, Any]:
+    """Write ``cluster``'s state to ``path`` (mode 0600: it holds the token), then let its
+    processes go (:meth:`LocalCluster.detach`) and return the state. If the write fails
+    (a full disk) or anything interrupts it, the processes are stopped first and
+    :class:`ClusterError` says why: no daemon runs that no state file records."""
+    state = cluster.recorded_state()
+    try:
+        write_secret_file(path, json.dumps(state, indent=2))
+    except BaseException as exc:
+        cluster.stop()
+        if isinstance(exc, OSError):
+            raise ClusterError(
+                f"cannot record the cluster in {path}: {exc.strerror or exc} (its processes were stopped)"
+            ) from None
+        raise
+    cluster.detach()
+    return state
+
+
+# ---------------------------------------------------------------------- discovery
+@dataclass
+class FoundCluster:
+    """The cluster a process's ranks use: its controller (``HOST:PORT``), token, and the
+    :class:`LocalCluster` when this process started it (and must stop it)."""
+
+    controller: str
+    token: str | None
+    local: LocalCluster | None = None
+
+
+def find_or_start_cluster(world_size: int) -> FoundCluster:
+    """``$PANAMA_CONTROLLER`` (with ``$PANAMA_TOKEN``) when set; else a local cluster for
+    ``world_size`` ranks on this machine, started now: one rack (a leaf for the ranks, the
+    one spine the controller needs), multicast results off.
+
+    Why one rack: on one host every daemon is a process on the ranks' CPUs and every tree
+    edge a loopback hop, so the smallest fabric is the fastest (docs/runtime-performance.md:
+    one rack 1.5-1.7x gloo's speed, 2 tiers 0.8-0.96x). Why no multicast: every local user
+    could join a loopback group and read the gradients and the job key of a cluster this
+    user never chose to start (docs/training.md). :class:`ClusterError` when no controller
+    is given and torchrun says the ranks span several hosts (``LOCAL_WORLD_SIZE`` below
+    ``WORLD_SIZE``): a cluster on this loopback cannot serve them.
+    """
+    from panama.runtime.worker.env import CONTROLLER_ENV, controller_from_env, token_from_env
+
+    controller = controller_from_env()
+    if controller is not None:
+        return FoundCluster(controller, token_from_env())
+    local_world, world = environment.local_world_size(), environment.world_size()
+    if local_world is not None and world is not None and local_world != world:
+        raise ClusterError(
+            f"{CONTROLLER_ENV} is not set and the job spans several hosts (WORLD_SIZE={world}, "
+            f"LOCAL_WORLD_SIZE={local_world}): a local cluster on rank 0's loopback cannot serve them; "
+            f"start one (panama cluster up --host ADDR) and set {CONTROLLER_ENV}"
+        )
+    lc = LocalCluster(leaves=1, spines=1, hosts_per_leaf=world_size, log_level="WARNING", multicast_results=False)
+    lc.start()
+    return FoundCluster(lc.controller, lc.token, local=lc)

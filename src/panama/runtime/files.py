@@ -11,8 +11,9 @@ that nobody else can read, redirect or truncate them (docs/runtime.md, "Trust mo
   someone's file), writes every byte (short writes continue, ``ENOSPC`` raises), fsyncs,
   and renames over the target. On any failure the temporary file is removed and the
   target keeps its previous content: a full disk never leaves a truncated file.
-* :func:`read_private_file` opens with ``O_NOFOLLOW`` and refuses a file that another user
-  owns.
+* :func:`read_private_file` opens with ``O_NOFOLLOW | O_NONBLOCK`` and refuses what is not
+  a regular file (a FIFO, a device: opening one would block or read forever) and a file
+  that another user owns. :func:`check_regular_file` is the same check by ``lstat`` alone.
 """
 
 from __future__ import annotations
@@ -118,20 +119,59 @@ def write_private_file(path: str | Path, data: str | bytes) -> None:
         os.close(dfd)
 
 
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in words."""
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"  # pragma: no cover
+
+
+def check_regular_file(path: str | Path, field: str = "state") -> bool:
+    """True if ``path`` is a regular file, False if nothing is there; :class:`UnsafePathError`
+    (one line naming the path and what it is) for anything else. ``lstat`` only: never
+    opens, so a FIFO cannot block it."""
+    p = Path(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise UnsafePathError(field, f"cannot inspect {p}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError(
+            field, f"{p} is {_kind(st.st_mode)}, not a regular file; remove it (or choose another path)"
+        )
+    return True
+
+
 def read_private_file(path: str | Path, field: str = "state") -> str:
-    """The text of ``path``, refused (:class:`UnsafePathError`) if it is a symlink or another user's file.
+    """The text of ``path``, refused (:class:`UnsafePathError`) if it is a symlink, not a
+    regular file (checked on the open descriptor: ``O_NONBLOCK`` keeps a FIFO from
+    blocking the open), or another user's file.
 
     OSError (e.g. FileNotFoundError) passes through.
     """
     p = Path(path)
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         if exc.errno == getattr(os, "ELOOP", 40):
             raise UnsafePathError(field, f"{p} is a symbolic link; refusing to read it") from None
         raise
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(
+                field, f"{p} is {_kind(st.st_mode)}, not a regular file; remove it (or choose another path)"
+            )
         if st.st_uid != os.getuid():
             raise UnsafePathError(
                 field, f"{p} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); not using it"

@@ -6,7 +6,8 @@ token (from ``token_file``, else ``$PANAMA_TOKEN``; a daemon never serves withou
 :func:`main_from_file` is the ``python -m ... CONFIG.json`` entry point of both daemons:
 it loads the settings file and runs the daemon; a bad file, a bad value or a missing token
 is one line on stderr naming the field, exit code 2, and a bind failure exit code 1 — never
-a traceback.
+a traceback. Their logs are one line per record: :class:`OneLineFormatter` escapes control
+characters in every message (a job name or an address a client sent cannot forge a line).
 """
 
 from __future__ import annotations
@@ -37,12 +38,30 @@ def process_token(settings: ProcessSettings) -> str:
     )
 
 
+# C0 controls, DEL and C1 controls, written as Python escapes (\n, \x00, \x85, ...).
+_CONTROL = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))} | {0x2028: "\\u2028", 0x2029: "\\u2029"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with every control character (newline, carriage return, NUL, escape, ...) and
+    the Unicode line separators written as escapes: what it prints is one line."""
+    return text.translate(_CONTROL)
+
+
+class OneLineFormatter(logging.Formatter):
+    """A formatter whose messages are one line each: :func:`one_line` on the message with its
+    arguments filled in (fields from requests: job names, addresses, errors). A traceback
+    appended to a record stays as Python prints it."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = one_line(record.message)
+        return super().formatMessage(record)
+
+
 def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper()), handlers=[handler])
 
 
 def prepare(settings: ProcessSettings) -> str:

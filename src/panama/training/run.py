@@ -12,7 +12,7 @@ One training step, identical in every mode (d2l §13.5, data parallelism):
      into the first replica then copies the sum back, as the reference does;
    - ``gloo``: ``workers`` processes, stock ``DistributedDataParallel`` over a gloo process
      group on 127.0.0.1 (the host-based baseline);
-   - ``panama``: the same DDP model with :func:`~panama.runtime.worker.ddp_hook.register_panama_hook`:
+   - ``panama``: the same DDP model with :func:`~panama.distributed.ddp_hook.register_panama_hook`:
      gradients travel through the PANAMA switch daemons via :class:`panama.Communicator`
      (a :class:`~panama.runtime.cluster.LocalCluster` is started for the run when no
      ``controller`` is given);

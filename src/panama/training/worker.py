@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as tmp
 from torch.nn import functional as F
 
-from panama.runtime.worker.ddp_hook import register_panama_hook
+from panama.distributed.ddp_hook import register_panama_hook
 from panama.training.config import TrainConfig
 from panama.training.data import Dataset
 from panama.training.models import flat_parameters, make_lenet, num_parameters, parameter_digest

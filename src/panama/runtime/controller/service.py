@@ -27,8 +27,10 @@ holds the job (``failed``), or on ``DELETE /v1/jobs/{job}``. Ended jobs are kept
 short history so late heartbeats learn why.
 
 Crash safety: running jobs are written to a state file (``state_file``, mode 0600) on
-every change; a restarted controller takes back those that every daemon of their trees
-still holds, and removes from the daemons every job nobody owns. A controller that
+every change, and a failed write is retried until it succeeds
+(:mod:`panama.runtime.controller.state_file`); a restarted controller takes back those
+that every daemon of their trees still holds, and removes from the daemons every job
+nobody owns. A controller that
 stops leaves running jobs installed (their ranks' heartbeats fail until it is back).
 
 All state lives in one asyncio loop; the core Controller is made once, before the
@@ -67,12 +69,12 @@ from panama.runtime.controller.jobs import (
     join_failed,
     plan_from_dict,
 )
+from panama.runtime.controller.state_file import SavedJob, StateFile
 from panama.runtime.http import (
     error_text,
     start_site,
-    write_secret_file,
 )
-from panama.runtime.net.udp import Address, format_addr, parse_addr
+from panama.runtime.net.udp import Address, format_addr
 from panama.runtime.settings import ControllerConfig, ControllerOptions, ControllerProcess
 
 log = logging.getLogger("panama.controller")
@@ -127,11 +129,11 @@ class ControllerService(ControllerHttp):
         self.switch_timeout_s = switch_timeout_s
         self.token = token
         self.state_file = options.state_file
+        self.state = StateFile(options.state_file, time.monotonic) if options.state_file is not None else None
         self.startup_wait_s = options.startup_wait_s
         self.default_packet_memory = default_packet_memory
         self.multicast_results = options.multicast_results
         self.controller: Controller | None = None  # exactly one, made by start()
-        self.state_error: str | None = None  # why the last state file write failed (health: degraded)
         self.controllers_created = 0
         self.jobs: dict[str, Job] = {}
         self.history: OrderedDict[int, Job] = OrderedDict()
@@ -184,22 +186,7 @@ class ControllerService(ControllerHttp):
             if status != 200 or not isinstance(data, dict):
                 raise _DaemonUnwell(f"/health answered HTTP {status}")
         except (aiohttp.ClientError, asyncio.TimeoutError, _DaemonUnwell, OSError) as exc:
-            # A refused connection means the daemon is gone; a slow answer may only mean a
-            # busy CPU, so it takes PROBE_TIMEOUTS_DOWN consecutive timeouts.
-            sw.timeouts = sw.timeouts + 1 if isinstance(exc, asyncio.TimeoutError) else PROBE_TIMEOUTS_DOWN
-            if sw.timeouts < PROBE_TIMEOUTS_DOWN:
-                return sw.up
-            if sw.up:
-                log.warning(
-                    "switch %s (control %s) is not answering: %s",
-                    sw.name,
-                    format_addr(sw.control),
-                    exc or type(exc).__name__,
-                )
-            sw.up = False
-            sw.error = str(exc) or type(exc).__name__
-            self.switch_jobs[sw.name] = None
-            return False
+            return self._unanswered(sw, exc)
         sw.timeouts = 0
         if data.get("udp") and data["udp"] != format_addr(sw.udp):
             sw.up = False
@@ -215,6 +202,22 @@ class ControllerService(ControllerHttp):
         self.switch_jobs[sw.name] = {int(j) for j in jobs if isinstance(j, int)} if isinstance(jobs, list) else None
         self.switch_jobs_asked[sw.name] = asked
         return True
+
+    def _unanswered(self, sw: SwitchInfo, exc: BaseException) -> bool:
+        """A call to daemon ``sw`` (a probe, an install) got no usable answer: a refused
+        connection or an unwell daemon is down at once; a timeout may only mean a busy CPU
+        or a slow request, so it takes ``PROBE_TIMEOUTS_DOWN`` in a row (one slow install
+        never fails the other jobs on that daemon). Returns whether ``sw`` still counts as up."""
+        sw.timeouts = sw.timeouts + 1 if isinstance(exc, asyncio.TimeoutError) else PROBE_TIMEOUTS_DOWN
+        if sw.timeouts < PROBE_TIMEOUTS_DOWN:
+            return sw.up
+        if sw.up:
+            why = exc or type(exc).__name__
+            log.warning("switch %s (control %s) is not answering: %s", sw.name, format_addr(sw.control), why)
+        sw.up = False
+        sw.error = str(exc) or type(exc).__name__
+        self.switch_jobs[sw.name] = None
+        return False
 
     async def probe_all(self, names: list[str] | None = None) -> None:
         targets = [self.switches[n] for n in (names if names is not None else list(self.switches))]
@@ -233,6 +236,7 @@ class ControllerService(ControllerHttp):
     async def start(self) -> None:
         """Before serving: wait (bounded) for the daemons, make the one core Controller,
         take back the running jobs of a previous controller and free what nobody owns."""
+        saved = self.state.load() if self.state is not None else []  # StateFileError (one line): not started
         self._session = aiohttp.ClientSession()
         deadline = time.monotonic() + self.startup_wait_s
         while True:
@@ -254,54 +258,38 @@ class ControllerService(ControllerHttp):
             packet_memory=min(memories) if memories else self.default_packet_memory,
         )
         self.controllers_created += 1
-        await self._recover()
+        await self._recover(saved)
         self._monitor_task = asyncio.create_task(self._monitor())
 
-    async def _recover(self) -> None:
+    async def _recover(self, saved: list[SavedJob]) -> None:
         """Running jobs of the state file that every daemon of their trees still holds run on;
         any other job on a daemon is removed (nobody owns it)."""
-        saved: list[dict] = []
-        if self.state_file is not None and self.state_file.exists():
-            try:
-                saved = json.loads(self.state_file.read_text()).get("jobs", [])
-            except (OSError, ValueError, AttributeError) as exc:
-                log.warning("state file %s unreadable (%s): recovering nothing", self.state_file, exc)
         held = dict(zip(self.switches, await asyncio.gather(*(self._daemon_jobs(sw) for sw in self.switches.values()))))
         kept: set[tuple[str, int]] = set()
         now = time.monotonic()
         for entry in saved:
-            try:
-                plan = plan_from_dict(entry["plan"])
-                missing = [s for s in plan.switches if held.get(s) is None or plan.job_id not in held[s]]
-                if missing:
-                    log.warning(
-                        "job %s (job_id %d) not recovered: switch(es) %s no longer hold it",
-                        plan.name,
-                        plan.job_id,
-                        ", ".join(missing),
-                    )
-                    continue
-                assert self.controller is not None
-                self.controller.restore(plan)
-            except (KeyError, TypeError, ValueError, ControllerError) as exc:
+            plan = entry.job_plan()
+            missing = [s for s in plan.switches if held.get(s) is None or plan.job_id not in held[s]]
+            if missing:
                 log.warning(
-                    "state file entry %r not recovered: %s",
-                    entry.get("name") if isinstance(entry, dict) else entry,
-                    exc,
+                    "job %s (job_id %d) not recovered: switch(es) %s no longer hold it",
+                    plan.name,
+                    plan.job_id,
+                    ", ".join(missing),
                 )
                 continue
-            job = Job(plan.name, int(entry["world_size"]), now)
-            job.plan, job.job_id, job.key = plan, plan.job_id, int(entry["key"], 16)
-            job.payload_for_job, job.size_bytes, job.trees = (
-                entry["payload_elems"],
-                entry["size_bytes"],
-                entry.get("trees"),
-            )
-            for r in entry["ranks"]:
-                job.ranks[int(r["rank"])] = Rank(
-                    int(r["rank"]), parse_addr(r["udp"]), r["host"], now, r.get("incarnation"), bool(r.get("left"))
-                )
-            job.groups = dict(entry.get("groups") or {})
+            assert self.controller is not None
+            try:
+                self.controller.restore(plan)
+            except (ControllerError, KeyError, ValueError, TypeError) as exc:  # e.g. a host not in the topology
+                log.warning("state file %s: job %r not recovered: %s", self.state_file, entry.name, exc)
+                continue
+            job = Job(plan.name, entry.world_size, now)
+            job.plan, job.job_id, job.key = plan, plan.job_id, int(entry.key, 16)
+            job.payload_for_job, job.size_bytes, job.trees = entry.payload_elems, entry.size_bytes, entry.trees
+            for r in entry.ranks:
+                job.ranks[r.rank] = Rank(r.rank, r.address, r.host, now, r.incarnation, r.left)
+            job.groups = dict(entry.groups)
             job.recovered = True
             job.installed_at = time.monotonic()
             self._fire(job, JobInput.RECOVERED, f"recovered after a controller restart: {plan.reason}")
@@ -320,19 +308,14 @@ class ControllerService(ControllerHttp):
                     await self._delete_on(name, job_id)
         self._save_state()
 
+    @property
+    def state_error(self) -> str | None:
+        """Why the last state file write failed (``/v1/health``: degraded until a retry succeeds)."""
+        return self.state.error if self.state is not None else None
+
     def _save_state(self) -> None:
-        if self.state_file is None:
-            return
-        running = [j.to_state() for j in self.jobs.values() if j.life.state is JobState.RUNNING]
-        try:  # a full or unwritable disk leaves the previous file whole (write_secret_file)
-            write_secret_file(self.state_file, json.dumps({"version": 1, "jobs": running}, indent=1))
-        except OSError as exc:  # the service goes on, /v1/health says "degraded"; a restart recovers less
-            self.state_error = f"cannot write state file {self.state_file}: {exc.strerror or exc}"
-            log.error("%s (kept its previous content)", self.state_error)
-        else:
-            if self.state_error is not None:
-                log.warning("state file %s written again", self.state_file)
-            self.state_error = None
+        if self.state is not None:  # a failed write stays pending: the monitor retries it
+            self.state.save([j.to_state() for j in self.jobs.values() if j.life.state is JobState.RUNNING])
 
     # ------------------------------------------------------------------ job lifecycle
     def _fire(self, job: Job, event: JobInput, reason: str) -> None:
@@ -436,9 +419,12 @@ class ControllerService(ControllerHttp):
         try:
             status, data = await self._switch_call(sw, "PUT", f"/jobs/{job_id}", body)
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            errors.append(f"switch {name} (control {format_addr(sw.control)}) unreachable: {exc or type(exc).__name__}")
-            sw.up, sw.error = False, str(exc) or type(exc).__name__
+            slow = isinstance(exc, asyncio.TimeoutError)
+            what = f"timed out after {self.switch_timeout_s:g} s" if slow else "unreachable"
+            errors.append(f"switch {name} (control {format_addr(sw.control)}) {what}: {exc or type(exc).__name__}")
+            self._unanswered(sw, exc)  # this job's install fails; the daemon's other jobs only after repeated timeouts
             return
+        sw.timeouts = 0  # it answered
         if status != 200:
             errors.append(f"switch {name} refused job {job_id}: HTTP {status} {error_text(data)}")
             return
@@ -529,6 +515,8 @@ class ControllerService(ControllerHttp):
 
     async def _monitor_pass(self, next_probe: float) -> float:
         now = time.monotonic()
+        if self.state is not None:
+            self.state.retry()  # a failed state write, until the disk takes it
         for job in list(self.jobs.values()):
             if job.life.state is JobState.REGISTERING:
                 for x in list(job.ranks.values()):

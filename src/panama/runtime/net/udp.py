@@ -19,6 +19,7 @@ coalesced buffers (the switch daemon's batched loop does).
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import socket
 import time
@@ -74,6 +75,20 @@ def parse_addr(text: str, *, field: str = "address") -> Address:
         raise AddressError(field, f"port of {text!r} is not an integer") from None
     if not host or not 0 <= port <= 65535:
         raise AddressError(field, f"expected HOST:PORT with port in [0, 65535], got {text!r}")
+    return host, port
+
+
+def parse_ipv4_addr(text: object, *, field: str = "address") -> Address:
+    """``HOST:PORT`` whose host is an IPv4 literal (``"10.0.0.2:5000"``), never a name: what
+    a request body may carry, so no server resolves names (a blocking call) in its event
+    loop. :class:`AddressError` naming ``field`` otherwise (a host name, a newline, ...)."""
+    if not isinstance(text, str):
+        raise AddressError(field, f"expected HOST:PORT strings, got {text!r}")
+    host, port = parse_addr(text, field=field)
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        raise AddressError(field, f"host of {text!r} is not an IPv4 address (names are not resolved here)") from None
     return host, port
 
 

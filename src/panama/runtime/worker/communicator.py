@@ -230,6 +230,7 @@ class Communicator:
         self.gro_buffers = 0  # receives that returned several datagrams (GRO)
         self._stage: np.ndarray | None = None
         self._broken: str | None = None
+        self._interrupted: str | None = None  # set by interrupt(), from any thread
         self._closed = False
         self._hb: Heartbeat | None = None
         self._in_call: tuple[int, int] | None = None  # (call index, elements) while an allreduce runs
@@ -475,6 +476,8 @@ class Communicator:
         floats = self._recv_floats
         tr.start(now_ps(), flat, out=out)
         while not tr.done:
+            if self._interrupted is not None:  # interrupt() from another thread: end within one poll
+                raise CommunicatorError(f"job {self.job} rank {self.rank}: {self._interrupted}")
             now = now_ps()
             self._send(tr.poll(now))
             # Drain what has arrived; wait (bounded) only when nothing has.
@@ -612,6 +615,18 @@ class Communicator:
     def _check_open(self) -> None:
         if self._closed:
             raise CommunicatorError(f"job {self.job} rank {self.rank}: communicator is closed")
+        if self._interrupted is not None:
+            raise CommunicatorError(f"job {self.job} rank {self.rank}: {self._interrupted}")
+
+    def interrupt(self, reason: str) -> None:
+        """Make the allreduce under way in another thread end within one poll (50 ms) with
+        :class:`CommunicatorError` naming ``reason``, and every later call fail the same way;
+        :meth:`close` then leaves with ``reason`` as the rank's error, so the controller
+        fails the job saying why instead of counting a clean leave. Safe from any thread
+        (one attribute store); the owner still calls :meth:`close`. ``reason`` should start
+        with what happened, e.g. ``"interrupted (KeyboardInterrupt)"``."""
+        if self._interrupted is None:
+            self._interrupted = reason
 
     def close(self) -> None:
         """Leave the job (the controller frees it once every rank left) and release the socket."""
@@ -623,8 +638,9 @@ class Communicator:
         if self.plan is not None:
             # calls: the peers' allreduces up to this many can still complete (they fail after it)
             body: dict[str, Any] = {"rank": self.rank, "job_id": self.job_id, "calls": self.calls, "last": self._last}
-            if self._broken is not None:  # a failed rank does not make the job "completed"
-                body["error"] = self._broken[:500]
+            why = self._interrupted or self._broken
+            if why is not None:  # an interrupted or failed rank does not make the job "completed"
+                body["error"] = why[:500]
             try:
                 self._controller("POST", "leave", body, 2.0)
             except HttpError as exc:

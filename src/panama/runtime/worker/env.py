@@ -8,7 +8,10 @@ communicator for programs that do not use torch.distributed):
   ``panama controller serve``); unset, the backend starts a local cluster on rank 0;
 - ``PANAMA_TOKEN``: the cluster's bearer token (``panama cluster status --json``);
 - ``PANAMA_JOB``: the job name (``Communicator.from_env`` only; the backend makes its own);
-- ``PANAMA_TIMEOUT_S``: bound of every PANAMA wait (registration, one allreduce);
+- ``PANAMA_TIMEOUT_S``: bound of every PANAMA wait (registration, one allreduce); the one
+  rule (:func:`timeout_s`): this variable when set, else :class:`CommunicatorConfig`'s
+  ``timeout_s`` default, lowered to the caller's own bound (the torch group's timeout) when
+  that is shorter;
 - ``PANAMA_SIZE_BYTES``: the gradient size announced to the controller's admission
   (default: the size of the first all_reduce);
 - ``PANAMA_BIND_HOST``: the IPv4 address of this machine the rank's UDP socket binds, the
@@ -17,6 +20,12 @@ communicator for programs that do not use torch.distributed):
   machine's LAN address for one on another machine; see docs/several-machines.md);
 - ``RANK``, ``WORLD_SIZE``, ``TORCHELASTIC_RUN_ID``, ``TORCHELASTIC_RESTART_COUNT``: set
   by torchrun.
+
+:func:`communicator_config` gathers the variables that are communicator settings into one
+:class:`~panama.runtime.settings.CommunicatorConfig` (what the backend builds its
+communicators from); :func:`communicator_kwargs_from_env` adds the rank's identity for
+:meth:`Communicator.from_env`. Which cluster a process uses (this controller, or a local
+one it starts): :func:`panama.runtime.cluster.find_or_start_cluster`.
 """
 
 from __future__ import annotations
@@ -28,23 +37,23 @@ from typing import Any
 from panama import environment
 from panama.environment import EnvError
 from panama.runtime.net.udp import parse_addr
+from panama.runtime.settings import CommunicatorConfig
 
 __all__ = [
     "CONTROLLER_ENV",
-    "DEFAULT_TIMEOUT_S",
     "EnvError",
     "bind_host_for",
+    "communicator_config",
     "communicator_kwargs_from_env",
     "controller_from_env",
     "job_name",
     "sanitize",
     "size_hint_from_env",
-    "timeout_from_env",
+    "timeout_s",
     "token_from_env",
 ]
 
 CONTROLLER_ENV = environment.CONTROLLER  # the names live in panama.environment
-DEFAULT_TIMEOUT_S = 60.0
 
 _JOB_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
 JOB_NAME_MAX = 128  # the controller's rule (runtime/http.py JOB_NAME_RE)
@@ -90,9 +99,28 @@ def bind_host_for(controller: str) -> str:
         return "127.0.0.1"
 
 
-def timeout_from_env(default: float = DEFAULT_TIMEOUT_S) -> float:
-    """``$PANAMA_TIMEOUT_S`` (> 0), else ``default``."""
+def timeout_s(limit_s: float | None = None) -> float:
+    """The bound of every PANAMA wait of this process: ``$PANAMA_TIMEOUT_S`` (> 0) when set,
+    else :class:`CommunicatorConfig`'s default ``timeout_s``, lowered to ``limit_s`` (a bound
+    the caller must not outlast, e.g. the torch group's timeout) when that is shorter."""
+    default = CommunicatorConfig.model_fields["timeout_s"].default
+    if limit_s is not None:
+        default = min(default, limit_s)
     return environment.timeout_s(default)
+
+
+def communicator_config(controller: str, limit_s: float | None = None, **overrides: Any) -> CommunicatorConfig:
+    """The :class:`CommunicatorConfig` of a rank of this process reaching ``controller``:
+    ``timeout_s`` by :func:`timeout_s` (``limit_s``), ``size_bytes`` from
+    ``$PANAMA_SIZE_BYTES``, ``bind_host`` by :func:`bind_host_for`; ``overrides`` (any other
+    field, or these) win. A malformed variable raises :class:`EnvError` naming it."""
+    fields: dict[str, Any] = {
+        "timeout_s": timeout_s(limit_s),
+        "size_bytes": size_hint_from_env(),
+        "bind_host": bind_host_for(controller),
+    }
+    fields.update(overrides)
+    return CommunicatorConfig(**fields)
 
 
 def size_hint_from_env() -> int | None:
@@ -157,15 +185,11 @@ def communicator_kwargs_from_env(**overrides: Any) -> dict[str, Any]:
         kw["rank"] = _required_int(environment.RANK, environment.rank())
     if "world_size" not in overrides:
         kw["world_size"] = _required_int(environment.WORLD_SIZE, environment.world_size())
-    if "timeout_s" not in overrides:
-        kw["timeout_s"] = timeout_from_env(30.0)
-    if "size_bytes" not in overrides:
-        hint = size_hint_from_env()
-        if hint is not None:
-            kw["size_bytes"] = hint
     if "token" not in overrides:
         kw["token"] = token_from_env()
-    if "bind_host" not in overrides:
-        kw["bind_host"] = bind_host_for(overrides.get("controller", kw.get("controller")))
+    controller = overrides.get("controller", kw.get("controller"))
+    fields = set(CommunicatorConfig.model_fields)
+    config = communicator_config(controller, **{k: v for k, v in overrides.items() if k in fields})
+    kw.update({k: v for k, v in dict(config).items() if k in ("timeout_s", "size_bytes", "bind_host")})
     kw.update(overrides)
     return kw

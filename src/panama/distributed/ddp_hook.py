@@ -17,7 +17,7 @@ Contract of :func:`panama_allreduce_hook` (torch's comm-hook API,
 - the reduction is written into the bucket itself (``allreduce(buf, out=buf)`` when the
   communicator takes ``out=``, as :class:`panama.Communicator` does; else copied back);
 - a CUDA bucket is summed on the host through a reused pinned buffer
-  (:class:`~panama.runtime.worker.staging.PinnedStaging`): divided on the device, copied to
+  (:class:`~panama.distributed.staging.PinnedStaging`): divided on the device, copied to
   the buffer on the current stream, the host waits for that copy only, the sum is copied
   back on the current stream, and the future is a ``Future(devices=[device])`` completed
   on it (DDP's reducer orders its stream after the copy back);
@@ -45,8 +45,8 @@ import torch
 import torch.distributed as dist
 
 from panama.core.errors import FieldError
-from panama.runtime.worker.env import DEFAULT_TIMEOUT_S
-from panama.runtime.worker.staging import CudaApi, DeviceApi, PinnedStaging
+from panama.distributed.staging import CudaApi, DeviceApi, PinnedStaging
+from panama.runtime.worker.env import timeout_s
 
 
 class SumAllreducer(Protocol):
@@ -132,7 +132,7 @@ def _sum_staged(state: PanamaHookState, api: DeviceApi, buf: torch.Tensor) -> No
         staging = state.staging[buf.device.type] = PinnedStaging(api)
     staged = staging.copy_in([buf])
     try:
-        staging.wait_copied_in(staged, getattr(state.communicator, "timeout_s", DEFAULT_TIMEOUT_S))
+        staging.wait_copied_in(staged, getattr(state.communicator, "timeout_s", None) or timeout_s())
         _sum_in_place(state, staged.views[0])
     except BaseException:
         staging.abandon(staged)
