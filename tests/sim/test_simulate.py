@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +47,26 @@ REQUIRED_KEYS = (
 )
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _undocumented(summary: dict, simulator_doc: str) -> list[str]:
+    """The top-level keys of ``summary`` that the summary.json table of docs/simulator.md does
+    not name in its first column (``diagnostics.queues_by_tier`` names ``diagnostics``)."""
+    table = simulator_doc.split("### summary.json", 1)[1].split("\n## ", 1)[0]
+    named = {"_doc"}
+    for line in table.splitlines():
+        if line.startswith("| `"):
+            named.update(key.split(".")[0] for key in re.findall(r"`([\w.]+)`", line.split(" | ")[0]))
+    return sorted(set(summary) - named)
+
+
+def test_the_documented_keys_reader_sees_a_missing_key():
+    doc = "### summary.json\n\n| key | meaning |\n|---|---|\n| `a`, `b.c` | see `d` |\n\n## next\n| `e` | x |\n"
+    assert _undocumented({"a": 1, "b": 2, "_doc": ""}, doc) == []
+    assert _undocumented({"a": 1, "d": 2, "e": 3}, doc) == ["d", "e"]
+
+
 def run_cli(args):
     with pytest.raises(SystemExit) as info:
         main(args)
@@ -71,6 +93,7 @@ def test_simulate_writes_every_output(tmp_path, capsys):
     with (out / "jobs.csv").open() as fh:
         jrows = list(csv.DictReader(fh))
     assert [(r["job"], r["iteration"]) for r in jrows] == [("a", "0"), ("a", "1")]
+    assert _undocumented(summary, (ROOT / "docs" / "simulator.md").read_text()) == []
     resolved = tomllib.loads((out / "resolved.toml").read_text())
     assert resolved["topology"]["spec"] == "leaf-spine:leaves=2,spines=2,hosts_per_leaf=2"
     assert resolved["jobs"][0]["name"] == "a"
