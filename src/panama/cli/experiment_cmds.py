@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from panama.cli.common import OutDir, usage_error
-from panama.experiments.schemes import SCHEME_ORDER
+from panama.experiments.schemes import DEFAULT_PRESET, PRESET_NAMES, SCHEME_ORDER
 
 #: Every scheme of the shared-cluster experiment, the baseline first (its default --schemes).
 SCHEMES_ALL = ",".join(SCHEME_ORDER)
@@ -132,7 +132,7 @@ def _shared_cluster_options(f):
         ),
         click.option(
             "--preset",
-            type=click.Choice(["full", "quick", "tiny", "paper", "jobs-dominated"]),
+            type=click.Choice(PRESET_NAMES),
             default=None,
             help="Built-in scenario preset. Default paper: fat-tree k=8, 128 hosts, every worker on its own host, "
             "150 ms of traffic at load 0.3, seeds 1-5 (over 2,000 short flows each): 318 s on the 2-core machine "
@@ -229,7 +229,7 @@ def _resolve_shared_cluster(
         raise usage_error("--quick", f"conflicts with --preset {preset}")
     if scenario_path is not None and (quick or preset is not None):
         raise usage_error("--scenario", "give either a scenario file or a preset, not both")
-    from panama.experiments.cluster_scenario import DEFAULT_PRESET, seed_axis
+    from panama.experiments.cluster_scenario import seed_axis
 
     preset = "quick" if quick else (preset or DEFAULT_PRESET)
     scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]
@@ -490,8 +490,8 @@ def publish_cmd(run_root: Path) -> None:
 )
 @click.option(
     "--preset",
-    type=click.Choice(["paper", "full", "quick", "tiny"]),
-    default="paper",
+    type=click.Choice([p for p in PRESET_NAMES if p != "jobs-dominated"]),  # that one runs beside it
+    default=DEFAULT_PRESET,
     show_default=True,
     help="Preset of the main shared-cluster result (paper: k=8, 128 hosts; full: k=4); the jobs-dominated "
     "preset runs beside it (OUT/shared-cluster-jobs).",

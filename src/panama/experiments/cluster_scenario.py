@@ -10,6 +10,7 @@ from typing import Any
 
 from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.experiments.comm_ratio import load_models
+from panama.experiments.schemes import DEFAULT_PRESET
 from panama.sim.diagnostics import SHORT_BUCKETS as DIAGNOSTIC_BUCKETS
 
 #: Short-flow size buckets reported on their own (the simulator's, key, label, [low, high)
@@ -80,10 +81,7 @@ PAPER_JOB_MIX = (
     JobTemplate("lstm", 8, params=3_000_000, compute_ms=40.0, start_ms=350.0),
 )
 
-#: The preset of ``panama experiment shared-cluster`` without --preset/--quick/--scenario.
-DEFAULT_PRESET = "paper"
-
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, dict[str, Any]] = {  # keyed by schemes.PRESET_NAMES (tests/experiments/test_presets.py)
     # simulated ms of background traffic, iterations of the large jobs, load, scale
     "full": {"duration_ms": 40.0, "iterations": 4, "load": 0.3, "scale": 0.005, "topology": "fat-tree:k=4"},
     "quick": {

@@ -9,7 +9,23 @@ higher is better (:data:`GAIN_TEXT`).
 
 from __future__ import annotations
 
-__all__ = ["BASELINE", "FLOOR", "FLOOR_LABEL", "GAIN_TEXT", "SCHEME_ORDER", "scheme_label"]
+__all__ = [
+    "BASELINE",
+    "DEFAULT_PRESET",
+    "FLOOR",
+    "FLOOR_LABEL",
+    "GAIN_TEXT",
+    "PRESET_NAMES",
+    "SCHEME_ORDER",
+    "scheme_label",
+]
+
+#: The built-in scenario presets of ``panama experiment shared-cluster``, in the order the
+#: command shows them (their settings: ``panama.experiments.cluster_scenario.PRESETS``, whose
+#: keys are these names).
+PRESET_NAMES = ("full", "quick", "tiny", "paper", "jobs-dominated")
+#: The preset of ``panama experiment shared-cluster`` without --preset/--quick/--scenario.
+DEFAULT_PRESET = "paper"
 
 #: The order of the schemes in every table, and the default selection of the commands.
 SCHEME_ORDER = ("ring", "ina-fixed", "ina-single", "panama-or", "panama")
