@@ -19,7 +19,7 @@ import pytest
 from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
 
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.http import request_json
+from panama.runtime.control.client import request_json
 from panama.runtime.worker.communicator import Communicator, CommunicatorError
 
 TOKEN = os.environ["PANAMA_TOKEN"]
@@ -493,9 +493,10 @@ def test_the_monitor_survives_an_error_and_reports_it():
             return service.monitor_health()
         finally:
             service._monitor_task.cancel()
-            await service._session.close()
+            await service.daemons.close()
 
     ok, facts = asyncio.run(main())
+    facts = facts.to_json()
     assert calls["n"] >= 5, "the monitor stopped after its error"
     assert ok and facts["alive"] and facts["errors"] == 1 and "teardown blew up" in facts["last_error"]
     assert service.controllers_created == 1
@@ -509,7 +510,7 @@ def test_idle_and_excess_connections_are_closed():
 
     from aiohttp import web
 
-    from panama.runtime.http import start_site
+    from panama.runtime.control.admission import Admission, start_site
 
     async def main():
         async def hello(request):
@@ -520,7 +521,7 @@ def test_idle_and_excess_connections_are_closed():
         runner = web.AppRunner(app)
         await runner.setup()
         server, watchdog = await start_site(
-            runner, "127.0.0.1", 0, max_connections=3, header_timeout_s=0.5, pending_timeout_s=0.5
+            runner, "127.0.0.1", 0, Admission(max_connections=3, header_timeout_s=0.5, pending_timeout_s=0.5)
         )
         port = server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()

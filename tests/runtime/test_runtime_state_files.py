@@ -5,7 +5,6 @@ reported instead of leaving a cut file."""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import os
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from panama.runtime import files
+from panama.runtime.control.messages import MonitorFacts
 from panama.runtime.files import UnsafePathError, private_dir, read_private_file, write_private_file
 
 OTHER_UID = 65534  # nobody
@@ -151,13 +151,13 @@ def _service(state_file: Path):
         }
     )
     service = ControllerService(spec, ControllerOptions(startup_wait_s=0, state_file=state_file))
-    service.monitor_health = lambda: (True, {})
+    facts = MonitorFacts(alive=True, last_pass_age_s=0.0, errors=0, restarts=0, last_error=None)
+    service.monitor_health = lambda: (True, facts)
     return service
 
 
 def _health(service) -> dict:
-    response = asyncio.run(service.h_health(None))
-    return json.loads(response.body)
+    return service.health()[1].to_json()
 
 
 @pytest.mark.parametrize("fault", ["full", "unwritable"])

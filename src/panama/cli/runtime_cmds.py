@@ -182,9 +182,9 @@ def cluster_up(state_path, as_json, **options):
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None
     state = lc.detach()
-    from panama.runtime.http import write_secret_file
+    from panama.runtime.files import write_private_file
 
-    write_secret_file(state_file, json.dumps(state, indent=2))  # holds the token: mode 0600
+    write_private_file(state_file, json.dumps(state, indent=2))  # holds the token: mode 0600
     if as_json:
         echo_json(state)
     else:

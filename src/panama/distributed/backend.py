@@ -83,7 +83,7 @@ from torch._C._distributed_c10d import (
 from panama import environment
 from panama.distributed.work import FutureWork, OnDevice, backward_box, run_item, tensors_in
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.http import HttpError, check_access
+from panama.runtime.control.client import HttpError, check_access
 from panama.runtime.worker import env
 from panama.runtime.worker.communicator import Communicator, CommunicatorError, JobRefused
 from panama.runtime.worker.staging import CudaApi, DeviceApi, PinnedStaging, StagingError

@@ -30,8 +30,9 @@ from typing import Any
 
 from panama import environment
 from panama.core.topology import leaf_spine
+from panama.runtime.control.client import HttpError, request_json
+from panama.runtime.control.tokens import check_token, new_token, resolve_token
 from panama.runtime.files import UnsafePathError, private_dir, write_private_file
-from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
 from panama.runtime.lifeline import pid_alive
 from panama.runtime.net.udp import Address, format_addr, free_port, parse_addr
 from panama.runtime.settings import (
@@ -154,7 +155,7 @@ class LocalCluster:
         if self.token is None:  # $PANAMA_TOKEN when set (its clients then reach this cluster), else a fresh one
             self.token = resolve_token(None) or new_token()
         check_token(self.token)
-        write_secret_file(work / "token", self.token)
+        write_private_file(work / "token", self.token)
         self._owner_pid = os.getpid()
         atexit.register(self._stop_at_exit)
         for attempt in range(attempts):

@@ -6,11 +6,12 @@ token (from ``token_file``, else ``$PANAMA_TOKEN``; a daemon never serves withou
 :func:`main_from_file` is the ``python -m ... CONFIG.json`` entry point of both daemons:
 it loads the settings file and runs the daemon; a bad file, a bad value or a missing token
 is one line on stderr naming the field, exit code 2, and a bind failure exit code 1 — never
-a traceback.
+a traceback. :func:`write_ready_file` is how both tell their supervisor they listen.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -18,7 +19,8 @@ from typing import TypeVar
 
 from panama import environment
 from panama.core.errors import FieldError
-from panama.runtime.http import TOKEN_ENV, check_token, read_token_file
+from panama.runtime.control.tokens import TOKEN_ENV, check_token, read_token_file
+from panama.runtime.files import write_private_file
 from panama.runtime.lifeline import exit_with as tie_to
 from panama.runtime.settings import ProcessSettings
 
@@ -35,6 +37,12 @@ def process_token(settings: ProcessSettings) -> str:
     raise FieldError(
         "token-file", f"required (or set ${TOKEN_ENV}): the control API only answers requests that carry its token"
     )
+
+
+def write_ready_file(path: str, info: dict) -> None:
+    """Tell a supervisor that a daemon listens: ``info`` (its addresses, pid) as JSON in
+    ``path``, written atomically, mode 0600 (:func:`~panama.runtime.files.write_private_file`)."""
+    write_private_file(path, json.dumps(info))
 
 
 def setup_logging(level: str) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from panama import environment
 from panama.environment import EnvError
+from panama.runtime.control.messages import JOB_NAME_MAX
 from panama.runtime.net.udp import parse_addr
 
 __all__ = [
@@ -47,7 +48,6 @@ CONTROLLER_ENV = environment.CONTROLLER  # the names live in panama.environment
 DEFAULT_TIMEOUT_S = 60.0
 
 _JOB_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-JOB_NAME_MAX = 128  # the controller's rule (runtime/http.py JOB_NAME_RE)
 
 
 def controller_from_env() -> str | None:
