@@ -473,7 +473,7 @@ def test_the_monitor_survives_an_error_and_reports_it():
     )
     service = ControllerService(spec, ControllerOptions(heartbeat_timeout_s=0.4, startup_wait_s=0))
     calls = {"n": 0}
-    real = service._monitor_pass
+    real = service.monitor.run_pass
 
     async def flaky(next_probe):
         calls["n"] += 1
@@ -481,7 +481,7 @@ def test_the_monitor_survives_an_error_and_reports_it():
             raise RuntimeError("teardown blew up")
         return await real(next_probe)
 
-    service._monitor_pass = flaky
+    service.monitor.run_pass = flaky
 
     async def main():
         await service.start()
@@ -490,9 +490,9 @@ def test_the_monitor_survives_an_error_and_reports_it():
                 if calls["n"] >= 5:
                     break
                 await asyncio.sleep(0.05)
-            return service.monitor_health()
+            return service.monitor.health()
         finally:
-            service._monitor_task.cancel()
+            service.monitor.cancel()
             await service.daemons.close()
 
     ok, facts = asyncio.run(main())

@@ -152,7 +152,7 @@ def _service(state_file: Path):
     )
     service = ControllerService(spec, ControllerOptions(startup_wait_s=0, state_file=state_file))
     facts = MonitorFacts(alive=True, last_pass_age_s=0.0, errors=0, restarts=0, last_error=None)
-    service.monitor_health = lambda: (True, facts)
+    service.monitor.health = lambda: (True, facts)
     return service
 
 

@@ -433,13 +433,16 @@ class StateFileFacts(Reply):
 
 
 class MonitorFacts(Reply):
-    """Whether the controller's monitor runs and ticks."""
+    """Whether the controller's monitor runs and ticks; how often and how long the
+    controller was stalled (its ranks' heartbeat deadlines moved on by as much)."""
 
     alive: bool
     last_pass_age_s: float | None
     errors: int
     restarts: int
     last_error: str | None
+    stalls: int = 0
+    stalled_s: float = 0.0
 
 
 class ControllerHealth(Reply):

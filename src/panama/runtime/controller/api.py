@@ -2,9 +2,10 @@
 
 :class:`ControllerHttp` is built from a
 :class:`panama.runtime.controller.service.ControllerService` (composition) and calls its
-public surface only (``register``, ``heartbeat``, ``leave``, ``unicast``, ``job_detail``,
-``delete_job``, ``jobs_view``, ``switches_view``, ``health``, ``metrics_text``,
-``start``, ``shutdown``, and its ``token``, ``counters``, ``admission``). A handler
+public surface only (``ranks.register``, ``ranks.heartbeat``, ``ranks.leave``,
+``ranks.unicast``, ``job_detail``, ``delete_job``, ``jobs_view``, ``switches_view``,
+``health``, ``metrics_text``, ``start``, ``shutdown``, and its ``token``, ``counters``,
+``admission``). A handler
 reads the job name from the path and the body as its model
 (:mod:`panama.runtime.control.messages`), and answers the service's reply model; the
 service raises :class:`~panama.runtime.control.server.BadRequest` for what it refuses.
@@ -81,19 +82,19 @@ class ControllerHttp:
     async def h_register(self, request: web.Request) -> web.Response:
         name = job_name(request)
         body = await read_body(request, RegisterBody)
-        return reply(await self.service.register(name, body, request))
+        return reply(await self.service.ranks.register(name, body, request))
 
     async def h_heartbeat(self, request: web.Request) -> web.Response:
         name = job_name(request)
-        return reply(await self.service.heartbeat(name, await read_body(request, ProgressBody)))
+        return reply(await self.service.ranks.heartbeat(name, await read_body(request, ProgressBody)))
 
     async def h_leave(self, request: web.Request) -> web.Response:
         name = job_name(request)
-        return reply(await self.service.leave(name, await read_body(request, ProgressBody)))
+        return reply(await self.service.ranks.leave(name, await read_body(request, ProgressBody)))
 
     async def h_unicast(self, request: web.Request) -> web.Response:
         name = job_name(request)
-        return reply(await self.service.unicast(name, await read_body(request, UnicastBody)))
+        return reply(await self.service.ranks.unicast(name, await read_body(request, UnicastBody)))
 
     async def h_metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=self.service.metrics_text(), content_type="text/plain")
