@@ -316,3 +316,89 @@ def test_the_design_map_is_read_with_its_continuation_lines():
         "```\n"
     )
     assert design_map(text) == {"cli": {"sim", "runtime", "training", "numpy"}, "core": {"numpy", "only"}}
+
+
+# ---------------------------------------------------------------------- the runtime's rooms
+RUNTIME = SRC / "runtime"
+ROOMS = ("controller", "switch", "worker")  # services that talk over the control plane only
+MAX_LOOSE_RUNTIME_MODULES = 5
+
+
+def room_violations(runtime: pathlib.Path = RUNTIME) -> list[str]:
+    """``room/file imports panama.runtime.other`` for every import (any level) from one
+    room of the runtime into another."""
+    found = []
+    for room in ROOMS:
+        for path in sorted((runtime / room).rglob("*.py")):
+            for node in _imports(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                for name in names:
+                    other = name.split(".")[2] if name.startswith("panama.runtime.") else None
+                    if other in ROOMS and other != room:
+                        found.append(f"{room}/{path.name} imports {name}")
+    return found
+
+
+def test_controller_switch_and_worker_import_none_of_each_other():
+    """They share the control plane (``runtime/control``: messages, client, server) and
+    nothing else: the controller's ready file is written by ``runtime/process``, not the daemon."""
+    assert room_violations() == []
+
+
+def test_the_room_check_finds_a_crossing(tmp_path):
+    for room in ROOMS:
+        (tmp_path / room).mkdir()
+    (tmp_path / "controller" / "service.py").write_text(
+        "def run():\n    from panama.runtime.switch.daemon import write_ready_file\n"
+    )
+    (tmp_path / "worker" / "c.py").write_text("from panama.runtime.control.client import call\n")
+    assert room_violations(tmp_path) == ["controller/service.py imports panama.runtime.switch.daemon"]
+
+
+def test_at_most_five_loose_modules_at_the_top_of_the_runtime():
+    loose = sorted(p.name for p in RUNTIME.glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= MAX_LOOSE_RUNTIME_MODULES, loose
+
+
+API_FILES = (RUNTIME / "controller" / "api.py", RUNTIME / "switch" / "api.py")
+
+
+def foreign_private_reads(path: pathlib.Path) -> list[str]:
+    """``file:line name`` for every private attribute (``_x``, not dunder) an API module
+    reads that it does not define itself: on an object other than ``self``, or on ``self``
+    without a ``def _x`` or an assignment ``self._x = ...`` in the module."""
+    tree = ast.parse(path.read_text())
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id == "self":
+                defined.add(node.attr)
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+            continue
+        on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        if not on_self or node.attr not in defined:
+            found.append(f"{path.name}:{node.lineno} {node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("path", API_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_apis_read_no_private_name_of_another_object(path):
+    """The API classes are built from their service and call its public surface (issue 38)."""
+    assert foreign_private_reads(path) == []
+
+
+def test_the_private_name_check_finds_each_kind(tmp_path):
+    bad = tmp_path / "api.py"
+    bad.write_text(
+        "class A:\n"
+        "    def __init__(self, service):\n"
+        "        self.service = service\n"
+        "        self._mine = 1\n"
+        "    def _helper(self):\n"
+        "        return self._mine + self._helper.__doc__.__len__()\n"
+        "    def h(self):\n"
+        "        return self.service._admit, self._session\n"
+    )
+    assert foreign_private_reads(bad) == ["api.py:8 _admit", "api.py:8 _session"]

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 import panama.distributed  # noqa: E402
 from panama.distributed import EnvError, PanamaProcessGroup  # noqa: E402
 from panama.distributed.ddp_hook import register_panama_hook  # noqa: E402
-from panama.runtime.http import JOB_NAME_RE  # noqa: E402
+from panama.runtime.control.messages import JOB_NAME_RE  # noqa: E402
 from panama.runtime.worker.communicator import Communicator, CommunicatorError  # noqa: E402
 from panama.runtime.worker.env import bind_host_for, job_name  # noqa: E402
 

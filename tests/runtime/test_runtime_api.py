@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from panama.runtime.control.client import request_json
 from panama.runtime.controller.cluster_file import ClusterFileError, load_cluster, spread_hosts
-from panama.runtime.http import request_json
 
 
 def _raw(addr, method, path, body: bytes | None, ctype="application/json", token: str | None = None):
@@ -222,7 +222,7 @@ def test_spread_hosts_fills_leaves_evenly():
 def test_request_bodies_name_the_field(model, data, field):
     """The bodies of both control APIs are pydantic models; errors name the field, indices in brackets."""
     from panama.core.errors import FieldError
-    from panama.runtime import bodies
+    from panama.runtime.control import messages as bodies
 
     with pytest.raises(FieldError) as info:
         getattr(bodies, model).parse(data)
@@ -231,7 +231,7 @@ def test_request_bodies_name_the_field(model, data, field):
 
 def test_progress_bodies_ignore_keys_they_do_not_know():
     """Heartbeat, leave and unicast bodies take extra keys as before (other workers' versions)."""
-    from panama.runtime.bodies import InstallBody, ProgressBody
+    from panama.runtime.control.messages import InstallBody, ProgressBody
 
     body = ProgressBody.parse({"rank": 1, "job_id": 3, "calls": 2, "future": True})
     assert (body.rank, body.job_id, body.calls, body.last) == (1, 3, 2, None)

@@ -19,7 +19,7 @@ import pytest
 from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
 
 from panama.runtime.cluster import LocalCluster
-from panama.runtime.http import request_json
+from panama.runtime.control.client import request_json
 from panama.runtime.worker.communicator import Communicator, CommunicatorError
 
 TOKEN = os.environ["PANAMA_TOKEN"]
@@ -473,7 +473,7 @@ def test_the_monitor_survives_an_error_and_reports_it():
     )
     service = ControllerService(spec, ControllerOptions(heartbeat_timeout_s=0.4, startup_wait_s=0))
     calls = {"n": 0}
-    real = service._monitor_pass
+    real = service.monitor.run_pass
 
     async def flaky(next_probe):
         calls["n"] += 1
@@ -481,7 +481,7 @@ def test_the_monitor_survives_an_error_and_reports_it():
             raise RuntimeError("teardown blew up")
         return await real(next_probe)
 
-    service._monitor_pass = flaky
+    service.monitor.run_pass = flaky
 
     async def main():
         await service.start()
@@ -490,12 +490,13 @@ def test_the_monitor_survives_an_error_and_reports_it():
                 if calls["n"] >= 5:
                     break
                 await asyncio.sleep(0.05)
-            return service.monitor_health()
+            return service.monitor.health()
         finally:
-            service._monitor_task.cancel()
-            await service._session.close()
+            service.monitor.cancel()
+            await service.daemons.close()
 
     ok, facts = asyncio.run(main())
+    facts = facts.to_json()
     assert calls["n"] >= 5, "the monitor stopped after its error"
     assert ok and facts["alive"] and facts["errors"] == 1 and "teardown blew up" in facts["last_error"]
     assert service.controllers_created == 1
@@ -509,7 +510,7 @@ def test_idle_and_excess_connections_are_closed():
 
     from aiohttp import web
 
-    from panama.runtime.http import start_site
+    from panama.runtime.control.admission import Admission, start_site
 
     async def main():
         async def hello(request):
@@ -520,7 +521,7 @@ def test_idle_and_excess_connections_are_closed():
         runner = web.AppRunner(app)
         await runner.setup()
         server, watchdog = await start_site(
-            runner, "127.0.0.1", 0, max_connections=3, header_timeout_s=0.5, pending_timeout_s=0.5
+            runner, "127.0.0.1", 0, Admission(max_connections=3, header_timeout_s=0.5, pending_timeout_s=0.5)
         )
         port = server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from panama.runtime.http import new_token, write_secret_file
+from panama.runtime.control.tokens import new_token
+from panama.runtime.files import write_private_file as write_secret_file
 from panama.runtime.settings import ClusterConfig, ControllerProcess, SwitchConfig, SwitchProcess
 from panama.settings import SettingsError
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from panama.runtime import files
+from panama.runtime.control.messages import MonitorFacts
 from panama.runtime.files import UnsafePathError, private_dir, read_private_file, write_private_file
 
 OTHER_UID = 65534  # nobody
@@ -151,13 +152,13 @@ def _service(state_file: Path):
         }
     )
     service = ControllerService(spec, ControllerOptions(startup_wait_s=0, state_file=state_file))
-    service.monitor_health = lambda: (True, {})
+    facts = MonitorFacts(alive=True, last_pass_age_s=0.0, errors=0, restarts=0, last_error=None)
+    service.monitor.health = lambda: (True, facts)
     return service
 
 
 def _health(service) -> dict:
-    response = asyncio.run(service.h_health(None))
-    return json.loads(response.body)
+    return service.health()[1].to_json()
 
 
 @pytest.mark.parametrize("fault", ["full", "unwritable"])
@@ -249,7 +250,7 @@ def test_the_controller_monitor_turns_health_back_to_ok_without_a_job_change(tmp
     assert _health(service)["status"] == "degraded"
     monkeypatch.undo()
     service.state.clock = lambda: 1e9  # the retry interval has passed
-    asyncio.run(service._monitor_pass(float("inf")))  # one pass of the monitor, no job anywhere
+    asyncio.run(service.monitor.run_pass(float("inf")))  # one pass of the monitor, no job anywhere
     health = _health(service)
     assert health["status"] == "ok" and health["state_file"]["error"] is None
     assert json.loads((tmp_path / "state.json").read_text()) == {"version": 1, "jobs": []}
@@ -334,8 +335,8 @@ def test_malformed_entries_are_skipped_one_line_each_and_the_controller_starts(t
     caplog.clear()
     service = _service(path)
     asyncio.run(service.start())  # no daemon answers (port 9): nothing recovered, but it starts
-    service._monitor_task.cancel()
-    asyncio.run(service._session.close())
+    service.monitor.cancel()
+    asyncio.run(service.daemons.close())
     assert service.controller is not None and service.jobs == {}
     assert "job 'good' (job_id 1) not recovered" in caplog.text.replace("job good", "job 'good'")
 
@@ -374,7 +375,7 @@ def test_cluster_up_stops_its_daemons_when_it_cannot_record_them(tmp_path, monke
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(cluster_mod, "write_secret_file", full)
+    monkeypatch.setattr(cluster_mod, "write_private_file", full)
     try:
         with pytest.raises(ClusterError, match="cannot record the cluster .*No space left.*stopped"):
             record_cluster(lc, tmp_path / "cluster.json")

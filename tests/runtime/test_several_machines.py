@@ -53,7 +53,7 @@ PANAMA = [sys.executable, "-m", "panama.cli.runtime_cmds"]  # = the ``panama`` c
 # The recipe's check before training, from a node: the controller answers, every daemon is up.
 PROBE = r"""
 import json, sys
-from panama.runtime.http import request_json
+from panama.runtime.control.client import request_json
 from panama.runtime.net.udp import parse_addr
 ctl = parse_addr(sys.argv[1])
 health = request_json(ctl, "GET", "/v1/health", timeout_s=5.0, what="controller", token="")
@@ -64,7 +64,7 @@ print(json.dumps({"health": health, "switches": switches}))
 # What the controller's machine asks at the end: every daemon's counters, the controller's jobs.
 INSPECT = r"""
 import json, sys
-from panama.runtime.http import request_json
+from panama.runtime.control.client import request_json
 from panama.runtime.net.udp import parse_addr
 ctl, switches = sys.argv[1], json.loads(sys.argv[2])
 out = {"switches": {}}

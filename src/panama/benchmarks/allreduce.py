@@ -82,7 +82,7 @@ def _switch_counters(controls: dict[str, tuple[str, int]], token: str | None = N
     """Datagrams and bytes received and datagrams sent so far, summed over the switch
     daemons (``rx_packets``, ``rx_bytes``, ``tx_packets``), and the contributions each
     daemon's accelerator summed (``contributions``, per daemon name)."""
-    from panama.runtime.http import request_json
+    from panama.runtime.control.client import request_json
 
     out: dict[str, Any] = {"rx_packets": 0, "rx_bytes": 0, "tx_packets": 0, "contributions": {}}
     for name, addr in controls.items():

@@ -100,7 +100,7 @@ from torch._C._distributed_c10d import (
 from panama.distributed.staging import CudaApi, DeviceApi, PinnedStaging, StagingError
 from panama.distributed.work import FutureWork, OnDevice, backward_box, run_item, tensors_in
 from panama.runtime.cluster import FoundCluster, find_or_start_cluster
-from panama.runtime.http import HttpError, check_access
+from panama.runtime.control.client import HttpError, check_access
 from panama.runtime.worker import env
 from panama.runtime.worker.communicator import Communicator, CommunicatorError, JobRefused
 

@@ -43,8 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from panama import environment
 from panama.core.topology import leaf_spine
+from panama.runtime.control.client import HttpError, request_json
+from panama.runtime.control.tokens import check_token, new_token, resolve_token
 from panama.runtime.files import UnsafePathError, private_dir, read_private_file, write_private_file
-from panama.runtime.http import HttpError, check_token, new_token, request_json, resolve_token, write_secret_file
 from panama.runtime.lifeline import pid_alive
 from panama.runtime.net.udp import Address, AddressError, format_addr, free_port, parse_addr
 from panama.runtime.settings import (
@@ -168,7 +169,7 @@ class LocalCluster:
         if self.token is None:  # $PANAMA_TOKEN when set (its clients then reach this cluster), else a fresh one
             self.token = resolve_token(None) or new_token()
         check_token(self.token)
-        write_secret_file(work / "token", self.token)
+        write_private_file(work / "token", self.token)
         self._owner_pid = os.getpid()
         atexit.register(self._stop_at_exit)
         for attempt in range(attempts):
@@ -561,7 +562,7 @@ def record_cluster(cluster: LocalCluster, path: Path) -> dict[str, Any]:
     :class:`ClusterError` says why: no daemon runs that no state file records."""
     state = cluster.recorded_state()
     try:
-        write_secret_file(path, json.dumps(state, indent=2))
+        write_private_file(path, json.dumps(state, indent=2))
     except BaseException as exc:
         cluster.stop()
         if isinstance(exc, OSError):

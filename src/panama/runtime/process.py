@@ -8,10 +8,12 @@ it loads the settings file and runs the daemon; a bad file, a bad value or a mis
 is one line on stderr naming the field, exit code 2, and a bind failure exit code 1 — never
 a traceback. Their logs are one line per record: :class:`OneLineFormatter` escapes control
 characters in every message (a job name or an address a client sent cannot forge a line).
+:func:`write_ready_file` is how both tell their supervisor they listen.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -19,7 +21,8 @@ from typing import TypeVar
 
 from panama import environment
 from panama.core.errors import FieldError
-from panama.runtime.http import TOKEN_ENV, check_token, read_token_file
+from panama.runtime.control.tokens import TOKEN_ENV, check_token, read_token_file
+from panama.runtime.files import write_private_file
 from panama.runtime.lifeline import exit_with as tie_to
 from panama.runtime.settings import ProcessSettings
 
@@ -56,6 +59,12 @@ class OneLineFormatter(logging.Formatter):
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         record.message = one_line(record.message)
         return super().formatMessage(record)
+
+
+def write_ready_file(path: str, info: dict) -> None:
+    """Tell a supervisor that a daemon listens: ``info`` (its addresses, pid) as JSON in
+    ``path``, written atomically, mode 0600 (:func:`~panama.runtime.files.write_private_file`)."""
+    write_private_file(path, json.dumps(info))
 
 
 def setup_logging(level: str) -> None:

@@ -30,8 +30,8 @@ Crash safety: running jobs are written to a state file (``state_file``, mode 060
 every change, and a failed write is retried until it succeeds
 (:mod:`panama.runtime.controller.state_file`); a restarted controller takes back those
 that every daemon of their trees still holds, and removes from the daemons every job
-nobody owns. A controller that
-stops leaves running jobs installed (their ranks' heartbeats fail until it is back).
+nobody owns. A controller that stops leaves running jobs installed (their ranks'
+heartbeats fail until it is back).
 
 All state lives in one asyncio loop; the core Controller is made once, before the
 service accepts requests (:meth:`ControllerService.start`).
@@ -40,14 +40,12 @@ service accepts requests (:meth:`ControllerService.start`).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 import time
 from collections import OrderedDict
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from panama.core.controller import (
@@ -58,8 +56,24 @@ from panama.core.controller import (
 )
 from panama.core.jobs import JobInput, JobState
 from panama.core.plans import JobPlan
+from panama.core.topology import natural_key
+from panama.runtime.control.admission import KEEPALIVE_TIMEOUT_S, Admission, start_site
+from panama.runtime.control.client import HttpError, error_text
+from panama.runtime.control.messages import (
+    ControllerHealth,
+    InstallBody,
+    JobDetail,
+    JobsReply,
+    JobSummary,
+    JobSwitch,
+    StateFileFacts,
+    SwitchesReply,
+    SwitchView,
+)
+from panama.runtime.control.server import BadRequest
 from panama.runtime.controller.api import ControllerHttp
-from panama.runtime.controller.cluster_file import ClusterFileError, ClusterSpec, SwitchInfo, load_cluster, spread_hosts
+from panama.runtime.controller.cluster_file import ClusterFileError, ClusterSpec, load_cluster, spread_hosts
+from panama.runtime.controller.daemons import Daemons
 from panama.runtime.controller.jobs import (
     Job,
     Rank,
@@ -69,16 +83,14 @@ from panama.runtime.controller.jobs import (
     join_failed,
     plan_from_dict,
 )
+from panama.runtime.controller.monitor import Monitor
+from panama.runtime.controller.rank_requests import RankRequests
 from panama.runtime.controller.state_file import SavedJob, StateFile
-from panama.runtime.http import (
-    error_text,
-    start_site,
-)
 from panama.runtime.net.udp import Address, format_addr
+from panama.runtime.process import write_ready_file
 from panama.runtime.settings import ControllerConfig, ControllerOptions, ControllerProcess
 
 log = logging.getLogger("panama.controller")
-PROBE_TIMEOUTS_DOWN = 3  # consecutive /health timeouts before a daemon counts as down
 HISTORY = 200
 
 __all__ = [
@@ -92,13 +104,15 @@ __all__ = [
 ]
 
 
-class ControllerService(ControllerHttp):
+class ControllerService:
     """The controller's HTTP service (see docs/runtime.md for the API).
 
     One core :class:`Controller` is created by :meth:`start`, before the service accepts
     requests; admissions (plan + install on the daemons) run one at a time under
     ``_admission``; the monitor task never dies (an error in one pass is logged and
-    counted) and ``/v1/health`` reports it (503 when it is stalled or dead).
+    counted) and ``/v1/health`` reports it (503 when it is stalled or dead). Its HTTP API
+    (:class:`~panama.runtime.controller.api.ControllerHttp`) is built from it and calls
+    the public methods below.
     """
 
     def __init__(
@@ -129,11 +143,11 @@ class ControllerService(ControllerHttp):
         self.switch_timeout_s = switch_timeout_s
         self.token = token
         self.state_file = options.state_file
-        self.state = StateFile(options.state_file, time.monotonic) if options.state_file is not None else None
         self.startup_wait_s = options.startup_wait_s
         self.default_packet_memory = default_packet_memory
         self.multicast_results = options.multicast_results
         self.controller: Controller | None = None  # exactly one, made by start()
+        self.state = StateFile(options.state_file, time.monotonic) if options.state_file is not None else None
         self.controllers_created = 0
         self.jobs: dict[str, Job] = {}
         self.history: OrderedDict[int, Job] = OrderedDict()
@@ -153,94 +167,23 @@ class ControllerService(ControllerHttp):
             "dropped_registrations": 0,
             "orphans_removed": 0,
         }
-        self.monitor_last_error: str | None = None
-        self.monitor_tick: float | None = None
-        self.switch_jobs: dict[str, set[int] | None] = {}  # job ids each daemon reported at its last probe
-        self.switch_jobs_asked: dict[str, float] = {}  # when that probe was sent
         self._admission = asyncio.Lock()
-        self._session: aiohttp.ClientSession | None = None
-        self._monitor_task: asyncio.Task | None = None
+        self.daemons = Daemons(self.switches, token, switch_timeout_s)  # the switch daemons, and requests to them
+        self.ranks = RankRequests(self, self._admit, self._drop_rank, self._save_state)  # what ranks ask
+        self.admission = Admission()  # who may hold a connection to the API
+        self.address: Address | None = None  # where it listens, once serving
+        self.monitor = Monitor(self, self._drop_rank)  # heartbeat deadlines, daemon health
         self.started = time.monotonic()
-
-    # ------------------------------------------------------------------ daemons
-    async def _switch_call(self, sw: SwitchInfo, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        assert self._session is not None
-        url = f"http://{sw.control[0]}:{sw.control[1]}{path}"
-        timeout = aiohttp.ClientTimeout(total=self.switch_timeout_s)
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        async with self._session.request(method, url, json=body, timeout=timeout, headers=headers) as resp:
-            try:
-                data = await resp.json(content_type=None)
-            except (json.JSONDecodeError, aiohttp.ContentTypeError, UnicodeDecodeError):
-                data = await resp.text()
-            return resp.status, data
-
-    async def probe(self, sw: SwitchInfo) -> bool:
-        """Ask one daemon for ``/health``; update ``up``/``error``/memory facts and the jobs it holds."""
-        asked = time.monotonic()
-        try:
-            status, data = await self._switch_call(sw, "GET", "/health")
-            if status == 503 and isinstance(data, dict):
-                dp = data.get("data_plane") or {}
-                raise _DaemonUnwell(f"data plane down (last error: {dp.get('last_error') or 'none recorded'})")
-            if status != 200 or not isinstance(data, dict):
-                raise _DaemonUnwell(f"/health answered HTTP {status}")
-        except (aiohttp.ClientError, asyncio.TimeoutError, _DaemonUnwell, OSError) as exc:
-            return self._unanswered(sw, exc)
-        sw.timeouts = 0
-        if data.get("udp") and data["udp"] != format_addr(sw.udp):
-            sw.up = False
-            sw.error = f"daemon reports udp {data['udp']}, cluster file says {format_addr(sw.udp)}"
-            return False
-        if not sw.up:
-            log.info("switch %s is back", sw.name)
-        sw.up = True
-        sw.error = ""
-        sw.payload_elems = _positive(data.get("payload_elems"))
-        sw.packet_memory = _positive(data.get("packet_memory"))
-        jobs = data.get("jobs")
-        self.switch_jobs[sw.name] = {int(j) for j in jobs if isinstance(j, int)} if isinstance(jobs, list) else None
-        self.switch_jobs_asked[sw.name] = asked
-        return True
-
-    def _unanswered(self, sw: SwitchInfo, exc: BaseException) -> bool:
-        """A call to daemon ``sw`` (a probe, an install) got no usable answer: a refused
-        connection or an unwell daemon is down at once; a timeout may only mean a busy CPU
-        or a slow request, so it takes ``PROBE_TIMEOUTS_DOWN`` in a row (one slow install
-        never fails the other jobs on that daemon). Returns whether ``sw`` still counts as up."""
-        sw.timeouts = sw.timeouts + 1 if isinstance(exc, asyncio.TimeoutError) else PROBE_TIMEOUTS_DOWN
-        if sw.timeouts < PROBE_TIMEOUTS_DOWN:
-            return sw.up
-        if sw.up:
-            why = exc or type(exc).__name__
-            log.warning("switch %s (control %s) is not answering: %s", sw.name, format_addr(sw.control), why)
-        sw.up = False
-        sw.error = str(exc) or type(exc).__name__
-        self.switch_jobs[sw.name] = None
-        return False
-
-    async def probe_all(self, names: list[str] | None = None) -> None:
-        targets = [self.switches[n] for n in (names if names is not None else list(self.switches))]
-        await asyncio.gather(*(self.probe(sw) for sw in targets))
-
-    async def _daemon_jobs(self, sw: SwitchInfo) -> dict[int, list] | None:
-        try:
-            status, data = await self._switch_call(sw, "GET", "/jobs")
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-            return None
-        if status != 200 or not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
-            return None
-        return {int(j): t for j, t in data["jobs"].items()}
 
     # ------------------------------------------------------------------ start-up
     async def start(self) -> None:
         """Before serving: wait (bounded) for the daemons, make the one core Controller,
         take back the running jobs of a previous controller and free what nobody owns."""
         saved = self.state.load() if self.state is not None else []  # StateFileError (one line): not started
-        self._session = aiohttp.ClientSession()
+        await self.daemons.open()
         deadline = time.monotonic() + self.startup_wait_s
         while True:
-            await self.probe_all()
+            await self.daemons.probe_all()
             down = [s.name for s in self.switches.values() if not s.up]
             if not down or time.monotonic() >= deadline:
                 break
@@ -259,12 +202,13 @@ class ControllerService(ControllerHttp):
         )
         self.controllers_created += 1
         await self._recover(saved)
-        self._monitor_task = asyncio.create_task(self._monitor())
+        self.monitor.start()
 
     async def _recover(self, saved: list[SavedJob]) -> None:
         """Running jobs of the state file that every daemon of their trees still holds run on;
         any other job on a daemon is removed (nobody owns it)."""
-        held = dict(zip(self.switches, await asyncio.gather(*(self._daemon_jobs(sw) for sw in self.switches.values()))))
+        found = await asyncio.gather(*(self.daemons.installed_jobs(sw) for sw in self.switches.values()))
+        held = dict(zip(self.switches, found))
         kept: set[tuple[str, int]] = set()
         now = time.monotonic()
         for entry in saved:
@@ -305,7 +249,7 @@ class ControllerService(ControllerHttp):
                 if (name, job_id) not in kept:
                     log.warning("switch %s: removing job %d that no running job owns", name, job_id)
                     self.counters["orphans_removed"] += 1
-                    await self._delete_on(name, job_id)
+                    await self.daemons.remove(name, job_id)
         self._save_state()
 
     @property
@@ -367,7 +311,7 @@ class ControllerService(ControllerHttp):
                 break
         job.joins = joins
         if errors:
-            await asyncio.gather(*(self._delete_on(s, plan.job_id) for s in done))
+            await asyncio.gather(*(self.daemons.remove(s, plan.job_id) for s in done))
             ctl.release(job.name)
             self._fire(job, JobInput.INSTALL_FAILED, "install failed: " + "; ".join(errors))
             return
@@ -387,7 +331,7 @@ class ControllerService(ControllerHttp):
         (``job.groups``; returned: the groups each daemon joins)."""
         down = [self.switches[s] for s in plan.switches if not self.switches[s].up]
         if down:
-            await self.probe_all([s.name for s in down])
+            await self.daemons.probe_all([s.name for s in down])
         # Payload size: the smallest of what ranks asked for and what the daemons hold.
         limits = [self.switches[s].payload_elems or 0 for s in plan.switches]
         known = [x for x in limits if x]
@@ -411,31 +355,31 @@ class ControllerService(ControllerHttp):
         ``errors``; a daemon that cannot multicast or join drops the job's group there."""
         sw = self.switches[name]
         job_id = job.job_id
-        body: dict[str, Any] = {"trees": trees, "key": f"{job.key:016x}"}
-        if name in job.groups:
-            body["multicast"] = job.groups[name]
-        if joins.get(name):
-            body["join"] = joins[name]
+        body = InstallBody.parse(
+            {
+                "trees": trees,
+                "key": f"{job.key:016x}",
+                **({"multicast": job.groups[name]} if name in job.groups else {}),
+                **({"join": joins[name]} if joins.get(name) else {}),
+            }
+        )
         try:
-            status, data = await self._switch_call(sw, "PUT", f"/jobs/{job_id}", body)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            slow = isinstance(exc, asyncio.TimeoutError)
-            what = f"timed out after {self.switch_timeout_s:g} s" if slow else "unreachable"
-            errors.append(f"switch {name} (control {format_addr(sw.control)}) {what}: {exc or type(exc).__name__}")
-            self._unanswered(sw, exc)  # this job's install fails; the daemon's other jobs only after repeated timeouts
-            return
-        sw.timeouts = 0  # it answered
-        if status != 200:
-            errors.append(f"switch {name} refused job {job_id}: HTTP {status} {error_text(data)}")
+            installed = await self.daemons.install(name, job_id, body)
+        except HttpError as exc:
+            if exc.status is None:
+                what = f"timed out after {self.switch_timeout_s:g} s" if exc.timed_out else "unreachable"
+                errors.append(f"switch {name} (control {format_addr(sw.control)}) {what}: {exc}")
+            else:
+                errors.append(f"switch {name} refused job {job_id}: HTTP {exc.status} {error_text(exc.body)}")
             return
         done.append(name)
-        path = data.get("multicast") if isinstance(data, dict) else None
+        path = installed.multicast
         if name in job.groups and path != "multicast":  # the daemon cannot: its workers need not join
             job.drop_group(name, f"daemon {name} sends results by unicast ({path})")
         if joins.get(name):
-            joined = data.get("join") if isinstance(data, dict) else None
-            if not isinstance(joined, dict) or joined.get("joined") is not True:
-                why = joined.get("reason") if isinstance(joined, dict) else "no join in its reply"
+            joined = installed.join
+            if joined is None or not joined.joined:
+                why = joined.reason if joined is not None else "no join in its reply"
                 join_failed(job, name, joins, str(why))
                 log.warning(
                     "job %s: %s did not join its parents' groups (%s): they send it unicast", job.name, name, why
@@ -449,15 +393,6 @@ class ControllerService(ControllerHttp):
             log.warning("job %s: rank %d (udp %s) dropped: %s", job.name, x.rank, format_addr(x.udp), why)
         if not job.ranks and self.jobs.get(job.name) is job and job.life.state is JobState.REGISTERING:
             self._fire(job, JobInput.ABANDONED, f"every registered rank gave up: {why}")
-
-    async def _delete_on(self, name: str, job_id: int) -> None:
-        sw = self.switches[name]
-        try:
-            status, data = await self._switch_call(sw, "DELETE", f"/jobs/{job_id}")
-            if status not in (200, 404):
-                log.warning("switch %s: removing job %d answered HTTP %d %s", name, job_id, status, data)
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            log.warning("switch %s: could not remove job %d: %s", name, job_id, exc or type(exc).__name__)
 
     def _end(self, job: Job) -> None:
         """``job`` reached a final state: move it to the history and wake its waiting ranks."""
@@ -490,124 +425,136 @@ class ControllerService(ControllerHttp):
             async with self._admission:
                 recorders = {s: _Recorder(s, {}) for s in job.plan.switches}
                 uninstall(job.plan, recorders)
-                await asyncio.gather(*(self._delete_on(s, job.plan.job_id) for s in recorders))
+                await asyncio.gather(*(self.daemons.remove(s, job.plan.job_id) for s in recorders))
                 if job.name in self.controller.plans and self.controller.plans[job.name] is job.plan:
                     self.controller.release(job.name)
             self._save_state()
 
-    async def _monitor(self) -> None:
-        """Heartbeat deadlines, provisional registrations, and daemon health of running jobs. Never dies."""
-        next_probe = 0.0
-        while True:
-            await asyncio.sleep(min(0.25, self.heartbeat_timeout_s / 4))
-            try:
-                next_probe = await self._monitor_pass(next_probe)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a bug in one pass must not end monitoring
-                self.counters["monitor_errors"] += 1
-                self.monitor_last_error = f"{type(exc).__name__}: {exc}"
-                if self.counters["monitor_errors"] <= 10:
-                    log.exception("monitor pass failed (monitoring goes on)")
-                else:
-                    log.error("monitor pass failed (monitoring goes on): %s", self.monitor_last_error)
-            self.monitor_tick = time.monotonic()
-
-    async def _monitor_pass(self, next_probe: float) -> float:
-        now = time.monotonic()
-        if self.state is not None:
-            self.state.retry()  # a failed state write, until the disk takes it
+    # ------------------------------------------------------------------ requests (the API calls these)
+    async def shutdown(self) -> None:
+        """Stop monitoring; running jobs stay installed (a restarted controller recovers them)."""
+        self.monitor.cancel()
         for job in list(self.jobs.values()):
             if job.life.state is JobState.REGISTERING:
-                for x in list(job.ranks.values()):
-                    if x.gone():
-                        self._drop_rank(job, x, "its register call hung up")
-                continue
-            if job.life.state is not JobState.RUNNING:
-                continue
-            stale = [x for x in job.ranks.values() if not x.left and now - x.last_seen > self.heartbeat_timeout_s]
-            if stale:
-                x = stale[0]
-                await self.teardown(
-                    job,
-                    JobInput.RANK_LOST,
-                    f"rank {x.rank} (udp {format_addr(x.udp)}) stopped heart-beating "
-                    f"({now - x.last_seen:.1f} s > heartbeat_timeout_s {self.heartbeat_timeout_s:g})",
-                )
-        if now >= next_probe:
-            next_probe = now + self.probe_interval_s
-            used = sorted(
-                {s for j in self.jobs.values() if j.life.state is JobState.RUNNING and j.plan for s in j.plan.switches}
-            )
-            if used:
-                await self.probe_all(used)
-            for job in list(self.jobs.values()):
-                if job.life.state is not JobState.RUNNING or job.plan is None:
-                    continue
-                for s in job.plan.switches:
-                    sw = self.switches[s]
-                    held = self.switch_jobs.get(s)
-                    fresh = self.switch_jobs_asked.get(s, 0.0) > job.installed_at  # asked after the install
-                    if not sw.up:
-                        why = f"is down: {sw.error}"
-                    elif held is not None and fresh and job.job_id not in held:
-                        why = (
-                            f"lost job {job.job_id} (no longer installed there: removed outside the controller or "
-                            f"the daemon restarted)"
-                        )
-                    else:
-                        continue
-                    await self.teardown(
-                        job,
-                        JobInput.SWITCH_LOST,
-                        f"switch {sw.name} (udp {format_addr(sw.udp)}, control {format_addr(sw.control)}) {why}",
-                    )
-                    break
-        return next_probe
+                job.ready.set()
+        self._save_state()
+        await self.daemons.close()
 
-    def monitor_health(self) -> tuple[bool, dict[str, Any]]:
-        """Whether the monitor runs and ticks (restarting it if its task ended), with facts."""
-        task = self._monitor_task
-        if task is not None and task.done() and not task.cancelled():
-            self.counters["monitor_restarts"] += 1
-            log.error(
-                "monitor task ended (%s): restarting it", task.exception() if not task.cancelled() else "cancelled"
-            )
-            self._monitor_task = task = asyncio.create_task(self._monitor())
-        age = None if self.monitor_tick is None else time.monotonic() - self.monitor_tick
-        limit = max(10.0, 20 * min(0.25, self.heartbeat_timeout_s / 4))
-        ok = (
-            task is not None
-            and not task.done()
-            and (age is None and time.monotonic() - self.started < limit or age is not None and age < limit)
+    def health(self) -> tuple[bool, ControllerHealth]:
+        """``GET /v1/health``: whether the service is healthy (the monitor ticks), and its facts."""
+        ok, monitor = self.monitor.health()
+        return ok, ControllerHealth(
+            # degraded: serving, but a failed state file write means a restart would lose jobs
+            status=("degraded" if self.state_error else "ok") if ok else "monitor not running",
+            state_file=StateFileFacts(path=str(self.state_file) if self.state_file else None, error=self.state_error),
+            connections=dict(self.admission.counters),  # closed (pending, idle) or refused by admission
+            monitor=monitor,
+            topology=self.topology.name,
+            hosts=len(self.topology.hosts),
+            threshold_bytes=self.threshold_bytes,
+            heartbeat_timeout_s=self.heartbeat_timeout_s,
+            jobs=len(self.jobs),
+            controllers_created=self.controllers_created,
+            uptime_s=round(time.monotonic() - self.started, 3),
         )
-        return ok, {
-            "alive": task is not None and not task.done(),
-            "last_pass_age_s": None if age is None else round(age, 3),
-            "errors": self.counters["monitor_errors"],
-            "restarts": self.counters["monitor_restarts"],
-            "last_error": self.monitor_last_error,
-        }
 
-    # ------------------------------------------------------------------ HTTP handlers
+    async def switches_view(self, probe: bool = False) -> SwitchesReply:
+        """``GET /v1/switches``: every daemon as the controller knows it (``probe``: asked now)."""
+        if probe:
+            await self.daemons.probe_all()
+        return SwitchesReply(switches=[SwitchView.model_validate(s.to_dict()) for s in self.switches.values()])
 
+    def jobs_view(self) -> JobsReply:
+        """``GET /v1/jobs``: live jobs and the last 20 ended ones."""
+        return JobsReply(
+            jobs=[JobSummary.model_validate(j.summary()) for j in self.jobs.values()],
+            history=[JobSummary.model_validate(j.summary()) for j in list(self.history.values())[-20:]],
+        )
 
-class _DaemonUnwell(Exception):
-    """A daemon answered, but not healthy."""
+    def find_job(self, name: str, job_id: int | None = None) -> Job | None:
+        """The live job ``name`` (of ``job_id`` when given), else the latest ended one of that name."""
+        job = self.jobs.get(name)
+        if job is not None and (job_id is None or job.job_id == job_id):
+            return job
+        if job_id is not None:
+            old = self.history.get(job_id)
+            if old is not None and old.name == name:
+                return old
+        elif job is None:
+            for old in reversed(self.history.values()):
+                if old.name == name:
+                    return old
+        return None
 
+    async def job_detail(self, name: str, probe: bool = False) -> JobDetail:
+        """``GET /v1/jobs/{job}``: the job's summary, stale ranks, and its daemons (``probe``:
+        asked now, with their counters for the job); 404 when unknown."""
+        job = self.find_job(name)
+        if job is None:
+            raise BadRequest(404, f"job: unknown job {name!r}")
+        out = job.summary()
+        now = time.monotonic()
+        out["stale_ranks"] = sorted(
+            x.rank
+            for x in job.ranks.values()
+            if not x.left and job.state == "running" and now - x.last_seen > self.heartbeat_timeout_s / 2
+        )
+        if job.plan is not None and job.plan.admitted:
+            if probe:
+                await self.daemons.probe_all(job.plan.switches)
+            switches: dict[str, JobSwitch] = {}
+            for s in job.plan.switches:
+                sw = self.switches[s]
+                info: dict[str, Any] = {"udp": format_addr(sw.udp), "up": sw.up, "error": sw.error}
+                held = self.daemons.held.get(s)
+                if (
+                    held is not None
+                    and job.life.state is JobState.RUNNING
+                    and self.daemons.asked.get(s, 0.0) > job.installed_at
+                ):
+                    info["holds_job"] = job.job_id in held
+                if probe and sw.up:
+                    info.update(await self.daemons.job_counters(sw, job.job_id))
+                switches[s] = JobSwitch.model_validate(info)
+            out["switches"] = switches
+        return JobDetail.model_validate(out)
 
-def _positive(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    async def delete_job(self, name: str) -> JobSummary:
+        """``DELETE /v1/jobs/{job}`` (operator): tear the job down; 404 unknown, 409 while it installs."""
+        job = self.jobs.get(name)
+        if job is None:
+            raise BadRequest(404, f"job: unknown job {name!r}")
+        if not job.life.accepts(JobInput.DELETED):
+            raise BadRequest(409, f"job: {name!r} is {job.state}; delete it once its admission has finished")
+        await self.teardown(job, JobInput.DELETED, "deleted by an operator (DELETE /v1/jobs)")
+        return JobSummary.model_validate(job.summary())
+
+    def metrics_text(self) -> str:
+        """``GET /metrics``: job counters, the monitor and every daemon's liveness (Prometheus text 0.0.4)."""
+        lines = []
+        for key, value in self.counters.items():
+            lines += [
+                f"# TYPE panama_controller_jobs_{key}_total counter",
+                f"panama_controller_jobs_{key}_total {value}",
+            ]
+        lines += ["# TYPE panama_controller_jobs_live gauge", f"panama_controller_jobs_live {len(self.jobs)}"]
+        ok, _ = self.monitor.health()
+        lines += ["# TYPE panama_controller_monitor_up gauge", f"panama_controller_monitor_up {int(ok)}"]
+        lines.append("# TYPE panama_controller_switch_up gauge")
+        for s in sorted(self.switches.values(), key=lambda s: natural_key(s.name)):
+            lines.append(f'panama_controller_switch_up{{switch="{s.name}"}} {int(s.up)}')
+        return "\n".join(lines) + "\n"
 
 
 async def serve(
     service: ControllerService, listen: Address, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
 ) -> None:
     """Run the service until ``stop`` is set."""
-    runner = web.AppRunner(service.make_app(), access_log=None, keepalive_timeout=30.0, shutdown_timeout=2.0)
+    app = ControllerHttp(service).make_app()
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S, shutdown_timeout=2.0)
     await runner.setup()  # on_startup: daemons probed, the one Controller made, jobs recovered
     try:
-        server, watchdog = await start_site(runner, listen[0], listen[1])
+        server, watchdog = await start_site(runner, listen[0], listen[1], service.admission)
     except BaseException:  # e.g. the port is taken: close what on_startup opened, then report
         await runner.cleanup()
         raise
@@ -634,8 +581,6 @@ def run_controller(service: ControllerService, listen: Address, ready_file: str 
     """Serve in the foreground until SIGTERM/SIGINT; write ``{"listen", "pid"}`` to ``ready_file``."""
     import os
     import signal
-
-    from panama.runtime.switch.daemon import write_ready_file
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -1,32 +1,45 @@
 """A switch daemon's HTTP control and metrics API: routes, handlers, Prometheus text.
 
-:class:`SwitchHttp` is the control side of :class:`panama.runtime.switch.daemon.SwitchDaemon`
-(a mixin: the handlers call the daemon's ``install_job``/``remove_job``/``stats`` under
-its lock); the data plane lives there.
+:class:`SwitchHttp` is built from a :class:`panama.runtime.switch.daemon.SwitchDaemon`
+(composition) and calls its public surface only: ``health()``, ``stats()``,
+``installed()``, ``install()``, ``multicast_off()``, ``multicast_path()``,
+``remove_job()``, ``config``, ``token``, ``control_counters``, ``admission``. Bodies
+and replies are the models of :mod:`panama.runtime.control.messages`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from aiohttp import web
 
 from panama.core.accelerator import AcceleratorError
-from panama.runtime.bodies import InstallBody, MulticastOffBody, read_body
-from panama.runtime.http import MAX_BODY_BYTES, auth_middleware, errors_middleware
-from panama.runtime.net.udp import format_addr
+from panama.runtime.control.messages import (
+    InstallBody,
+    InstalledJobs,
+    InstallReply,
+    JoinReply,
+    MulticastOffBody,
+    MulticastOffReply,
+    RemoveReply,
+)
+from panama.runtime.control.server import make_app, read_body, reply
 
 log = logging.getLogger("panama.switch")
 
 
 class SwitchHttp:
-    """HTTP handlers of a switch daemon (see the module docstring)."""
+    """HTTP handlers of one switch daemon (see the module docstring)."""
+
+    def __init__(self, daemon: Any):
+        self.daemon = daemon
 
     def metrics_text(self) -> str:
         """Counters in the Prometheus text exposition format (version 0.0.4): one family per
         row of :data:`_METRICS`, in its order."""
-        st = self.stats()
+        st = self.daemon.stats()
         sw = _label(st["id"])
         lines: list[str] = []
         for name, kind, help_text, samples in _METRICS:
@@ -36,85 +49,72 @@ class SwitchHttp:
                 lines.append(f"{name}{{switch={sw}{labels}}} {value}")
         return "\n".join(lines) + "\n"
 
-    # ------------------------------------------------------------------ HTTP
     def make_app(self) -> web.Application:
-        middlewares = [errors_middleware(self.control_counters, f"switch {self.config.switch_id}")]
-        if self.token is not None:
-            middlewares.insert(0, auth_middleware(self.token, frozenset({"/health"}), self.control_counters))
-        app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
-        app.add_routes(
+        daemon = self.daemon
+        return make_app(
             [
-                web.get("/health", self._h_health),
-                web.get("/stats", self._h_stats),
-                web.get("/metrics", self._h_metrics),
-                web.get("/jobs", self._h_jobs),
-                web.put("/jobs/{job_id}", self._h_install),
-                web.delete("/jobs/{job_id}", self._h_remove),
-                web.delete("/jobs/{job_id}/multicast", self._h_multicast_off),
-            ]
-        )
-        return app
-
-    async def _h_health(self, request: web.Request) -> web.Response:
-        with self.lock:
-            dp = self._data_plane_facts()
-            jobs = sorted(self.acc.jobs())
-        return web.json_response(
-            {
-                "id": self.config.switch_id,
-                "udp": format_addr(self.udp_addr),
-                "payload_elems": self.config.payload_elems,
-                "packet_memory": self.config.packet_memory,
-                "status": "ok" if dp["alive"] else "data plane down",
-                "data_plane": dp,
-                "jobs": jobs,
-            },
-            status=200 if dp["alive"] else 503,
+                web.get("/health", self.h_health),
+                web.get("/stats", self.h_stats),
+                web.get("/metrics", self.h_metrics),
+                web.get("/jobs", self.h_jobs),
+                web.put("/jobs/{job_id}", self.h_install),
+                web.delete("/jobs/{job_id}", self.h_remove),
+                web.delete("/jobs/{job_id}/multicast", self.h_multicast_off),
+            ],
+            what=f"switch {daemon.config.switch_id}",
+            counters=daemon.control_counters,
+            token=daemon.token,
+            open_paths=frozenset({"/health"}),
+            admission=daemon.admission,
         )
 
-    async def _h_stats(self, request: web.Request) -> web.Response:
-        return web.json_response(self.stats())
+    async def h_health(self, request: web.Request) -> web.Response:
+        health = self.daemon.health()
+        return reply(health, status=200 if health.data_plane.alive else 503)
 
-    async def _h_metrics(self, request: web.Request) -> web.Response:
+    async def h_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.daemon.stats())
+
+    async def h_metrics(self, request: web.Request) -> web.Response:
         return web.Response(text=self.metrics_text(), content_type="text/plain", charset="utf-8")
 
-    async def _h_jobs(self, request: web.Request) -> web.Response:
-        with self.lock:
-            jobs = {str(j): t for j, t in self.jobs_installed.items()}
-        return web.json_response({"jobs": jobs})
+    async def h_jobs(self, request: web.Request) -> web.Response:
+        return reply(InstalledJobs(jobs={str(j): t for j, t in self.daemon.installed().items()}))
 
-    async def _h_install(self, request: web.Request) -> web.Response:
+    async def h_install(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
         body = await read_body(request, InstallBody)  # 400 naming the field of a body that does not fit
         try:
-            join_reason = self.install(job_id, body, body.key_value)
+            join_reason = self.daemon.install(job_id, body, body.key_value)
         except AcceleratorError as exc:
             return _error(409, str(exc))
         except ValueError as exc:  # FieldError, AddressError: an address this daemon cannot use
             return _error(400, str(exc))
-        reply = {"installed": job_id, "trees": len(body.trees), "multicast": self.multicast_path(job_id)}
+        fields: dict[str, Any] = {
+            "installed": job_id,
+            "trees": len(body.trees),
+            "multicast": self.daemon.multicast_path(job_id),
+        }
         if body.join is not None:
-            reply["join"] = {"joined": join_reason is None, "reason": join_reason}
-        return web.json_response(reply)
+            fields["join"] = JoinReply(joined=join_reason is None, reason=join_reason)
+        return reply(InstallReply(**fields))
 
-    async def _h_multicast_off(self, request: web.Request) -> web.Response:
+    async def h_multicast_off(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
         body = await read_body(request, MulticastOffBody)
         try:
-            path = self.multicast_off(job_id, body.reason)
+            path = self.daemon.multicast_off(job_id, body.reason)
         except AcceleratorError as exc:
             return _error(404, str(exc))
-        return web.json_response({"job": job_id, "multicast": path})
+        return reply(MulticastOffReply(job=job_id, multicast=path))
 
-    async def _h_remove(self, request: web.Request) -> web.Response:
+    async def h_remove(self, request: web.Request) -> web.Response:
         job_id = _job_id(request)
         try:
-            self.remove_job(job_id)
+            self.daemon.remove_job(job_id)
         except AcceleratorError as exc:
             return _error(404, str(exc))
-        return web.json_response({"removed": job_id})
-
-    # ------------------------------------------------------------------ lifecycle
+        return reply(RemoveReply(removed=job_id))
 
 
 def _job_id(request: web.Request) -> int:

@@ -77,9 +77,8 @@ from aiohttp import web
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
-from panama.runtime.bodies import InstallBody, MulticastBody, TreeBody
-from panama.runtime.files import write_private_file
-from panama.runtime.http import start_site
+from panama.runtime.control.admission import KEEPALIVE_TIMEOUT_S, Admission, start_site
+from panama.runtime.control.messages import DataPlaneFacts, InstallBody, MulticastBody, SwitchHealth, TreeBody
 from panama.runtime.net import mcast, mmsg, offload
 from panama.runtime.net.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
@@ -89,7 +88,7 @@ from panama.runtime.net.udp import (
     format_addr,
     parse_ipv4_addr,
 )
-from panama.runtime.process import main_from_file
+from panama.runtime.process import main_from_file, write_ready_file
 from panama.runtime.settings import SwitchConfig, SwitchProcess
 from panama.runtime.switch.api import SwitchHttp
 from panama.runtime.switch.dataplane import DataPlane, log
@@ -107,8 +106,9 @@ GC_INTERVAL_S = 0.5
 GC_EVERY_RESPONSES = 256
 
 
-class SwitchDaemon(SwitchHttp):
-    """One accelerator behind a UDP socket, with an HTTP control and metrics endpoint."""
+class SwitchDaemon:
+    """One accelerator behind a UDP socket, with an HTTP control and metrics endpoint
+    (:class:`~panama.runtime.switch.api.SwitchHttp`, built from it)."""
 
     def __init__(self, config: SwitchConfig, token: str | None = None):
         """``token``: the bearer token control requests must carry (None: no authentication,
@@ -136,6 +136,7 @@ class SwitchDaemon(SwitchHttp):
         self.jobs_installed: dict[int, list[dict]] = {}
         self.sock.trailers = {}
         self.control_counters: dict[str, int] = {}
+        self.admission = Admission()  # who may hold a control connection
         self.dp_errors = 0
         self.dp_last_error: str | None = None
         self._thread: threading.Thread | None = None
@@ -240,7 +241,7 @@ class SwitchDaemon(SwitchHttp):
         """Install every tree of ``job_id`` with data-plane ``key`` atomically (all or none).
 
         ``trees``: ``[{"tree_id": T, "children": ["HOST:PORT", ...], "parent": "HOST:PORT"
-        or None}, ...]``, the fields of :class:`~panama.runtime.bodies.TreeBody`.
+        or None}, ...]``, the fields of :class:`~panama.runtime.control.messages.TreeBody`.
         ``multicast``: ``{"group": "239.x.y.z:PORT", "members": ["HOST:PORT", ...]}`` (from the
         controller, panama.runtime.net.mcast): results to exactly these children (every member a
         child of the job's trees) leave as one datagram to the group, when this daemon can
@@ -452,7 +453,7 @@ class SwitchDaemon(SwitchHttp):
                 "malformed": dict(dp.malformed),
                 "send_errors": self.sock.send_errors,
                 "send_errors_by_dest": {d: dict(v) for d, v in self.sock.send_errors_by_dest.items()},
-                "data_plane": self._data_plane_facts(),
+                "data_plane": self.data_plane_facts().to_json(),
                 "control": dict(self.control_counters),
                 "retransmits_received": dp.retransmits_received,
                 "ce_received": dp.ce_received,
@@ -483,22 +484,43 @@ class SwitchDaemon(SwitchHttp):
             "join_refused": dict(self.join_reasons),
         }
 
-    def _data_plane_facts(self) -> dict:
-        return {
-            "alive": self.data_plane_alive(),
-            "errors": self.dp_errors,
-            "last_error": self.dp_last_error,
-            "send_errors": self.sock.send_errors,
-            "last_send_error": self.sock.last_send_error,
-        }
+    def data_plane_facts(self) -> DataPlaneFacts:
+        """Whether the data-plane loop runs, its restarts and send errors."""
+        return DataPlaneFacts(
+            alive=self.data_plane_alive(),
+            errors=self.dp_errors,
+            last_error=self.dp_last_error,
+            send_errors=self.sock.send_errors,
+            last_send_error=self.sock.last_send_error,
+        )
+
+    def health(self) -> SwitchHealth:
+        """``GET /health``: identity, sizes, the data plane's facts and the jobs installed."""
+        with self.lock:
+            dp = self.data_plane_facts()
+            jobs = sorted(self.acc.jobs())
+        return SwitchHealth(
+            id=self.config.switch_id,
+            udp=format_addr(self.udp_addr),
+            payload_elems=self.config.payload_elems,
+            packet_memory=self.config.packet_memory,
+            status="ok" if dp.alive else "data plane down",
+            data_plane=dp,
+            jobs=jobs,
+        )
+
+    def installed(self) -> dict[int, list[dict]]:
+        """The trees installed per job id, as their installs gave them (``GET /jobs``)."""
+        with self.lock:
+            return dict(self.jobs_installed)
 
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         """Run until :meth:`stop` (or SIGTERM/SIGINT when run as the main program)."""
-        app = self.make_app()
+        app = SwitchHttp(self).make_app()
         app.on_response_prepare.append(self._count_response)
-        runner = web.AppRunner(app, access_log=None, keepalive_timeout=30.0, shutdown_timeout=2.0)
+        runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S, shutdown_timeout=2.0)
         await runner.setup()
-        server, watchdog = await start_site(runner, self.config.control[0], self.config.control[1])
+        server, watchdog = await start_site(runner, self.config.control[0], self.config.control[1], self.admission)
         self.control_addr = tuple(server.sockets[0].getsockname()[:2])
         self.start_data_plane()
         log.info(
@@ -607,11 +629,6 @@ def run_switch(config: SwitchConfig, ready_file: str | None = None, token: str |
         await task
 
     asyncio.run(main())
-
-
-def write_ready_file(path: str, info: dict) -> None:
-    """Write ``info`` as JSON to ``path`` atomically, mode 0600 (``files.write_private_file``)."""
-    write_private_file(path, json.dumps(info))
 
 
 # ---------------------------------------------------------------------- helpers

@@ -44,7 +44,7 @@ import secrets
 import select
 import socket
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -53,7 +53,23 @@ from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.transport import TransportError, WorkerTransport, same_vector
 from panama.core.units import s as seconds_to_ps
-from panama.runtime.http import JOB_NAME_RE, JOB_NAME_RULE, HttpError, error_text, job_path, request_json, resolve_token
+from panama.runtime.control.client import HttpError, call, error_text, job_path, request_json
+from panama.runtime.control.messages import (
+    JOB_NAME_RE,
+    JOB_NAME_RULE,
+    Body,
+    HeartbeatReply,
+    JobDetail,
+    LeaveReply,
+    ProgressBody,
+    RegisterBody,
+    RegisterReply,
+    Reply,
+    ResultsGroup,
+    UnicastBody,
+    UnicastReply,
+)
+from panama.runtime.control.tokens import resolve_token
 from panama.runtime.net import mcast, mmsg, offload
 from panama.runtime.net.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
@@ -73,6 +89,7 @@ from panama.runtime.worker.results import FOREIGN_SOURCE, RECV_BATCH, receive_ba
 __all__ = ["Communicator", "CommunicatorError", "FOREIGN_SOURCE", "JobRefused"]
 
 log = logging.getLogger("panama.communicator")
+R = TypeVar("R", bound=Reply)
 
 HURRY_AFTER_S = 0.3  # a call slower than this makes the heartbeat report every 0.25 s
 
@@ -219,7 +236,8 @@ class Communicator:
         self._recv_f32.flags.writeable = False  # segment k's payload: a slice from its offset
         self._rx: mmsg.Receiver | None = None  # the plain path's batch receiver (made at first use)
         self.transport: WorkerTransport | None = None
-        self.plan: dict[str, Any] | None = None
+        self.registration: RegisterReply | None = None  # the controller's admission, typed
+        self.plan: dict[str, Any] | None = None  # the same as JSON
         self.first_hop, self.first_hop_name = None, None  # Address, switch name: set by connect()
         self.job_id: int | None = None
         self.ignored: dict[str, int] = {}
@@ -250,10 +268,15 @@ class Communicator:
         if size_bytes is not None:
             self.size_bytes = size_bytes
         reply = self._register()
-        self.plan = reply
-        self.job_id = int(reply["job_id"])
-        self.first_hop = parse_addr(reply["first_hop"]["udp"], field="first_hop")
-        self.first_hop_name = reply["first_hop"]["switch"]
+        if reply.job_id is None or reply.first_hop is None or reply.key is None or reply.payload_elems is None:
+            raise CommunicatorError(
+                f"job {self.job} rank {self.rank}: the controller admitted the job without a job_id, first_hop, key "
+                f"or payload_elems: {reply.to_json()}"
+            )
+        self.registration, self.plan = reply, reply.to_json()
+        self.job_id = reply.job_id
+        self.first_hop = parse_addr(reply.first_hop.udp, field="first_hop")
+        self.first_hop_name = reply.first_hop.switch
         try:
             self.sock.connect(self.first_hop)
         except OSError as exc:  # e.g. EINVAL: bound to loopback, first hop on another machine
@@ -263,17 +286,17 @@ class Communicator:
                 "address that switch can reach (bind_host=, or $PANAMA_BIND_HOST)"
             ) from exc
         # GSO sends and GRO receives where 2+ datagrams fit one send and the kernel has them.
-        datagram_bytes = codec.datagram_size(int(reply["payload_elems"]))
+        datagram_bytes = codec.datagram_size(reply.payload_elems)
         if self.config.offload and offload.env_allows() and offload.segments_per_send(datagram_bytes) >= 2:
             found = self.sock.enable_offload(gro=True)
             self._gso, self._gro = found.gso, found.gro
-        self.key = int(reply["key"], 16)
+        self.key = int(reply.key, 16)
         self.sock.set_key(self.key)
         self._keys = {self.job_id: self.key}
         self.transport = self._transport(reply)
-        self._join_group(reply.get("multicast"))
+        self._join_group(reply.multicast)
         self._hb = Heartbeat(
-            lambda body: self._controller("POST", "heartbeat", body, 2.0),
+            lambda body: self._call("POST", "heartbeat", body, HeartbeatReply, 2.0),
             self._progress,
             self.config.heartbeat_s,
             f"panama-hb-{self.job}-{self.rank}",
@@ -286,47 +309,48 @@ class Communicator:
             self.job,
             self.rank,
             self.job_id,
-            [t["tree_id"] for t in reply["trees"]],
+            [t.tree_id for t in reply.trees],
             self.first_hop_name,
             format_addr(self.first_hop),
-            reply["payload_elems"],
+            reply.payload_elems,
         )
-        return reply
+        return self.plan
 
-    def _register(self) -> dict[str, Any]:
+    def _register(self) -> RegisterReply:
         """``POST register`` (retried while the controller is at its connection limit) and
         its admitted plan; CommunicatorError or JobRefused otherwise."""
-        body = {
-            "rank": self.rank,
-            "world_size": self.world_size,
-            "size_bytes": int(self.size_bytes or 0),
-            "udp": format_addr(self.addr),
-            "trees": self.trees_requested,
-            "payload_elems": self.payload_elems_requested,
-            "wait_s": self.timeout_s,
-            "incarnation": self.incarnation,
-            "multicast": self.mcast_reason is None,
-        }
         deadline = time.monotonic() + self.timeout_s
+        wait_s = self.timeout_s
         while True:
-            try:
-                status, reply = self._controller("POST", "register", body, self.timeout_s + 5.0)
-            except HttpError as exc:
-                raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
-            # A controller at its connection limit answers 503 before reading the request: retry.
-            busy = status == 503 and error_text(reply).startswith("connections:")
-            if not busy or time.monotonic() + 0.2 >= deadline:
-                break
-            time.sleep(0.2)
-            body["wait_s"] = max(0.5, deadline - time.monotonic())
-        if status != 200:
-            hint = f" (pass token= or set {environment.TOKEN} to the cluster's token)" if status == 401 else ""
-            raise CommunicatorError(
-                f"job {self.job} rank {self.rank}: controller refused registration (HTTP {status}): "
-                f"{error_text(reply)}{hint}"
+            body = RegisterBody(
+                rank=self.rank,
+                world_size=self.world_size,
+                size_bytes=int(self.size_bytes or 0),
+                udp=format_addr(self.addr),
+                trees=self.trees_requested,
+                payload_elems=self.payload_elems_requested,
+                wait_s=wait_s,
+                incarnation=self.incarnation,
+                multicast=self.mcast_reason is None,
             )
-        if not reply.get("admitted"):
-            reason = str(reply.get("reason"))
+            try:
+                reply = self._call("POST", "register", body, RegisterReply, self.timeout_s + 5.0)
+                break
+            except HttpError as exc:
+                # A controller at its connection limit answers 503 before reading the request: retry.
+                if exc.busy and time.monotonic() + 0.2 < deadline:
+                    time.sleep(0.2)
+                    wait_s = max(0.5, deadline - time.monotonic())
+                    continue
+                if exc.status is None:
+                    raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
+                hint = f" (pass token= or set {environment.TOKEN} to the cluster's token)" if exc.status == 401 else ""
+                raise CommunicatorError(
+                    f"job {self.job} rank {self.rank}: controller refused registration (HTTP {exc.status}): "
+                    f"{error_text(exc.body) if exc.status != 200 else exc}{hint}"
+                ) from None
+        if not reply.admitted:
+            reason = reply.reason
             raise JobRefused(
                 f"job {self.job} rank {self.rank}: not admitted for in-network aggregation: {reason}; "
                 "a Communicator has no host-based fallback (lower the controller's --threshold-bytes, or use "
@@ -335,15 +359,16 @@ class Communicator:
             )
         return reply
 
-    def _transport(self, plan: dict[str, Any]) -> WorkerTransport:
+    def _transport(self, plan: RegisterReply) -> WorkerTransport:
         """The core transport of this rank for the admitted ``plan``, with this communicator's knobs."""
         cfg = self.config
+        assert self.job_id is not None and plan.payload_elems is not None
         return WorkerTransport(
             self.job_id,
             self.rank,
-            [t["tree_id"] for t in plan["trees"]],
-            payload_elems=int(plan["payload_elems"]),
-            cwnd_caps=[int(t["cwnd_cap"]) for t in plan["trees"]],
+            [t.tree_id for t in plan.trees],
+            payload_elems=plan.payload_elems,
+            cwnd_caps=[t.cwnd_cap for t in plan.trees],
             cc=cfg.cc,
             cc_options=cfg.cc_options,
             initial_rto_ps=seconds_to_ps(cfg.initial_rto_s),
@@ -353,12 +378,12 @@ class Communicator:
             max_retries=1_000_000,  # timeout_s bounds every call instead
         )
 
-    def _join_group(self, info: object) -> None:
+    def _join_group(self, info: ResultsGroup | None) -> None:
         """Join the results group the plan names for this rank, if any (else keep the reason)."""
-        text = info.get("group") if isinstance(info, dict) else None
+        text = info.group if info is not None else None
         if text is None:
             if self.mcast_reason is None:
-                self.mcast_reason = str(info.get("reason") if isinstance(info, dict) else "no group in the plan")
+                self.mcast_reason = str(info.reason if info is not None else "no group in the plan")
             return
         try:
             group = mcast.parse_group(text, "multicast.group")
@@ -372,28 +397,29 @@ class Communicator:
         """The probe joined but the plan's group could not be: ask the controller to have
         the leaf send this job's results by unicast (else they would reach this rank only
         as answers to its retransmissions); CommunicatorError when it cannot."""
-        body = {"rank": self.rank, "job_id": self.job_id, "reason": why[:300]}
+        body = UnicastBody(rank=self.rank, job_id=self.job_id, reason=why[:300])
         try:
-            status, reply = self._controller("POST", "unicast", body, 30.0)
+            self._call("POST", "unicast", body, UnicastReply, 30.0)
         except HttpError as exc:
-            raise CommunicatorError(
-                f"job {self.job} rank {self.rank}: {why}, and asking the controller for unicast results failed: {exc}"
-            ) from None
-        if status != 200:
+            if exc.status is None:
+                raise CommunicatorError(
+                    f"job {self.job} rank {self.rank}: {why}, and asking the controller for unicast results failed: "
+                    f"{exc}"
+                ) from None
             raise CommunicatorError(
                 f"job {self.job} rank {self.rank}: {why}, and the controller could not switch its leaf to unicast "
-                f"(HTTP {status}): {error_text(reply)}"
-            )
+                f"(HTTP {exc.status}): {error_text(exc.body)}"
+            ) from None
         self.mcast_reason = f"{why}; the leaf sends results by unicast"
         log.warning("job %s rank %d: %s", self.job, self.rank, self.mcast_reason)
 
-    def _progress(self) -> dict[str, Any]:
+    def _progress(self) -> ProgressBody:
         """What a heartbeat reports: calls completed and, during one, its index and size."""
-        body: dict[str, Any] = {"rank": self.rank, "job_id": self.job_id, "calls": self.calls, "last": self._last}
         current = self._in_call
-        if current is not None:
-            body["call"], body["elems"] = current
-        return body
+        call, elems = current if current is not None else (None, None)
+        return ProgressBody(
+            rank=self.rank, job_id=self.job_id, calls=self.calls, last=self._last, call=call, elems=elems
+        )
 
     @property
     def _failure(self) -> str | None:
@@ -575,12 +601,12 @@ class Communicator:
         if self._failure is not None:
             return f"{msg}; {self._failure}"
         try:
-            status, reply = self._controller("GET", "?probe=1", None, 5.0)
+            detail = self._call("GET", "?probe=1", None, JobDetail, 5.0)
         except HttpError as exc:
-            return f"{msg}; controller unreachable: {exc}"
-        if status != 200 or not isinstance(reply, dict):
-            return f"{msg}; controller: {error_text(reply)}"
-        return f"{msg}; {'; '.join(job_probe_notes(reply, self.job_id))}"
+            if exc.status is None:
+                return f"{msg}; controller unreachable: {exc}"
+            return f"{msg}; controller: {error_text(exc.body)}"
+        return f"{msg}; {'; '.join(job_probe_notes(detail.to_json(), self.job_id))}"
 
     # ------------------------------------------------------------------ lifecycle
     def stats(self) -> dict[str, Any]:
@@ -604,13 +630,22 @@ class Communicator:
         )
         return base
 
-    def _controller(self, method: str, action: str, body: Any, timeout_s: float) -> tuple[int, Any]:
-        """``method`` on this job's controller path plus ``/action`` (or a ``?query``);
+    def _path(self, action: str) -> str:
+        return f"{self._job_path}{action}" if action.startswith("?") else f"{self._job_path}/{action}"
+
+    def _controller(self, method: str, action: str, body: Body | None, timeout_s: float) -> tuple[int, Any]:
+        """``method`` on this job's controller path plus ``/action`` (or a ``?query``), untyped;
         raises HttpError when the controller cannot be reached."""
-        path = f"{self._job_path}{action}" if action.startswith("?") else f"{self._job_path}/{action}"
         return request_json(
-            self.controller, method, path, body, timeout_s=timeout_s, what="controller", token=self.token
+            self.controller, method, self._path(action), body, timeout_s=timeout_s, what="controller", token=self.token
         )
+
+    def _call(self, method: str, action: str, body: Body | None, reply: type[R], timeout_s: float) -> R:
+        """:meth:`_controller` answered 200 with ``reply``; HttpError otherwise (its ``status``)."""
+        return call(
+            self.controller, method, self._path(action), body, reply, timeout_s=timeout_s, what="controller",
+            token=self.token,
+        )  # fmt: skip
 
     def _check_open(self) -> None:
         if self._closed:
@@ -637,12 +672,12 @@ class Communicator:
             self._hb.stop()
         if self.plan is not None:
             # calls: the peers' allreduces up to this many can still complete (they fail after it)
-            body: dict[str, Any] = {"rank": self.rank, "job_id": self.job_id, "calls": self.calls, "last": self._last}
             why = self._interrupted or self._broken
-            if why is not None:  # an interrupted or failed rank does not make the job "completed"
-                body["error"] = why[:500]
+            # an interrupted or failed rank (error) does not make the job "completed"
+            error = why[:500] if why is not None else None
+            body = ProgressBody(rank=self.rank, job_id=self.job_id, calls=self.calls, last=self._last, error=error)
             try:
-                self._controller("POST", "leave", body, 2.0)
+                self._call("POST", "leave", body, LeaveReply, 2.0)
             except HttpError as exc:
                 log.warning("leave failed: %s", exc)
         self.sock.close()

@@ -36,6 +36,7 @@ from typing import Any
 
 from panama import environment
 from panama.environment import EnvError
+from panama.runtime.control.messages import JOB_NAME_MAX
 from panama.runtime.net.udp import parse_addr
 from panama.runtime.settings import CommunicatorConfig
 
@@ -56,7 +57,6 @@ __all__ = [
 CONTROLLER_ENV = environment.CONTROLLER  # the names live in panama.environment
 
 _JOB_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
-JOB_NAME_MAX = 128  # the controller's rule (runtime/http.py JOB_NAME_RE)
 
 
 def controller_from_env() -> str | None:

@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from panama.runtime.http import HttpError, error_text
+from panama.runtime.control.client import HttpError, error_text
+from panama.runtime.control.messages import HeartbeatReply, ProgressBody
 
 log = logging.getLogger("panama.communicator")
 
@@ -40,14 +41,14 @@ class Heartbeat:
 
     def __init__(
         self,
-        post: Callable[[dict[str, Any]], tuple[int, Any]],
-        progress: Callable[[], dict[str, Any]],
+        post: Callable[[ProgressBody], HeartbeatReply],
+        progress: Callable[[], ProgressBody],
         interval_s: float,
         name: str,
         who: str,
         job_label: str,
     ):
-        self._post = post  # raises HttpError when the controller cannot be reached
+        self._post = post  # HttpError: status None when the controller cannot be reached, else its answer
         self._progress = progress
         self.interval_s = interval_s
         self.who = who
@@ -114,22 +115,28 @@ class Heartbeat:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            reply: HeartbeatReply | None = None
+            answer: Any = None  # an error answer's body
             try:
-                status, reply = self._post(self._progress())
+                reply = self._post(self._progress())
             except HttpError as exc:
-                if self.unreachable_since is None:
-                    self.unreachable_since = time.monotonic()
-                    self.alert = True
-                    log.warning("%s: controller unreachable, retrying: %s", self.who, exc)
-                self.unreachable_error = str(exc)
-                wait, retry = retry, min(retry * 2, self.interval_s)
-                continue
-            if status in (429, 502, 503, 504) or status >= 500:  # busy or restarting: not the job's end
-                self.busy += 1
-                if self.busy == 1 or self.busy % 100 == 0:
-                    log.warning("%s: controller answered HTTP %d (retrying): %s", self.who, status, error_text(reply))
-                wait, retry = retry, min(retry * 2, self.interval_s)
-                continue
+                status, answer = exc.status, exc.body
+                if status is None:
+                    if self.unreachable_since is None:
+                        self.unreachable_since = time.monotonic()
+                        self.alert = True
+                        log.warning("%s: controller unreachable, retrying: %s", self.who, exc)
+                    self.unreachable_error = str(exc)
+                    wait, retry = retry, min(retry * 2, self.interval_s)
+                    continue
+                if status == 429 or status >= 500:  # busy or restarting: not the job's end
+                    self.busy += 1
+                    if self.busy == 1 or self.busy % 100 == 0:
+                        log.warning(
+                            "%s: controller answered HTTP %d (retrying): %s", self.who, status, error_text(answer)
+                        )
+                    wait, retry = retry, min(retry * 2, self.interval_s)
+                    continue
             if self.unreachable_since is not None:
                 log.warning(
                     "%s: controller reachable again after %.1f s", self.who, time.monotonic() - self.unreachable_since
@@ -137,14 +144,13 @@ class Heartbeat:
             self.unreachable_since = None
             retry = FIRST_RETRY_S
             wait = min(HURRY_S, self.interval_s) if self._hurry else self.interval_s
-            if status == 200 and isinstance(reply, dict):
-                left = reply.get("left")
-                if isinstance(left, dict):
-                    self.peers_left = {int(r): (c if isinstance(c, int) else None) for r, c in left.items()}
+            if reply is not None:
+                if reply.left:
+                    self.peers_left = {int(r): c for r, c in reply.left.items() if r.isdigit()}
                     self.alert = self.alert or bool(self.peers_left)
-                if reply.get("state") == "running":
+                if reply.state == "running":
                     continue
-            reason = reply.get("reason") if isinstance(reply, dict) else None
-            self.failure = f"controller ended {self.job_label}: {reason or error_text(reply)}"
+            reason = reply.reason if reply is not None else error_text(answer)
+            self.failure = f"controller ended {self.job_label}: {reason}"
             self.alert = True
             return
