@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
+from panama.runtime.control.client import HttpError
+from panama.runtime.controller.daemons import PROBE_TIMEOUTS_DOWN
 from panama.runtime.controller.jobs import Job
-from panama.runtime.controller.service import PROBE_TIMEOUTS_DOWN, ControllerService, load_cluster
+from panama.runtime.controller.service import ControllerService, load_cluster
 from panama.runtime.settings import ControllerOptions
 
 
@@ -29,32 +31,37 @@ def _service() -> ControllerService:
     return ControllerService(spec, ControllerOptions(startup_wait_s=0))
 
 
-def _install(service: ControllerService, exc: BaseException) -> list[str]:
-    async def unanswered(sw, method, path, body=None):
+def _install(service: ControllerService, exc: HttpError) -> list[str]:
+    async def unanswered(addr, method, path, body=None):  # the client's answer to an unanswered call
         raise exc
 
-    service._switch_call = unanswered
+    service.daemons.client.request = unanswered
     job = Job("j", 2, 0.0)
     job.job_id, job.key = 7, 1
     errors: list[str] = []
-    asyncio.run(service._put_job(job, "leaf0", [], {}, [], errors))
+    trees = [{"tree_id": 0, "children": ["127.0.0.1:10", "127.0.0.1:11"], "parent": None}]
+    asyncio.run(service._put_job(job, "leaf0", trees, {}, [], errors))
     return errors
+
+
+def _timeout() -> HttpError:
+    return HttpError("TimeoutError", timed_out=True)
 
 
 def test_one_install_timeout_fails_that_install_but_does_not_mark_the_switch_down():
     service = _service()
     leaf = service.switches["leaf0"]
-    errors = _install(service, asyncio.TimeoutError())
+    errors = _install(service, _timeout())
     assert len(errors) == 1 and "switch leaf0" in errors[0] and "timed out after 2 s" in errors[0]
     assert leaf.up  # the other jobs on leaf0 go on
     for _ in range(PROBE_TIMEOUTS_DOWN - 2):
-        _install(service, asyncio.TimeoutError())
+        _install(service, _timeout())
     assert leaf.up
-    _install(service, asyncio.TimeoutError())  # the probes' tolerance: this many in a row
+    _install(service, _timeout())  # the probes' tolerance: this many in a row
     assert not leaf.up and leaf.error
 
 
 def test_a_refused_install_connection_marks_the_switch_down_at_once():
     service = _service()
-    errors = _install(service, ConnectionRefusedError(111, "Connection refused"))
+    errors = _install(service, HttpError("[Errno 111] Connection refused"))
     assert "unreachable" in errors[0] and not service.switches["leaf0"].up
