@@ -82,7 +82,7 @@ from panama.runtime.net.udp import (
 )
 from panama.runtime.settings import CommunicatorConfig
 from panama.runtime.worker.arrays import as_float32_vector, as_output_vector
-from panama.runtime.worker.diagnosis import job_probe_notes
+from panama.runtime.worker.diagnosis import job_probe_notes, local_facts
 from panama.runtime.worker.heartbeat import Heartbeat
 from panama.runtime.worker.results import FOREIGN_SOURCE, RECV_BATCH, receive_batch, receive_gro
 
@@ -580,24 +580,7 @@ class Communicator:
         return self._rx
 
     def _timeout_message(self, what: str) -> str:
-        tr = self.transport
-        missing = tr.missing() if tr is not None else []
-        shown = ", ".join(f"tree {t} seq {q}" for t, q in missing[:4])
-        more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
-        msg = (
-            f"job {self.job} rank {self.rank}: {what}; {len(missing)} packet(s) without a result "
-            f"({shown}{more}) from first-hop switch {self.first_hop_name} "
-            f"({format_addr(self.first_hop) if self.first_hop else '?'})"
-        )
-        if tr is not None:
-            st = tr.stats
-            msg += (
-                f"; sent {st['packets_sent']} ({st['retransmissions']} retransmissions, {st['timeouts']} timeouts), "
-                f"results {st['results']}, ignored {dict(st['ignored'], **self.ignored)}, "
-                f"malformed {self.malformed}, windows {tr.windows()}"
-            )
-        if self.refused:
-            msg += f"; the first hop answered {self.refused} time(s) with ICMP port unreachable (no daemon on its port)"
+        msg = local_facts(self, what)
         if self._failure is not None:
             return f"{msg}; {self._failure}"
         try:

@@ -1,10 +1,12 @@
-"""What the controller and the daemons' counters say about a stuck allreduce: the
-communicator's timeout message reads them from the controller's job probe (``GET
-/v1/jobs/{job}?probe=1``)."""
+"""What a stuck allreduce's timeout message says: what the rank itself saw
+(:func:`local_facts`), and what the controller and the daemons' counters say
+(:func:`job_probe_notes`, read from the controller's job probe ``GET /v1/jobs/{job}?probe=1``)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from panama.runtime.net.udp import format_addr
 
 # Drop reasons that point at one switch as the culprit of a stuck call.
 _TELLING_DROPS = (
@@ -17,6 +19,30 @@ _TELLING_DROPS = (
     "not_parent",
     "injected",
 )
+
+
+def local_facts(comm: Any, what: str) -> str:
+    """The rank's own facts for a timeout message of ``comm`` (a Communicator): the packets
+    without a result, what its transport sent and got, and ICMP refusals from its first hop."""
+    tr = comm.transport
+    missing = tr.missing() if tr is not None else []
+    shown = ", ".join(f"tree {t} seq {q}" for t, q in missing[:4])
+    more = f" and {len(missing) - 4} more" if len(missing) > 4 else ""
+    msg = (
+        f"job {comm.job} rank {comm.rank}: {what}; {len(missing)} packet(s) without a result "
+        f"({shown}{more}) from first-hop switch {comm.first_hop_name} "
+        f"({format_addr(comm.first_hop) if comm.first_hop else '?'})"
+    )
+    if tr is not None:
+        st = tr.stats
+        msg += (
+            f"; sent {st['packets_sent']} ({st['retransmissions']} retransmissions, {st['timeouts']} timeouts), "
+            f"results {st['results']}, ignored {dict(st['ignored'], **comm.ignored)}, "
+            f"malformed {comm.malformed}, windows {tr.windows()}"
+        )
+    if comm.refused:
+        msg += f"; the first hop answered {comm.refused} time(s) with ICMP port unreachable (no daemon on its port)"
+    return msg
 
 
 def switch_findings(switches: dict[str, Any], job_id: int | None) -> list[str]:
