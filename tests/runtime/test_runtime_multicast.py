@@ -433,6 +433,36 @@ def test_daemon_that_cannot_join_installs_the_job_and_says_why(monkeypatch):
         daemon.close()
 
 
+def test_an_install_joins_groups_only_after_every_check_and_caps_its_lists(monkeypatch):
+    """Issue 35 item 4: a 2,500-group join is refused by the body's types before anything is
+    joined (it cost 2.5 GB before); more groups than trees is refused; a second install of an
+    installed job (409) joins nothing (before: its groups were joined, then the duplicate refused)."""
+    joins = []
+    real_join = mcast.join
+
+    def counting_join(group, buffer_bytes):
+        joins.append(group)
+        return real_join(group, buffer_bytes)
+
+    monkeypatch.setattr(mcast, "join", counting_join)
+    daemon = SwitchDaemon(SwitchConfig(switch_id="leafcap", offload=False))
+    try:
+        tree = {"tree_id": 0, "children": ["127.0.0.1:40001", "127.0.0.1:40002"], "parent": "127.0.0.1:40003"}
+        many = [f"239.1.{i // 250}.{i % 250 + 1}:5000" for i in range(2500)]
+        with pytest.raises(FieldError, match="join"):
+            daemon.install_job(8, [tree], 1, join=many)
+        with pytest.raises(FieldError, match="at most one per tree"):
+            daemon.install_job(8, [tree], 1, join=[_group_text(), _group_text()])
+        assert joins == [] and daemon.acc.jobs() == []
+        group = _group_text()
+        assert daemon.install_job(8, [tree], 1, join=[group]) is None and len(joins) == 1
+        with pytest.raises(AcceleratorError, match="already installed"):
+            daemon.install_job(8, [tree], 1, join=[_group_text()])
+        assert len(joins) == 1 and list(daemon.joined) == [8]
+    finally:
+        daemon.close()
+
+
 def test_two_tiers_spines_send_each_result_once_to_both_leaves(io):
     xs = _inputs(6)
     calls = 2

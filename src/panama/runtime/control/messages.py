@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from panama.core.codec import MAX_KEY, MAX_PAYLOAD_ELEMS
 from panama.core.errors import FieldError
@@ -47,6 +47,10 @@ R = TypeVar("R", bound="Reply")
 MAX_WAIT_S = 600.0  # the longest a register call may wait for its job's admission
 MAX_SIZE_BYTES = 1 << 50  # the largest gradient a register may announce
 MAX_INT = 1 << 53  # counters and ranks: what every JSON reader holds exactly
+# An install's lists: a job has at most this many trees on one daemon, and the daemon joins
+# at most one results group per tree (its parent's). Each joined group holds a socket and
+# about 1 MB of receive buffers, so the cap keeps one request from taking gigabytes.
+MAX_INSTALL_TREES = 64
 _INDEX = re.compile(r"\.(\d+)(?=\.|$)")
 
 # Job names: what may appear in a URL path segment and a log line unescaped.
@@ -128,10 +132,16 @@ class InstallBody(Body):
     """``PUT /jobs/{job_id}``: the job's trees, its data-plane key (1-16 hex digits), and the
     loopback groups it sends results to (``multicast``) and receives them from (``join``)."""
 
-    trees: list[TreeBody] = Field(min_length=1)
+    trees: list[TreeBody] = Field(min_length=1, max_length=MAX_INSTALL_TREES)
     key: str = "0"
     multicast: MulticastBody | None = None
-    join: list[str] | None = Field(None, min_length=1)
+    join: list[str] | None = Field(None, min_length=1, max_length=MAX_INSTALL_TREES)
+
+    @model_validator(mode="after")
+    def _one_group_per_tree_at_most(self) -> InstallBody:
+        if self.join is not None and len(self.join) > len(self.trees):
+            raise ValueError(f"join: {len(self.join)} groups for {len(self.trees)} tree(s) (at most one per tree)")
+        return self
 
     @field_validator("key")
     @classmethod

@@ -35,7 +35,7 @@ from panama.runtime.control.messages import (
 )
 from panama.runtime.control.server import BadRequest
 from panama.runtime.controller.jobs import Job, Rank
-from panama.runtime.net.udp import Address, AddressError, format_addr, parse_addr
+from panama.runtime.net.udp import Address, AddressError, format_addr, parse_ipv4_addr
 
 log = logging.getLogger("panama.controller")
 
@@ -113,7 +113,7 @@ class RankRequests:
                 f"{self.service.topology.name}",
             )
         try:
-            return parse_addr(reg.udp, field="udp")
+            return parse_ipv4_addr(reg.udp, field="udp")  # a literal: nothing is resolved here
         except AddressError as exc:
             raise BadRequest(400, str(exc)) from None
 

@@ -265,12 +265,9 @@ class SwitchDaemon:
         parsed = self._resolve_trees(body.trees)
         group = self._parse_group(body.multicast, {k for _, kids, _ in parsed for k in kids})
         join_groups = self._parse_join(body.join)
-        receivers, join_reason = self._join(join_groups)
         trees = [t.model_dump(exclude_unset=True) for t in body.trees]  # as given (GET /jobs)
         with self.lock:
             if job_id in self.acc.jobs():
-                for g in receivers:
-                    g.close()
                 raise AcceleratorError(f"{self.config.switch_id}: job {job_id} is already installed")
             done = []
             try:
@@ -280,9 +277,9 @@ class SwitchDaemon:
             except AcceleratorError:
                 for tree_id in done:
                     self.acc.remove_tree(job_id, tree_id)
-                for g in receivers:
-                    g.close()
                 raise
+            # Groups are joined last, after every check passed (a join costs a socket and its buffers).
+            receivers, join_reason = self._join(join_groups)
             if receivers:
                 self.joined[job_id] = receivers
                 self._publish_groups()
