@@ -28,3 +28,19 @@ def test_every_payload_advice_for_a_real_nic_fits_one_mtu_with_the_key_trailer()
             if "real NIC" in before or re.search(r"panama (switch|cluster up) ", line):
                 advised.append(int(m.group(1)))
     assert advised and set(advised) == {codec.NIC_PAYLOAD_ELEMS}, advised
+
+
+def test_the_runtime_settings_table_names_every_field_of_each_model():
+    """docs/runtime.md's settings table (model | used by | fields) lists exactly each model's fields."""
+    from panama.runtime import settings
+    from panama.training.config import TrainConfig
+
+    models = {name: getattr(settings, name, None) for name in dir(settings)} | {"TrainConfig": TrainConfig}
+    rows = {}
+    for line in (DOCS / "runtime.md").read_text().splitlines():
+        cells = line.split(" | ")
+        if len(cells) == 3 and re.fullmatch(r"\| `\w+`( \(`[\w/.]+`\))?", cells[0]):
+            rows[re.search(r"`(\w+)`", cells[0]).group(1)] = re.findall(r"`(\w+)`", cells[2])
+    assert {"SwitchConfig", "ControllerConfig", "ClusterConfig", "CommunicatorConfig"} <= set(rows)
+    for name, fields in rows.items():
+        assert sorted(fields) == sorted(models[name].model_fields), name

@@ -56,7 +56,7 @@ _INDEX = re.compile(r"\.(\d+)(?=\.|$)")
 # Job names: what may appear in a URL path segment and a log line unescaped.
 JOB_NAME_MAX = 128
 JOB_NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{JOB_NAME_MAX - 1}}}$")
-JOB_NAME_RULE = "1-128 characters from A-Z a-z 0-9 . _ -, starting with a letter or digit"
+JOB_NAME_RULE = f"1-{JOB_NAME_MAX} characters from A-Z a-z 0-9 . _ -, starting with a letter or digit"
 INCARNATION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
 
 
