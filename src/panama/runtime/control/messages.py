@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from panama.core.codec import MAX_KEY, MAX_PAYLOAD_ELEMS
 from panama.core.errors import FieldError
@@ -137,11 +137,13 @@ class InstallBody(Body):
     multicast: MulticastBody | None = None
     join: list[str] | None = Field(None, min_length=1, max_length=MAX_INSTALL_TREES)
 
-    @model_validator(mode="after")
-    def _one_group_per_tree_at_most(self) -> InstallBody:
-        if self.join is not None and len(self.join) > len(self.trees):
-            raise ValueError(f"join: {len(self.join)} groups for {len(self.trees)} tree(s) (at most one per tree)")
-        return self
+    @field_validator("join")
+    @classmethod
+    def _one_group_per_tree_at_most(cls, join: list[str] | None, info: ValidationInfo) -> list[str] | None:
+        trees = info.data.get("trees")  # validated before join (declared first); absent when invalid
+        if join is not None and trees is not None and len(join) > len(trees):
+            raise ValueError(f"{len(join)} groups for {len(trees)} tree(s) (at most one per tree)")
+        return join
 
     @field_validator("key")
     @classmethod
