@@ -16,6 +16,7 @@ import torch.distributed as dist  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
+from panama.runtime.control.tokens import new_token  # noqa: E402
 from panama.runtime.worker.ddp_hook import (  # noqa: E402
     PanamaHookState,
     panama_allreduce_hook,
@@ -112,7 +113,7 @@ def test_hook_has_torch_comm_hook_signature():
 # --------------------------------------------------------------------------- 2 processes
 
 
-def _compare_worker(rank: int, world: int, store_path: str, controller: str, job: str, out_q) -> None:
+def _compare_worker(rank: int, world: int, store_path: str, controller: str, job: str, out_q, job_token: str) -> None:
     """One rank: a stock-DDP model and a PANAMA-hook model take the same steps; report gradients."""
     try:
         from panama.runtime.worker.communicator import Communicator
@@ -125,7 +126,9 @@ def _compare_worker(rank: int, world: int, store_path: str, controller: str, job
         ref = DistributedDataParallel(make_lenet(7))
         pan = DistributedDataParallel(make_lenet(7))
         n_params = sum(p.numel() for p in pan.parameters())
-        with Communicator(controller, job, rank, world, size_bytes=4 * n_params, timeout_s=30) as comm:
+        with Communicator(
+            controller, job, rank, world, size_bytes=4 * n_params, timeout_s=30, job_token=job_token
+        ) as comm:
             state = register_panama_hook(pan, comm)
             opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
             opt_pan = torch.optim.SGD(pan.parameters(), lr=0.1)
@@ -155,10 +158,11 @@ def test_two_process_gradients_match_gloo_allreduce(tmp_path, cluster):
     world = 2
     ctx = worker_context()
     out_q = ctx.Queue()
+    run = new_token()  # the two processes are one run
     procs = [
         ctx.Process(
             target=_compare_worker,
-            args=(r, world, str(tmp_path / "store"), cluster.controller, "ddp-hook-test", out_q),
+            args=(r, world, str(tmp_path / "store"), cluster.controller, "ddp-hook-test", out_q, run),
         )
         for r in range(world)
     ]
