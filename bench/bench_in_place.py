@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import statistics
 import time
 
 import numpy as np
 
 from panama.runtime.cluster import LocalCluster
+from panama.runtime.control.tokens import new_token
 from panama.runtime.worker.communicator import Communicator
 
 MODES = ("in place", "separate out")
@@ -53,6 +55,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=4)
     args = ap.parse_args()
     ctx = mp.get_context("fork")
+    os.environ["PANAMA_JOB_TOKEN"] = new_token()  # the ranks (processes) of this run share it
     with LocalCluster(leaves=1, spines=1, hosts_per_leaf=args.workers, log_level="WARNING") as lc:
         queue, barrier = ctx.Queue(), ctx.Barrier(args.workers, timeout=120)
         procs = [

@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from panama.runtime.cluster import LocalCluster
+from panama.runtime.control.tokens import new_token
 from panama.runtime.worker.communicator import Communicator
 
 WORKERS = 4
@@ -73,6 +74,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=60)
     args = ap.parse_args()
     n = int(args.size_mb * 1e6 / 4)
+    os.environ["PANAMA_JOB_TOKEN"] = new_token()  # the ranks (processes) of this run share it
     with LocalCluster(leaves=args.leaves, spines=args.spines, hosts_per_leaf=WORKERS // args.leaves) as lc:
         ctx = mp.get_context("fork")
         barrier, queue = ctx.Barrier(WORKERS + 1), ctx.Queue()

@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from panama.runtime.cluster import LocalCluster
+from panama.runtime.control.tokens import new_token
 from panama.runtime.worker.communicator import Communicator
 
 JOBS = (1_000, 60_000, 250_000, 1_000_000)  # floats per allreduce, one job each
@@ -77,6 +79,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     ctx = mp.get_context("fork")
+    os.environ["PANAMA_JOB_TOKEN"] = new_token()  # the ranks (processes) of this run share it
     with LocalCluster(leaves=2, spines=2, hosts_per_leaf=6, drop_prob=args.drop, seed=1, log_level="WARNING") as lc:
         pids = {p.name: p.pid for p in lc.procs.values()}
         start = time.time()

@@ -17,6 +17,7 @@ PANAMA's own variables:
 
 * ``PANAMA_CONTROLLER``: ``HOST:PORT`` of a running controller (workers, the torch backend);
 * ``PANAMA_TOKEN``: the cluster's bearer token (clients; daemons without a token file);
+* ``PANAMA_JOB_TOKEN``: the token of a worker's run, shared by its ranks (``Communicator``);
 * ``PANAMA_JOB``: a worker's job name (``Communicator.from_env``);
 * ``PANAMA_TIMEOUT_S``: bound of every wait of a worker, in seconds;
 * ``PANAMA_SIZE_BYTES``: the gradient size a worker announces to admission;
@@ -46,6 +47,7 @@ __all__ = [
     "CONTROLLER",
     "EnvError",
     "JOB",
+    "JOB_TOKEN",
     "LOCAL_WORLD_SIZE",
     "NO_EXTENSIONS",
     "RANK",
@@ -61,6 +63,7 @@ __all__ = [
     "code_version",
     "controller",
     "job",
+    "job_token",
     "local_world_size",
     "no_extensions",
     "rank",
@@ -76,6 +79,7 @@ __all__ = [
 CONTROLLER = "PANAMA_CONTROLLER"
 TOKEN = "PANAMA_TOKEN"
 JOB = "PANAMA_JOB"
+JOB_TOKEN = "PANAMA_JOB_TOKEN"
 TIMEOUT_S = "PANAMA_TIMEOUT_S"
 SIZE_BYTES = "PANAMA_SIZE_BYTES"
 BIND_HOST = "PANAMA_BIND_HOST"
@@ -110,6 +114,11 @@ def controller() -> str | None:
 def token() -> str | None:
     """``$PANAMA_TOKEN``: the cluster's bearer token, or None."""
     return _text(TOKEN)
+
+
+def job_token() -> str | None:
+    """``$PANAMA_JOB_TOKEN``: the token of this worker's run (its ranks share it), or None."""
+    return _text(JOB_TOKEN)
 
 
 def job() -> str | None:

@@ -21,6 +21,7 @@ from panama.distributed.ddp_hook import (  # noqa: E402
     panama_allreduce_hook,
     register_panama_hook,
 )
+from panama.runtime.control.tokens import new_token  # noqa: E402
 from panama.training.models import make_lenet  # noqa: E402
 from panama.training.run import worker_context  # noqa: E402
 
@@ -112,7 +113,9 @@ def test_hook_has_torch_comm_hook_signature():
 # --------------------------------------------------------------------------- 2 processes
 
 
-def _compare_worker(rank: int, world: int, store_path: str, controller: str, job: str, out_q, token: str) -> None:
+def _compare_worker(
+    rank: int, world: int, store_path: str, controller: str, job: str, out_q, token: str, job_token: str
+) -> None:
     """One rank: a stock-DDP model and a PANAMA-hook model take the same steps; report gradients."""
     try:
         from panama.runtime.worker.communicator import Communicator
@@ -125,7 +128,9 @@ def _compare_worker(rank: int, world: int, store_path: str, controller: str, job
         ref = DistributedDataParallel(make_lenet(7))
         pan = DistributedDataParallel(make_lenet(7))
         n_params = sum(p.numel() for p in pan.parameters())
-        with Communicator(controller, job, rank, world, size_bytes=4 * n_params, timeout_s=30, token=token) as comm:
+        with Communicator(
+            controller, job, rank, world, size_bytes=4 * n_params, timeout_s=30, token=token, job_token=job_token
+        ) as comm:
             state = register_panama_hook(pan, comm)
             opt_ref = torch.optim.SGD(ref.parameters(), lr=0.1)
             opt_pan = torch.optim.SGD(pan.parameters(), lr=0.1)
@@ -155,10 +160,11 @@ def test_two_process_gradients_match_gloo_allreduce(tmp_path, cluster):
     world = 2
     ctx = worker_context()
     out_q = ctx.Queue()
+    run = new_token()  # the two processes are one run
     procs = [
         ctx.Process(
             target=_compare_worker,
-            args=(r, world, str(tmp_path / "store"), cluster.controller, "ddp-hook-test", out_q, cluster.token),
+            args=(r, world, str(tmp_path / "store"), cluster.controller, "ddp-hook-test", out_q, cluster.token, run),
         )
         for r in range(world)
     ]

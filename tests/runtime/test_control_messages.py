@@ -27,6 +27,7 @@ ROWS: dict[str, tuple[type[m.Body] | None, tuple[type[m.Reply], ...]]] = {
     "GET /v1/jobs/{job}[?probe=1]": (None, (m.JobDetail,)),
     "GET /v1/jobs": (None, (m.JobsReply,)),
     "DELETE /v1/jobs/{job}": (None, (m.JobSummary,)),
+    "DELETE /v1/admin/jobs/{job}": (None, (m.JobSummary,)),
     "GET /v1/switches[?probe=1]": (None, (m.SwitchesReply,)),
     "GET /v1/health (no token needed), GET /metrics": (None, (m.ControllerHealth,)),
     # switch daemon

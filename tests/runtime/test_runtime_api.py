@@ -9,6 +9,7 @@ import os
 import pytest
 
 from panama.runtime.control.client import request_json
+from panama.runtime.control.tokens import new_token
 from panama.runtime.controller.cluster_file import ClusterFileError, load_cluster, spread_hosts
 
 
@@ -69,13 +70,14 @@ def test_conflicting_world_size_is_refused(cluster):
 
     addr = cluster.controller_addr
     first: dict = {}
+    run = new_token()  # both registrations are of one run (another run would be refused first)
 
     def register_rank0():
         first["r"] = request_json(
             addr,
             "POST",
             "/v1/jobs/conflict/register",
-            {"rank": 0, "world_size": 2, "udp": "127.0.0.1:5000", "wait_s": 1.0},
+            {"rank": 0, "world_size": 2, "udp": "127.0.0.1:5000", "wait_s": 1.0, "job_token": run},
             timeout_s=10,
         )
 
@@ -88,13 +90,11 @@ def test_conflicting_world_size_is_refused(cluster):
         if any(j["job"] == "conflict" for j in jobs):
             break
         time.sleep(0.01)
-    status, reply = request_json(
-        addr, "POST", "/v1/jobs/conflict/register", {"rank": 1, "world_size": 3, "udp": "127.0.0.1:5001"}
-    )
+    body = {"rank": 1, "world_size": 3, "udp": "127.0.0.1:5001", "job_token": run}
+    status, reply = request_json(addr, "POST", "/v1/jobs/conflict/register", body)
     assert status == 409 and reply["error"].startswith("world_size")
-    status, reply = request_json(
-        addr, "POST", "/v1/jobs/conflict/register", {"rank": 0, "world_size": 2, "udp": "127.0.0.1:5002"}
-    )
+    body = {"rank": 0, "world_size": 2, "udp": "127.0.0.1:5002", "job_token": run}
+    status, reply = request_json(addr, "POST", "/v1/jobs/conflict/register", body)
     assert status == 409 and reply["error"].startswith("rank") and "already registered" in reply["error"]
     t.join(timeout=10)
     assert first["r"][0] == 504 and "ranks [1]" in first["r"][1]["error"]

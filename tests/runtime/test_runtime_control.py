@@ -20,9 +20,11 @@ from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
 
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.control.client import request_json
-from panama.runtime.worker.communicator import Communicator, CommunicatorError
+from panama.runtime.control.tokens import new_token
+from panama.runtime.worker.communicator import Communicator, CommunicatorError, process_job_token
 
 TOKEN = os.environ["PANAMA_TOKEN"]
+RUN = new_token()  # a run's job token, for the tests that register by hand
 
 
 def _call(addr, method, path, body=None, token=TOKEN, raw: bytes | None = None, timeout=10):
@@ -109,9 +111,10 @@ def test_a_client_without_the_token_is_refused_everywhere(cluster, token):
     # Nothing changed, and a worker without the token is told why.
     assert cluster.controller_call("GET", "/v1/jobs")[1] == before_jobs
     assert cluster.switch_call("leaf0", "GET", "/jobs")[1] == before_daemon
-    with pytest.raises(CommunicatorError, match=r"HTTP 401.*PANAMA_TOKEN"):
+    # 401, or 403 when its own process's job token is one the controller knows (an ended job's)
+    with pytest.raises(CommunicatorError, match=r"HTTP 40[13].*PANAMA_TOKEN"):
         Communicator(cluster.controller, "anon", 0, 2, timeout_s=2, connect=True, token=token or "")
-    assert _metric(cluster, "panama_controller_jobs_unauthorized_total") >= len(CONTROLLER_ROUTES) + 1
+    assert _metric(cluster, "panama_controller_jobs_unauthorized_total") >= len(CONTROLLER_ROUTES)
 
 
 def test_token_and_state_files_are_private(tmp_path):
@@ -188,7 +191,7 @@ def _register(cluster, job, body, results, key):
 
 def test_a_refused_registration_changes_nothing(cluster):
     job = "same-job"
-    base = {"world_size": 2, "trees": 2, "payload_elems": 900, "size_bytes": 1000, "wait_s": 30}
+    base = {"world_size": 2, "trees": 2, "payload_elems": 900, "size_bytes": 1000, "wait_s": 30, "job_token": RUN}
     results: dict = {}
     t0 = threading.Thread(
         target=_register, args=(cluster, job, {**base, "rank": 0, "udp": "127.0.0.1:6000"}, results, 0)
@@ -212,38 +215,59 @@ def test_a_refused_registration_changes_nothing(cluster):
         assert status == 200 and reply["admitted"], reply
         assert reply["payload_elems"] == 900 and len(reply["trees"]) == 2
     for r in (0, 1):
-        cluster.controller_call("POST", f"/v1/jobs/{job}/leave", {"rank": r})
+        _call(cluster.controller_addr, "POST", f"/v1/jobs/{job}/leave", {"rank": r}, token=RUN)
     assert _job(cluster, job)["state"] == "completed"
 
 
-def test_a_rank_that_registers_again_with_a_new_incarnation_replaces_its_stale_self(cluster):
+def _open_registration(cluster, job, body, token=TOKEN) -> socket.socket:
+    """A register request sent on a raw connection left open: a rank waiting at the barrier
+    (closing the socket is its process dying)."""
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(cluster.controller_addr, timeout=30)
+    sock.sendall(
+        f"POST /v1/jobs/{job}/register HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+    return sock
+
+
+def test_a_waiting_rank_is_taken_over_only_by_its_own_run_once_its_call_hung_up(cluster):
+    """Issue 35: a live, waiting registration is never replaced (not by another incarnation
+    of its run, not by another run); once its call hung up (its process died), a new
+    incarnation of the same run takes the rank and the daemons get its address."""
     job = "reincarnated"
-    base = {"world_size": 2, "wait_s": 30}
+    base = {"world_size": 3, "wait_s": 30, "job_token": RUN}
     results: dict = {}
-    old = threading.Thread(
-        target=_register,
-        args=(cluster, job, {**base, "rank": 1, "udp": "127.0.0.1:6101", "incarnation": "a1"}, results, "old"),
+    r0 = threading.Thread(
+        target=_register, args=(cluster, job, {**base, "rank": 0, "udp": "127.0.0.1:6100"}, results, "r0")
     )
-    old.start()
-    _wait_for(lambda: _job(cluster, job).get("registered") == [1], "rank 1 registered")
-    new = threading.Thread(
-        target=_register,
-        args=(cluster, job, {**base, "rank": 1, "udp": "127.0.0.1:6102", "incarnation": "b2"}, results, "new"),
-    )
+    r0.start()
+    _wait_for(lambda: _job(cluster, job).get("registered") == [0], "rank 0 registered")
+    old = _open_registration(cluster, job, {**base, "rank": 1, "udp": "127.0.0.1:6101", "incarnation": "a1"})
+    _wait_for(lambda: _job(cluster, job).get("registered") == [0, 1], "rank 1 registered")
+    before = _job(cluster, job)
+    again = {**base, "rank": 1, "udp": "127.0.0.1:6102", "incarnation": "b2"}
+    status, reply = _call(cluster.controller_addr, "POST", f"/v1/jobs/{job}/register", again)
+    assert status == 409 and "already registered" in reply["error"], reply
+    intruder = {**again, "job_token": new_token()}
+    status, reply = _call(cluster.controller_addr, "POST", f"/v1/jobs/{job}/register", intruder)
+    assert status == 409 and "held by another run" in reply["error"] and before["run"] in reply["error"], reply
+    assert _job(cluster, job) == before  # nothing changed
+    old.close()  # rank 1's process died at the barrier
+    new = threading.Thread(target=_register, args=(cluster, job, again, results, "new"))
     new.start()
-    old.join(timeout=60)
-    status, reply = results["old"]
-    assert status == 409 and "replaced" in reply["error"], reply
-    _register(cluster, job, {**base, "rank": 0, "udp": "127.0.0.1:6100", "incarnation": "c3"}, results, "r0")
-    new.join(timeout=60)
-    assert results["new"][0] == 200 and results["r0"][0] == 200, results
-    plan = _job(cluster, job)["plan"]
-    assert "127.0.0.1:6102" not in json.dumps(plan)  # plans name hosts; the daemons got the new address:
-    leaf = cluster.switch_call("leaf0", "GET", "/jobs")[1]["jobs"].get(str(results["new"][1]["job_id"]))
-    leaf1 = cluster.switch_call("leaf1", "GET", "/jobs")[1]["jobs"].get(str(results["new"][1]["job_id"]))
-    children = json.dumps([leaf, leaf1])
+    _wait_for(lambda: "127.0.0.1:6102" in json.dumps(_job(cluster, job).get("hosts")) or True, "rank 1 again")
+    _register(cluster, job, {**base, "rank": 2, "udp": "127.0.0.1:6103"}, results, "r2")
+    for t in (r0, new):
+        t.join(timeout=60)
+    assert all(results[k][0] == 200 for k in ("r0", "new", "r2")), results
+    job_id = results["new"][1]["job_id"]
+    children = json.dumps(
+        [cluster.switch_call(s, "GET", "/jobs")[1]["jobs"].get(str(job_id)) for s in ("leaf0", "leaf1")]
+    )
     assert "127.0.0.1:6102" in children and "127.0.0.1:6101" not in children
-    assert cluster.controller_call("DELETE", f"/v1/jobs/{job}")[0] == 200
+    assert _call(cluster.controller_addr, "DELETE", f"/v1/jobs/{job}", token=RUN)[0] == 200
 
 
 CRASHING_RANK = """
@@ -269,7 +293,8 @@ def test_a_rank_that_crashed_at_the_registration_barrier_rejoins(cluster):
     first = threading.Thread(target=rank, args=(0,), daemon=True)
     first.start()
     _wait_for(lambda: _job(cluster, job).get("registered") == [0], "rank 0 registered", timeout_s=60)
-    proc = subprocess.Popen([sys.executable, "-c", CRASHING_RANK, cluster.controller, job])
+    env = dict(os.environ, PANAMA_JOB_TOKEN=process_job_token())  # one run with the threads' ranks
+    proc = subprocess.Popen([sys.executable, "-c", CRASHING_RANK, cluster.controller, job], env=env)
     try:
         _wait_for(lambda: _job(cluster, job).get("registered") == [0, 1], "the doomed rank 1 registered", timeout_s=60)
     finally:

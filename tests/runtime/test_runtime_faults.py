@@ -17,7 +17,7 @@ from panama.core import codec
 from panama.core.packet import ECT0, Packet
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.net.udp import PacketSocket
-from panama.runtime.worker.communicator import CommunicatorError
+from panama.runtime.worker.communicator import CommunicatorError, process_job_token
 
 W = 4
 
@@ -198,6 +198,7 @@ def test_a_dead_worker_fails_the_others_and_frees_the_job(cluster):
         [sys.executable, "-c", _WORKER, cluster.controller, "victim", "3", str(W)],
         stdout=subprocess.PIPE,
         text=True,
+        env=dict(os.environ, PANAMA_JOB_TOKEN=process_job_token()),  # one run with the ranks in threads
     )
     try:
         errors_at = {}

@@ -8,6 +8,7 @@ root and ``ip netns`` (CI runs as root); skipped otherwise.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ import pytest
 from netns_lan import lan, needs_root_and_ip
 
 from panama.runtime.cluster import LocalCluster
+from panama.runtime.control.tokens import new_token
 
 W = 4
 SUBNET = "10.77.0"
@@ -48,6 +50,7 @@ def test_allreduce_across_network_namespaces(namespaces):
     n = 25_013  # two 16369-float datagrams per rank, the second partial
     with LocalCluster(leaves=2, spines=2, hosts_per_leaf=2, host=SWITCH_IP, netns=sw, log_level="WARNING") as lc:
         assert lc.controller.startswith(SWITCH_IP + ":")
+        run = new_token()
         procs = [
             subprocess.Popen(
                 [
@@ -67,6 +70,7 @@ def test_allreduce_across_network_namespaces(namespaces):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
+                env=dict(os.environ, PANAMA_JOB_TOKEN=run),  # the ranks of one run share its token
             )
             for r, ns in enumerate(workers)
         ]

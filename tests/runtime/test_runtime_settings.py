@@ -110,7 +110,7 @@ def test_a_communicator_is_built_from_its_config():
     from panama.runtime.worker.communicator import Communicator
 
     params = inspect.signature(Communicator).parameters
-    knobs = {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY} - {"connect", "token"}
+    knobs = {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY} - {"connect", "token", "job_token"}
     assert knobs == set(CommunicatorConfig.model_fields)
     for name in knobs:
         assert params[name].default == CommunicatorConfig.model_fields[name].default, name

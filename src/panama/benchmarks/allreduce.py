@@ -51,6 +51,7 @@ import numpy as np
 from panama.benchmarks import loopback_floor
 from panama.benchmarks.settings import BenchConfig
 from panama.core import codec
+from panama.runtime.control.tokens import new_token
 from panama.runtime.net.udp import RUNTIME_PAYLOAD_ELEMS
 from panama.tables import format_table as draw_table
 
@@ -123,7 +124,17 @@ class _Rank:
 
 
 def _worker(
-    rank: int, cfg: BenchConfig, controller: str, controls, pids, store_path: str, token: str, job: str, barrier, queue
+    rank: int,
+    cfg: BenchConfig,
+    controller: str,
+    controls,
+    pids,
+    store_path: str,
+    token: str,
+    job: str,
+    job_token: str,
+    barrier,
+    queue,
 ) -> None:
     """One rank: both implementations, alternating phases (module docstring); reports to ``queue``."""
     try:
@@ -144,6 +155,7 @@ def _worker(
             min_rto_s=cfg.min_rto_s,
             min_pto_s=cfg.min_pto_s,
             token=token,
+            job_token=job_token,
         ) as comm:
             for size_mb in cfg.sizes_mb:
                 _one_size(me, comm, dist, size_mb)
@@ -350,8 +362,9 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> list[dict[str, Any]]:
         pids = {name: p.pid for name, p in lc.procs.items()}
         store = str(Path(tmp) / "store")
         job = f"bench-{uuid.uuid4().hex[:10]}"  # unique per run: a crashed run's name never blocks the next
+        run_token = new_token()  # the run's job token, shared by its ranks
         reports = _collect(
-            ctx, cfg, lambda rank: (rank, cfg, lc.controller, controls, pids, store, lc.token, job), progress
+            ctx, cfg, lambda rank: (rank, cfg, lc.controller, controls, pids, store, lc.token, job, run_token), progress
         )
     if cfg.floor:
         floors.append(_floor(cfg, progress, "after"))

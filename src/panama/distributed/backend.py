@@ -101,6 +101,7 @@ from panama.distributed.staging import CudaApi, DeviceApi, PinnedStaging, Stagin
 from panama.distributed.work import FutureWork, OnDevice, backward_box, run_item, tensors_in
 from panama.runtime.cluster import FoundCluster, find_or_start_cluster
 from panama.runtime.control.client import HttpError, check_access
+from panama.runtime.control.tokens import new_token
 from panama.runtime.worker import env
 from panama.runtime.worker.communicator import Communicator, CommunicatorError, JobRefused
 
@@ -212,6 +213,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
                 size,
                 config.replace(size_bytes=None),
                 token=self._cluster.token,
+                job_token=self._job_token,
             )
             try:  # a dead controller or a wrong token fails init_process_group, not the first backward()
                 check_access(self._comm.controller, self._comm.token)
@@ -228,6 +230,7 @@ class PanamaProcessGroup(dist.ProcessGroup):
         """Find (or, on rank 0, start) the cluster; agree on a nonce. Returns the nonce."""
         global _default_cluster
         self._cluster_scope = False
+        self._job_token: str | None = None
         if self._size == 1:
             return secrets.token_hex(4)
         if self._rank == 0:
@@ -237,14 +240,19 @@ class PanamaProcessGroup(dist.ProcessGroup):
             except Exception as exc:
                 self._store.set(SETUP_KEY, json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
                 raise PanamaDistributedError(f"panama backend: rank 0 could not set up PANAMA: {exc}") from exc
+            self._job_token = new_token()  # the group's run: its ranks share this job token
             self._store.set(
-                SETUP_KEY, json.dumps({"controller": cluster.controller, "token": cluster.token, "nonce": nonce})
+                SETUP_KEY,
+                json.dumps(
+                    {"controller": cluster.controller, "token": cluster.token, "nonce": nonce, "job": self._job_token}
+                ),
             )
         else:
             info = self._wait_setup()
             if "error" in info:
                 raise PanamaDistributedError(f"panama backend: rank 0 could not set up PANAMA: {info['error']}")
             nonce = info["nonce"]
+            self._job_token = info["job"]
             cluster = self._known_cluster() or FoundCluster(info["controller"], info.get("token"))
         self._cluster = cluster
         # Whether this group found (or started) the cluster itself rather than borrowing the

@@ -51,6 +51,7 @@ import torch
 from torch.nn import functional as F
 
 from panama.core.errors import FieldError
+from panama.runtime.control.tokens import new_token
 from panama.training.config import (
     ALLREDUCE_MODES,
     BYTES_SOURCE,
@@ -196,17 +197,19 @@ def _train_processes(
     start = time.perf_counter()
     workers = cfg.workers
     job = (cfg.job or f"train-{uuid.uuid4().hex[:10]}") if cfg.allreduce == "panama" else None
+    run_token = new_token()  # the run's job token: its ranks are one run (a job name binds one)
     ctx = worker_context()
     if on_status is not None:
         cluster = " and a local PANAMA cluster" if cfg.allreduce == "panama" and cfg.controller is None else ""
         on_status(f"starting {workers} worker processes{cluster}")
     with tempfile.TemporaryDirectory(prefix="panama-train-") as tmpdir, _controller_for(cfg) as (controller, token):
         out_queue = ctx.Queue()
+        settings = cfg.model_dump(mode="json")
         store_path = os.path.join(tmpdir, "gloo-store")
         procs = [
             ctx.Process(
                 target=_worker_entry,
-                args=(rank, cfg.model_dump(mode="json"), data, store_path, out_queue, controller, job, token),
+                args=(rank, settings, data, store_path, out_queue, controller, job, token, run_token),
                 name=f"panama-train-rank{rank}",
             )
             for rank in range(workers)

@@ -50,12 +50,14 @@ def _worker_entry(
     controller: str | None,
     job: str | None,
     token: str | None = None,
+    job_token: str | None = None,
 ) -> None:
     """Process entry point: run one rank, report every outcome on ``out_queue``."""
     if hasattr(signal, "SIGUSR1"):  # the parent asks a silent worker for its stacks (stderr)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
-        _worker(rank, TrainConfig.model_validate(cfg_dict), data, store_path, out_queue, controller, job, token)
+        cfg = TrainConfig.model_validate(cfg_dict)
+        _worker(rank, cfg, data, store_path, out_queue, controller, job, token, job_token)
     except BaseException as exc:
         report = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         try:
@@ -74,6 +76,7 @@ def _worker(
     controller: str | None,
     job: str | None,
     token: str | None = None,
+    job_token: str | None = None,
 ) -> None:
     """One rank: join the gloo group, build the replica (and its PANAMA communicator),
     train every epoch reporting each on ``out_queue``, then report the final parameters."""
@@ -85,7 +88,7 @@ def _worker(
         n_params = num_parameters(model)
         ddp = torch.nn.parallel.DistributedDataParallel(model)
         if cfg.allreduce == "panama":
-            comm = _communicator(cfg, rank, n_params, controller, job, token)
+            comm = _communicator(cfg, rank, n_params, controller, job, token, job_token)
             register_panama_hook(ddp, comm, cfg.workers)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=cfg.lr)
         status = _Status((lambda s: out_queue.put(("status", rank, s))) if rank == 0 else None)
@@ -125,15 +128,23 @@ def _join_group(cfg: TrainConfig, rank: int, store_path: str) -> None:
     )
 
 
-def _communicator(cfg: TrainConfig, rank: int, n_params: int, controller, job, token) -> Any:
-    """This rank's PANAMA communicator, registered with the controller before it returns."""
+def _communicator(cfg: TrainConfig, rank: int, n_params: int, controller, job, token, job_token) -> Any:
+    """This rank's PANAMA communicator, registered with the controller before it returns
+    (``job_token``: the run's, drawn by the parent and shared by every rank)."""
     from panama.runtime.worker.communicator import Communicator
 
     assert controller is not None and job is not None
     # size_bytes makes the constructor register now (a barrier over the ranks),
     # so the trees are installed before the first timed step.
     return Communicator(
-        controller, job, rank, cfg.workers, size_bytes=4 * n_params, timeout_s=cfg.timeout_s, token=token
+        controller,
+        job,
+        rank,
+        cfg.workers,
+        size_bytes=4 * n_params,
+        timeout_s=cfg.timeout_s,
+        token=token,
+        job_token=job_token,
     )
 
 

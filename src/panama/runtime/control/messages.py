@@ -58,6 +58,7 @@ JOB_NAME_MAX = 128
 JOB_NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._-]{{0,{JOB_NAME_MAX - 1}}}$")
 JOB_NAME_RULE = f"1-{JOB_NAME_MAX} characters from A-Z a-z 0-9 . _ -, starting with a letter or digit"
 INCARNATION_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"
+TOKEN_PATTERN = r"^[A-Za-z0-9._~+/=-]{16,512}$"  # the shape of every bearer token (control.tokens)
 
 
 def body_error(exc: ValidationError) -> FieldError:
@@ -264,7 +265,12 @@ class SwitchStats(Reply):
 
 # ---------------------------------------------------------------------- controller
 class RegisterBody(Body):
-    """``POST /v1/jobs/{job}/register``: one rank joins its job and waits for the admission."""
+    """``POST /v1/jobs/{job}/register``: one rank joins its job and waits for the admission.
+
+    ``job_token``: the run's credential (docs/runtime.md, "Trust model"): the first
+    registration of a job name binds the job to it (a new run, admitted with the cluster
+    token); every later registration must carry the same, in the body or as its bearer
+    token, else 409 naming the job and its live run (a second run with the same name)."""
 
     rank: int = Field(ge=0, le=MAX_INT)
     world_size: int = Field(ge=1, le=MAX_INT)
@@ -275,6 +281,7 @@ class RegisterBody(Body):
     wait_s: float = Field(30.0, gt=0.0, le=MAX_WAIT_S, allow_inf_nan=False)
     incarnation: str | None = Field(None, pattern=INCARNATION_PATTERN)
     multicast: bool = False
+    job_token: str | None = Field(None, pattern=TOKEN_PATTERN, repr=False)
 
 
 class RankBody(Body):
@@ -344,6 +351,8 @@ class RegisterReply(Reply):
     key: str | None = None
     heartbeat_timeout_s: float | None = None
     multicast: ResultsGroup | None = None
+    run: str | None = None
+    job_token: str | None = Field(None, repr=False)  # only when the controller drew it (none was given)
 
 
 class LeaveReply(Reply):
@@ -369,9 +378,11 @@ class UnicastReply(Reply):
 
 
 class JobSummary(Reply):
-    """One job in ``GET /v1/jobs`` (and the base of ``GET /v1/jobs/{job}``)."""
+    """One job in ``GET /v1/jobs`` (and the base of ``GET /v1/jobs/{job}``); ``run`` names
+    the run that holds the job name (never its token)."""
 
     job: str
+    run: str | None = None
     job_id: int | None
     state: str
     reason: str

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -27,6 +28,9 @@ from panama.runtime.control.tokens import TOKEN_ENV, same_token
 __all__ = [
     "BODY_TIMEOUT_S",
     "BadRequest",
+    "Credential",
+    "NO_CREDENTIAL",
+    "OPERATOR",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
     "auth_middleware",
@@ -55,6 +59,25 @@ class BadRequest(Exception):
         self.status = status
 
 
+@dataclass(frozen=True)
+class Credential:
+    """What a request proved (``request["credential"]``, set by :func:`auth_middleware`):
+    ``operator`` when it carried the cluster token, else ``token``, another bearer token
+    the server accepted (a job's: each handler checks that it covers what it touches)."""
+
+    operator: bool
+    token: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, request: web.Request) -> Credential:
+        """The request's credential (none on an open path without a token)."""
+        return request.get("credential") or NO_CREDENTIAL
+
+
+NO_CREDENTIAL = Credential(operator=False)
+OPERATOR = Credential(operator=True)  # the cluster token, or a server that checks none
+
+
 def reply(message: Reply, status: int = 200) -> web.Response:
     """``message`` as the JSON answer."""
     return web.json_response(message.to_json(), status=status)
@@ -80,7 +103,7 @@ def unauthorized(got: bytes, what: str = "the cluster's token") -> web.Response:
     return response
 
 
-Authorizer = Callable[[web.Request, bytes], bool]
+Authorizer = Callable[[str], bool]
 
 
 def auth_middleware(
@@ -91,25 +114,30 @@ def auth_middleware(
     authorize: Authorizer | None = None,
 ):
     """aiohttp middleware: 401 unless ``Authorization: Bearer <token>`` (constant-time
-    compare), except on ``open_paths``. ``authorize(request, header)``: another
-    credential the server accepts for this request (a job's own token: the handler then
-    checks it covers what the request touches); ``request["operator"]`` says which kind
+    compare), except on ``open_paths``. ``authorize(token)``: whether another bearer
+    token is one the server accepts (a job's own: the handler then checks it covers what
+    the request touches); ``request["credential"]`` (:class:`Credential`) says which kind
     the request carried. A request with a credential marks its connection authenticated
     in ``admission`` (it keeps its place); one without gets its answer and the connection
     is closed."""
-    expected = f"Bearer {token}".encode()
+    expected = f"Bearer {token}"
 
     @web.middleware
     async def check(request: web.Request, handler):
         got = bearer(request)
-        operator = same_token(got, expected.decode())
-        if operator or (authorize is not None and got and authorize(request, got)):
-            request["operator"] = operator
+        credential = None
+        if same_token(got, expected):
+            credential = Credential(operator=True)
+        elif authorize is not None and got.startswith(b"Bearer "):
+            other = got[7:].decode("ascii", "replace")
+            if authorize(other):
+                credential = Credential(operator=False, token=other)
+        if credential is not None:
+            request["credential"] = credential
             if admission is not None:
                 admission.authenticated(request.protocol)
             return await handler(request)
         if request.path in open_paths:
-            request["operator"] = False
             response = await handler(request)
             response.force_close()
             return response

@@ -21,15 +21,18 @@ from panama.core.errors import FieldError
 
 __all__ = [
     "TOKEN_BYTES",
+    "JOB_TOKEN_ENV",
     "TOKEN_ENV",
     "check_token",
     "new_token",
     "read_token_file",
+    "resolve_job_token",
     "resolve_token",
     "same_token",
 ]
 
 TOKEN_ENV = environment.TOKEN  # named in panama.environment
+JOB_TOKEN_ENV = environment.JOB_TOKEN
 TOKEN_BYTES = 32  # 256 bits of randomness, 43 url-safe characters
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9._~+/=-]{16,512}$")
 
@@ -52,6 +55,13 @@ def same_token(got: str | bytes | None, expected: str) -> bool:
         return False
     raw = got if isinstance(got, bytes) else got.encode("utf-8", "replace")
     return hmac.compare_digest(raw, expected.encode())
+
+
+def resolve_job_token(token: str | None) -> str | None:
+    """``token``, or ``$PANAMA_JOB_TOKEN`` when it is None (None if neither is set)."""
+    if token is not None:
+        return token
+    return environment.job_token()
 
 
 def resolve_token(token: str | None) -> str | None:

@@ -4,6 +4,7 @@ as the service stores it, and the short history of ended jobs."""
 from __future__ import annotations
 
 import asyncio
+import hmac
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -68,6 +69,10 @@ class Job:
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     group_reasons: dict[str, str] = field(default_factory=dict)
     joins: dict[str, list[str]] = field(default_factory=dict)  # per daemon, the groups it joined
+    # The run that holds the name (docs/runtime.md, "Trust model"): its public id, and its
+    # token, which its ranks present for everything they do in the job.
+    run: str = ""
+    token: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         if self.life is None:
@@ -76,6 +81,10 @@ class Job:
     @property
     def state(self) -> str:
         return self.life.state.value
+
+    def holds(self, token: str | None) -> bool:
+        """Whether ``token`` is this job's (its run's credential; constant-time compare)."""
+        return bool(token) and bool(self.token) and hmac.compare_digest(token.encode(), self.token.encode())
 
     def drop_group(self, switch: str, why: str) -> None:
         """``switch`` sends this job's results to each child by unicast from now on: its
@@ -86,6 +95,7 @@ class Job:
     def summary(self) -> dict[str, Any]:
         return {
             "job": self.name,
+            "run": self.run,
             "job_id": self.job_id,
             "state": self.state,
             "reason": self.reason,
@@ -106,6 +116,8 @@ class Job:
         assert self.plan is not None
         return {
             "name": self.name,
+            "run": self.run,
+            "token": self.token,
             "job_id": self.job_id,
             "world_size": self.world_size,
             "key": f"{self.key:016x}",

@@ -3,13 +3,15 @@ health of the daemons of running jobs, one pass every ``tick_s``; it never dies.
 
 Liveness is judged by what the ranks sent, not by the monitor's own clock: a rank is
 lost when it sent no heartbeat for ``heartbeat_timeout_s`` *of time the controller was
-able to receive one*. When a pass starts much later than its tick (the process was
-stopped, SIGSTOP or a debugger, or its event loop was blocked), the heartbeats sent
+able to receive one*. A watch callback runs every ``WATCH_S`` in the service's event
+loop; when the loop has not run for longer than that plus ``STALL_SLACK_S`` (the process
+was stopped, SIGSTOP or a debugger, or its loop was blocked), the heartbeats sent
 meanwhile are still in the kernel's queues and not yet read: the monitor counts the
 stall (``stalls``, ``stalled_s`` in ``/v1/health``) and moves every running rank's
-deadline on by the stall's length, so a controller that was stalled fails no job whose
-ranks kept sending. A job whose rank really stopped is failed one ``heartbeat_timeout_s``
-after the controller is back.
+deadline on by the stall's length. The same check runs right before the deadlines are
+judged (the first thing the loop runs after a stall may be the monitor itself), so a
+controller that was stalled fails no job whose ranks kept sending, and a job whose rank
+really stopped is failed one ``heartbeat_timeout_s`` of live controller time later.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from panama.runtime.net.udp import format_addr
 
 log = logging.getLogger("panama.controller")
 
-STALL_SLACK_S = 0.5  # a pass later than tick_s + this (and than 2 ticks) means the controller was stalled
+WATCH_S = 0.1  # the loop-watch callback's period
+STALL_SLACK_S = 0.5  # the loop silent for WATCH_S + this: the controller was stalled
 
 
 class Monitor:
@@ -42,6 +45,8 @@ class Monitor:
         self.tick_s = min(0.25, service.heartbeat_timeout_s / 4)
         self.task: asyncio.Task | None = None
         self.tick: float | None = None  # when the last pass ended (monotonic)
+        self.seen: float | None = None  # when the loop last ran the watch (or a deadline check)
+        self.watch_handle: asyncio.TimerHandle | None = None
         self.last_error: str | None = None
         self.stalls = 0
         self.stalled_s = 0.0
@@ -49,10 +54,19 @@ class Monitor:
 
     def start(self) -> None:
         self.task = asyncio.create_task(self.run())
+        self.seen = time.monotonic()
+        self.watch()
 
     def cancel(self) -> None:
         if self.task is not None:
             self.task.cancel()
+        if self.watch_handle is not None:
+            self.watch_handle.cancel()
+
+    def watch(self) -> None:
+        """The loop-watch callback: note that the loop runs (granting a stall), then again in ``WATCH_S``."""
+        self.observe(time.monotonic())
+        self.watch_handle = asyncio.get_running_loop().call_later(WATCH_S, self.watch)
 
     async def run(self) -> None:
         """Pass after pass until cancelled; an error in one pass is logged, counted, survived."""
@@ -73,13 +87,14 @@ class Monitor:
                     log.error("monitor pass failed (monitoring goes on): %s", self.last_error)
             self.tick = time.monotonic()
 
-    def grant_stall(self, now: float) -> float:
-        """The time since the last pass beyond one tick when it is a stall (else 0); the
-        deadlines of every running rank move on by it."""
-        if self.tick is None:
+    def observe(self, now: float) -> float:
+        """The loop runs at ``now``: the time it did not run beyond one watch period when
+        that is a stall (else 0); the deadlines of every running rank move on by it."""
+        last, self.seen = self.seen, now
+        if last is None:
             return 0.0
-        late = now - self.tick - self.tick_s
-        if late <= max(STALL_SLACK_S, self.tick_s):
+        late = now - last - WATCH_S
+        if late <= STALL_SLACK_S:
             return 0.0
         self.stalls += 1
         self.stalled_s += late
@@ -104,7 +119,7 @@ class Monitor:
         now = time.monotonic()
         if service.state is not None:
             service.state.retry()  # a failed state write, until the disk takes it
-        self.grant_stall(now)
+        self.observe(now)  # a stall not yet noticed (the loop's first task after it may be this pass)
         for job in list(service.jobs.values()):
             if job.life.state is JobState.REGISTERING:
                 for x in list(job.ranks.values()):
@@ -113,6 +128,8 @@ class Monitor:
                 continue
             if job.life.state is not JobState.RUNNING:
                 continue
+            now = time.monotonic()  # a teardown above may have awaited
+            self.observe(now)
             stale = [x for x in job.ranks.values() if not x.left and now - x.last_seen > service.heartbeat_timeout_s]
             if stale:
                 await service.teardown(job, JobInput.RANK_LOST, self._lost(stale[0], now))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,7 +34,8 @@ from panama.runtime.control.messages import (
     UnicastBody,
     UnicastReply,
 )
-from panama.runtime.control.server import BadRequest
+from panama.runtime.control.server import OPERATOR, BadRequest, Credential
+from panama.runtime.control.tokens import JOB_TOKEN_ENV, new_token
 from panama.runtime.controller.jobs import Job, Rank
 from panama.runtime.net.udp import Address, AddressError, format_addr, parse_ipv4_addr
 
@@ -62,26 +64,54 @@ class RankRequests:
         self.drop_rank = drop_rank
         self.save_state = save_state
 
-    async def register(self, name: str, reg: RegisterBody, connection: Any = None) -> RegisterReply:
+    def authenticates(self) -> bool:
+        """Whether the service checks credentials at all (a service without a token, used in
+        process by tests, trusts every request)."""
+        return self.service.token is not None
+
+    def check_holder(self, job: Job, credential: Credential, what: str) -> None:
+        """403 unless ``credential`` carries ``job``'s own token (``what``: the request, for the message)."""
+        if self.authenticates() and not job.holds(credential.token):
+            who = "the cluster token is for operators" if credential.operator else "that is another job's token"
+            raise BadRequest(403, f"job: {what} of {job.name!r} needs its job token (the run's credential); {who}")
+
+    async def register(
+        self, name: str, reg: RegisterBody, credential: Credential = OPERATOR, connection: Any = None
+    ) -> RegisterReply:
         """``POST /v1/jobs/{job}/register``: rank ``reg.rank`` joins job ``name`` and waits
-        (``reg.wait_s``) until the job is admitted, refused or failed. ``connection``: the
-        waiting request (anything with a ``transport``): a registration whose client hung
-        up is dropped before admission."""
+        (``reg.wait_s``) until the job is admitted, refused or failed.
+
+        A job name binds one run: the first registration (with the cluster token: admitting
+        a new job is for operators) makes the job and binds it to the run's token
+        (``reg.job_token``, else one drawn here and returned in the reply); every later one
+        must carry that token (in the body, or as its bearer token), else 409 naming the
+        job and its live run, the job unchanged. A rank whose registration is waiting may
+        not be taken over; one whose register call hung up (its process died) is replaced.
+        ``connection``: the waiting request (anything with a ``transport``): a
+        registration whose client hung up is dropped before admission."""
         udp = self._check_register(reg)
+        token = reg.job_token or (credential.token if not credential.operator else None)
+        drawn = None
         # Every check first; the job changes only once the request is accepted (a 409 changes nothing).
         job = self.service.jobs.get(name)
         if job is not None:
+            self._check_run(job, token)
             self._check_joins(job, reg)
+        elif self.authenticates() and not credential.operator:
+            raise BadRequest(403, f"job: {name!r} is not registering; admitting a new job needs the cluster token")
         else:
-            job = Job(name, reg.world_size, time.monotonic())
+            if token is None:
+                token = drawn = new_token()
+            job = Job(name, reg.world_size, time.monotonic(), run=secrets.token_hex(4), token=token)
             self.service.jobs[name] = job
+            log.info("job %s: run %s admitted by its first registration (rank %d)", name, job.run, reg.rank)
         rank, incarnation = reg.rank, reg.incarnation
         other = job.ranks.get(rank)
-        if other is not None:  # a stale registration of this rank: the new incarnation replaces it
+        if other is not None:  # its register call hung up (_check_joins): this one replaces it
             self.service.counters["replaced_ranks"] += 1
             job.ready.set()  # its waiting register call (if any) wakes up and answers 409 "replaced"
             log.warning(
-                "job %s: rank %d re-registered from %s (incarnation %s) replaces %s (incarnation %s)",
+                "job %s: rank %d re-registered from %s (incarnation %s) replaces %s (incarnation %s), which hung up",
                 name, rank, format_addr(udp), incarnation, format_addr(other.udp), other.incarnation,
             )  # fmt: skip
         if reg.trees is not None:
@@ -99,7 +129,20 @@ class RankRequests:
         await self._wait_admission(job, mine, reg.wait_s)  # returns at once once admitted or ended
         if job.ranks.get(rank) is not mine:
             raise BadRequest(409, f"rank: {rank} of {name!r} was replaced by a newer registration of the same rank")
-        return self._register_reply(job, rank)
+        answer = self._register_reply(job, rank)
+        return answer if drawn is None else answer.model_copy(update={"job_token": drawn})
+
+    def _check_run(self, job: Job, token: str | None) -> None:
+        """A registration for a live job name must come from the run that holds it (409 otherwise)."""
+        if not self.authenticates() or job.holds(token):
+            return
+        raise BadRequest(
+            409,
+            f"job: {job.name!r} is held by another run (run {job.run}, {job.state}, job_id {job.job_id}, ranks "
+            f"{sorted(job.ranks)} of {job.world_size} registered); a job name binds one run and is never merged: "
+            f"ranks of one run share its job token (job_token=, ${JOB_TOKEN_ENV}); pick another name, or register "
+            f"after that run ends",
+        )
 
     def _check_register(self, reg: RegisterBody) -> Address:
         """What a register body's types cannot say (400): the rank below the world size, a
@@ -133,11 +176,12 @@ class RankRequests:
         if reg.trees is not None and job.trees not in (None, reg.trees):
             raise BadRequest(409, f"trees: {reg.trees} differs from {job.trees} asked by other ranks of {name!r}")
         other = job.ranks.get(rank)
-        if other is not None and not other.gone() and (reg.incarnation is None or other.incarnation == reg.incarnation):
+        if other is not None and not other.gone():
             raise BadRequest(
                 409,
-                f"rank: {rank} of {name!r} is already registered (from udp {format_addr(other.udp)}); ranks must "
-                f"be unique",
+                f"rank: {rank} of {name!r} is already registered (from udp {format_addr(other.udp)}, waiting for "
+                f"the job's admission); ranks must be unique, and a rank is replaced only once its register call "
+                f"hung up",
             )
 
     async def _wait_admission(self, job: Job, mine: Rank, wait_s: float) -> None:
@@ -195,22 +239,24 @@ class RankRequests:
             multicast=multicast,
         )
 
-    def _registered_rank(self, name: str, body: RankBody) -> tuple[Job, Rank]:
-        """The job and the rank a heartbeat, leave or unicast request names; 404 when either is unknown."""
+    def _registered_rank(self, name: str, body: RankBody, credential: Credential, what: str) -> tuple[Job, Rank]:
+        """The job and the rank a heartbeat, leave or unicast request names; 404 when either
+        is unknown, 403 unless the request carries the job's token."""
         rank, job_id = body.rank, body.job_id
         job = self.service.find_job(name, job_id)
         if job is None:
             raise BadRequest(404, f"job: unknown job {name!r}" + (f" with job_id {job_id}" if job_id else ""))
+        self.check_holder(job, credential, what)
         x = job.ranks.get(rank)
         if x is None:
             raise BadRequest(404, f"rank: {rank} is not registered in job {name!r}")
         return job, x
 
-    async def heartbeat(self, name: str, body: ProgressBody) -> HeartbeatReply:
+    async def heartbeat(self, name: str, body: ProgressBody, credential: Credential = OPERATOR) -> HeartbeatReply:
         """``POST /v1/jobs/{job}/heartbeat``: a rank is alive; its progress (``calls``; ``call``
         and ``elems`` during an allreduce) lets the controller name a size mismatch; the
         answer names the ranks that left cleanly (``left``: rank -> calls completed)."""
-        job, x = self._registered_rank(name, body)
+        job, x = self._registered_rank(name, body, credential, "a heartbeat")
         self._progress(x, body)
         call, elems = body.call, body.elems
         if job.life.state is JobState.RUNNING:
@@ -221,9 +267,9 @@ class RankRequests:
         left = {str(r.rank): r.calls for r in job.ranks.values() if r.left}
         return HeartbeatReply(state=job.state, reason=job.reason, job_id=job.job_id, left=left)
 
-    async def leave(self, name: str, body: ProgressBody) -> LeaveReply:
+    async def leave(self, name: str, body: ProgressBody, credential: Credential = OPERATOR) -> LeaveReply:
         """``POST /v1/jobs/{job}/leave``: the rank is done (after an ``error``: the job fails)."""
-        job, x = self._registered_rank(name, body)
+        job, x = self._registered_rank(name, body, credential, "a leave")
         error = body.error
         self._progress(x, body)
         if job.life.state is JobState.RUNNING:
@@ -264,12 +310,12 @@ class RankRequests:
                     await self.service.teardown(job, JobInput.RANK_FAILED, why)
                     return
 
-    async def unicast(self, name: str, body: UnicastBody) -> UnicastReply:
+    async def unicast(self, name: str, body: UnicastBody, credential: Credential = OPERATOR) -> UnicastReply:
         """``POST /v1/jobs/{job}/unicast``: a rank could not join its leaf's results group
         after all (its probe passed): the leaf daemon sends that job's results to each child
         from now on (``DELETE /jobs/{job_id}/multicast``), so the rank gets them on its own
         socket, not only as answers to its retransmissions."""
-        job, x = self._registered_rank(name, body)
+        job, x = self._registered_rank(name, body, credential, "a unicast request")
         reason = body.reason
         if reason is None:
             raise BadRequest(400, "reason: required (a string of 1-300 characters)")

@@ -70,7 +70,7 @@ from panama.runtime.control.messages import (
     SwitchesReply,
     SwitchView,
 )
-from panama.runtime.control.server import BadRequest
+from panama.runtime.control.server import OPERATOR, BadRequest, Credential
 from panama.runtime.controller.api import ControllerHttp
 from panama.runtime.controller.cluster_file import ClusterFileError, ClusterSpec, load_cluster, spread_hosts
 from panama.runtime.controller.daemons import Daemons
@@ -228,7 +228,8 @@ class ControllerService:
             except (ControllerError, KeyError, ValueError, TypeError) as exc:  # e.g. a host not in the topology
                 log.warning("state file %s: job %r not recovered: %s", self.state_file, entry.name, exc)
                 continue
-            job = Job(plan.name, entry.world_size, now)
+            job = Job(plan.name, entry.world_size, now, run=entry.run)
+            job.token = entry.token  # a state file of an older controller has none
             job.plan, job.job_id, job.key = plan, plan.job_id, int(entry.key, 16)
             job.payload_for_job, job.size_bytes, job.trees = entry.payload_elems, entry.size_bytes, entry.trees
             for r in entry.ranks:
@@ -486,12 +487,20 @@ class ControllerService:
                     return old
         return None
 
-    async def job_detail(self, name: str, probe: bool = False) -> JobDetail:
+    def holds_token(self, token: str) -> bool:
+        """Whether ``token`` is the token of a live or recently ended job (the API then
+        accepts it as a bearer token; each request checks it is the right job's)."""
+        return any(j.holds(token) for j in (*self.jobs.values(), *self.history.values()))
+
+    async def job_detail(self, name: str, probe: bool = False, credential: Credential = OPERATOR) -> JobDetail:
         """``GET /v1/jobs/{job}``: the job's summary, stale ranks, and its daemons (``probe``:
-        asked now, with their counters for the job); 404 when unknown."""
+        asked now, with their counters for the job); 404 when unknown; for operators and
+        the job's own ranks (403 otherwise)."""
         job = self.find_job(name)
         if job is None:
             raise BadRequest(404, f"job: unknown job {name!r}")
+        if not credential.operator:
+            self.ranks.check_holder(job, credential, "reading")
         out = job.summary()
         now = time.monotonic()
         out["stale_ranks"] = sorted(
@@ -519,14 +528,21 @@ class ControllerService:
             out["switches"] = switches
         return JobDetail.model_validate(out)
 
-    async def delete_job(self, name: str) -> JobSummary:
-        """``DELETE /v1/jobs/{job}`` (operator): tear the job down; 404 unknown, 409 while it installs."""
+    async def delete_job(self, name: str, credential: Credential = OPERATOR, admin: bool = False) -> JobSummary:
+        """Tear a live job down: ``DELETE /v1/jobs/{job}`` by its own run (its job token;
+        the cluster token alone is refused, 403), or ``DELETE /v1/admin/jobs/{job}``
+        (``admin``: an operator's, the API checks the cluster token). 404 unknown, 409
+        while its admission runs."""
         job = self.jobs.get(name)
         if job is None:
             raise BadRequest(404, f"job: unknown job {name!r}")
+        if not admin and self.token is not None and not job.holds(credential.token):
+            hint = "; an operator ends any job with DELETE /v1/admin/jobs/{job}" if credential.operator else ""
+            raise BadRequest(403, f"job: deleting {name!r} needs its job token (the run's credential){hint}")
         if not job.life.accepts(JobInput.DELETED):
             raise BadRequest(409, f"job: {name!r} is {job.state}; delete it once its admission has finished")
-        await self.teardown(job, JobInput.DELETED, "deleted by an operator (DELETE /v1/jobs)")
+        why = "deleted by an operator (DELETE /v1/admin/jobs)" if admin else "deleted by its run (DELETE /v1/jobs)"
+        await self.teardown(job, JobInput.DELETED, why)
         return JobSummary.model_validate(job.summary())
 
     def metrics_text(self) -> str:

@@ -87,6 +87,8 @@ class SavedJob(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, arbitrary_types_allowed=True)
 
     name: str = Field(min_length=1)
+    run: str = ""  # the run the job is (a controller before per-job tokens wrote none)
+    token: str = ""  # the job's own token (idem)
     job_id: int = Field(ge=0)
     world_size: int = Field(ge=1)
     key: str = Field(pattern=r"^[0-9a-f]{16}$")

@@ -40,6 +40,7 @@ local cluster runs its controller with threshold 0.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import select
 import socket
@@ -53,7 +54,7 @@ from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.transport import TransportError, WorkerTransport, same_vector
 from panama.core.units import s as seconds_to_ps
-from panama.runtime.control.client import HttpError, call, error_text, job_path, request_json
+from panama.runtime.control.client import HttpError, call, error_text, job_path
 from panama.runtime.control.messages import (
     JOB_NAME_RE,
     JOB_NAME_RULE,
@@ -69,7 +70,7 @@ from panama.runtime.control.messages import (
     UnicastBody,
     UnicastReply,
 )
-from panama.runtime.control.tokens import resolve_token
+from panama.runtime.control.tokens import new_token, resolve_job_token, resolve_token
 from panama.runtime.net import mcast, mmsg, offload
 from panama.runtime.net.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
@@ -112,6 +113,22 @@ class JobRefused(CommunicatorError):
         self.reason = reason
 
 
+_PROCESS_JOB_TOKEN: tuple[int, str] | None = None  # (pid, token): a forked child draws its own
+
+
+def process_job_token() -> str:
+    """The job token of this process's runs: drawn once per process (a forked child draws
+    its own), so the ranks of a job in threads of one process are one run; ranks in other
+    processes share theirs through ``job_token=`` or ``$PANAMA_JOB_TOKEN`` (the torch
+    backend through its store; ``panama train`` and ``panama bench allreduce`` hand one to
+    their workers)."""
+    global _PROCESS_JOB_TOKEN
+    pid = os.getpid()
+    if _PROCESS_JOB_TOKEN is None or _PROCESS_JOB_TOKEN[0] != pid:
+        _PROCESS_JOB_TOKEN = (pid, new_token())
+    return _PROCESS_JOB_TOKEN[1]
+
+
 class Communicator:
     """One rank of one job: ``allreduce(x)`` returns the elementwise sum over all ranks.
 
@@ -128,7 +145,11 @@ class Communicator:
     probes), ``bind_host`` (the address daemons send results to), ``multicast``,
     ``offload`` (UDP GSO/GRO where they pay; ``$PANAMA_UDP_OFFLOAD=0`` still turns them off);
     a bad value raises :class:`~panama.settings.SettingsError` naming it. Besides them:
-    ``token`` (the cluster's bearer token; default ``$PANAMA_TOKEN``) and ``connect``.
+    ``token`` (the cluster's bearer token; default ``$PANAMA_TOKEN``), ``job_token`` (the
+    run's credential, shared by its ranks; default ``$PANAMA_JOB_TOKEN``, else one per
+    process: the ranks of a job in other processes must share one, see
+    :func:`process_job_token`) and ``connect``. The job's own requests after registration
+    (heartbeats, leave) carry the job token only.
     ``world_size=1`` returns a copy at once.
     Registration happens at construction when ``size_bytes`` (or ``connect=True``) is
     given, else at the first ``allreduce``.
@@ -161,6 +182,7 @@ class Communicator:
         connect: bool = False,
         bind_host: str = _DEFAULTS.bind_host,
         token: str | None = None,
+        job_token: str | None = None,
         multicast: bool = _DEFAULTS.multicast,
         offload: bool = _DEFAULTS.offload,
     ):
@@ -182,7 +204,7 @@ class Communicator:
             multicast=multicast,
             offload=offload,
         )
-        self._setup(controller, job, rank, world_size, config, token)
+        self._setup(controller, job, rank, world_size, config, token, job_token)
         if (connect or config.size_bytes is not None) and world_size > 1:
             self.connect()
 
@@ -196,16 +218,31 @@ class Communicator:
         config: CommunicatorConfig | None = None,
         *,
         token: str | None = None,
+        job_token: str | None = None,
         connect: bool = False,
     ) -> Communicator:
         """A communicator whose knobs are ``config`` (default: every default); registers at
         once when ``connect`` or ``config.size_bytes`` is given, as the constructor."""
         return cls(
-            controller, job, rank, world_size, token=token, connect=connect, **dict(config or CommunicatorConfig())
+            controller,
+            job,
+            rank,
+            world_size,
+            token=token,
+            job_token=job_token,
+            connect=connect,
+            **dict(config or CommunicatorConfig()),
         )
 
     def _setup(
-        self, controller: str, job: str, rank: int, world_size: int, config: CommunicatorConfig, token: str | None
+        self,
+        controller: str,
+        job: str,
+        rank: int,
+        world_size: int,
+        config: CommunicatorConfig,
+        token: str | None,
+        job_token: str | None,
     ) -> None:
         """Identity checked, knobs taken from ``config``, the socket and receive buffers made."""
         if not isinstance(job, str) or not JOB_NAME_RE.match(job):
@@ -217,6 +254,7 @@ class Communicator:
         self.config = config
         self.controller: Address = parse_addr(controller, field="controller")
         self.token = resolve_token(token)
+        self.job_token = resolve_job_token(job_token) or process_job_token()
         self.incarnation = secrets.token_hex(8)  # this registration (a restarted rank replaces its stale self)
         self.job, self._job_path = job, f"/v1/jobs/{job_path(job)}"
         self.rank, self.world_size = rank, world_size
@@ -323,6 +361,7 @@ class Communicator:
         wait_s = self.timeout_s
         while True:
             body = RegisterBody(
+                job_token=self.job_token,
                 rank=self.rank,
                 world_size=self.world_size,
                 size_bytes=int(self.size_bytes or 0),
@@ -344,7 +383,8 @@ class Communicator:
                     continue
                 if exc.status is None:
                     raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
-                hint = f" (pass token= or set {environment.TOKEN} to the cluster's token)" if exc.status == 401 else ""
+                refused = exc.status in (401, 403)
+                hint = f" (pass token= or set {environment.TOKEN} to the cluster's token)" if refused else ""
                 raise CommunicatorError(
                     f"job {self.job} rank {self.rank}: controller refused registration (HTTP {exc.status}): "
                     f"{error_text(exc.body) if exc.status != 200 else exc}{hint}"
@@ -616,18 +656,15 @@ class Communicator:
     def _path(self, action: str) -> str:
         return f"{self._job_path}{action}" if action.startswith("?") else f"{self._job_path}/{action}"
 
-    def _controller(self, method: str, action: str, body: Body | None, timeout_s: float) -> tuple[int, Any]:
-        """``method`` on this job's controller path plus ``/action`` (or a ``?query``), untyped;
-        raises HttpError when the controller cannot be reached."""
-        return request_json(
-            self.controller, method, self._path(action), body, timeout_s=timeout_s, what="controller", token=self.token
-        )
-
     def _call(self, method: str, action: str, body: Body | None, reply: type[R], timeout_s: float) -> R:
-        """:meth:`_controller` answered 200 with ``reply``; HttpError otherwise (its ``status``)."""
+        """``method`` on this job's controller path plus ``/action`` (or a ``?query``),
+        answered 200 with ``reply``; HttpError otherwise (``status`` None: unreachable).
+        Registration carries the cluster token (when this process has one: a new job is
+        admitted by it); every other request the job token only."""
+        bearer = self.token if action == "register" and self.token else self.job_token
         return call(
             self.controller, method, self._path(action), body, reply, timeout_s=timeout_s, what="controller",
-            token=self.token,
+            token=bearer,
         )  # fmt: skip
 
     def _check_open(self) -> None:

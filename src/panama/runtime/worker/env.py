@@ -7,6 +7,8 @@ communicator for programs that do not use torch.distributed):
 - ``PANAMA_CONTROLLER``: ``HOST:PORT`` of a running controller (``panama cluster up``,
   ``panama controller serve``); unset, the backend starts a local cluster on rank 0;
 - ``PANAMA_TOKEN``: the cluster's bearer token (``panama cluster status --json``);
+- ``PANAMA_JOB_TOKEN``: the token of the run, shared by its ranks (read by ``Communicator``
+  itself; ranks in several processes need one: a job name binds one run);
 - ``PANAMA_JOB``: the job name (``Communicator.from_env`` only; the backend makes its own);
 - ``PANAMA_TIMEOUT_S``: bound of every PANAMA wait (registration, one allreduce); the one
   rule (:func:`timeout_s`): this variable when set, else :class:`CommunicatorConfig`'s
