@@ -20,6 +20,7 @@ import panama.distributed  # noqa: E402
 from panama.distributed import EnvError, PanamaProcessGroup  # noqa: E402
 from panama.distributed.ddp_hook import register_panama_hook  # noqa: E402
 from panama.runtime.control.messages import JOB_NAME_RE  # noqa: E402
+from panama.runtime.control.tokens import new_token  # noqa: E402
 from panama.runtime.worker.communicator import Communicator, CommunicatorError  # noqa: E402
 from panama.runtime.worker.env import bind_host_for, job_name  # noqa: E402
 
@@ -224,7 +225,9 @@ def test_one_timeout_rule_for_the_backend_and_from_env(no_panama_env):
     # The backend's group of 2 ranks builds its communicator from that config (size hint kept
     # for the first all_reduce, not announced at construction: no network here).
     store = dist.HashStore()
-    store.set("panama/setup", json.dumps({"controller": "127.0.0.1:9", "token": None, "nonce": "n"}))
+    store.set(
+        "panama/setup", json.dumps({"controller": "127.0.0.1:9", "token": None, "nonce": "n", "job": new_token()})
+    )
     no_panama_env.setattr("panama.distributed.backend.check_access", lambda *a, **k: None)
     no_panama_env.setattr("panama.distributed.backend.ProcessGroupGloo", lambda *a: None)  # no peer rank here
     pg = PanamaProcessGroup(store, 1, 2, timedelta(seconds=60), "0", is_default=False)
