@@ -47,7 +47,7 @@ def main() -> None:
         def rank(r: int) -> None:
             x = np.full(ELEMS, float(r + 1), np.float32)
             try:
-                with Communicator(lc.controller, "stall", r, ranks, timeout_s=60, connect=True) as comm:
+                with Communicator(lc.controller, "stall", r, ranks, timeout_s=60, token=lc.token, connect=True) as comm:
                     while not stop.is_set():
                         out = comm.allreduce(x)
                         if not np.all(out == expected):
@@ -59,7 +59,10 @@ def main() -> None:
         threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(ranks)]
         for t in threads:
             t.start()
+        deadline = time.monotonic() + 60
         while lc.controller_call("GET", "/v1/jobs/stall")[1].get("state") != "running":
+            if errors or time.monotonic() > deadline:
+                raise SystemExit(f"the job did not start: {errors or 'not running within 60 s'}")
             time.sleep(0.05)
         time.sleep(2.0)
         pid = lc.procs["controller"].pid

@@ -167,3 +167,23 @@ def test_a_tenant_cannot_leave_heartbeat_read_or_delete_another_job(cluster):
     assert status == 200 and reply["state"] == "failed" and "operator" in reply["reason"], reply
     tenant_a.join(timeout=30)
     assert results["a"][0] == 503, results["a"]  # its waiting rank is told the job ended
+
+
+def test_ranks_in_threads_of_one_process_draw_one_job_token():
+    """The default job token is drawn once per process, also when its ranks ask at once
+    (before the lock, ranks started together drew several and refused each other: 409)."""
+    from panama.runtime.worker import communicator
+
+    communicator._PROCESS_JOB_TOKEN = None  # as in a fresh process
+    start, tokens = threading.Barrier(16), []
+
+    def draw() -> None:
+        start.wait(timeout=10)
+        tokens.append(communicator.process_job_token())
+
+    threads = [threading.Thread(target=draw) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert len(tokens) == 16 and len(set(tokens)) == 1

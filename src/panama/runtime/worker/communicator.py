@@ -44,6 +44,7 @@ import os
 import secrets
 import select
 import socket
+import threading
 import time
 from typing import Any, TypeVar
 
@@ -114,6 +115,7 @@ class JobRefused(CommunicatorError):
 
 
 _PROCESS_JOB_TOKEN: tuple[int, str] | None = None  # (pid, token): a forked child draws its own
+_PROCESS_JOB_TOKEN_LOCK = threading.Lock()
 
 
 def process_job_token() -> str:
@@ -124,9 +126,10 @@ def process_job_token() -> str:
     their workers)."""
     global _PROCESS_JOB_TOKEN
     pid = os.getpid()
-    if _PROCESS_JOB_TOKEN is None or _PROCESS_JOB_TOKEN[0] != pid:
-        _PROCESS_JOB_TOKEN = (pid, new_token())
-    return _PROCESS_JOB_TOKEN[1]
+    with _PROCESS_JOB_TOKEN_LOCK:  # ranks in threads ask at once
+        if _PROCESS_JOB_TOKEN is None or _PROCESS_JOB_TOKEN[0] != pid:
+            _PROCESS_JOB_TOKEN = (pid, new_token())
+        return _PROCESS_JOB_TOKEN[1]
 
 
 class Communicator:
