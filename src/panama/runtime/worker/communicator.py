@@ -8,43 +8,25 @@ transport wants sent to the worker's first-hop (leaf) daemon, feeds it every res
 datagram from that daemon, and fires its timer. Protocol decisions (packetisation, tree
 round robin, windows, retransmissions) stay in the core.
 
-Batching (:mod:`panama.runtime.net.offload`): where 2+ datagrams of the job's size fit one
-64 KB send and the kernel has them, the packets of each poll leave in UDP GSO sends
-(copied at once into per-codepoint batches) and results arrive GRO-coalesced, cut back
-into datagrams (one codepoint per buffer: GRO merges only equal TOS); otherwise, or with
-``PANAMA_UDP_OFFLOAD=0``, one datagram per buffer through :mod:`panama.runtime.net.mmsg`
-(each poll's packets with one ``sendmmsg``, results 8 per ``recvmmsg`` where compiled,
-else one system call per datagram). ``stats()["offload"]`` and ``stats()["io"]`` say which.
-
-Multicast results (:mod:`panama.runtime.net.mcast`): with ``multicast=True`` (default) the
-worker tells the controller at registration whether it can join a loopback group (a
-throwaway join); when the plan names a group for it, it joins it on a second socket and
-receives results from both sockets in the same loop (plain batch receives on the group
-socket; the same decode, key and source check: only its leaf's unicast address counts).
-``stats()["results_path"]`` says ``"multicast"`` or ``"unicast"``, ``stats()["multicast"]``
-the group and why not. A group joined at the probe but refused at the real join leaves
-this rank on unicast retransmission answers only (slow, logged): the probe makes it rare.
+Batching (:mod:`panama.runtime.net.offload`) and multicast results
+(:mod:`panama.runtime.net.mcast`): docs/runtime.md, "Worker library"; ``stats()`` says which
+paths a rank took (``offload``, ``io``, ``results_path``, ``multicast``).
 
 A background thread heart-beats (:mod:`panama.runtime.worker.heartbeat`); the next wait fails at
 once with the controller's reason when it ends the job (a rank stopped, a daemon died, a
 size mismatch), names a peer that left cleanly, or says the cluster is gone. Every wait is
 bounded by ``timeout_s`` and its error says what was missing.
 
-Admission: the controller aggregates in-network only jobs whose gradient size
-(``size_bytes`` hint, else the size of the first ``allreduce``) reaches its threshold.
-A job it refuses (host-based, or no room) raises :class:`CommunicatorError` with the
-controller's reason: this runtime has no host-based fallback (docs/runtime.md); the
-local cluster runs its controller with threshold 0.
+Admission: a job the controller refuses (below its size threshold, no room) raises
+:class:`JobRefused` with its reason; this runtime has no host-based fallback (docs/runtime.md).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import select
 import socket
-import threading
 import time
 from typing import Any, TypeVar
 
@@ -71,7 +53,7 @@ from panama.runtime.control.messages import (
     UnicastBody,
     UnicastReply,
 )
-from panama.runtime.control.tokens import new_token, resolve_job_token, resolve_token
+from panama.runtime.control.tokens import process_job_token, resolve_job_token, resolve_token
 from panama.runtime.net import mcast, mmsg, offload
 from panama.runtime.net.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
@@ -114,24 +96,6 @@ class JobRefused(CommunicatorError):
         self.reason = reason
 
 
-_PROCESS_JOB_TOKEN: tuple[int, str] | None = None  # (pid, token): a forked child draws its own
-_PROCESS_JOB_TOKEN_LOCK = threading.Lock()
-
-
-def process_job_token() -> str:
-    """The job token of this process's runs: drawn once per process (a forked child draws
-    its own), so the ranks of a job in threads of one process are one run; ranks in other
-    processes share theirs through ``job_token=`` or ``$PANAMA_JOB_TOKEN`` (the torch
-    backend through its store; ``panama train`` and ``panama bench allreduce`` hand one to
-    their workers)."""
-    global _PROCESS_JOB_TOKEN
-    pid = os.getpid()
-    with _PROCESS_JOB_TOKEN_LOCK:  # ranks in threads ask at once
-        if _PROCESS_JOB_TOKEN is None or _PROCESS_JOB_TOKEN[0] != pid:
-            _PROCESS_JOB_TOKEN = (pid, new_token())
-        return _PROCESS_JOB_TOKEN[1]
-
-
 class Communicator:
     """One rank of one job: ``allreduce(x)`` returns the elementwise sum over all ranks.
 
@@ -151,7 +115,7 @@ class Communicator:
     ``token`` (the cluster's bearer token; default ``$PANAMA_TOKEN``), ``job_token`` (the
     run's credential, shared by its ranks; default ``$PANAMA_JOB_TOKEN``, else one per
     process: the ranks of a job in other processes must share one, see
-    :func:`process_job_token`) and ``connect``. The job's own requests after registration
+    :func:`~panama.runtime.control.tokens.process_job_token`) and ``connect``. The job's own requests after registration
     (heartbeats, leave) carry the job token only.
     ``world_size=1`` returns a copy at once.
     Registration happens at construction when ``size_bytes`` (or ``connect=True``) is
