@@ -546,7 +546,10 @@ def test_idle_and_excess_connections_are_closed():
         runner = web.AppRunner(app)
         await runner.setup()
         server, watchdog = await start_site(
-            runner, "127.0.0.1", 0, Admission(max_connections=3, header_timeout_s=0.5, pending_timeout_s=0.5)
+            runner,
+            "127.0.0.1",
+            0,
+            Admission(max_connections=3, header_timeout_s=0.5, pending_timeout_s=0.5, max_pending=3, per_peer=3),
         )
         port = server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()

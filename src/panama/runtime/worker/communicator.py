@@ -94,6 +94,7 @@ log = logging.getLogger("panama.communicator")
 R = TypeVar("R", bound=Reply)
 
 HURRY_AFTER_S = 0.3  # a call slower than this makes the heartbeat report every 0.25 s
+HEARTBEAT_DEADLINE_S = 5.0  # the controller's heartbeat_timeout_s when its reply names none
 
 
 # The keyword defaults of Communicator are those of its settings model, declared there once.
@@ -335,10 +336,16 @@ class Communicator:
         self._keys = {self.job_id: self.key}
         self.transport = self._transport(reply)
         self._join_group(reply.multicast)
+        # The heartbeat's timing follows the controller's deadline (heartbeat_timeout_s):
+        # an attempt may take half of it (a SYN dropped by a crowded accept queue is resent
+        # after 1 s) and beats go at least 4 times per deadline, so that a momentary crowd
+        # costs retries, never the job.
+        deadline_s = reply.heartbeat_timeout_s or HEARTBEAT_DEADLINE_S
+        attempt_s = max(1.0, deadline_s / 2)
         self._hb = Heartbeat(
-            lambda body: self._call("POST", "heartbeat", body, HeartbeatReply, 2.0),
+            lambda body: self._call("POST", "heartbeat", body, HeartbeatReply, attempt_s),
             self._progress,
-            self.config.heartbeat_s,
+            min(self.config.heartbeat_s, deadline_s / 4),
             f"panama-hb-{self.job}-{self.rank}",
             f"job {self.job} rank {self.rank}",
             f"job {self.job} (job_id {self.job_id})",
