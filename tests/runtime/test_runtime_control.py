@@ -21,7 +21,8 @@ from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.control.client import request_json
 from panama.runtime.control.tokens import new_token
-from panama.runtime.worker.communicator import Communicator, CommunicatorError, process_job_token
+from panama.runtime.worker.communicator import Communicator, CommunicatorError
+from panama.runtime.worker.link import process_job_token
 
 TOKEN = os.environ["PANAMA_TOKEN"]
 RUN = new_token()  # a run's job token, for the tests that register by hand
