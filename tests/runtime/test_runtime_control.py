@@ -21,7 +21,8 @@ from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.control.client import request_json
 from panama.runtime.control.tokens import new_token
-from panama.runtime.worker.communicator import Communicator, CommunicatorError, process_job_token
+from panama.runtime.worker.communicator import Communicator, CommunicatorError
+from panama.runtime.worker.link import process_job_token
 
 TOKEN = os.environ["PANAMA_TOKEN"]
 RUN = new_token()  # a run's job token, for the tests that register by hand
@@ -546,7 +547,10 @@ def test_idle_and_excess_connections_are_closed():
         runner = web.AppRunner(app)
         await runner.setup()
         server, watchdog = await start_site(
-            runner, "127.0.0.1", 0, Admission(max_connections=3, header_timeout_s=0.5, pending_timeout_s=0.5)
+            runner,
+            "127.0.0.1",
+            0,
+            Admission(max_connections=3, header_timeout_s=0.5, pending_timeout_s=0.5, max_pending=3, per_peer=3),
         )
         port = server.sockets[0].getsockname()[1]
         loop = asyncio.get_running_loop()

@@ -17,7 +17,8 @@ from panama.core import codec
 from panama.core.packet import ECT0, Packet
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.net.udp import PacketSocket
-from panama.runtime.worker.communicator import CommunicatorError, process_job_token
+from panama.runtime.worker.communicator import CommunicatorError
+from panama.runtime.worker.link import process_job_token
 
 W = 4
 

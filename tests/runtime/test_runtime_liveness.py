@@ -31,14 +31,20 @@ def test_a_stalled_controller_fails_no_job_whose_ranks_kept_sending():
         done_after: list[int] = []
 
         def body(comm, rank):
-            x = np.full(4_000, float(rank + 1), np.float32)
+            x = np.full(4_001, float(rank + 1), np.float32)
+            x[-1] = 0.0  # rank 0 raises this flag once the stall is over: both ranks see it in one sum
             calls = 0
             deadline = time.monotonic() + 30
-            while not stalled.is_set() and time.monotonic() < deadline:  # allreduces through the stall
-                assert np.all(comm.allreduce(x) == 3.0)
+            while time.monotonic() < deadline:  # allreduces through the stall
+                if rank == 0 and stalled.is_set():
+                    x[-1] = 1.0
+                out = comm.allreduce(x)
+                assert np.all(out[:-1] == 3.0)
                 calls += 1
+                if out[-1] > 0:
+                    break
             for _ in range(20):  # and after it: the job still runs
-                assert np.all(comm.allreduce(x) == 3.0)
+                assert np.all(comm.allreduce(x)[:-1] == 3.0)
             done_after.append(rank)
             return calls
 

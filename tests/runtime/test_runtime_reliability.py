@@ -24,8 +24,9 @@ def small():
         yield lc
 
 
-def _flood(addr, stop: threading.Event, count: int, opened: list[int]) -> None:
-    """Hold ``count`` connections open without sending a request; reopen those the server closes."""
+def _flood(addr, stop: threading.Event, count: int, opened: list[int], source: str = "127.0.0.1") -> None:
+    """Hold ``count`` connections from ``source`` open without sending a request; reopen
+    those the server closes."""
     socks: list[socket.socket] = []
     while not stop.is_set():
         socks = [s for s in socks if _alive(s)]
@@ -33,6 +34,7 @@ def _flood(addr, stop: threading.Event, count: int, opened: list[int]) -> None:
             s = socket.socket()
             s.setblocking(False)
             try:
+                s.bind((source, 0))
                 s.connect_ex(addr)
             except OSError:
                 s.close()
@@ -91,6 +93,59 @@ def test_connection_flood_without_token_leaves_running_job_unaffected(small):
     assert opened[0] >= 300
     health = small.controller_call("GET", "/v1/health")[1]
     assert sum(health["connections"].values()) > 0, health  # the flood was seen and turned away
+
+
+def test_a_flood_past_every_admission_bound_ends_no_job_and_stops_no_registration():
+    """Issue 35 item 2, in short: 1,200 unfinished connections from 127.0.0.1 (more than one
+    peer's 512) and 64 from each of 16 other loopback addresses (more than the 1,024
+    pending in all),
+    reopened as they are closed, for 2.5 heartbeat timeouts, beside a running
+    job and a job that registers during the flood: no error, every sum right, and both
+    bounds evicted (bench/control_flood.py runs the full-size floods)."""
+    with LocalCluster(leaves=1, spines=1, hosts_per_leaf=4, payload_elems=1000, heartbeat_timeout_s=2.0) as lc:
+        _flood_beside_jobs(lc)
+
+
+def _flood_beside_jobs(lc: LocalCluster) -> None:
+    addr = parse_addr(lc.controller)
+    stop, started = threading.Event(), threading.Event()
+    opened = [0]
+
+    def body(comm: Communicator, rank: int) -> int:
+        x = np.full(3000, rank + 1, np.float32)
+        comm.allreduce(x)
+        if rank == 0:
+            started.set()
+        for _ in range(100):  # 100 x 50 ms: at least 2.5 x heartbeat_timeout_s
+            assert comm.allreduce(x)[0] == 3.0
+            time.sleep(0.05)
+        return 100
+
+    sources = [("127.0.0.1", 1200)] + [(f"127.0.0.{k}", 64) for k in range(2, 18)]
+    flooders = [
+        threading.Thread(target=lambda s=s, n=n: (started.wait(30), _flood(addr, stop, n, opened, s)), daemon=True)
+        for s, n in sources
+    ]
+    for t in flooders:
+        t.start()
+    box: dict = {}
+    running = threading.Thread(target=lambda: box.update(a=run_ranks(lc.controller, "flood-a", 2, body, timeout_s=20)))
+    running.start()
+    try:
+        assert started.wait(30)
+        time.sleep(1.0)  # the flood is on
+        joining = run_ranks(lc.controller, "flood-b", 2, lambda c, r: c.allreduce(np.ones(10, np.float32))[0])
+        running.join(timeout=60)
+    finally:
+        stop.set()
+        for t in flooders:
+            t.join(10)
+    results, errors = box["a"]
+    assert errors == [None, None] and results == [100, 100], (results, errors)
+    assert joining[1] == [None, None] and joining[0] == [2.0, 2.0], joining
+    assert opened[0] >= 1200 + 16 * 64
+    counters = lc.controller_call("GET", "/v1/health")[1]["connections"]
+    assert counters.get("evicted_per_peer", 0) > 0 and counters.get("evicted_pending", 0) > 0, counters
 
 
 def test_clean_leave_fails_peers_at_once_naming_the_rank(small):

@@ -172,14 +172,14 @@ def test_a_tenant_cannot_leave_heartbeat_read_or_delete_another_job(cluster):
 def test_ranks_in_threads_of_one_process_draw_one_job_token():
     """The default job token is drawn once per process, also when its ranks ask at once
     (before the lock, ranks started together drew several and refused each other: 409)."""
-    from panama.runtime.worker import communicator
+    from panama.runtime.worker import link
 
-    communicator._PROCESS_JOB_TOKEN = None  # as in a fresh process
+    link._PROCESS_JOB_TOKEN = None  # as in a fresh process
     start, tokens = threading.Barrier(16), []
 
     def draw() -> None:
         start.wait(timeout=10)
-        tokens.append(communicator.process_job_token())
+        tokens.append(link.process_job_token())
 
     threads = [threading.Thread(target=draw) for _ in range(16)]
     for t in threads:

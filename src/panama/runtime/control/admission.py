@@ -1,191 +1,273 @@
-"""Connection admission of a control server: which connections may stay open, so that a
-process without the token cannot crowd out those with it.
+"""Connection admission of a control server: a process without a token cannot crowd out
+the clients that have one, whatever the number of connections it opens.
 
-A connection is *pending* until it has sent a request with a credential the server
-accepts (:func:`panama.runtime.control.server.auth_middleware` marks it
-:meth:`Admission.authenticated`; a request without one is answered and its connection
-closed). Pending connections are closed after ``pending_timeout_s`` without a request;
-one peer address may hold at most half of ``max_connections`` of them. When
-``max_connections`` are open, a new connection closes the oldest pending one older than
-``EVICT_MIN_AGE_S`` instead of being refused, so authenticated clients always find room;
-only when every connection is authenticated or brand new is the newcomer answered 503
-and closed. An authenticated connection that has not started a request within
-``header_timeout_s`` of its last one is closed. :func:`start_site` listens with it.
+Every accepted connection first meets a :class:`_Gate`, a small protocol that only
+buffers bytes until the request's headers are complete (at most ``MAX_HEAD_BYTES``).
+Then, in one pass over those bytes: a request carrying a bearer token the server accepts
+(``accept(token)``: the cluster's or a job's), or one for an open path (``/health``),
+is handed to aiohttp on the same transport (the connection is *trusted* from then on);
+any other gets the 401 answer and is closed. Until then the connection is *pending*,
+and pending connections cost O(1) each, however many are open:
+
+- they are kept in insertion (= age) order, overall and per peer address, in ordered
+  dicts; no operation scans them;
+- one peer holds at most ``per_peer`` pending connections: its oldest is closed when it
+  opens another; at most ``max_pending`` are pending overall: the oldest is closed;
+- a pending connection is closed ``pending_timeout_s`` after it opened (slowloris);
+- the listen backlog is ``LISTEN_BACKLOG`` (the kernel caps it at ``somaxconn``), and
+  the loop accepts at most ``ACCEPT_BATCH`` connections before it reads again.
+
+A legitimate client sends its request as soon as it is connected, so it is the newest
+of the pending connections when its bytes arrive: the gate reads them in the next loop
+iteration, long before ``max_pending`` newer connections could close it. Trusted
+connections (aiohttp's) are at most ``max_connections``; past it a newcomer is answered
+503 ``connections: ...`` (clients retry); one that has not started a request within
+``header_timeout_s`` of its last one is closed. ``counters``: what admission closed or
+refused, by reason (``/v1/health`` ``connections``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
     "Admission",
     "BUSY_RETRY_S",
-    "EVICT_MIN_AGE_S",
     "HEADER_TIMEOUT_S",
     "KEEPALIVE_TIMEOUT_S",
+    "LISTEN_BACKLOG",
     "MAX_CONNECTIONS",
+    "MAX_HEAD_BYTES",
+    "MAX_PENDING",
     "PENDING_TIMEOUT_S",
     "start_site",
 ]
 
-HEADER_TIMEOUT_S = 10.0  # an authenticated connection must start its next request within this
-KEEPALIVE_TIMEOUT_S = 30.0  # idle keep-alive connections are closed after this (aiohttp)
-MAX_CONNECTIONS = 256  # open connections; past it the oldest pending one is closed (else 503)
-PENDING_TIMEOUT_S = 2.0  # a connection must send a request with the token within this
-EVICT_MIN_AGE_S = 0.2  # a pending connection younger than this is never closed to make room
+HEADER_TIMEOUT_S = 10.0  # a trusted connection must start its next request within this
+KEEPALIVE_TIMEOUT_S = 30.0  # aiohttp's own bound on idle keep-alive connections
+MAX_CONNECTIONS = 256  # trusted connections (handed to aiohttp); past it 503
+MAX_PENDING = 1024  # connections that have not yet sent complete headers
+PENDING_TIMEOUT_S = 2.0  # a connection must send its request's headers within this
+MAX_HEAD_BYTES = 16 * 1024  # request line and headers; more is refused (431)
+LISTEN_BACKLOG = 4096  # the kernel's accept queue (capped by net.core.somaxconn)
+ACCEPT_BATCH = 64  # connections asyncio accepts per readiness event (far below per_peer)
 BUSY_RETRY_S = 5.0  # clients ask a server at its connection limit again for this long
 
 
 class Admission:
-    """The connection policy of one server (see the module docstring). ``counters``: what
-    it closed or refused, by reason (``/v1/health`` ``connections``)."""
+    """The connection policy of one server (see the module docstring).
+
+    ``accept(token)``: whether a bearer token lets a request in (set by
+    :func:`panama.runtime.control.server.make_app` from the server's token and its
+    ``authorize``; None: the server checks no token, complete headers suffice)."""
 
     def __init__(
         self,
         max_connections: int = MAX_CONNECTIONS,
         header_timeout_s: float = HEADER_TIMEOUT_S,
         pending_timeout_s: float = PENDING_TIMEOUT_S,
+        max_pending: int = MAX_PENDING,
+        per_peer: int | None = None,
     ):
         self.max_connections = max_connections
-        self.per_peer = max(1, max_connections // 2)
+        self.max_pending = max_pending
+        self.per_peer = per_peer if per_peer is not None else max(1, max_pending // 2)
         self.header_timeout_s, self.pending_timeout_s = header_timeout_s, pending_timeout_s
         self.counters: dict[str, int] = {}
-        self.refused = _busy_body(max_connections)
-        self.clocks: dict[Any, list] = {}  # handler -> [opened, since, requests parsed then, peer]
-        self.trusted: set[int] = set()  # ids of handlers that sent a request with a credential
-        self.gated = False  # True once its app checks a token (make_app); False: every served request counts
+        self.accept: Callable[[str], bool] | None = None
+        self.open_paths: frozenset[str] = frozenset()
+        self.unauthorized: dict[str, int] | None = None  # the server's counters: 401s count there
+        self.refused = _busy_response(max_connections)
+        self.pending: OrderedDict[_Gate, None] = OrderedDict()
+        self.by_peer: dict[str, OrderedDict[_Gate, None]] = {}
+        self.trusted: dict[Any, list] = {}  # aiohttp handler -> [since, requests parsed then]
         self.loop: asyncio.AbstractEventLoop | None = None
         self.server: Any = None
 
-    def authenticated(self, handler: Any) -> None:
-        """``handler``'s connection sent a request with a credential: it keeps its place."""
-        self.trusted.add(id(handler))
+    def configure(
+        self, accept: Callable[[str], bool] | None, open_paths: Iterable[str], unauthorized: dict[str, int]
+    ) -> None:
+        """What the gate lets in (see the class docstring), and where it counts 401s."""
+        self.accept, self.open_paths, self.unauthorized = accept, frozenset(open_paths), unauthorized
 
-    def bind(self, loop: asyncio.AbstractEventLoop, runner: Any) -> None:
-        self.loop, self.server = loop, runner.server
-
-    def is_trusted(self, handler) -> bool:
-        return id(handler) in self.trusted or (not self.gated and getattr(handler, "_request_count", 0) > 0)
-
-    def pending(self, handler) -> bool:
-        return (
-            handler.transport is not None
-            and not self.is_trusted(handler)
-            and getattr(handler, "_request_count", 0) == 0
-            and getattr(handler, "_current_request", None) is None
-        )
-
-    def evict(self, handler, why: str) -> None:
+    def count(self, why: str) -> None:
         self.counters[why] = self.counters.get(why, 0) + 1
-        self.clocks.pop(handler, None)
-        handler.force_close()
 
-    def oldest_pending(self, peer: str | None = None, min_age: float = 0.0):
-        now = self.loop.time()
-        clocks = self.clocks
-        best = None
-        for handler in self.server.connections:
-            info = clocks.get(handler)
-            if info is None or not self.pending(handler) or now - info[0] < min_age:
-                continue
-            if peer is not None and info[3] != peer:
-                continue
-            if best is None or info[0] < clocks[best][0]:
-                best = handler
-        return best
+    # ------------------------------------------------------------------ pending
+    def factory(self) -> asyncio.Protocol:
+        """The listening socket's protocol factory: a gate for every connection."""
+        return _Gate(self)
 
-    def check_peer(self, handler) -> None:
-        """Runs once the connection is made (its peer is known): one peer's pending connections are capped."""
-        clocks = self.clocks
-        info = clocks.get(handler)
-        transport = handler.transport
-        if info is None or transport is None:
-            return
-        peername = transport.get_extra_info("peername")
-        info[3] = peername[0] if peername else "?"
-        mine = [h for h in self.server.connections if h in clocks and clocks[h][3] == info[3] and self.pending(h)]
+    def enqueue(self, gate: _Gate) -> None:
+        """A new pending connection (its peer known): cap its peer's and the overall count."""
+        self.pending[gate] = None
+        mine = self.by_peer.get(gate.peer)
+        if mine is None:
+            mine = self.by_peer[gate.peer] = OrderedDict()
+        mine[gate] = None
         if len(mine) > self.per_peer:
-            victim = self.oldest_pending(info[3], min_age=EVICT_MIN_AGE_S)
-            if victim is not None:
-                self.evict(victim, "evicted_per_peer")
+            self.close(next(iter(mine)), "evicted_per_peer")
+        if len(self.pending) > self.max_pending:
+            self.close(next(iter(self.pending)), "evicted_pending")
 
-    def factory(self):
-        """The server's protocol factory: a handler, after making room if needed, or :class:`_Busy`."""
-        server = self.server
-        if sum(1 for h in server.connections if h.transport is not None) >= self.max_connections:
-            victim = self.oldest_pending(min_age=EVICT_MIN_AGE_S)
-            if victim is None:
-                self.counters["refused_busy"] = self.counters.get("refused_busy", 0) + 1
-                return _Busy(self.loop, self.refused)
-            self.evict(victim, "evicted_pending")
-        handler = server()
-        self.trusted.discard(id(handler))  # a recycled id of a closed connection
-        now = self.loop.time()
-        self.clocks[handler] = [now, now, 0, None]
-        self.loop.call_later(0, self.check_peer, handler)  # after connection_made
-        return handler
+    def forget(self, gate: _Gate) -> None:
+        """``gate`` is no longer pending (handed over, answered or closed)."""
+        if self.pending.pop(gate, 0) is None:
+            mine = self.by_peer.get(gate.peer)
+            if mine is not None:
+                mine.pop(gate, None)
+                if not mine:
+                    del self.by_peer[gate.peer]
+
+    def close(self, gate: _Gate, why: str) -> None:
+        self.count(why)
+        self.forget(gate)
+        gate.transport.abort()
+
+    # ------------------------------------------------------------------ trusted
+    def hand_over(self, gate: _Gate, head: bytes) -> None:
+        """Give a connection whose request may be served to aiohttp (or answer 503 when
+        ``max_connections`` trusted ones are open)."""
+        self.forget(gate)
+        transport = gate.transport
+        if len(self.trusted) >= self.max_connections:
+            self.prune()  # at most max_connections entries: bounded, and only when at the limit
+            if len(self.trusted) >= self.max_connections:
+                self.count("refused_busy")
+                transport.write(self.refused)
+                transport.close()
+                return
+        handler = self.server()
+        self.trusted[handler] = [self.loop.time(), 0]
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        handler.data_received(head)
+
+    def prune(self) -> None:
+        """Forget trusted connections that closed."""
+        for handler in [h for h in self.trusted if h.transport is None]:
+            del self.trusted[handler]
 
     async def watchdog(self) -> None:
-        """Close connections idle past their limit (``pending_timeout_s`` for pending ones,
-        ``header_timeout_s`` for authenticated ones since their last request)."""
-        header_timeout_s, pending_timeout_s = self.header_timeout_s, self.pending_timeout_s
-        clocks = self.clocks
+        """Close pending connections older than ``pending_timeout_s`` (oldest first: the
+        scan stops at the first younger one) and trusted ones idle for ``header_timeout_s``."""
         while True:
-            await asyncio.sleep(min(0.25, pending_timeout_s / 4, header_timeout_s / 4))
+            await asyncio.sleep(min(0.25, self.pending_timeout_s / 4, self.header_timeout_s / 4))
             now = self.loop.time()
-            live = set(self.server.connections)
-            for handler, info in list(clocks.items()):
-                opened, since, seen, _ = info
-                if handler not in live:
-                    if now - opened > 1.0:  # not yet registered, or gone
-                        del clocks[handler]
-                        self.trusted.discard(id(handler))
-                    continue
+            while self.pending:
+                gate = next(iter(self.pending))
+                if now - gate.opened <= self.pending_timeout_s:
+                    break
+                self.close(gate, "closed_idle")
+            self.prune()
+            for handler, info in list(self.trusted.items()):
                 count = getattr(handler, "_request_count", 0)
-                if count != seen or getattr(handler, "_current_request", None) is not None:
-                    info[1], info[2] = now, count
-                elif now - since > (header_timeout_s if self.is_trusted(handler) else pending_timeout_s):
-                    self.evict(handler, "closed_idle")
-                    self.trusted.discard(id(handler))
+                if count != info[1] or getattr(handler, "_current_request", None) is not None:
+                    info[0], info[1] = now, count
+                elif now - info[0] > self.header_timeout_s:
+                    self.count("closed_idle")
+                    handler.force_close()
+                    if handler.transport is not None:
+                        handler.transport.close()
+
+
+class _Gate(asyncio.Protocol):
+    """One pending connection: bytes buffered until the headers are complete, then handed
+    to aiohttp or answered 401 (:class:`Admission`)."""
+
+    __slots__ = ("admission", "transport", "peer", "opened", "head")
+
+    def __init__(self, admission: Admission):
+        self.admission = admission
+        self.head = bytearray()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        self.opened = self.admission.loop.time()
+        peername = transport.get_extra_info("peername")
+        self.peer = peername[0] if peername else "?"
+        self.admission.enqueue(self)
+
+    def data_received(self, data: bytes) -> None:
+        head = self.head
+        head += data
+        end = head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(head) > MAX_HEAD_BYTES:
+                self.answer(431, "headers: larger than 16 KiB", "refused_headers")
+            return
+        admission = self.admission
+        path, token = _path_and_token(head[:end])
+        accept = admission.accept
+        if accept is None or path in admission.open_paths or (token is not None and accept(token)):
+            admission.hand_over(self, bytes(head))
+            return
+        if admission.unauthorized is not None:
+            admission.unauthorized["unauthorized"] = admission.unauthorized.get("unauthorized", 0) + 1
+        why = "missing" if token is None else "wrong token"
+        self.answer(401, f"authorization: {why} ({UNAUTHORIZED_HINT})", None)
+
+    def answer(self, status: int, message: str, why: str | None) -> None:
+        self.admission.forget(self)
+        if why is not None:
+            self.admission.count(why)
+        self.transport.write(_response(status, message))
+        self.transport.close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.admission.forget(self)
+
+
+UNAUTHORIZED_HINT = "send Authorization: Bearer <token>; clients take token= or $PANAMA_TOKEN"
+_REASONS = {401: "Unauthorized", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+
+
+def _path_and_token(head: bytes) -> tuple[str, str | None]:
+    """The request line's path (without the query) and the bearer token of an
+    ``Authorization`` header (None when there is none)."""
+    lines = bytes(head).split(b"\r\n")
+    parts = lines[0].split(b" ")
+    path = parts[1].split(b"?", 1)[0].decode("latin-1") if len(parts) >= 2 else ""
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"authorization":
+            value = value.strip()
+            if value[:7].lower() == b"bearer ":
+                return path, value[7:].strip().decode("latin-1")
+            return path, ""
+    return path, None
+
+
+def _response(status: int, message: str) -> bytes:
+    body = json.dumps({"error": message}).encode()
+    extra = 'WWW-Authenticate: Bearer realm="panama"\r\n' if status == 401 else ""
+    return (
+        f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json; charset=utf-8\r\n{extra}"
+        f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def _busy_response(limit: int) -> bytes:
+    return _response(503, f"connections: more than {limit} open, try again later")
 
 
 async def start_site(runner: Any, host: str, port: int, admission: Admission) -> tuple[Any, asyncio.Task]:
     """Listen on ``host:port`` for ``runner`` (an aiohttp ``AppRunner``, set up) under
-    ``admission``'s policy (the one its app's auth middleware marks). Returns the asyncio
-    server and the admission's watchdog task (close and cancel both on shutdown)."""
+    ``admission``'s policy. Returns the asyncio server and the admission's watchdog task
+    (close and cancel both on shutdown)."""
     loop = asyncio.get_running_loop()
-    admission.bind(loop, runner)
-    srv = await loop.create_server(admission.factory, host, port, reuse_address=True, backlog=128)
+    admission.loop, admission.server = loop, runner.server
+    # asyncio accepts up to ``backlog`` connections per readiness of the listening socket:
+    # ACCEPT_BATCH keeps a burst from closing a client's connection before its bytes are
+    # read; the kernel's queue is then raised to LISTEN_BACKLOG on the same socket.
+    srv = await loop.create_server(admission.factory, host, port, reuse_address=True, backlog=ACCEPT_BATCH)
+    for listening in srv.sockets:
+        with socket.socket(fileno=os.dup(listening.fileno())) as same:
+            same.listen(LISTEN_BACKLOG)
     return srv, asyncio.create_task(admission.watchdog())
-
-
-class _Busy(asyncio.Protocol):
-    """Over the limit: answer 503 once the client has sent its request (so it reads the
-    answer instead of a reset), or close after a second of silence."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, refused: bytes):
-        self.loop, self.refused = loop, refused
-
-    def connection_made(self, transport):
-        self.transport = transport
-        self.timer = self.loop.call_later(1.0, transport.close)
-
-    def data_received(self, data):
-        self.timer.cancel()
-        if not self.transport.is_closing():
-            self.transport.write(self.refused)
-            self.transport.close()
-
-    def connection_lost(self, exc):
-        self.timer.cancel()
-
-
-def _busy_body(limit: int) -> bytes:
-    body = json.dumps({"error": f"connections: more than {limit} open, try again later"}).encode()
-    return (
-        b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-        + f"Content-Length: {len(body)}\r\n\r\n".encode()
-        + body
-    )

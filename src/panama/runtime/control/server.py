@@ -110,16 +110,15 @@ def auth_middleware(
     token: str,
     open_paths: frozenset[str],
     counters: dict[str, int],
-    admission: Admission | None = None,
     authorize: Authorizer | None = None,
 ):
     """aiohttp middleware: 401 unless ``Authorization: Bearer <token>`` (constant-time
     compare), except on ``open_paths``. ``authorize(token)``: whether another bearer
     token is one the server accepts (a job's own: the handler then checks it covers what
     the request touches); ``request["credential"]`` (:class:`Credential`) says which kind
-    the request carried. A request with a credential marks its connection authenticated
-    in ``admission`` (it keeps its place); one without gets its answer and the connection
-    is closed."""
+    the request carried. A request without one gets its answer and its connection is
+    closed (the first request of a connection is checked by
+    :mod:`~panama.runtime.control.admission`'s gate already; this checks every request)."""
     expected = f"Bearer {token}"
 
     @web.middleware
@@ -134,8 +133,6 @@ def auth_middleware(
                 credential = Credential(operator=False, token=other)
         if credential is not None:
             request["credential"] = credential
-            if admission is not None:
-                admission.authenticated(request.protocol)
             return await handler(request)
         if request.path in open_paths:
             response = await handler(request)
@@ -145,6 +142,15 @@ def auth_middleware(
         return unauthorized(got)
 
     return check
+
+
+def accepts(token: str, authorize: Authorizer | None) -> Callable[[str], bool]:
+    """Whether a bearer token opens this server: the cluster token, or one ``authorize`` knows."""
+
+    def accept(got: str) -> bool:
+        return same_token(got, token) or (authorize is not None and authorize(got))
+
+    return accept
 
 
 def errors_middleware(counters: dict[str, int], what: str):
@@ -190,10 +196,10 @@ def make_app(
     """An aiohttp application with the control plane's middlewares (authentication when
     ``token`` is given, errors always) and body limit, serving ``routes``."""
     middlewares = [errors_middleware(counters, what)]
-    if admission is not None:
-        admission.gated = token is not None
     if token is not None:
-        middlewares.insert(0, auth_middleware(token, open_paths, counters, admission, authorize))
+        middlewares.insert(0, auth_middleware(token, open_paths, counters, authorize))
+    if admission is not None:
+        admission.configure(None if token is None else accepts(token, authorize), open_paths, counters)
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app.add_routes(routes)
     if on_startup is not None:

@@ -11,11 +11,9 @@ is what that job's other requests need. Clients take ``token=`` or, when it is N
 from __future__ import annotations
 
 import hmac
-import os
 import re
 import secrets
 import stat
-import threading
 from pathlib import Path
 
 from panama import environment
@@ -84,21 +82,3 @@ def read_token_file(path: str | Path) -> str:
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise FieldError("token-file", f"{path} is readable by others (mode {stat.S_IMODE(mode):o}); chmod 600 it")
     return check_token(text, "token-file")
-
-
-_PROCESS_JOB_TOKEN: tuple[int, str] | None = None  # (pid, token): a forked child draws its own
-_PROCESS_JOB_TOKEN_LOCK = threading.Lock()
-
-
-def process_job_token() -> str:
-    """The job token of this process's runs: drawn once per process (a forked child draws
-    its own), so the ranks of a job in threads of one process are one run; ranks in other
-    processes share theirs through ``job_token=`` or ``$PANAMA_JOB_TOKEN`` (the torch
-    backend through its store; ``panama train`` and ``panama bench allreduce`` hand one to
-    their workers)."""
-    global _PROCESS_JOB_TOKEN
-    pid = os.getpid()
-    with _PROCESS_JOB_TOKEN_LOCK:  # ranks in threads ask at once
-        if _PROCESS_JOB_TOKEN is None or _PROCESS_JOB_TOKEN[0] != pid:
-            _PROCESS_JOB_TOKEN = (pid, new_token())
-        return _PROCESS_JOB_TOKEN[1]

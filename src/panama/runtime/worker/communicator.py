@@ -37,11 +37,10 @@ from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.transport import TransportError, WorkerTransport, same_vector
 from panama.core.units import s as seconds_to_ps
-from panama.runtime.control.client import HttpError, call, error_text, job_path
+from panama.runtime.control.client import HttpError, error_text
 from panama.runtime.control.messages import (
     JOB_NAME_RE,
     JOB_NAME_RULE,
-    Body,
     HeartbeatReply,
     JobDetail,
     LeaveReply,
@@ -53,7 +52,7 @@ from panama.runtime.control.messages import (
     UnicastBody,
     UnicastReply,
 )
-from panama.runtime.control.tokens import process_job_token, resolve_job_token, resolve_token
+from panama.runtime.control.tokens import resolve_job_token, resolve_token
 from panama.runtime.net import mcast, mmsg, offload
 from panama.runtime.net.udp import (
     DEFAULT_SOCKET_BUFFER_BYTES,
@@ -68,6 +67,7 @@ from panama.runtime.settings import CommunicatorConfig
 from panama.runtime.worker.arrays import as_float32_vector, as_output_vector
 from panama.runtime.worker.diagnosis import job_probe_notes, local_facts
 from panama.runtime.worker.heartbeat import Heartbeat
+from panama.runtime.worker.link import ControllerLink
 from panama.runtime.worker.results import FOREIGN_SOURCE, RECV_BATCH, receive_batch, receive_gro
 
 __all__ = ["Communicator", "CommunicatorError", "FOREIGN_SOURCE", "JobRefused"]
@@ -76,6 +76,7 @@ log = logging.getLogger("panama.communicator")
 R = TypeVar("R", bound=Reply)
 
 HURRY_AFTER_S = 0.3  # a call slower than this makes the heartbeat report every 0.25 s
+HEARTBEAT_DEADLINE_S = 5.0  # the controller's heartbeat_timeout_s when its reply names none
 
 
 # The keyword defaults of Communicator are those of its settings model, declared there once.
@@ -113,10 +114,9 @@ class Communicator:
     ``offload`` (UDP GSO/GRO where they pay; ``$PANAMA_UDP_OFFLOAD=0`` still turns them off);
     a bad value raises :class:`~panama.settings.SettingsError` naming it. Besides them:
     ``token`` (the cluster's bearer token; default ``$PANAMA_TOKEN``), ``job_token`` (the
-    run's credential, shared by its ranks; default ``$PANAMA_JOB_TOKEN``, else one per
-    process: the ranks of a job in other processes must share one, see
-    :func:`~panama.runtime.control.tokens.process_job_token`) and ``connect``. The job's own requests after registration
-    (heartbeats, leave) carry the job token only.
+    run's, shared by its ranks; default ``$PANAMA_JOB_TOKEN``, else one per process:
+    :func:`~panama.runtime.worker.link.process_job_token`) and ``connect``. After
+    registration the job's requests (heartbeats, leave) carry the job token only.
     ``world_size=1`` returns a copy at once.
     Registration happens at construction when ``size_bytes`` (or ``connect=True``) is
     given, else at the first ``allreduce``.
@@ -221,10 +221,9 @@ class Communicator:
         self.config = config
         self.controller: Address = parse_addr(controller, field="controller")
         self.token = resolve_token(token)
-        self.job_token = resolve_job_token(job_token) or process_job_token()
+        self.link = ControllerLink(self.controller, job, self.token, resolve_job_token(job_token))  # job requests
         self.incarnation = secrets.token_hex(8)  # this registration (a restarted rank replaces its stale self)
-        self.job, self._job_path = job, f"/v1/jobs/{job_path(job)}"
-        self.rank, self.world_size = rank, world_size
+        self.job, self.rank, self.world_size = job, rank, world_size
         self.size_bytes = config.size_bytes
         self.timeout_s = config.timeout_s
         self.trees_requested = config.trees
@@ -300,10 +299,13 @@ class Communicator:
         self._keys = {self.job_id: self.key}
         self.transport = self._transport(reply)
         self._join_group(reply.multicast)
+        # Beats at least 4 per controller deadline, each attempt up to half of it (heartbeat.py)
+        deadline_s = reply.heartbeat_timeout_s or HEARTBEAT_DEADLINE_S
+        attempt_s = max(1.0, deadline_s / 2)
         self._hb = Heartbeat(
-            lambda body: self._call("POST", "heartbeat", body, HeartbeatReply, 2.0),
+            lambda body: self.link.call("POST", "heartbeat", body, HeartbeatReply, attempt_s),
             self._progress,
-            self.config.heartbeat_s,
+            min(self.config.heartbeat_s, deadline_s / 4),
             f"panama-hb-{self.job}-{self.rank}",
             f"job {self.job} rank {self.rank}",
             f"job {self.job} (job_id {self.job_id})",
@@ -324,11 +326,10 @@ class Communicator:
     def _register(self) -> RegisterReply:
         """``POST register`` (retried while the controller is at its connection limit) and
         its admitted plan; CommunicatorError or JobRefused otherwise."""
-        deadline = time.monotonic() + self.timeout_s
-        wait_s = self.timeout_s
-        while True:
-            body = RegisterBody(
-                job_token=self.job_token,
+
+        def body(wait_s: float) -> RegisterBody:
+            return RegisterBody(
+                job_token=self.link.job_token,
                 rank=self.rank,
                 world_size=self.world_size,
                 size_bytes=int(self.size_bytes or 0),
@@ -339,23 +340,18 @@ class Communicator:
                 incarnation=self.incarnation,
                 multicast=self.mcast_reason is None,
             )
-            try:
-                reply = self._call("POST", "register", body, RegisterReply, self.timeout_s + 5.0)
-                break
-            except HttpError as exc:
-                # A controller at its connection limit answers 503 before reading the request: retry.
-                if exc.busy and time.monotonic() + 0.2 < deadline:
-                    time.sleep(0.2)
-                    wait_s = max(0.5, deadline - time.monotonic())
-                    continue
-                if exc.status is None:
-                    raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
-                refused = exc.status in (401, 403)
-                hint = f" (pass token= or set {environment.TOKEN} to the cluster's token)" if refused else ""
-                raise CommunicatorError(
-                    f"job {self.job} rank {self.rank}: controller refused registration (HTTP {exc.status}): "
-                    f"{error_text(exc.body) if exc.status != 200 else exc}{hint}"
-                ) from None
+
+        try:
+            reply = self.link.register(body, self.timeout_s)
+        except HttpError as exc:
+            if exc.status is None:
+                raise CommunicatorError(f"job {self.job} rank {self.rank}: registration failed: {exc}") from None
+            refused = exc.status in (401, 403)
+            hint = f" (pass token= or set {environment.TOKEN} to the cluster's token)" if refused else ""
+            raise CommunicatorError(
+                f"job {self.job} rank {self.rank}: controller refused registration (HTTP {exc.status}): "
+                f"{error_text(exc.body) if exc.status != 200 else exc}{hint}"
+            ) from None
         if not reply.admitted:
             reason = reply.reason
             raise JobRefused(
@@ -406,7 +402,7 @@ class Communicator:
         as answers to its retransmissions); CommunicatorError when it cannot."""
         body = UnicastBody(rank=self.rank, job_id=self.job_id, reason=why[:300])
         try:
-            self._call("POST", "unicast", body, UnicastReply, 30.0)
+            self.link.call("POST", "unicast", body, UnicastReply, 30.0)
         except HttpError as exc:
             if exc.status is None:
                 raise CommunicatorError(
@@ -591,7 +587,7 @@ class Communicator:
         if self._failure is not None:
             return f"{msg}; {self._failure}"
         try:
-            detail = self._call("GET", "?probe=1", None, JobDetail, 5.0)
+            detail = self.link.call("GET", "?probe=1", None, JobDetail, 5.0)
         except HttpError as exc:
             if exc.status is None:
                 return f"{msg}; controller unreachable: {exc}"
@@ -619,20 +615,6 @@ class Communicator:
             },
         )
         return base
-
-    def _path(self, action: str) -> str:
-        return f"{self._job_path}{action}" if action.startswith("?") else f"{self._job_path}/{action}"
-
-    def _call(self, method: str, action: str, body: Body | None, reply: type[R], timeout_s: float) -> R:
-        """``method`` on this job's controller path plus ``/action`` (or a ``?query``),
-        answered 200 with ``reply``; HttpError otherwise (``status`` None: unreachable).
-        Registration carries the cluster token (when this process has one: a new job is
-        admitted by it); every other request the job token only."""
-        bearer = self.token if action == "register" and self.token else self.job_token
-        return call(
-            self.controller, method, self._path(action), body, reply, timeout_s=timeout_s, what="controller",
-            token=bearer,
-        )  # fmt: skip
 
     def _check_open(self) -> None:
         if self._closed:
@@ -664,7 +646,7 @@ class Communicator:
             error = why[:500] if why is not None else None
             body = ProgressBody(rank=self.rank, job_id=self.job_id, calls=self.calls, last=self._last, error=error)
             try:
-                self._call("POST", "leave", body, LeaveReply, 2.0)
+                self.link.call("POST", "leave", body, LeaveReply, 2.0)
             except HttpError as exc:
                 log.warning("leave failed: %s", exc)
         self.sock.close()

@@ -9,7 +9,9 @@ What ends the job for this rank (:attr:`Heartbeat.failure`) is only the controll
 a state other than ``running``, or an answer that says the job or rank is unknown. A
 controller that is unreachable or answers 503/5xx (busy, restarting, a connection flood)
 is retried with back-off (0.1 s doubling up to ``interval_s``), logged once when it
-starts and once when it ends; the rank's own ``timeout_s`` bounds its waits meanwhile.
+starts and once when it ends (the communicator sets ``interval_s`` to at most a quarter
+of the controller's ``heartbeat_timeout_s`` and each attempt's timeout to half of it, so
+the retries outlast a momentary crowd at the controller); the rank's own ``timeout_s`` bounds its waits meanwhile.
 :attr:`Heartbeat.unreachable_since` lets the communicator conclude sooner when the
 cluster is gone altogether (controller refuses connections *and* the first hop answers
 ICMP port unreachable).
