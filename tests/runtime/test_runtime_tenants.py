@@ -187,3 +187,45 @@ def test_ranks_in_threads_of_one_process_draw_one_job_token():
     for t in threads:
         t.join(timeout=10)
     assert len(tokens) == 16 and len(set(tokens)) == 1
+
+
+def test_a_job_token_is_known_by_one_lookup_while_its_job_is_live_or_recent():
+    """``holds_token`` (admission asks it for every connection with a bearer token) is one
+    digest lookup; a token held by two jobs (one launcher's) stays known while either is;
+    a job that ended without a job id, or left the history, is forgotten."""
+    from panama.core.jobs import JobInput
+    from panama.runtime.controller import service as service_module
+    from panama.runtime.controller.jobs import Job
+    from panama.runtime.controller.service import ControllerService, load_cluster
+
+    spec = load_cluster(
+        {
+            "leaves": 1,
+            "spines": 1,
+            "hosts_per_leaf": 2,
+            "switches": {
+                "leaf0": {"udp": "127.0.0.1:9", "control": "127.0.0.1:9"},
+                "spine0": {"udp": "127.0.0.1:9", "control": "127.0.0.1:9"},
+            },
+        }
+    )
+    service = ControllerService(spec)
+    shared, own = new_token(), new_token()
+    jobs = [Job(f"j{k}", 2, 0.0, run=f"r{k}", token=t) for k, t in enumerate((shared, shared, own))]
+    for job in jobs:
+        service.jobs[job.name] = job
+        service.remember_token(job)
+    assert all(service.holds_token(t) for t in (shared, own)) and not service.holds_token(new_token())
+    jobs[0].life.fire(JobInput.ABANDONED)
+    service._end(jobs[0])  # no job id: not kept in the history
+    assert service.holds_token(shared)  # j1 still holds it
+    jobs[1].job_id = 7
+    jobs[1].life.fire(JobInput.DELETED)
+    service._end(jobs[1])
+    assert service.holds_token(shared)  # in the history: its ranks still learn why it ended
+    for k in range(service_module.HISTORY):  # later jobs push it out of the history
+        later = Job(f"later{k}", 2, 0.0)
+        later.job_id = 100 + k
+        later.life.fire(JobInput.DELETED)
+        service._end(later)
+    assert not service.holds_token(shared) and service.holds_token(own)

@@ -46,7 +46,8 @@ class RankRequests:
     """The rank-facing requests of one controller service (see the module docstring).
 
     ``service``: its public state (``jobs``, ``topology``, ``hosts_in_order``,
-    ``switches``, ``daemons``, ``counters``, timings, ``find_job``, ``teardown``);
+    ``switches``, ``daemons``, ``counters``, timings, ``find_job``, ``teardown``,
+    ``remember_token``);
     ``admit(job)``: plan and install a job whose ranks are all in (one at a time);
     ``drop_rank(job, rank, why)``: forget a provisional registration; ``save_state()``:
     write the running jobs to the state file.
@@ -104,6 +105,7 @@ class RankRequests:
                 token = drawn = new_token()
             job = Job(name, reg.world_size, time.monotonic(), run=secrets.token_hex(4), token=token)
             self.service.jobs[name] = job
+            self.service.remember_token(job)
             log.info("job %s: run %s admitted by its first registration (rank %d)", name, job.run, reg.rank)
         rank, incarnation = reg.rank, reg.incarnation
         other = job.ranks.get(rank)

@@ -40,6 +40,7 @@ service accepts requests (:meth:`ControllerService.start`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import secrets
 import time
@@ -150,6 +151,7 @@ class ControllerService:
         self.state = StateFile(options.state_file, time.monotonic) if options.state_file is not None else None
         self.controllers_created = 0
         self.jobs: dict[str, Job] = {}
+        self.tokens: dict[bytes, dict[int, Job]] = {}  # token digest -> the live or recent jobs holding it
         self.history: OrderedDict[int, Job] = OrderedDict()
         self.hosts_in_order = spread_hosts(self.topology)
         self.counters = {
@@ -230,6 +232,7 @@ class ControllerService:
                 continue
             job = Job(plan.name, entry.world_size, now, run=entry.run)
             job.token = entry.token  # a state file of an older controller has none
+            self.remember_token(job)
             job.plan, job.job_id, job.key = plan, plan.job_id, int(entry.key, 16)
             job.payload_for_job, job.size_bytes, job.trees = entry.payload_elems, entry.size_bytes, entry.trees
             for r in entry.ranks:
@@ -404,7 +407,9 @@ class ControllerService:
         if job.job_id is not None:
             self.history[job.job_id] = job
             while len(self.history) > HISTORY:
-                self.history.popitem(last=False)
+                self.forget_token(self.history.popitem(last=False)[1])
+        else:
+            self.forget_token(job)
         self.counters[state] = self.counters.get(state, 0) + 1
         log.log(
             logging.WARNING if state == "failed" else logging.INFO,
@@ -489,8 +494,23 @@ class ControllerService:
 
     def holds_token(self, token: str) -> bool:
         """Whether ``token`` is the token of a live or recently ended job (the API then
-        accepts it as a bearer token; each request checks it is the right job's)."""
-        return any(j.holds(token) for j in (*self.jobs.values(), *self.history.values()))
+        accepts it as a bearer token; each request checks it is the right job's): one
+        lookup of its digest, whatever the number of jobs (admission asks it for every
+        connection that carries a bearer token)."""
+        holders = self.tokens.get(_digest(token))
+        return bool(holders) and next(iter(holders.values())).holds(token)
+
+    def remember_token(self, job: Job) -> None:
+        """Index ``job``'s token until the job leaves the history (:meth:`holds_token`)."""
+        if job.token:
+            self.tokens.setdefault(_digest(job.token), {})[id(job)] = job
+
+    def forget_token(self, job: Job) -> None:
+        holders = self.tokens.get(_digest(job.token)) if job.token else None
+        if holders is not None:
+            holders.pop(id(job), None)
+            if not holders:
+                del self.tokens[_digest(job.token)]
 
     async def job_detail(self, name: str, probe: bool = False, credential: Credential = OPERATOR) -> JobDetail:
         """``GET /v1/jobs/{job}``: the job's summary, stale ranks, and its daemons (``probe``:
@@ -613,6 +633,10 @@ def run_controller(service: ControllerService, listen: Address, ready_file: str 
         await task
 
     asyncio.run(main())
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
 
 
 def service_from_config(config: ControllerConfig, token: str) -> ControllerService:
