@@ -19,21 +19,11 @@ from panama.experiments.publish import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Files named by pages this branch does not own (docs/runtime*.md, the runtime sessions'),
-#: reported to them; listed so that the check stays strict everywhere else, and removed from
-#: here as soon as they are fixed (the test fails on an entry that is no longer missing).
-KNOWN_MISSING_ELSEWHERE = {
-    "docs/runtime-performance.md names tests/core/test_batch.py, which does not exist",
-    "docs/runtime.md names tests/core/test_batch.py, which does not exist",
-}
-
 needs_store = pytest.mark.skipif(not (ROOT / STORE / "jobs-dominated").is_dir(), reason="no stored outputs")
 
 
 def test_every_file_the_docs_name_exists():
-    problems = set(missing_files(ROOT))
-    assert problems - KNOWN_MISSING_ELSEWHERE == set()
-    assert KNOWN_MISSING_ELSEWHERE <= problems, "fixed elsewhere: drop it from KNOWN_MISSING_ELSEWHERE"
+    assert missing_files(ROOT) == []
 
 
 def test_a_missing_file_is_named(tmp_path):
