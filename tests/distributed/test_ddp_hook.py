@@ -156,7 +156,7 @@ def _compare_worker(
 
 
 def test_two_process_gradients_match_gloo_allreduce(tmp_path, cluster):
-    """Two ranks on the session's local cluster (conftest.py: small datagrams, many packets)."""
+    """Two ranks on the session's local cluster (tests/runtime/suite_cluster.py: small datagrams, many packets)."""
     world = 2
     ctx = worker_context()
     out_q = ctx.Queue()

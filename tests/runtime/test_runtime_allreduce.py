@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import TEST_PAYLOAD_ELEMS
 from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
+from suite_cluster import TEST_PAYLOAD_ELEMS
 
 from panama.runtime.worker.communicator import Communicator, CommunicatorError
 

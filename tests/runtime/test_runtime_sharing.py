@@ -4,8 +4,8 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import TEST_PAYLOAD_ELEMS
 from rt_helpers import run_ranks
+from suite_cluster import TEST_PAYLOAD_ELEMS
 
 from panama.runtime.cluster import LocalCluster
 
