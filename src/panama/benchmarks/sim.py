@@ -139,10 +139,17 @@ def run_reference(
 
 
 def minimal_loop(
-    n_hops: int, n_flows: int = 4, window: int = 32, rate_bps: float = RATE_BPS, delay_ps: int = DELAY_PS
+    n_hops: int,
+    n_flows: int = 4,
+    window: int = 32,
+    rate_bps: float = RATE_BPS,
+    delay_ps: int = DELAY_PS,
+    busy_out: list[int] | None = None,
 ) -> tuple[int, float]:
     """Move ``n_hops`` packet hops through a bare heapq store-and-forward loop over the
-    reference topology. Returns (hops, wall seconds)."""
+    reference topology. Returns (hops, wall seconds); ``busy_out``, if given, receives each
+    link's final busy-until time (ps), so that another implementation of the same loop
+    (``bench/sim_c_floor.py``, in C) can be checked against this one."""
     ppb = -(-8 * PS_PER_S // int(rate_bps))
     tx_data, tx_ack = DATA_BYTES * ppb, ACK_BYTES * ppb
     # Links: sender i -> switch (i), switch -> receiver (n), receiver -> switch (n+1),
@@ -171,7 +178,10 @@ def minimal_loop(
         hops += 1
         seq += 1
         push(heap, (b + delay_ps, seq, f, (hop + 1) & 3))
-    return hops, _clock() - t0
+    wall = _clock() - t0
+    if busy_out is not None:
+        busy_out.extend(busy)
+    return hops, wall
 
 
 def _interleaved(duration_ps: int, seed: int, slices: int) -> dict[str, Any]:

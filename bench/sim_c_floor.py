@@ -1,0 +1,120 @@
+"""The simulator's speed beside the floor of its benchmark's loop in C (issue 34).
+
+``panama bench sim`` compares the compiled simulator with its pure-Python twin, and the
+reference dumbbell with a bare heapq store-and-forward loop (``minimal_loop``). This
+script adds the third point: that same loop in C (``c_floor_loop.pyx``, built here with
+Cython's ``pyximport``), checked against the heapq loop (same hops, same final busy-until
+time of every link), and prints, alternating in one process, nanoseconds per packet hop
+of: the C loop, the heapq loop, the compiled simulator and (in a child process) the pure
+simulator on the reference dumbbell. A result shows how far the simulator's hop is from
+the cost of the bare loop in C, which is what bounds its speed-up over pure Python.
+
+    python bench/sim_c_floor.py [--rounds 3] [--duration-ms 100] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyximport
+
+from panama._ext import ENV_VAR, compiled
+from panama.benchmarks.sim import ACK_BYTES, DATA_BYTES, DELAY_PS, RATE_BPS, build_reference, minimal_loop
+from panama.core.units import PS_PER_S, ms
+from panama.sim.runner import frozen_gc
+
+pyximport.install(language_level=3, build_dir=str(Path.home() / ".cache" / "panama-bench-pyx"))
+sys.path.insert(0, str(Path(__file__).parent))
+from c_floor_loop import c_loop  # noqa: E402  (built by pyximport)
+
+N_FLOWS, WINDOW = 4, 32  # minimal_loop's defaults
+
+
+def c_floor_ns(n_hops: int) -> float:
+    """ns per hop of the C loop, after checking it against the heapq loop."""
+    ppb = -(-8 * PS_PER_S // int(RATE_BPS))
+    check = 200_000
+    busy: list[int] = []
+    minimal_loop(check, N_FLOWS, WINDOW, busy_out=busy)
+    hops, _, final = c_loop(check, N_FLOWS, WINDOW, ppb, DELAY_PS, DATA_BYTES, ACK_BYTES)
+    if hops != check or final != busy:
+        raise SystemExit(f"the C loop disagrees with the heapq loop after {check} hops: {final} != {busy}")
+    hops, seconds, _ = c_loop(n_hops, N_FLOWS, WINDOW, ppb, DELAY_PS, DATA_BYTES, ACK_BYTES)
+    return seconds / hops * 1e9
+
+
+def heapq_ns(n_hops: int) -> float:
+    hops, seconds = minimal_loop(n_hops, N_FLOWS, WINDOW)
+    return seconds / hops * 1e9
+
+
+def simulator_ns(duration_ms: float) -> tuple[float, int]:
+    """ns per hop of the reference dumbbell on this process's path; and its hop count."""
+    ref = build_reference()
+    with frozen_gc():  # as panama bench sim runs it
+        t0 = time.process_time()
+        ref["engine"].run(ms(duration_ms))
+        seconds = time.process_time() - t0
+    hops = ref["network"].hops()
+    return seconds / hops * 1e9, hops
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration-ms", type=float, default=100.0, help="simulated time of the dumbbell")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--pure-child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.pure_child:  # the pure simulator, in a child with the extensions off
+        print(json.dumps(simulator_ns(args.duration_ms)))
+        return
+    if not compiled():
+        raise SystemExit("the compiled fast path is not built: nothing to compare (pip install -e . builds it)")
+    rows: dict[str, list[float]] = {"C loop": [], "heapq loop": [], "simulator, compiled": [], "simulator, pure": []}
+    for k in range(args.rounds):
+        sim_ns, hops = simulator_ns(args.duration_ms)
+        rows["simulator, compiled"].append(sim_ns)
+        rows["C loop"].append(c_floor_ns(max(hops, 5_000_000)))
+        rows["heapq loop"].append(heapq_ns(hops))
+        env = dict(os.environ, **{ENV_VAR: "1"})
+        out = subprocess.run(
+            [sys.executable, __file__, "--pure-child", "--duration-ms", str(args.duration_ms)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        pure_ns, pure_hops = json.loads(out)
+        if pure_hops != hops:
+            raise SystemExit(f"pure and compiled runs disagree: {pure_hops} != {hops} hops")
+        rows["simulator, pure"].append(pure_ns)
+        print(
+            f"round {k + 1}/{args.rounds}: " + ", ".join(f"{n} {v[-1]:.1f}" for n, v in rows.items()), file=sys.stderr
+        )
+    med = {name: statistics.median(v) for name, v in rows.items()}
+    floor = med["C loop"]
+    print(
+        f"ns per packet hop, median of {args.rounds} rounds ({hops:,} hops of the reference dumbbell, "
+        f"{args.duration_ms:g} ms):"
+    )
+    print(f"{'':<22}{'ns/hop':>10}{'min-max':>18}{'x the C loop':>15}")
+    for name, v in rows.items():
+        print(f"{name:<22}{med[name]:>10.1f}{f'{min(v):.1f}-{max(v):.1f}':>18}{med[name] / floor:>15.2f}")
+    print(
+        f"compiled / pure speed-up: {med['simulator, pure'] / med['simulator, compiled']:.1f}x; "
+        f"pure simulator over the C loop: {med['simulator, pure'] / floor:.1f}x"
+    )
+    if args.json:
+        args.json.write_text(json.dumps({"rounds": rows, "median_ns_per_hop": med, "hops": hops}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
