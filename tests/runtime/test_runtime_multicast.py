@@ -481,12 +481,21 @@ def test_two_tiers_spines_send_each_result_once_to_both_leaves(io):
     st = results[0][1]
     per_tree = [-(-PACKETS // 2), PACKETS // 2]  # packet i goes to tree i mod 2
     sent = sorted(st[s]["multicast"]["sends"] for s in ("spine0", "spine1"))
-    assert sent == sorted(calls * p for p in per_tree)  # one datagram per result
+    # A retransmission timeout on a loaded host (no probes here) makes a daemon answer a
+    # resend: one more result down. The counts are exact only without one.
+    resends = sum(st[s]["retransmits_received"] for s in ("leaf0", "leaf1", "spine0", "spine1"))
+    expected = sorted(calls * p for p in per_tree)  # one datagram per result
+    if resends == 0:
+        assert sent == expected
+    else:
+        assert all(s >= e for s, e in zip(sent, expected)) and sum(sent) - sum(expected) <= resends
     for s in ("spine0", "spine1"):
-        assert st[s]["tx_packets"] == st[s]["multicast"]["sends"] == st[s]["multicast"]["copies_saved"]
+        assert st[s]["multicast"]["sends"] == st[s]["multicast"]["copies_saved"]
+        assert st[s]["tx_packets"] == st[s]["multicast"]["sends"] if resends == 0 else st[s]["tx_packets"] >= sent[0]
     for leaf in ("leaf0", "leaf1"):
         (joined,) = st[leaf]["multicast"]["joined"].values()
-        assert sum(joined.values()) == calls * PACKETS  # every result came down on the group
+        got = sum(joined.values())  # every result came down on the group
+        assert got == calls * PACKETS if resends == 0 else calls * PACKETS <= got <= calls * PACKETS + resends
         assert st[leaf]["multicast"]["join_refused"] == {}
 
 
