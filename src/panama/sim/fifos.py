@@ -51,17 +51,14 @@ class PacketPipe(deque):
         """Arrival time of the newest packet, or -1 if there is none."""
         return self[-1].arrive_ps if self else -1
 
-    def at(self, i: int) -> Any:
-        """The packet at position ``i`` (0: oldest; negative from the newest)."""
-        return self[i]
-
-    def pop_head(self) -> Any:
-        """Remove and return the oldest packet (IndexError if empty)."""
-        return self.popleft()
-
-    def pop_back(self) -> Any:
-        """Remove and return the newest packet (IndexError if empty)."""
-        return self.pop()
+    # The deque's own methods (no Python frame per call: the arrival loops call them for
+    # every packet hop on this path).
+    #: ``at(i)``: the packet at position ``i`` (0: oldest; negative from the newest).
+    at = deque.__getitem__
+    #: ``pop_head()``: remove and return the oldest packet (IndexError if empty).
+    pop_head = deque.popleft
+    #: ``pop_back()``: remove and return the newest packet (IndexError if empty).
+    pop_back = deque.pop
 
 
 class ReleaseRings:
