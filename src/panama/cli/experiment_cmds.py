@@ -9,15 +9,13 @@ from typing import Any
 
 import click
 
-from panama.cli.common import OutDir, usage_error
+from panama.cli.common import DEFAULT_OUT, OutDir, usage_error
 from panama.experiments.schemes import DEFAULT_PRESET, PRESET_NAMES, SCHEME_ORDER
 
 #: Every scheme of the shared-cluster experiment, the baseline first (its default --schemes).
 SCHEMES_ALL = ",".join(SCHEME_ORDER)
 
 __all__ = ["demo", "experiment"]
-
-DEFAULT_OUT = Path("panama-out")
 
 
 def _command_line() -> str:
@@ -45,8 +43,9 @@ def experiment() -> None:
     \b
     comm-ratio      communication share of an iteration; single-job speed-up bound
     shared-cluster  one shared cluster under ring / ina-fixed / ina-single / panama
-    report          write the results page (panama-out/results.md) from experiment outputs
-    reproduce       run all of the above and the report
+    report          write a results page (panama-out/results.md) from chosen experiment outputs
+    reproduce       run every output of the results page into OUT/<name>, write OUT/results.md
+    publish         store OUT's outputs in docs/results/, write docs/results.md and the README's rows
     """
 
 
@@ -447,150 +446,6 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
     click.echo(f"wrote {path}")
 
 
-@experiment.command(name="publish")
-@click.option(
-    "--from",
-    "run_root",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=Path("out/final"),
-    show_default=True,
-    help="Directory holding the page's outputs: comm-ratio/, paper/, jobs-dominated/, paper-100g/, demo/.",
-)
-def publish_cmd(run_root: Path) -> None:
-    """Store the page's outputs in docs/results/ and write docs/results.md and the README's headline rows from them.
-
-    Run in the repository's root. Copies summaries, demo and training records, scenarios and
-    figures (not the per-run points); tests/test_doc_numbers.py then checks every quoted
-    number against these stored files.
-    """
-    from panama.experiments.publish import publish
-
-    for path in publish(run_root):
-        click.echo(f"wrote {path}")
-
-
-# --------------------------------------------------------------------------- reproduce
-
-
-@experiment.command(name="reproduce")
-@click.option(
-    "--out",
-    "out_dir",
-    type=OutDir(),
-    default=DEFAULT_OUT,
-    show_default=True,
-    help="Root output directory (comm-ratio/, shared-cluster/, shared-cluster-sweep/, demo/).",
-)
-@click.option("--seeds", default="1,2,3", show_default=True, help="Seeds of the shared-cluster runs.")
-@click.option(
-    "--loads",
-    default="0.1,0.3,0.5",
-    show_default=True,
-    help="Loads of the load sweep (--sweep-preset); empty string skips the sweep.",
-)
-@click.option(
-    "--preset",
-    type=click.Choice([p for p in PRESET_NAMES if p != "jobs-dominated"]),  # that one runs beside it
-    default=DEFAULT_PRESET,
-    show_default=True,
-    help="Preset of the main shared-cluster result (paper: k=8, 128 hosts; full: k=4); the jobs-dominated "
-    "preset runs beside it (OUT/shared-cluster-jobs).",
-)
-@click.option(
-    "--sweep-preset",
-    type=click.Choice(["quick", "tiny"]),
-    default="quick",
-    show_default=True,
-    help="Preset of the load sweep.",
-)
-@click.option("--skip-demo", is_flag=True, help="Do not run the demo (training accuracy through switch daemons).")
-@click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPU count).")
-@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", help="Existing Dask cluster for the runs.")
-@click.option(
-    "--output",
-    "output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Results page to write [default: OUT/results.md; the project's page is docs/results.md].",
-)
-def reproduce_cmd(
-    out_dir: Path,
-    seeds: str,
-    loads: str,
-    preset: str,
-    sweep_preset: str,
-    skip_demo: bool,
-    jobs: int | None,
-    scheduler: str | None,
-    output: Path,
-) -> None:
-    """Run every experiment (resuming finished runs) and write the results page.
-
-    \b
-    1. comm-ratio                                  -> OUT/comm-ratio
-    2. shared-cluster, --preset, all schemes       -> OUT/shared-cluster   (--seeds)
-    3. shared-cluster, --sweep-preset, load sweep  -> OUT/shared-cluster-sweep (--seeds)
-    4. demo (short train through switch daemons)   -> OUT/demo
-    5. report                                      -> OUT/results.md (or --output)
-    """
-    from panama.experiments.comm_ratio import run_comm_ratio
-    from panama.experiments.report import write_report
-    from panama.experiments.shared_cluster import format_table, run_shared_cluster
-    from panama.experiments.sweep import SweepError
-
-    cmd = _command_line()
-    click.echo("[1/5] comm-ratio", err=True)
-    run_comm_ratio(out_dir / "comm-ratio")
-    try:
-        kw = _resolve_shared_cluster(False, preset, None, (), SCHEMES_ALL, None, None, None, seeds, (), jobs)
-        click.echo(f"[2/5] shared-cluster ({kw['preset']}, seeds {seeds})", err=True)
-        main = run_shared_cluster(out_dir / "shared-cluster", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
-        click.echo(format_table(main.summary), err=True)
-        kw = _resolve_shared_cluster(False, "jobs-dominated", None, (), SCHEMES_ALL, None, None, None, seeds, (), jobs)
-        click.echo(f"[2/5] shared-cluster (jobs-dominated, seeds {seeds})", err=True)
-        jobs_run = run_shared_cluster(
-            out_dir / "shared-cluster-jobs", jobs=jobs, scheduler=scheduler, command=cmd, **kw
-        )
-        click.echo(format_table(jobs_run.summary), err=True)
-        sweep_dirs = [out_dir / "shared-cluster-jobs"]
-        if loads.strip():
-            kw = _resolve_shared_cluster(
-                False,
-                sweep_preset,
-                None,
-                (),
-                SCHEMES_ALL,
-                None,
-                None,
-                None,
-                seeds,
-                (f"load={loads}",),
-                jobs,
-            )
-            click.echo(f"[3/5] shared-cluster load sweep ({sweep_preset}, loads {loads}, seeds {seeds})", err=True)
-            sw = run_shared_cluster(out_dir / "shared-cluster-sweep", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
-            click.echo(format_table(sw.summary), err=True)
-            sweep_dirs.append(out_dir / "shared-cluster-sweep")
-    except SweepError as exc:
-        raise click.ClickException(str(exc)) from None
-    demo_dir = None
-    if not skip_demo:
-        from panama.experiments.demo import run_demo
-
-        click.echo("[4/5] demo", err=True)
-        run_demo(out_dir / "demo", jobs=jobs, echo=lambda m: click.echo(m, err=True), command=cmd)
-        demo_dir = out_dir / "demo"
-    click.echo("[5/5] report", err=True)
-    path = write_report(
-        output or out_dir / "results.md",
-        comm_ratio_dir=out_dir / "comm-ratio",
-        shared_dirs=[out_dir / "shared-cluster", *sweep_dirs],
-        demo_dir=demo_dir,
-        command=cmd,
-    )
-    click.echo(f"wrote {path}")
-
-
 # --------------------------------------------------------------------------- demo
 
 
@@ -647,3 +502,11 @@ def demo(out_dir: Path, skip_train: bool, epochs: int, workers: int, jobs: int |
     except SweepError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(res["table_text"])
+
+
+# The results page's commands (publish, reproduce) live in page_cmds.py; imported last, since
+# they use this module's helpers.
+from panama.cli.page_cmds import publish_cmd, reproduce_cmd  # noqa: E402
+
+experiment.add_command(publish_cmd)
+experiment.add_command(reproduce_cmd)
