@@ -42,9 +42,9 @@ def _settings_of(command: str) -> list[str]:
 
 
 def _resolved(o: page_outputs.PageOutput, **kw):
-    from panama.cli.page_cmds import _resolve
+    from panama.cli.cluster_args import resolve_args
 
-    return _resolve(o.settings(**kw), None)
+    return resolve_args(o.settings(**kw), None)
 
 
 def test_the_table_is_the_page():

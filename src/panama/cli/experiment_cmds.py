@@ -1,27 +1,22 @@
-"""Click commands: ``panama experiment {comm-ratio, shared-cluster, report, reproduce}`` and ``panama demo``."""
+"""Click commands: ``panama experiment {comm-ratio, shared-cluster, report}`` and ``panama demo``; the
+results page's ``reproduce`` and ``publish`` are in page_cmds.py, the shared-cluster options in
+cluster_args.py."""
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
+from panama.cli.cluster_args import (  # noqa: F401  (_resolve_shared_cluster: tests use it from here)
+    _command_line,
+    _resolve_shared_cluster,
+    _shared_cluster_options,
+)
 from panama.cli.common import DEFAULT_OUT, OutDir, usage_error
-from panama.experiments.schemes import DEFAULT_PRESET, PRESET_NAMES, SCHEME_ORDER
-
-#: Every scheme of the shared-cluster experiment, the baseline first (its default --schemes).
-SCHEMES_ALL = ",".join(SCHEME_ORDER)
+from panama.cli.page_cmds import publish_cmd, reproduce_cmd
 
 __all__ = ["demo", "experiment"]
-
-
-def _command_line() -> str:
-    """The command as typed (``panama ...``), for the provenance recorded in outputs."""
-    argv = sys.argv[1:] if Path(sys.argv[0]).name == "panama" else None
-    return "panama " + shlex.join(argv) if argv else ""
 
 
 def _float_list(field: str, text: str | None) -> list[float] | None:
@@ -47,6 +42,10 @@ def experiment() -> None:
     reproduce       run every output of the results page into OUT/<name>, write OUT/results.md
     publish         store OUT's outputs in docs/results/, write docs/results.md and the README's rows
     """
+
+
+experiment.add_command(publish_cmd)  # page_cmds.py: the results page's two commands
+experiment.add_command(reproduce_cmd)
 
 
 # --------------------------------------------------------------------------- comm-ratio
@@ -117,172 +116,6 @@ def comm_ratio_cmd(
 
 
 # --------------------------------------------------------------------------- shared-cluster
-
-
-def _shared_cluster_options(f):
-    # Long: one declarative table of the command's options, in --help order; split, it would
-    # scatter the command's interface over several places.
-    options = [
-        click.option(
-            "--quick",
-            is_flag=True,
-            help="Small preset (leaf-spine 4x2x4, 20 ms of traffic): 2 s on the idle 2-core machine (measured, "
-            "compiled, 5 runs with the floor).",
-        ),
-        click.option(
-            "--preset",
-            type=click.Choice(PRESET_NAMES),
-            default=None,
-            help="Built-in scenario preset. Default paper: fat-tree k=8, 128 hosts, every worker on its own host, "
-            "150 ms of traffic at load 0.3, seeds 1-5 (over 2,000 short flows each): 318 s on the 2-core machine "
-            "(measured, compiled, 25 runs with the floor). jobs-dominated: the paper cluster with only short "
-            "(<= 100 KB) background flows at load 0.1, where the jobs carry most bytes. full: fat-tree k=4, 40 ms, "
-            "3 s per seed. tiny: smoke tests only.",
-        ),
-        click.option(
-            "--scenario",
-            "scenario_path",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
-            help="Base scenario TOML (panama simulate format) instead of a preset.",
-        ),
-        click.option(
-            "--set",
-            "sets",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Override a base-scenario key (dotted, e.g. --set network.pfc=false); repeatable.",
-        ),
-        click.option(
-            "--schemes",
-            default=SCHEMES_ALL,
-            show_default=True,
-            help="Comma-separated schemes; ring is the baseline of every ratio.",
-        ),
-        click.option("--load", type=float, default=None, help="Background load (fraction of host link rate)."),
-        click.option("--trees", type=int, default=None, help="Aggregation trees per job (panama, ina-fixed)."),
-        click.option("--seed", type=int, default=None, help="Seed (workload, placement, ECMP)."),
-        click.option(
-            "--seeds", default=None, metavar="LIST", help="Several seeds, e.g. 1,2,3 (same as --sweep seed=1,2,3)."
-        ),
-        click.option(
-            "--sweep",
-            "sweeps",
-            multiple=True,
-            metavar="KEY=V1,V2",
-            help="Sweep axes, e.g. --sweep 'load=0.3,0.5,0.7 trees=1,2,4 seed=1,2,3'. Keys: load, trees, "
-            "seed, workload, topology, threshold, duration or any dotted scenario key.",
-        ),
-        click.option(
-            "--jobs",
-            "-j",
-            type=int,
-            default=None,
-            help="Worker processes (default: CPU count); 1 runs in this process.",
-        ),
-        click.option(
-            "--scheduler",
-            default=None,
-            metavar="tcp://HOST:PORT",
-            help="Run the points on an existing Dask cluster instead of local processes.",
-        ),
-        click.option(
-            "--keep-runs", is_flag=True, help="Keep each run's simulator outputs (flows.csv, jobs.csv) in runs/."
-        ),
-        click.option(
-            "--fresh", is_flag=True, help="Discard finished runs in the output directory instead of resuming."
-        ),
-        click.option("--no-plots", "--no-plot", "no_plot", is_flag=True, help="Skip the PNG plots."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table."),
-        click.option(
-            "--floor/--no-floor",
-            default=True,
-            show_default=True,
-            help="Also run each point without its jobs ('floor (no jobs)': the same flows, the fabric's floor).",
-        ),
-    ]
-    for opt in reversed(options):
-        f = opt(f)
-    return f
-
-
-def _resolve_shared_cluster(
-    quick: bool,
-    preset: str | None,
-    scenario_path: Path | None,
-    sets: tuple[str, ...],
-    schemes: str,
-    load: float | None,
-    trees: int | None,
-    seed: int | None,
-    seeds: str | None,
-    sweeps: tuple[str, ...],
-    jobs: int | None,
-) -> dict[str, Any]:
-    """Validate options into keyword arguments of run_shared_cluster (UsageErrors name the option)."""
-    from panama.experiments.shared_cluster import experiment_scenario
-    from panama.experiments.sweep import parse_sweep, parse_value
-    from panama.sim.scenario import SCHEMES, ScenarioError, load_scenario
-
-    if quick and preset not in (None, "quick"):
-        raise usage_error("--quick", f"conflicts with --preset {preset}")
-    if scenario_path is not None and (quick or preset is not None):
-        raise usage_error("--scenario", "give either a scenario file or a preset, not both")
-    from panama.experiments.cluster_scenario import seed_axis
-
-    preset = "quick" if quick else (preset or DEFAULT_PRESET)
-    scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]
-    known = SCHEMES
-    bad = [s for s in scheme_list if s not in known]
-    if bad or not scheme_list:
-        raise usage_error(
-            "--schemes", f"unknown scheme {bad[0] if bad else schemes!r} (choose from {', '.join(known)})"
-        )
-    if "ring" not in scheme_list:
-        raise usage_error("--schemes", "must include ring (the baseline of every ratio)")
-    if jobs is not None and jobs < 1:
-        raise usage_error("--jobs", f"must be >= 1, got {jobs}")
-    try:
-        axes = parse_sweep(sweeps)
-    except ValueError as exc:
-        raise usage_error("--sweep", str(exc)) from None
-    for name, value in (("load", load), ("trees", trees), ("seed", seed)):
-        if value is not None:
-            if name in axes:
-                raise usage_error(f"--{name}", f"also given in --sweep {name}=...")
-            axes[name] = [value]
-    if seeds is not None:
-        if "seed" in axes:
-            raise usage_error("--seeds", "seed also given by --seed or --sweep")
-        vals = [parse_value(v) for v in seeds.split(",") if v.strip()]
-        if not vals or not all(isinstance(v, int) and v >= 0 for v in vals):
-            raise usage_error("--seeds", f"expected comma-separated non-negative integers, got {seeds!r}")
-        axes["seed"] = vals
-    if "scheme" in axes:
-        raise usage_error("--sweep", "'scheme' is not a sweep axis: use --schemes")
-    try:
-        if scenario_path is not None:
-            base = load_scenario(scenario_path, sets)
-        else:
-            base = experiment_scenario(preset)
-            if sets:
-                base = base.with_overrides(sets)
-    except ScenarioError as exc:
-        key = "--scenario" if exc.key in ("SCENARIO", str(scenario_path)) else exc.key
-        raise usage_error(key, exc.detail) from None
-    if "seed" not in axes:
-        axes["seed"] = seed_axis(preset, base.seed, from_preset=scenario_path is None)
-    # Single values (--load, --trees, --seed) stay sweep parameters rather than base-scenario
-    # edits, so that they appear in every output row; every combination is validated now.
-    from panama.experiments.shared_cluster import apply_params
-    from panama.experiments.sweep import grid
-
-    for params in grid(axes):
-        try:
-            apply_params(base.model_dump(mode="json"), params)
-        except ScenarioError as exc:
-            raise usage_error(f"--sweep {exc.key}", exc.detail) from None
-    return {"base": base, "preset": preset if scenario_path is None else "file", "schemes": scheme_list, "axes": axes}
 
 
 @experiment.command(name="shared-cluster")
@@ -502,11 +335,3 @@ def demo(out_dir: Path, skip_train: bool, epochs: int, workers: int, jobs: int |
     except SweepError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(res["table_text"])
-
-
-# The results page's commands (publish, reproduce) live in page_cmds.py; imported last, since
-# they use this module's helpers.
-from panama.cli.page_cmds import publish_cmd, reproduce_cmd  # noqa: E402
-
-experiment.add_command(publish_cmd)
-experiment.add_command(reproduce_cmd)

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from panama.cli.cluster_args import _command_line, resolve_args
 from panama.cli.common import DEFAULT_OUT, OutDir, usage_error
 from panama.experiments.page_outputs import PAGE, PAGE_OUTPUTS
 from panama.experiments.schemes import PRESET_NAMES
@@ -143,7 +144,6 @@ def reproduce_cmd(
     output: Path | None,
 ) -> None:
     # Help: _REPRODUCE_HELP, written from the table it runs.
-    from panama.cli.experiment_cmds import _command_line
     from panama.experiments.publish import write_results_page
     from panama.experiments.sweep import SweepError
 
@@ -152,10 +152,12 @@ def reproduce_cmd(
     # every shared-cluster output (and the sweep) validated before anything runs, each from the
     # very options its recorded command shows
     shared = {
-        o.name: _resolve(o.settings(seeds=seed_list, preset=preset), jobs) for o in PAGE if o.kind == "shared-cluster"
+        o.name: resolve_args(o.settings(seeds=seed_list, preset=preset), jobs)
+        for o in PAGE
+        if o.kind == "shared-cluster"
     }
     sweep_args = ["--preset", sweep_preset, "--seeds", seeds or "1,2,3", "--sweep", f"load={loads}"]
-    sweep = _resolve(sweep_args, jobs) if loads.strip() else None
+    sweep = resolve_args(sweep_args, jobs) if loads.strip() else None
     steps = [o for o in PAGE if not (skip_demo and o.kind == "demo")]
     n = len(steps) + 1 + (sweep is not None)
     try:
@@ -190,18 +192,6 @@ def _seed_list(seeds: str | None) -> list[int] | None:
     if not vals or any(v < 0 for v in vals):
         raise usage_error("--seeds", f"expected comma-separated non-negative integers, got {seeds!r}")
     return vals
-
-
-def _resolve(args: list[str], jobs: int | None) -> dict[str, Any]:
-    """``panama experiment shared-cluster ARGS`` resolved as that command resolves it: keyword
-    arguments of run_shared_cluster (a bad value exits 2 naming the option)."""
-    from panama.cli.experiment_cmds import _resolve_shared_cluster, shared_cluster_cmd
-
-    p = shared_cluster_cmd.make_context("shared-cluster", list(args)).params
-    return _resolve_shared_cluster(
-        p["quick"], p["preset"], p["scenario_path"], p["sets"], p["schemes"], p["load"], p["trees"],
-        p["seed"], p["seeds"], p["sweeps"] + p["more_axes"], jobs,
-    )  # fmt: skip
 
 
 def _run_shared(out: Path, kw: dict[str, Any], jobs: int | None, scheduler: str | None, command: str) -> None:
