@@ -211,6 +211,15 @@ def test_reproduce_then_publish_tiny(tmp_path):
     shares = [g["aggregation_share"] for g in sweep["groups"]]
     assert all(0 < x < 1 for x in shares) and shares[0] > shares[1]
     assert (out / "shared-cluster-sweep" / "gain_vs_share.png").is_file()
+    # and `panama experiment report` still writes its section where it is asked to
+    swept = tmp_path / "with-sweep.md"
+    proc = subprocess.run(
+        [*PANAMA, "experiment", "report", "--comm-ratio", str(out / "comm-ratio"), "--shared-cluster",
+         str(out / "paper"), "--shared-cluster", str(out / "shared-cluster-sweep"), "--output", str(swept)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Sweep: load" in swept.read_text() and "Along `load`" in swept.read_text()
     # publish takes the directory as it is (the sweep is not stored)
     root = tmp_path / "repo"
     (root / "docs").mkdir(parents=True)

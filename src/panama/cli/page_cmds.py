@@ -143,7 +143,7 @@ def reproduce_cmd(
     scheduler: str | None,
     output: Path | None,
 ) -> None:
-    # Help: _REPRODUCE_HELP, written from the table it runs.
+    # Its help is _reproduce_help()'s, written from the table it runs.
     from panama.experiments.publish import write_results_page
     from panama.experiments.sweep import SweepError
 
