@@ -15,6 +15,7 @@ from panama.cli.cluster_args import (  # noqa: F401  (_resolve_shared_cluster: t
 )
 from panama.cli.common import DEFAULT_OUT, OutDir, usage_error
 from panama.cli.page_cmds import publish_cmd, reproduce_cmd
+from panama.experiments.page_outputs import PAGE
 
 __all__ = ["demo", "experiment"]
 
@@ -237,8 +238,9 @@ def _schemes_used(runs: list[dict], threshold_bytes: int | None) -> list[str]:
     "shared_dirs",
     multiple=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Output directories of shared-cluster runs (repeatable). Default: panama-out/shared-cluster "
-    "and panama-out/shared-cluster-sweep if present.",
+    help="Output directories of shared-cluster runs (repeatable). Default: those present of "
+    + ", ".join(f"panama-out/{o.name}" for o in PAGE if o.kind == "shared-cluster")
+    + " (the page's, as `reproduce` leaves them), panama-out/shared-cluster and panama-out/shared-cluster-sweep.",
 )
 @click.option(
     "--demo",
@@ -265,7 +267,11 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
     if not shared_dirs:
         shared_dirs = tuple(
             p
-            for p in (DEFAULT_OUT / "shared-cluster", DEFAULT_OUT / "shared-cluster-sweep")
+            for p in (
+                *(DEFAULT_OUT / o.name for o in PAGE if o.kind == "shared-cluster"),
+                DEFAULT_OUT / "shared-cluster",
+                DEFAULT_OUT / "shared-cluster-sweep",
+            )
             if (p / "summary.json").is_file()
         )
     if demo_dir is None and (DEFAULT_OUT / "demo" / "demo.json").is_file():
