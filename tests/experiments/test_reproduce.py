@@ -233,3 +233,10 @@ def test_reproduce_then_publish_tiny(tmp_path):
     )
     assert "Claim 1" in (root / "docs" / "results.md").read_text()
     assert "paper" in (root / "README.md").read_text()
+
+
+def test_the_docs_show_the_tables_commands():
+    """docs/experiments.md lists the command behind each output of the page: the table's."""
+    text = (ROOT / "docs" / "experiments.md").read_text().replace("\\\n    ", "")
+    for o in PAGE:
+        assert o.command(f"OUT/{o.name}") in text, o.name
