@@ -302,45 +302,6 @@ def test_cli_demo_bad_argument():
     assert proc.returncode == 2 and "--epochs" in proc.stderr
 
 
-def test_cli_reproduce_tiny(tmp_path):
-    out, page = tmp_path / "out", tmp_path / "results.md"
-    proc = subprocess.run(
-        [
-            *PANAMA,
-            "experiment",
-            "reproduce",
-            "--preset",
-            "tiny",
-            "--sweep-preset",
-            "tiny",
-            "--seeds",
-            "1",
-            "--loads",
-            "0.2,0.4",
-            "--skip-demo",
-            "--jobs",
-            "2",
-            "--out",
-            str(out),
-            "--output",
-            str(page),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    text = page.read_text()
-    assert "Claim 1" in text and "Sweep: load" in text and "Along `load`" in text
-    sweep = json.loads((out / "shared-cluster-sweep" / "summary.json").read_text())
-    assert [g["params"]["load"] for g in sweep["groups"]] == [0.2, 0.4]
-    assert (out / "shared-cluster-sweep" / "sweep.png").is_file()
-    # the floor gives every group its aggregation share; lower background load, larger share
-    shares = [g["aggregation_share"] for g in sweep["groups"]]
-    assert all(0 < x < 1 for x in shares) and shares[0] > shares[1]
-    assert (out / "shared-cluster-sweep" / "gain_vs_share.png").is_file()
-
-
 def test_cli_shared_cluster_on_dask_scheduler(tmp_path):
     distributed = pytest.importorskip("distributed")
     local = tmp_path / "local"

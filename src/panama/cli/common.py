@@ -9,6 +9,9 @@ from typing import Any
 
 import click
 
+#: The experiments' default output root (``panama experiment ... --out``).
+DEFAULT_OUT = Path("panama-out")
+
 
 def usage_error(field: str, message: str) -> click.UsageError:
     """A usage error that names the offending field (exit code 2, one line)."""

@@ -1,29 +1,23 @@
-"""Click commands: ``panama experiment {comm-ratio, shared-cluster, report, reproduce}`` and ``panama demo``."""
+"""Click commands: ``panama experiment {comm-ratio, shared-cluster, report}`` and ``panama demo``; the
+results page's ``reproduce`` and ``publish`` are in page_cmds.py, the shared-cluster options in
+cluster_args.py."""
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
-from panama.cli.common import OutDir, usage_error
-from panama.experiments.schemes import DEFAULT_PRESET, PRESET_NAMES, SCHEME_ORDER
-
-#: Every scheme of the shared-cluster experiment, the baseline first (its default --schemes).
-SCHEMES_ALL = ",".join(SCHEME_ORDER)
+from panama.cli.cluster_args import (  # noqa: F401  (_resolve_shared_cluster: tests use it from here)
+    _command_line,
+    _resolve_shared_cluster,
+    _shared_cluster_options,
+)
+from panama.cli.common import DEFAULT_OUT, OutDir, usage_error
+from panama.cli.page_cmds import publish_cmd, reproduce_cmd
+from panama.experiments.page_outputs import PAGE
 
 __all__ = ["demo", "experiment"]
-
-DEFAULT_OUT = Path("panama-out")
-
-
-def _command_line() -> str:
-    """The command as typed (``panama ...``), for the provenance recorded in outputs."""
-    argv = sys.argv[1:] if Path(sys.argv[0]).name == "panama" else None
-    return "panama " + shlex.join(argv) if argv else ""
 
 
 def _float_list(field: str, text: str | None) -> list[float] | None:
@@ -45,9 +39,14 @@ def experiment() -> None:
     \b
     comm-ratio      communication share of an iteration; single-job speed-up bound
     shared-cluster  one shared cluster under ring / ina-fixed / ina-single / panama
-    report          write the results page (panama-out/results.md) from experiment outputs
-    reproduce       run all of the above and the report
+    report          write a results page (panama-out/results.md) from chosen experiment outputs
+    reproduce       run every output of the results page into OUT/<name>, write OUT/results.md
+    publish         store OUT's outputs in docs/results/, write docs/results.md and the README's rows
     """
+
+
+experiment.add_command(publish_cmd)  # page_cmds.py: the results page's two commands
+experiment.add_command(reproduce_cmd)
 
 
 # --------------------------------------------------------------------------- comm-ratio
@@ -118,172 +117,6 @@ def comm_ratio_cmd(
 
 
 # --------------------------------------------------------------------------- shared-cluster
-
-
-def _shared_cluster_options(f):
-    # Long: one declarative table of the command's options, in --help order; split, it would
-    # scatter the command's interface over several places.
-    options = [
-        click.option(
-            "--quick",
-            is_flag=True,
-            help="Small preset (leaf-spine 4x2x4, 20 ms of traffic): 2 s on the idle 2-core machine (measured, "
-            "compiled, 5 runs with the floor).",
-        ),
-        click.option(
-            "--preset",
-            type=click.Choice(PRESET_NAMES),
-            default=None,
-            help="Built-in scenario preset. Default paper: fat-tree k=8, 128 hosts, every worker on its own host, "
-            "150 ms of traffic at load 0.3, seeds 1-5 (over 2,000 short flows each): 318 s on the 2-core machine "
-            "(measured, compiled, 25 runs with the floor). jobs-dominated: the paper cluster with only short "
-            "(<= 100 KB) background flows at load 0.1, where the jobs carry most bytes. full: fat-tree k=4, 40 ms, "
-            "3 s per seed. tiny: smoke tests only.",
-        ),
-        click.option(
-            "--scenario",
-            "scenario_path",
-            type=click.Path(dir_okay=False, path_type=Path),
-            default=None,
-            help="Base scenario TOML (panama simulate format) instead of a preset.",
-        ),
-        click.option(
-            "--set",
-            "sets",
-            multiple=True,
-            metavar="KEY=VALUE",
-            help="Override a base-scenario key (dotted, e.g. --set network.pfc=false); repeatable.",
-        ),
-        click.option(
-            "--schemes",
-            default=SCHEMES_ALL,
-            show_default=True,
-            help="Comma-separated schemes; ring is the baseline of every ratio.",
-        ),
-        click.option("--load", type=float, default=None, help="Background load (fraction of host link rate)."),
-        click.option("--trees", type=int, default=None, help="Aggregation trees per job (panama, ina-fixed)."),
-        click.option("--seed", type=int, default=None, help="Seed (workload, placement, ECMP)."),
-        click.option(
-            "--seeds", default=None, metavar="LIST", help="Several seeds, e.g. 1,2,3 (same as --sweep seed=1,2,3)."
-        ),
-        click.option(
-            "--sweep",
-            "sweeps",
-            multiple=True,
-            metavar="KEY=V1,V2",
-            help="Sweep axes, e.g. --sweep 'load=0.3,0.5,0.7 trees=1,2,4 seed=1,2,3'. Keys: load, trees, "
-            "seed, workload, topology, threshold, duration or any dotted scenario key.",
-        ),
-        click.option(
-            "--jobs",
-            "-j",
-            type=int,
-            default=None,
-            help="Worker processes (default: CPU count); 1 runs in this process.",
-        ),
-        click.option(
-            "--scheduler",
-            default=None,
-            metavar="tcp://HOST:PORT",
-            help="Run the points on an existing Dask cluster instead of local processes.",
-        ),
-        click.option(
-            "--keep-runs", is_flag=True, help="Keep each run's simulator outputs (flows.csv, jobs.csv) in runs/."
-        ),
-        click.option(
-            "--fresh", is_flag=True, help="Discard finished runs in the output directory instead of resuming."
-        ),
-        click.option("--no-plots", "--no-plot", "no_plot", is_flag=True, help="Skip the PNG plots."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress bar and no table."),
-        click.option(
-            "--floor/--no-floor",
-            default=True,
-            show_default=True,
-            help="Also run each point without its jobs ('floor (no jobs)': the same flows, the fabric's floor).",
-        ),
-    ]
-    for opt in reversed(options):
-        f = opt(f)
-    return f
-
-
-def _resolve_shared_cluster(
-    quick: bool,
-    preset: str | None,
-    scenario_path: Path | None,
-    sets: tuple[str, ...],
-    schemes: str,
-    load: float | None,
-    trees: int | None,
-    seed: int | None,
-    seeds: str | None,
-    sweeps: tuple[str, ...],
-    jobs: int | None,
-) -> dict[str, Any]:
-    """Validate options into keyword arguments of run_shared_cluster (UsageErrors name the option)."""
-    from panama.experiments.shared_cluster import experiment_scenario
-    from panama.experiments.sweep import parse_sweep, parse_value
-    from panama.sim.scenario import SCHEMES, ScenarioError, load_scenario
-
-    if quick and preset not in (None, "quick"):
-        raise usage_error("--quick", f"conflicts with --preset {preset}")
-    if scenario_path is not None and (quick or preset is not None):
-        raise usage_error("--scenario", "give either a scenario file or a preset, not both")
-    from panama.experiments.cluster_scenario import seed_axis
-
-    preset = "quick" if quick else (preset or DEFAULT_PRESET)
-    scheme_list = [s.strip() for s in schemes.split(",") if s.strip()]
-    known = SCHEMES
-    bad = [s for s in scheme_list if s not in known]
-    if bad or not scheme_list:
-        raise usage_error(
-            "--schemes", f"unknown scheme {bad[0] if bad else schemes!r} (choose from {', '.join(known)})"
-        )
-    if "ring" not in scheme_list:
-        raise usage_error("--schemes", "must include ring (the baseline of every ratio)")
-    if jobs is not None and jobs < 1:
-        raise usage_error("--jobs", f"must be >= 1, got {jobs}")
-    try:
-        axes = parse_sweep(sweeps)
-    except ValueError as exc:
-        raise usage_error("--sweep", str(exc)) from None
-    for name, value in (("load", load), ("trees", trees), ("seed", seed)):
-        if value is not None:
-            if name in axes:
-                raise usage_error(f"--{name}", f"also given in --sweep {name}=...")
-            axes[name] = [value]
-    if seeds is not None:
-        if "seed" in axes:
-            raise usage_error("--seeds", "seed also given by --seed or --sweep")
-        vals = [parse_value(v) for v in seeds.split(",") if v.strip()]
-        if not vals or not all(isinstance(v, int) and v >= 0 for v in vals):
-            raise usage_error("--seeds", f"expected comma-separated non-negative integers, got {seeds!r}")
-        axes["seed"] = vals
-    if "scheme" in axes:
-        raise usage_error("--sweep", "'scheme' is not a sweep axis: use --schemes")
-    try:
-        if scenario_path is not None:
-            base = load_scenario(scenario_path, sets)
-        else:
-            base = experiment_scenario(preset)
-            if sets:
-                base = base.with_overrides(sets)
-    except ScenarioError as exc:
-        key = "--scenario" if exc.key in ("SCENARIO", str(scenario_path)) else exc.key
-        raise usage_error(key, exc.detail) from None
-    if "seed" not in axes:
-        axes["seed"] = seed_axis(preset, base.seed, from_preset=scenario_path is None)
-    # Single values (--load, --trees, --seed) stay sweep parameters rather than base-scenario
-    # edits, so that they appear in every output row; every combination is validated now.
-    from panama.experiments.shared_cluster import apply_params
-    from panama.experiments.sweep import grid
-
-    for params in grid(axes):
-        try:
-            apply_params(base.model_dump(mode="json"), params)
-        except ScenarioError as exc:
-            raise usage_error(f"--sweep {exc.key}", exc.detail) from None
-    return {"base": base, "preset": preset if scenario_path is None else "file", "schemes": scheme_list, "axes": axes}
 
 
 @experiment.command(name="shared-cluster")
@@ -405,8 +238,9 @@ def _schemes_used(runs: list[dict], threshold_bytes: int | None) -> list[str]:
     "shared_dirs",
     multiple=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Output directories of shared-cluster runs (repeatable). Default: panama-out/shared-cluster "
-    "and panama-out/shared-cluster-sweep if present.",
+    help="Output directories of shared-cluster runs (repeatable). Default: those present of "
+    + ", ".join(f"panama-out/{o.name}" for o in PAGE if o.kind == "shared-cluster")
+    + " (the page's, as `reproduce` leaves them), panama-out/shared-cluster and panama-out/shared-cluster-sweep.",
 )
 @click.option(
     "--demo",
@@ -433,7 +267,11 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
     if not shared_dirs:
         shared_dirs = tuple(
             p
-            for p in (DEFAULT_OUT / "shared-cluster", DEFAULT_OUT / "shared-cluster-sweep")
+            for p in (
+                *(DEFAULT_OUT / o.name for o in PAGE if o.kind == "shared-cluster"),
+                DEFAULT_OUT / "shared-cluster",
+                DEFAULT_OUT / "shared-cluster-sweep",
+            )
             if (p / "summary.json").is_file()
         )
     if demo_dir is None and (DEFAULT_OUT / "demo" / "demo.json").is_file():
@@ -444,150 +282,6 @@ def report_cmd(comm_dir: Path, shared_dirs: tuple[Path, ...], demo_dir: Path | N
         )
     except ReportError as exc:
         raise usage_error(exc.field, exc.detail) from None
-    click.echo(f"wrote {path}")
-
-
-@experiment.command(name="publish")
-@click.option(
-    "--from",
-    "run_root",
-    type=click.Path(file_okay=False, exists=True, path_type=Path),
-    default=Path("out/final"),
-    show_default=True,
-    help="Directory holding the page's outputs: comm-ratio/, paper/, jobs-dominated/, paper-100g/, demo/.",
-)
-def publish_cmd(run_root: Path) -> None:
-    """Store the page's outputs in docs/results/ and write docs/results.md and the README's headline rows from them.
-
-    Run in the repository's root. Copies summaries, demo and training records, scenarios and
-    figures (not the per-run points); tests/test_doc_numbers.py then checks every quoted
-    number against these stored files.
-    """
-    from panama.experiments.publish import publish
-
-    for path in publish(run_root):
-        click.echo(f"wrote {path}")
-
-
-# --------------------------------------------------------------------------- reproduce
-
-
-@experiment.command(name="reproduce")
-@click.option(
-    "--out",
-    "out_dir",
-    type=OutDir(),
-    default=DEFAULT_OUT,
-    show_default=True,
-    help="Root output directory (comm-ratio/, shared-cluster/, shared-cluster-sweep/, demo/).",
-)
-@click.option("--seeds", default="1,2,3", show_default=True, help="Seeds of the shared-cluster runs.")
-@click.option(
-    "--loads",
-    default="0.1,0.3,0.5",
-    show_default=True,
-    help="Loads of the load sweep (--sweep-preset); empty string skips the sweep.",
-)
-@click.option(
-    "--preset",
-    type=click.Choice([p for p in PRESET_NAMES if p != "jobs-dominated"]),  # that one runs beside it
-    default=DEFAULT_PRESET,
-    show_default=True,
-    help="Preset of the main shared-cluster result (paper: k=8, 128 hosts; full: k=4); the jobs-dominated "
-    "preset runs beside it (OUT/shared-cluster-jobs).",
-)
-@click.option(
-    "--sweep-preset",
-    type=click.Choice(["quick", "tiny"]),
-    default="quick",
-    show_default=True,
-    help="Preset of the load sweep.",
-)
-@click.option("--skip-demo", is_flag=True, help="Do not run the demo (training accuracy through switch daemons).")
-@click.option("--jobs", "-j", type=int, default=None, help="Worker processes (default: CPU count).")
-@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", help="Existing Dask cluster for the runs.")
-@click.option(
-    "--output",
-    "output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Results page to write [default: OUT/results.md; the project's page is docs/results.md].",
-)
-def reproduce_cmd(
-    out_dir: Path,
-    seeds: str,
-    loads: str,
-    preset: str,
-    sweep_preset: str,
-    skip_demo: bool,
-    jobs: int | None,
-    scheduler: str | None,
-    output: Path,
-) -> None:
-    """Run every experiment (resuming finished runs) and write the results page.
-
-    \b
-    1. comm-ratio                                  -> OUT/comm-ratio
-    2. shared-cluster, --preset, all schemes       -> OUT/shared-cluster   (--seeds)
-    3. shared-cluster, --sweep-preset, load sweep  -> OUT/shared-cluster-sweep (--seeds)
-    4. demo (short train through switch daemons)   -> OUT/demo
-    5. report                                      -> OUT/results.md (or --output)
-    """
-    from panama.experiments.comm_ratio import run_comm_ratio
-    from panama.experiments.report import write_report
-    from panama.experiments.shared_cluster import format_table, run_shared_cluster
-    from panama.experiments.sweep import SweepError
-
-    cmd = _command_line()
-    click.echo("[1/5] comm-ratio", err=True)
-    run_comm_ratio(out_dir / "comm-ratio")
-    try:
-        kw = _resolve_shared_cluster(False, preset, None, (), SCHEMES_ALL, None, None, None, seeds, (), jobs)
-        click.echo(f"[2/5] shared-cluster ({kw['preset']}, seeds {seeds})", err=True)
-        main = run_shared_cluster(out_dir / "shared-cluster", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
-        click.echo(format_table(main.summary), err=True)
-        kw = _resolve_shared_cluster(False, "jobs-dominated", None, (), SCHEMES_ALL, None, None, None, seeds, (), jobs)
-        click.echo(f"[2/5] shared-cluster (jobs-dominated, seeds {seeds})", err=True)
-        jobs_run = run_shared_cluster(
-            out_dir / "shared-cluster-jobs", jobs=jobs, scheduler=scheduler, command=cmd, **kw
-        )
-        click.echo(format_table(jobs_run.summary), err=True)
-        sweep_dirs = [out_dir / "shared-cluster-jobs"]
-        if loads.strip():
-            kw = _resolve_shared_cluster(
-                False,
-                sweep_preset,
-                None,
-                (),
-                SCHEMES_ALL,
-                None,
-                None,
-                None,
-                seeds,
-                (f"load={loads}",),
-                jobs,
-            )
-            click.echo(f"[3/5] shared-cluster load sweep ({sweep_preset}, loads {loads}, seeds {seeds})", err=True)
-            sw = run_shared_cluster(out_dir / "shared-cluster-sweep", jobs=jobs, scheduler=scheduler, command=cmd, **kw)
-            click.echo(format_table(sw.summary), err=True)
-            sweep_dirs.append(out_dir / "shared-cluster-sweep")
-    except SweepError as exc:
-        raise click.ClickException(str(exc)) from None
-    demo_dir = None
-    if not skip_demo:
-        from panama.experiments.demo import run_demo
-
-        click.echo("[4/5] demo", err=True)
-        run_demo(out_dir / "demo", jobs=jobs, echo=lambda m: click.echo(m, err=True), command=cmd)
-        demo_dir = out_dir / "demo"
-    click.echo("[5/5] report", err=True)
-    path = write_report(
-        output or out_dir / "results.md",
-        comm_ratio_dir=out_dir / "comm-ratio",
-        shared_dirs=[out_dir / "shared-cluster", *sweep_dirs],
-        demo_dir=demo_dir,
-        command=cmd,
-    )
     click.echo(f"wrote {path}")
 
 

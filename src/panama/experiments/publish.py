@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from panama.experiments.page_outputs import PAGE_OUTPUTS, page_output
 from panama.experiments.report import ORIGINAL, write_report
 from panama.experiments.report_regimes import fmt_number as _f
 
@@ -33,9 +34,9 @@ __all__ = [
     "readme_rows",
 ]
 
-#: The outputs of the results page, by directory name, in page order (the first shared-cluster
-#: one is the page's main configuration).
-PAGE_OUTPUTS = ("comm-ratio", "paper", "jobs-dominated", "paper-100g", "demo")
+# PAGE_OUTPUTS: the outputs of the results page, by directory name, in page order (the first
+# shared-cluster one is the page's main configuration); from page_outputs.PAGE, the table that
+# `panama experiment reproduce` runs.
 #: Where they are stored, relative to the repository root.
 STORE = Path("docs/results")
 RESULTS_PAGE = Path("docs/results.md")
@@ -72,16 +73,17 @@ def _page_dirs(store: Path) -> dict[str, Path]:
     return {name: store / name for name in PAGE_OUTPUTS if _finished(store / name)}
 
 
-def write_results_page(store: Path = STORE, output: Path = RESULTS_PAGE) -> Path:
-    """``docs/results.md`` from the stored outputs."""
+def write_results_page(store: Path = STORE, output: Path = RESULTS_PAGE, command: str = PAGE_COMMAND) -> Path:
+    """``docs/results.md`` from the stored outputs (or, from ``panama experiment reproduce``, the
+    page of a run directory: ``store`` the run directory, ``command`` the one in its header)."""
     dirs = _page_dirs(store)
-    shared = [d for name, d in dirs.items() if name not in ("comm-ratio", "demo")]
+    shared = [d for name, d in dirs.items() if page_output(name).kind == "shared-cluster"]
     return write_report(
         output,
         comm_ratio_dir=dirs.get("comm-ratio"),
         shared_dirs=shared,
         demo_dir=dirs.get("demo"),
-        command=PAGE_COMMAND,
+        command=command,
     )
 
 
