@@ -11,7 +11,8 @@ help texts mention variables in prose.
 
 A malformed value raises :class:`EnvError` (a :class:`~panama.core.errors.FieldError`
 whose ``field`` is the variable's name). This module imports the standard library, the
-error base and :mod:`panama._ext` only, so every layer may use it.
+error base, :mod:`panama._ext` and the address rule (:mod:`panama.addresses`, standard
+library only), so every layer may use it.
 
 PANAMA's own variables:
 
@@ -33,11 +34,11 @@ Set by torchrun, read by the worker library and the torch backend: ``RANK``,
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from pathlib import Path
 
 from panama import _ext
+from panama.addresses import is_ipv4, reachable
 from panama.core.errors import FieldError
 
 __all__ = [
@@ -159,11 +160,9 @@ def bind_host() -> str | None:
     value = _text(BIND_HOST)
     if value is None:
         return None
-    try:
-        ip = ipaddress.IPv4Address(value)
-    except ValueError:
-        raise EnvError(BIND_HOST, f"expected an IPv4 address of this machine, got {value!r}") from None
-    if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+    if not is_ipv4(value):
+        raise EnvError(BIND_HOST, f"expected an IPv4 address of this machine, got {value!r}")
+    if not reachable(value):  # the one rule: panama.addresses
         raise EnvError(BIND_HOST, f"{value} is not an address daemons can send results to")
     return value
 

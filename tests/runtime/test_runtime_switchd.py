@@ -228,6 +228,7 @@ def test_an_unexpected_data_plane_error_is_counted_and_the_loop_goes_on(daemon_f
         ([{"tree_id": 0, "children": ["127.0.0.1:1"], "parent": "255.255.255.255:9"}], "trees[0].parent"),
         ([{"tree_id": 0, "children": ["127.0.0.1:0"]}], "trees[0].children"),
         ([{"tree_id": 0, "children": ["0.0.0.0:5"]}], "trees[0].children"),
+        ([{"tree_id": 0, "children": ["239.1.2.3:5"]}], "trees[0].children"),  # a multicast address (issue 38)
         ([{"tree_id": 0, "children": ["127.0.0.1:1", "127.0.0.1:1"]}], "trees[0].children"),
         ([{"tree_id": 0, "children": ["127.0.0.1:1"]}, {"tree_id": 0, "children": ["127.0.0.1:2"]}], "trees"),
         ([{"tree_id": 0, "children": ["127.0.0.1:1"], "colour": 1}], "trees[0].colour"),

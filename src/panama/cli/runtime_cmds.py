@@ -39,11 +39,13 @@ def _daemon(run, settings, program: str) -> None:
 
 
 def _concrete(config, field: str):
-    """Refuse an unspecified bind address (0.0.0.0): the address is what peers are told to send to."""
-    from panama.runtime.settings import concrete_address
+    """Refuse a bind address peers cannot send to (0.0.0.0, a multicast or the broadcast address:
+    :mod:`panama.addresses`; the host only, port 0 binds any): the address is what peers
+    are told to send to."""
+    from panama.addresses import reachable
 
     addr = getattr(config, field)
-    if not concrete_address(addr):
+    if not reachable(addr[0]):
         raise usage_error(
             f"--{field}",
             f"{addr[0] or '(empty)'} is not an address workers can reach: bind one address of this machine (e.g. its "

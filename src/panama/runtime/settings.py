@@ -24,19 +24,18 @@ on the command line.
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema, field_validator
 
+from panama.addresses import MULTICAST, is_ipv4, reachable, unreachable_reason
 from panama.core import codec
 from panama.core.controller import DEFAULT_MAX_JOBS_PER_SWITCH, DEFAULT_THRESHOLD_BYTES
 from panama.runtime.net.udp import (
     RUNTIME_PACKET_MEMORY,
     RUNTIME_PAYLOAD_ELEMS,
     RUNTIME_PROBE_FLOOR_S,
-    Address,
     AddressError,
     format_addr,
     parse_addr,
@@ -198,11 +197,10 @@ class ClusterConfig(Settings):
     @field_validator("host")
     @classmethod
     def _reachable_host(cls, value: str) -> str:
-        try:
-            ip = ipaddress.IPv4Address(value)
-        except ValueError:
-            raise ValueError(f"expected an IPv4 address, got {value!r}") from None
-        if ip.is_unspecified or ip.is_multicast or str(ip) == "255.255.255.255":
+        """An IPv4 literal peers can send to (:mod:`panama.addresses`)."""
+        if not is_ipv4(value):
+            raise ValueError(f"expected an IPv4 address, got {value!r}")
+        if not reachable(value):
             raise ValueError(f"{value} is not an address workers can reach: give one address of this machine")
         return value
 
@@ -249,8 +247,11 @@ class CommunicatorConfig(Settings):
     @field_validator("bind_host")
     @classmethod
     def _sendable_host(cls, value: str) -> str:
-        if value in ("0.0.0.0", ""):
-            raise ValueError("give the address daemons can send results to, not the unspecified address")
+        """A host daemons can send results to (:mod:`panama.addresses`; bound as given)."""
+        reason = unreachable_reason(value)
+        if reason is not None:
+            article = "a" if reason == MULTICAST else "the"
+            raise ValueError(f"give the address daemons can send results to, not {article} {reason}")
         return value
 
 
@@ -275,8 +276,3 @@ class ControllerProcess(ProcessSettings):
     """The file ``python -m panama.runtime.controller.service CONFIG.json`` reads."""
 
     controller: ControllerConfig
-
-
-def concrete_address(addr: Address) -> bool:
-    """False for an unspecified bind address (0.0.0.0), which peers cannot be told to send to."""
-    return addr[0] not in ("0.0.0.0", "")

@@ -1,19 +1,59 @@
-"""Configuration of the simulated network's switches and links (:class:`NetworkConfig`)."""
+"""Configuration of the simulated network's switches and links (:class:`NetworkConfig`).
+
+:class:`NetworkConfig` is the one definition of these settings: each field carries its
+library default and invariants (``__post_init__``) and, where a scenario sets it, its
+``[network]`` key, the scenario's default and the range a scenario may give
+(:data:`SCENARIO_SETTINGS`, read by :mod:`panama.sim.scenario`, which builds the
+``[network]`` table's model from it, and by :meth:`NetworkConfig.from_scenario`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from panama.core.errors import FieldError
 from panama.core.units import PS_PER_S
 
-__all__ = ["NetworkConfig", "REFERENCE_RATE_BPS"]
+__all__ = ["NetworkConfig", "REFERENCE_RATE_BPS", "ScenarioSetting", "SCENARIO_SETTINGS", "scenario_key"]
 
 # The port rate at which the scenario gives its per-port sizes: the ECN threshold in
 # packets (``ecn_k_packets_at_10g``) and, when they scale with the rate, the queue limits.
 REFERENCE_RATE_BPS = 10e9
 
 _BITS_PS = 8 * PS_PER_S  # bits * ps per second: tx_ps = size_bytes * _BITS_PS / rate_bps
+
+# The largest byte count a scenario may give (panama.sim.scenario.MAX_BYTES: 1 TB).
+_MAX_BYTES = 10**12
+
+
+def _setting(
+    default: Any,
+    description: str,
+    *,
+    key: str | None = None,
+    scenario_default: Any = ...,
+    values: Mapping[Any, Any] | None = None,
+    **scenario_range: float,
+) -> Any:
+    """A field of :class:`NetworkConfig` that a scenario's ``[network]`` table sets.
+
+    ``key``: the scenario key when it is not the field's name; ``scenario_default``: the
+    scenario's default when it is not the library's; ``values``: the scenario's values
+    (their type is the key's type) and the field value each stands for, where the scenario
+    gives the setting in another form; ``scenario_range``: pydantic bounds (``ge``, ``gt``,
+    ``le``) of the values a scenario may give (the scenario's finite ranges: the field's
+    invariants are ``__post_init__``'s)."""
+    meta = {
+        "key": key,
+        "description": description,
+        "scenario_default": default if scenario_default is ... else scenario_default,
+        "values": dict(values) if values is not None else None,
+        "range": scenario_range,
+    }
+    return field(default=default, metadata={"scenario": meta})
 
 
 @dataclass
@@ -36,20 +76,58 @@ class NetworkConfig:
       or ``pfc_static_threshold_bytes`` a fixed per-ingress threshold;
       ``pfc_headroom_factor`` x rate x delay + 2 MTU of headroom per ingress;
       ``pfc_resume_offset_bytes`` hysteresis (default 2 MTU).
+
+    The fields are in the order of the scenario's ``[network]`` keys (its dumps keep that
+    order); the two that a scenario does not set come last. The library defaults differ
+    from a scenario's in two: ``lossless`` (a scenario's ``pfc`` is on) and
+    ``queue_limit_ref_bps`` (a scenario's queue limits scale with the rate).
     """
 
-    mtu_bytes: int = 1500
-    queue_limit_bytes: int = 300 * 1500
-    queue_limit_ref_bps: float | None = None
-    ecn: bool = True
-    ecn_k_packets_at_10g: float = 65.0
-    ecn_k_bytes: int | None = None
-    host_ecn: bool = True
-    lossless: bool = False
-    switch_buffer_bytes: int | None = None
-    pfc_alpha: float = 1.0 / 8.0
+    lossless: bool = _setting(
+        False, "lossless fabric: PFC PAUSE with a shared buffer per switch", key="pfc", scenario_default=True
+    )
+    queue_limit_bytes: int = _setting(
+        300 * 1500,
+        "drop-tail limit per output queue when pfc=false, for a 10 Gbps port (scaled by the port's rate "
+        "when queue_limit_scales_with_rate)",
+        ge=1500,
+        le=_MAX_BYTES,
+    )
+    queue_limit_ref_bps: float | None = _setting(
+        None,
+        "queue limits (and the default PFC buffer) scale with link rate like the ECN threshold; false: "
+        "the same bytes at every rate, so at 100 Gbps the ECN threshold (650 packets) exceeds the buffer and PFC, "
+        "not ECN, controls the queues (docs/experiments.md, 100 Gb/s)",
+        key="queue_limit_scales_with_rate",
+        values={True: REFERENCE_RATE_BPS, False: None},
+        scenario_default=True,
+    )
+    switch_buffer_bytes: int | None = _setting(
+        None,
+        "shared buffer per switch when pfc=true; None = the sum of its ports' queue limits",
+        ge=1500,
+        le=_MAX_BYTES,
+    )
+    pfc_alpha: float = _setting(1.0 / 8.0, "dynamic PFC threshold: pause when ingress > alpha x free", gt=0, le=64)
+    pfc_headroom_factor: float = _setting(3.0, "PFC headroom per ingress: factor x rate x delay + 2 MTU", ge=0, le=1e3)
+    ecn: bool = _setting(True, "ECN marking (DCTCP step marking at enqueue)")
+    ecn_k_packets_at_10g: float = _setting(
+        65.0,
+        "marking threshold in MTU packets at 10 Gbps, scaled by rate",
+        key="ecn_k_packets",
+        ge=0,
+        le=1e9,
+    )
+    ecn_k_bytes: int | None = _setting(
+        None, "fixed marking threshold in bytes (overrides ecn_k_packets)", ge=0, le=_MAX_BYTES
+    )
+    host_ecn: bool = _setting(
+        True,
+        "host NIC queues mark ECN at the same threshold (a CE-marking qdisc); without it a sender "
+        "limited by its own NIC grows its window without bound and delays everything else its host sends",
+    )
+    mtu_bytes: int = _setting(1500, "IP MTU; TCP segments carry mtu_bytes - 40", ge=256, le=9000)
     pfc_static_threshold_bytes: int | None = None
-    pfc_headroom_factor: float = 3.0
     pfc_resume_offset_bytes: int | None = None
 
     def __post_init__(self) -> None:
@@ -105,3 +183,61 @@ class NetworkConfig:
     def headroom_for(self, rate_bps: float, delay_ps: int) -> int:
         """PFC headroom in bytes for an ingress link: factor x rate x delay + 2 MTU."""
         return int(self.pfc_headroom_factor * rate_bps * delay_ps / _BITS_PS) + 2 * self.mtu_bytes
+
+    @classmethod
+    def from_scenario(cls, section: Mapping[str, Any]) -> NetworkConfig:
+        """The configuration a scenario's ``[network]`` table (``section``: its values by
+        key, others ignored) stands for: each of :data:`SCENARIO_SETTINGS` from its key, the
+        rest at the library's defaults. Raises :class:`FieldError` naming the field."""
+        return cls(**{s.name: s.field_value(section[s.key]) for s in SCENARIO_SETTINGS})
+
+
+@dataclass(frozen=True)
+class ScenarioSetting:
+    """A field of :class:`NetworkConfig` as a scenario's ``[network]`` key (see ``_setting``)."""
+
+    name: str  # the field
+    key: str  # the scenario key
+    type: Any  # the scenario value's type
+    default: Any  # the scenario's default
+    description: str
+    range: Mapping[str, float]  # pydantic bounds of the scenario's values
+    values: Mapping[Any, Any] | None  # scenario value -> field value, where they differ
+
+    def field_value(self, value: Any) -> Any:
+        """The field's value for the scenario's ``value``."""
+        return value if self.values is None else self.values[value]
+
+
+def _scenario_settings() -> tuple[ScenarioSetting, ...]:
+    hints = typing.get_type_hints(NetworkConfig)
+    out = []
+    for f in fields(NetworkConfig):
+        meta = f.metadata.get("scenario")
+        if meta is None:
+            continue
+        values = meta["values"]
+        out.append(
+            ScenarioSetting(
+                name=f.name,
+                key=meta["key"] or f.name,
+                type=hints[f.name] if values is None else type(next(iter(values))),
+                default=meta["scenario_default"],
+                description=meta["description"],
+                range=meta["range"],
+                values=values,
+            )
+        )
+    return tuple(out)
+
+
+#: The fields of :class:`NetworkConfig` that a scenario's ``[network]`` table sets, in its order.
+SCENARIO_SETTINGS: tuple[ScenarioSetting, ...] = _scenario_settings()
+
+
+def scenario_key(name: str) -> str:
+    """The scenario key (``network.<key>``) of :class:`NetworkConfig`'s field ``name``."""
+    for s in SCENARIO_SETTINGS:
+        if s.name == name:
+            return f"network.{s.key}"
+    return f"network.{name}"

@@ -42,8 +42,8 @@ from panama.sim import outputs
 from panama.sim.bursts import BurstMeter
 from panama.sim.dctcp import Dctcp, DctcpConfig, Flow
 from panama.sim.engine import Engine
-from panama.sim.netconfig import REFERENCE_RATE_BPS
-from panama.sim.network import Network, NetworkConfig, QueueSampler
+from panama.sim.netconfig import NetworkConfig, scenario_key
+from panama.sim.network import Network, QueueSampler
 from panama.sim.outputs import SimResult
 from panama.sim.packet import FLAG_TRACKED
 from panama.sim.panama_host import PanamaHost
@@ -133,40 +133,23 @@ def _name_as_run(name: str, t) -> str:
     return parse_topology(f"{kind}:" + ",".join(f"{k}={v}" for k, v in items.items())).name
 
 
-# NetworkConfig field -> scenario key (for error messages).
-_NETWORK_KEYS = {
-    "ecn_k_packets_at_10g": "network.ecn_k_packets",
-    "lossless": "network.pfc",
-}
-
-
 def _network_error(exc: ValueError) -> ScenarioError:
     if not isinstance(exc, FieldError):
         return ScenarioError("network", str(exc))
-    return ScenarioError(_NETWORK_KEYS.get(exc.field, f"network.{exc.field}"), exc.detail)
+    return ScenarioError(scenario_key(exc.field), exc.detail)
 
 
 def network_config(sc: Scenario) -> NetworkConfig:
-    n = sc.network
+    """The simulator's network configuration of the scenario's ``[network]`` table."""
     try:
-        return NetworkConfig(
-            mtu_bytes=n.mtu_bytes,
-            queue_limit_bytes=n.queue_limit_bytes,
-            queue_limit_ref_bps=REFERENCE_RATE_BPS if n.queue_limit_scales_with_rate else None,
-            ecn=n.ecn,
-            ecn_k_packets_at_10g=n.ecn_k_packets,
-            ecn_k_bytes=n.ecn_k_bytes,
-            lossless=n.pfc,
-            switch_buffer_bytes=n.switch_buffer_bytes,
-            pfc_alpha=n.pfc_alpha,
-            pfc_headroom_factor=n.pfc_headroom_factor,
-            host_ecn=n.host_ecn,
-        )
+        return NetworkConfig.from_scenario(sc.network.model_dump())
     except ValueError as exc:
         raise _network_error(exc) from None
 
 
 def dctcp_config(sc: Scenario) -> DctcpConfig:
+    """The hosts' TCP of the scenario: its ``network.dctcp_*`` keys (timeouts in microseconds;
+    the initial timeout is the minimum) and the segment size of its MTU."""
     n = sc.network
     rto_min = round(n.dctcp_min_rto_us * PS_PER_US)
     return DctcpConfig(
@@ -179,22 +162,24 @@ def dctcp_config(sc: Scenario) -> DctcpConfig:
     )
 
 
+# The [panama] keys that are not TransportSettings' fields by the same name: renamed ones, and
+# the controller's (panama.core.controller.Controller, built by Simulation). A key ending in
+# ``_us`` is the field ending in ``_ps`` (rounded picoseconds).
+_TRANSPORT_RENAMED = {"initial_window_packets": "initial_window", "fixed_window_packets": "fixed_window"}
+_CONTROLLER_KEYS = frozenset({"threshold_bytes", "max_jobs_per_switch"})
+
+
 def transport_settings(sc: Scenario) -> TransportSettings:
-    p = sc.panama
-    return TransportSettings(
-        num_trees=p.num_trees,
-        payload_elems=p.payload_elems,
-        initial_window=p.initial_window_packets,
-        fixed_window=p.fixed_window_packets,
-        dctcp_g=p.dctcp_g,
-        initial_rto_ps=round(p.initial_rto_us * PS_PER_US),
-        min_rto_ps=round(p.min_rto_us * PS_PER_US),
-        max_rto_ps=round(p.max_rto_us * PS_PER_US),
-        min_pto_ps=None if p.min_pto_us is None else round(p.min_pto_us * PS_PER_US),
-        cc=p.cc,
-        path_floor_share=p.path_floor_share,
-        hop_latency_ps=round(sc.pswitch.processing_latency_ns * 1000),
-    )
+    """The worker-transport settings of the scenario's ``[panama]`` table, with the
+    accelerators' latency (``pswitch.processing_latency_ns``) as the path windows' hop latency."""
+    values = {}
+    for key, value in sc.panama.model_dump().items():
+        if key in _CONTROLLER_KEYS:
+            continue
+        if key.endswith("_us"):
+            key, value = key.removesuffix("_us") + "_ps", None if value is None else round(value * PS_PER_US)
+        values[_TRANSPORT_RENAMED.get(key, key)] = value
+    return TransportSettings(**values, hop_latency_ps=round(sc.pswitch.processing_latency_ns * 1000))
 
 
 class Simulation:

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, create_model, model_validator
 
 from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.core.errors import FieldError
+from panama.sim.netconfig import SCENARIO_SETTINGS
 
 # The allreduce schemes of the simulator, declared once (the type of the settings field;
 # the tuple is derived from it). ``panama-or`` is ``panama`` with the source's tree reaction
@@ -69,53 +70,44 @@ class TopologyConfig(_Model):
     link_delay_us: float | None = Field(None, ge=0, le=MAX_US, description="one-way propagation delay per link")
 
 
-class NetworkConfig(_Model):
-    """Switch queues, ECN marking, PFC and host DCTCP (mapped onto panama.sim.network/dctcp)."""
+def _network_section() -> type[_Model]:
+    """The model of the ``[network]`` table: every key of :data:`~panama.sim.netconfig.SCENARIO_SETTINGS`
+    (the simulator's :class:`~panama.sim.netconfig.NetworkConfig`, where each is defined), then the
+    host TCP keys (:data:`_HOST_TCP`). Booleans are strict, as everywhere in a scenario."""
+    keys: dict[str, Any] = {
+        s.key: (StrictBool if s.type is bool else s.type, Field(s.default, description=s.description, **s.range))
+        for s in SCENARIO_SETTINGS
+    }
+    return create_model(
+        "NetworkSection",
+        __base__=_Model,
+        __doc__="Switch queues, ECN marking, PFC and host DCTCP (mapped onto panama.sim.network/dctcp).",
+        __module__=__name__,
+        **keys,
+        **_HOST_TCP,
+    )
 
-    pfc: StrictBool = Field(True, description="lossless fabric: PFC PAUSE with a shared buffer per switch")
-    queue_limit_bytes: int = Field(
-        450_000,
-        ge=1500,
-        le=MAX_BYTES,
-        description="drop-tail limit per output queue when pfc=false, for a 10 Gbps port (scaled by the port's rate "
-        "when queue_limit_scales_with_rate)",
-    )
-    queue_limit_scales_with_rate: StrictBool = Field(
-        True,
-        description="queue limits (and the default PFC buffer) scale with link rate like the ECN threshold; false: "
-        "the same bytes at every rate, so at 100 Gbps the ECN threshold (650 packets) exceeds the buffer and PFC, "
-        "not ECN, controls the queues (docs/experiments.md, 100 Gb/s)",
-    )
-    switch_buffer_bytes: int | None = Field(
-        None,
-        ge=1500,
-        le=MAX_BYTES,
-        description="shared buffer per switch when pfc=true; None = the sum of its ports' queue limits",
-    )
-    pfc_alpha: float = Field(0.125, gt=0, le=64, description="dynamic PFC threshold: pause when ingress > alpha x free")
-    pfc_headroom_factor: float = Field(
-        3.0, ge=0, le=1e3, description="PFC headroom per ingress: factor x rate x delay + 2 MTU"
-    )
-    ecn: StrictBool = Field(True, description="ECN marking (DCTCP step marking at enqueue)")
-    ecn_k_packets: float = Field(
-        65.0, ge=0, le=1e9, description="marking threshold in MTU packets at 10 Gbps, scaled by rate"
-    )
-    ecn_k_bytes: int | None = Field(
-        None, ge=0, le=MAX_BYTES, description="fixed marking threshold in bytes (overrides ecn_k_packets)"
-    )
-    host_ecn: StrictBool = Field(
-        True,
-        description="host NIC queues mark ECN at the same threshold (a CE-marking qdisc); without it a sender "
-        "limited by its own NIC grows its window without bound and delays everything else its host sends",
-    )
-    mtu_bytes: int = Field(1500, ge=256, le=9000, description="IP MTU; TCP segments carry mtu_bytes - 40")
-    dctcp_initial_window_packets: float = Field(
-        10.0, ge=1, le=1e6, description="initial cwnd of background/ring TCP flows"
-    )
-    dctcp_min_rto_us: float = Field(1000.0, gt=0, le=MAX_US, description="minimum retransmission timeout of TCP flows")
-    dctcp_max_rto_us: float = Field(
-        100_000.0, gt=0, le=MAX_US, description="maximum retransmission timeout of TCP flows"
-    )
+
+# The [network] table's keys of the hosts' TCP (panama.sim.dctcp.DctcpConfig, built by
+# panama.sim.runner.dctcp_config: the scenario gives its timeouts in microseconds).
+_HOST_TCP: dict[str, Any] = {
+    "dctcp_initial_window_packets": (
+        float,
+        Field(10.0, ge=1, le=1e6, description="initial cwnd of background/ring TCP flows"),
+    ),
+    "dctcp_min_rto_us": (
+        float,
+        Field(1000.0, gt=0, le=MAX_US, description="minimum retransmission timeout of TCP flows"),
+    ),
+    "dctcp_max_rto_us": (
+        float,
+        Field(100_000.0, gt=0, le=MAX_US, description="maximum retransmission timeout of TCP flows"),
+    ),
+}
+
+#: The ``[network]`` table: built from the simulator's ``NetworkConfig`` (``NetworkConfig.from_scenario``
+#: turns its values into one), so that no field of it is restated here.
+NetworkSection = _network_section()
 
 
 class PSwitchConfig(_Model):
@@ -217,7 +209,7 @@ class Scenario(_Model):
     )
     scheme: Scheme = Field("panama", description="allreduce scheme of every job without its own")
     topology: TopologyConfig = Field(default_factory=TopologyConfig, description="[topology] table")
-    network: NetworkConfig = Field(default_factory=NetworkConfig, description="[network] table")
+    network: NetworkSection = Field(default_factory=NetworkSection, description="[network] table")
     pswitch: PSwitchConfig = Field(default_factory=PSwitchConfig, description="[pswitch] table")
     panama: PanamaConfig = Field(default_factory=PanamaConfig, description="[panama] table")
     background: BackgroundConfig = Field(default_factory=BackgroundConfig, description="[background] table")

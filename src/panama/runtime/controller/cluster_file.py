@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from panama.addresses import reachable
 from panama.core.errors import FieldError
 from panama.core.topology import Topology, TopologyError, leaf_spine
 from panama.runtime.net.udp import Address, AddressError, format_addr, parse_addr
@@ -102,7 +103,7 @@ def load_cluster(source: str | Path | dict) -> ClusterSpec:
         except AddressError as exc:
             raise ClusterFileError(exc.field, exc.detail) from None
         for key, addr in (("udp", udp), ("control", control)):
-            if addr[0] == "0.0.0.0" or addr[1] == 0:
+            if not reachable(*addr):  # the one rule: panama.addresses
                 raise ClusterFileError(
                     f"switches.{name}.{key}",
                     f"{format_addr(addr)} is not an address others can reach (give the daemon's own address and port)",

@@ -19,7 +19,6 @@ coalesced buffers (the switch daemon's batched loop does).
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import socket
 import time
@@ -27,6 +26,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from panama.addresses import is_ipv4
 from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.packet import ECT0, Packet
@@ -85,10 +85,8 @@ def parse_ipv4_addr(text: object, *, field: str = "address") -> Address:
     if not isinstance(text, str):
         raise AddressError(field, f"expected HOST:PORT strings, got {text!r}")
     host, port = parse_addr(text, field=field)
-    try:
-        ipaddress.IPv4Address(host)
-    except ValueError:
-        raise AddressError(field, f"host of {text!r} is not an IPv4 address (names are not resolved here)") from None
+    if not is_ipv4(host):
+        raise AddressError(field, f"host of {text!r} is not an IPv4 address (names are not resolved here)")
     return host, port
 
 

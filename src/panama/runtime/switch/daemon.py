@@ -74,6 +74,7 @@ from collections import Counter
 
 from aiohttp import web
 
+from panama.addresses import PORT_ZERO, unreachable_reason
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
@@ -387,12 +388,15 @@ class SwitchDaemon:
         return addrs, (group,)
 
     def _destination(self, text: object, field: str) -> Address:
-        """A child or parent address: parsed, resolved, and one this daemon's socket can send to."""
+        """A child or parent address: an IPv4 literal, one peers can send to (the one rule:
+        :mod:`panama.addresses`), and one this daemon's socket can send to (a route
+        lookup: what the rule cannot tell)."""
         host, port = _resolve(text, field)
-        if not 1 <= port <= 65535:
+        reason = unreachable_reason(host, port)
+        if reason == PORT_ZERO:
             raise AddressError(field, f"port must be in [1, 65535], got {text!r}")
-        if host == "0.0.0.0":
-            raise AddressError(field, f"{text!r} is not a destination (unspecified address)")
+        if reason is not None:
+            raise AddressError(field, f"{text!r} is not a destination ({reason})")
         probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             probe.bind((self.udp_addr[0], 0))
