@@ -39,7 +39,7 @@ def test_a_missing_file_is_named(tmp_path):
 def test_readme_rows_and_quoted_facts_match_the_stored_outputs(monkeypatch):
     monkeypatch.chdir(ROOT)
     assert len(readme_rows()) >= 6
-    assert [p for p in check_published(ROOT) if p not in KNOWN_MISSING_ELSEWHERE] == []
+    assert check_published(ROOT) == []
 
 
 @needs_store
