@@ -26,7 +26,9 @@ The callers (``tests/runtime/test_address_rule.py`` checks the rule's table):
 * the controller's cluster file (``switches.NAME.udp/control``): host and port (the
   controller connects to them and tells the daemons' peers; names pass);
 * the switch daemon's tree children and parent (``PUT /jobs``): IPv4 literal, host and
-  port, then a route lookup from the data plane's socket (what only sending can tell).
+  port, then a route lookup from the data plane's socket (what only sending can tell);
+* a rank's ``udp`` in its registration with the controller (where the switches will send
+  its results): IPv4 literal, host and port (400 naming ``udp``).
 
 The controller's own ``--listen`` may be ``0.0.0.0``: nobody is told that address.
 Standard library only, so :mod:`panama.environment` (which every layer may use) uses it.

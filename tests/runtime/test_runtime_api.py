@@ -36,6 +36,9 @@ BAD_REGISTER = [
     (json.dumps({"rank": 0, "world_size": 4, "udp": "nowhere"}).encode(), 400, "udp"),
     (json.dumps({"rank": 0, "world_size": 4, "udp": "localhost:5000"}).encode(), 400, "udp"),  # names are not resolved
     (json.dumps({"rank": 0, "world_size": 4, "udp": "127.0.0.1\n:5000"}).encode(), 400, "udp"),
+    (json.dumps({"rank": 0, "world_size": 4, "udp": "0.0.0.0:5000"}).encode(), 400, "udp"),  # no one sends there
+    (json.dumps({"rank": 0, "world_size": 4, "udp": "239.1.2.3:5000"}).encode(), 400, "udp"),
+    (json.dumps({"rank": 0, "world_size": 4, "udp": "127.0.0.1:0"}).encode(), 400, "udp"),
     (json.dumps({"rank": 0, "world_size": 4, "udp": "127.0.0.1:5000", "size_bytes": -1}).encode(), 400, "size_bytes"),
     (json.dumps({"rank": 0, "world_size": 4, "udp": "127.0.0.1:5000", "wait_s": "soon"}).encode(), 400, "wait_s"),
     (json.dumps({"rank": 0, "world_size": 999, "udp": "127.0.0.1:5000"}).encode(), 400, "world_size"),

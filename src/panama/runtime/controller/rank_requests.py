@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from panama.addresses import unreachable_reason
 from panama.core.jobs import JobInput, JobState
 from panama.runtime.control.client import HttpError, error_text
 from panama.runtime.control.messages import (
@@ -158,9 +159,13 @@ class RankRequests:
                 f"{self.service.topology.name}",
             )
         try:
-            return parse_ipv4_addr(reg.udp, field="udp")  # a literal: nothing is resolved here
+            udp = parse_ipv4_addr(reg.udp, field="udp")  # a literal: nothing is resolved here
         except AddressError as exc:
             raise BadRequest(400, str(exc)) from None
+        why = unreachable_reason(*udp)  # the switches send this rank its results there
+        if why is not None:
+            raise BadRequest(400, f"udp: {reg.udp!r} is not an address the switches can send results to ({why})")
+        return udp
 
     def _check_joins(self, job: Job, reg: RegisterBody) -> None:
         """A register for a job other ranks registered: it must agree with them (409 otherwise)."""
