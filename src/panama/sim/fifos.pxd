@@ -9,6 +9,7 @@ ctypedef struct _Rel:
     long long in_idx
 
 ctypedef struct _Ring:
+    long long head_end  # q[head].end, or 2**62 when empty: release() skips a ring without reading q
     _Rel* q
     Py_ssize_t head
     Py_ssize_t n

@@ -6,6 +6,10 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.string cimport memcpy
 
+cdef extern from *:
+    # GCC/Clang: a hint to load a cache line early (no effect on results).
+    void _prefetch "__builtin_prefetch"(const void* p) noexcept nogil
+
 IMPLEMENTATION = "C"
 
 cdef long long _NEVER_C = 1LL << 62  # later than any simulated time (panama.sim.engine)
@@ -96,6 +100,7 @@ cdef class ReleaseRings:
             raise MemoryError()
         self._nrings = nrings
         for i in range(nrings):
+            self._r[i].head_end = _NEVER_C
             self._r[i].q = NULL
             self._r[i].head = 0
             self._r[i].n = 0
@@ -144,6 +149,8 @@ cdef class ReleaseRings:
         r.q[i].end = end_ps
         r.q[i].size = size
         r.q[i].in_idx = in_idx
+        if not r.n:
+            r.head_end = end_ps
         r.n += 1
         if end_ps < self._next:
             self._next = end_ps
@@ -156,6 +163,8 @@ cdef class ReleaseRings:
         if not r.n:
             raise IndexError("pop from an empty release ring")
         r.n -= 1
+        if not r.n:
+            r.head_end = _NEVER_C
         i = r.head + r.n
         if i >= r.cap:
             i -= r.cap
@@ -171,9 +180,11 @@ cdef class ReleaseRings:
         cdef _Rel* q
         for k in range(self._nrings):
             r = &self._r[k]
-            n = r.n
-            if not n:
+            if r.head_end > now:  # nothing ended (or empty): the ring's entries stay unread
+                if r.head_end < nxt:
+                    nxt = r.head_end
                 continue
+            n = r.n
             q = r.q
             h = r.head
             while n and q[h].end <= now:
@@ -185,8 +196,9 @@ cdef class ReleaseRings:
                 n -= 1
             r.head = h
             r.n = n
-            if n and q[h].end < nxt:
-                nxt = q[h].end
+            r.head_end = q[h].end if n else _NEVER_C
+            if r.head_end < nxt:
+                nxt = r.head_end
         self._next = nxt
         return freed
 
@@ -245,7 +257,17 @@ cdef class PacketPipe:
         self._n += 1
 
     cpdef long long head_time(self) noexcept:
-        return self._q[self._head].t if self._n else -1
+        """See fifos.py. Also starts loading the head packet (its first two cache lines):
+        a port asks before it re-arms for the head's arrival, and by then the packet,
+        queued one link delay ago, has usually left the cache; its first touch was the
+        largest single stall of a 100 Gb/s run (docs/performance.md)."""
+        cdef char* p
+        if not self._n:
+            return -1
+        p = <char*>self._q[self._head].pkt
+        _prefetch(p)
+        _prefetch(p + 64)
+        return self._q[self._head].t
 
     cpdef long long back_time(self) noexcept:
         cdef Py_ssize_t k
