@@ -16,7 +16,7 @@ import click
 from panama.cli.common import usage_error
 from panama.experiments.schemes import DEFAULT_PRESET, PRESET_NAMES, SCHEME_ORDER
 
-__all__ = ["SCHEMES_ALL", "resolve_args"]
+__all__ = ["SCHEMES_ALL", "parse_seeds", "resolve_args"]
 
 #: Every scheme of the shared-cluster experiment, the baseline first (its default --schemes).
 SCHEMES_ALL = ",".join(SCHEME_ORDER)
@@ -115,6 +115,17 @@ def _shared_cluster_options(f):
     return f
 
 
+def parse_seeds(seeds: str) -> list[int]:
+    """``--seeds``: comma-separated non-negative integers; a UsageError naming ``--seeds`` otherwise."""
+    try:
+        vals = [int(v) for v in seeds.split(",") if v.strip()]
+    except ValueError:
+        vals = []
+    if not vals or any(v < 0 for v in vals):
+        raise usage_error("--seeds", f"expected comma-separated non-negative integers, got {seeds!r}")
+    return vals
+
+
 def _resolve_shared_cluster(
     quick: bool,
     preset: str | None,
@@ -130,7 +141,7 @@ def _resolve_shared_cluster(
 ) -> dict[str, Any]:
     """Validate options into keyword arguments of run_shared_cluster (UsageErrors name the option)."""
     from panama.experiments.shared_cluster import experiment_scenario
-    from panama.experiments.sweep import parse_sweep, parse_value
+    from panama.experiments.sweep import parse_sweep
     from panama.sim.scenario import SCHEMES, ScenarioError, load_scenario
 
     if quick and preset not in (None, "quick"):
@@ -163,10 +174,7 @@ def _resolve_shared_cluster(
     if seeds is not None:
         if "seed" in axes:
             raise usage_error("--seeds", "seed also given by --seed or --sweep")
-        vals = [parse_value(v) for v in seeds.split(",") if v.strip()]
-        if not vals or not all(isinstance(v, int) and v >= 0 for v in vals):
-            raise usage_error("--seeds", f"expected comma-separated non-negative integers, got {seeds!r}")
-        axes["seed"] = vals
+        axes["seed"] = parse_seeds(seeds)
     if "scheme" in axes:
         raise usage_error("--sweep", "'scheme' is not a sweep axis: use --schemes")
     try:

@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from panama.cli.cluster_args import _command_line, resolve_args
-from panama.cli.common import DEFAULT_OUT, OutDir, usage_error
+from panama.cli.cluster_args import _command_line, parse_seeds, resolve_args
+from panama.cli.common import DEFAULT_OUT, OutDir
 from panama.experiments.page_outputs import PAGE, PAGE_OUTPUTS
 from panama.experiments.schemes import PRESET_NAMES
 
@@ -148,7 +148,7 @@ def reproduce_cmd(
     from panama.experiments.sweep import SweepError
 
     cmd = _command_line() or shlex.join(["panama", "experiment", "reproduce", "--out", out_dir.as_posix()])
-    seed_list = _seed_list(seeds)
+    seed_list = None if seeds is None else parse_seeds(seeds)  # None: each output's own
     # every shared-cluster output (and the sweep) validated before anything runs, each from the
     # very options its recorded command shows
     shared = {
@@ -179,19 +179,6 @@ def reproduce_cmd(
     click.echo(f"wrote {page}")
     click.echo("to store these outputs in docs/results/ and write docs/results.md and the README's rows from them:")
     click.echo(f"  panama experiment publish --from {shlex.quote(out_dir.as_posix())}")
-
-
-def _seed_list(seeds: str | None) -> list[int] | None:
-    """--seeds as integers (None: each output's own); a bad list exits 2 naming --seeds."""
-    if seeds is None:
-        return None
-    try:
-        vals = [int(v) for v in seeds.split(",") if v.strip()]
-    except ValueError:
-        vals = []
-    if not vals or any(v < 0 for v in vals):
-        raise usage_error("--seeds", f"expected comma-separated non-negative integers, got {seeds!r}")
-    return vals
 
 
 def _run_shared(out: Path, kw: dict[str, Any], jobs: int | None, scheduler: str | None, command: str) -> None:
