@@ -25,10 +25,11 @@ The callers (``tests/runtime/test_address_rule.py`` checks the rule's table):
 * ``panama switch --udp/--control``: bind addresses, the host only (port 0: any);
 * the controller's cluster file (``switches.NAME.udp/control``): host and port (the
   controller connects to them and tells the daemons' peers; names pass);
-* the switch daemon's tree children and parent (``PUT /jobs``): IPv4 literal, host and
-  port, then a route lookup from the data plane's socket (what only sending can tell);
-* a rank's ``udp`` in its registration with the controller (where the switches will send
-  its results): IPv4 literal, host and port (400 naming ``udp``).
+* the switch daemon's tree children and parent (``PUT /jobs``) and a rank's ``udp`` in its
+  registration with the controller (where the switches will send its results): IPv4
+  literal, host and port (:func:`panama.runtime.net.udp.parse_destination`; 400 naming
+  the field); the daemon then looks up the route from its data plane's socket (what only
+  sending can tell).
 
 The controller's own ``--listen`` may be ``0.0.0.0``: nobody is told that address.
 Standard library only, so :mod:`panama.environment` (which every layer may use) uses it.

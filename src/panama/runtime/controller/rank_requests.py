@@ -19,7 +19,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from panama.addresses import unreachable_reason
 from panama.core.jobs import JobInput, JobState
 from panama.runtime.control.client import HttpError, error_text
 from panama.runtime.control.messages import (
@@ -38,7 +37,7 @@ from panama.runtime.control.messages import (
 from panama.runtime.control.server import OPERATOR, BadRequest, Credential
 from panama.runtime.control.tokens import JOB_TOKEN_ENV, new_token
 from panama.runtime.controller.jobs import Job, Rank
-from panama.runtime.net.udp import Address, AddressError, format_addr, parse_ipv4_addr
+from panama.runtime.net.udp import Address, AddressError, format_addr, parse_destination
 
 log = logging.getLogger("panama.controller")
 
@@ -158,14 +157,10 @@ class RankRequests:
                 f"world_size: {reg.world_size} workers do not fit the {len(self.service.hosts_in_order)} hosts of "
                 f"{self.service.topology.name}",
             )
-        try:
-            udp = parse_ipv4_addr(reg.udp, field="udp")  # a literal: nothing is resolved here
+        try:  # a literal (nothing is resolved here) the switches can send this rank's results to
+            return parse_destination(reg.udp, field="udp")
         except AddressError as exc:
             raise BadRequest(400, str(exc)) from None
-        why = unreachable_reason(*udp)  # the switches send this rank its results there
-        if why is not None:
-            raise BadRequest(400, f"udp: {reg.udp!r} is not an address the switches can send results to ({why})")
-        return udp
 
     def _check_joins(self, job: Job, reg: RegisterBody) -> None:
         """A register for a job other ranks registered: it must agree with them (409 otherwise)."""

@@ -26,7 +26,7 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from panama.addresses import is_ipv4
+from panama.addresses import PORT_ZERO, is_ipv4, unreachable_reason
 from panama.core import codec
 from panama.core.errors import FieldError
 from panama.core.packet import ECT0, Packet
@@ -87,6 +87,20 @@ def parse_ipv4_addr(text: object, *, field: str = "address") -> Address:
     host, port = parse_addr(text, field=field)
     if not is_ipv4(host):
         raise AddressError(field, f"host of {text!r} is not an IPv4 address (names are not resolved here)")
+    return host, port
+
+
+def parse_destination(text: object, *, field: str) -> Address:
+    """An IPv4 literal ``HOST:PORT`` (:func:`parse_ipv4_addr`) that peers can send to (the one
+    rule, :mod:`panama.addresses`: not port 0, unspecified, multicast or broadcast): what a
+    request names as somewhere datagrams will be sent. :class:`AddressError` naming ``field``
+    otherwise."""
+    host, port = parse_ipv4_addr(text, field=field)
+    reason = unreachable_reason(host, port)
+    if reason == PORT_ZERO:
+        raise AddressError(field, f"port must be in [1, 65535], got {text!r}")
+    if reason is not None:
+        raise AddressError(field, f"{text!r} is not a destination ({reason})")
     return host, port
 
 

@@ -74,7 +74,6 @@ from collections import Counter
 
 from aiohttp import web
 
-from panama.addresses import PORT_ZERO, unreachable_reason
 from panama.core import codec
 from panama.core.accelerator import Accelerator, AcceleratorError
 from panama.core.errors import FieldError
@@ -87,6 +86,7 @@ from panama.runtime.net.udp import (
     AddressError,
     PacketSocket,
     format_addr,
+    parse_destination,
     parse_ipv4_addr,
 )
 from panama.runtime.process import main_from_file, write_ready_file
@@ -391,12 +391,7 @@ class SwitchDaemon:
         """A child or parent address: an IPv4 literal, one peers can send to (the one rule:
         :mod:`panama.addresses`), and one this daemon's socket can send to (a route
         lookup: what the rule cannot tell)."""
-        host, port = _resolve(text, field)
-        reason = unreachable_reason(host, port)
-        if reason == PORT_ZERO:
-            raise AddressError(field, f"port must be in [1, 65535], got {text!r}")
-        if reason is not None:
-            raise AddressError(field, f"{text!r} is not a destination ({reason})")
+        host, port = parse_destination(text, field=field)
         probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
             probe.bind((self.udp_addr[0], 0))
