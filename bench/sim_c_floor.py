@@ -30,8 +30,16 @@ from pathlib import Path
 import pyximport
 
 from panama._ext import ENV_VAR, compiled
-from panama.benchmarks.sim import ACK_BYTES, DATA_BYTES, DELAY_PS, RATE_BPS, build_reference, minimal_loop
-from panama.core.units import PS_PER_S, ms
+from panama.benchmarks.sim import (
+    ACK_BYTES,
+    DATA_BYTES,
+    DELAY_PS,
+    RATE_BPS,
+    build_reference,
+    minimal_loop,
+    ps_per_byte,
+)
+from panama.core.units import ms
 from panama.sim.runner import frozen_gc
 
 pyximport.install(language_level=3, build_dir=str(Path.home() / ".cache" / "panama-bench-pyx"))
@@ -44,7 +52,7 @@ N_FLOWS, WINDOW = 4, 32  # minimal_loop's defaults
 def c_floor_ns(n_hops: int, window: int = WINDOW) -> float:
     """ns per hop of the C loop (``N_FLOWS`` x ``window`` packets, one heap entry each),
     after checking it against the heapq loop."""
-    ppb = -(-8 * PS_PER_S // int(RATE_BPS))
+    ppb = ps_per_byte(RATE_BPS)
     check = 200_000
     busy: list[int] = []
     minimal_loop(check, N_FLOWS, window, busy_out=busy)

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from panama.benchmarks.sim import ACK_BYTES, DATA_BYTES, DELAY_PS, RATE_BPS, minimal_loop
-from panama.core.units import PS_PER_S
+from panama.benchmarks.sim import ACK_BYTES, DATA_BYTES, DELAY_PS, RATE_BPS, minimal_loop, ps_per_byte
 
 pyximport = pytest.importorskip("pyximport")
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -29,7 +28,7 @@ def c_loop(tmp_path_factory):
 def test_the_c_loop_moves_the_same_hops_as_the_heapq_loop(c_loop, n_hops, n_flows, window):
     busy: list[int] = []
     hops, _ = minimal_loop(n_hops, n_flows, window, busy_out=busy)
-    ppb = -(-8 * PS_PER_S // int(RATE_BPS))
+    ppb = ps_per_byte(RATE_BPS)
     c_hops, _, c_busy = c_loop(n_hops, n_flows, window, ppb, DELAY_PS, DATA_BYTES, ACK_BYTES)
     assert (c_hops, c_busy) == (hops, busy)
     assert len(busy) == 2 * n_flows + 2 and max(busy) > 0

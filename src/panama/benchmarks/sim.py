@@ -138,6 +138,11 @@ def run_reference(
     return summarize_reference(ref, duration_ps, events, wall)
 
 
+def ps_per_byte(rate_bps: float) -> int:
+    """Serialisation time of one byte at ``rate_bps``, rounded up as the simulator's ports do."""
+    return -(-8 * PS_PER_S // int(rate_bps))
+
+
 def minimal_loop(
     n_hops: int,
     n_flows: int = 4,
@@ -150,7 +155,7 @@ def minimal_loop(
     reference topology. Returns (hops, wall seconds); ``busy_out``, if given, receives each
     link's final busy-until time (ps), so that another implementation of the same loop
     (``bench/sim_c_floor.py``, in C) can be checked against this one."""
-    ppb = -(-8 * PS_PER_S // int(rate_bps))
+    ppb = ps_per_byte(rate_bps)
     tx_data, tx_ack = DATA_BYTES * ppb, ACK_BYTES * ppb
     # Links: sender i -> switch (i), switch -> receiver (n), receiver -> switch (n+1),
     # switch -> sender i (n+2+i). Route of flow i: data up, data down, ACK up, ACK down.
