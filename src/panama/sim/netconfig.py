@@ -17,7 +17,7 @@ from typing import Any
 from panama.core.errors import FieldError
 from panama.core.units import PS_PER_S
 
-__all__ = ["NetworkConfig", "REFERENCE_RATE_BPS", "ScenarioSetting", "SCENARIO_SETTINGS", "scenario_key"]
+__all__ = ["MAX_BYTES", "NetworkConfig", "REFERENCE_RATE_BPS", "ScenarioSetting", "SCENARIO_SETTINGS", "scenario_key"]
 
 # The port rate at which the scenario gives its per-port sizes: the ECN threshold in
 # packets (``ecn_k_packets_at_10g``) and, when they scale with the rate, the queue limits.
@@ -25,8 +25,8 @@ REFERENCE_RATE_BPS = 10e9
 
 _BITS_PS = 8 * PS_PER_S  # bits * ps per second: tx_ps = size_bytes * _BITS_PS / rate_bps
 
-# The largest byte count a scenario may give (panama.sim.scenario.MAX_BYTES: 1 TB).
-_MAX_BYTES = 10**12
+#: The largest byte count a scenario may give (1 TB; panama.sim.scenario's bound for every byte key).
+MAX_BYTES = 10**12
 
 
 def _setting(
@@ -91,7 +91,7 @@ class NetworkConfig:
         "drop-tail limit per output queue when pfc=false, for a 10 Gbps port (scaled by the port's rate "
         "when queue_limit_scales_with_rate)",
         ge=1500,
-        le=_MAX_BYTES,
+        le=MAX_BYTES,
     )
     queue_limit_ref_bps: float | None = _setting(
         None,
@@ -106,7 +106,7 @@ class NetworkConfig:
         None,
         "shared buffer per switch when pfc=true; None = the sum of its ports' queue limits",
         ge=1500,
-        le=_MAX_BYTES,
+        le=MAX_BYTES,
     )
     pfc_alpha: float = _setting(1.0 / 8.0, "dynamic PFC threshold: pause when ingress > alpha x free", gt=0, le=64)
     pfc_headroom_factor: float = _setting(3.0, "PFC headroom per ingress: factor x rate x delay + 2 MTU", ge=0, le=1e3)
@@ -119,7 +119,7 @@ class NetworkConfig:
         le=1e9,
     )
     ecn_k_bytes: int | None = _setting(
-        None, "fixed marking threshold in bytes (overrides ecn_k_packets)", ge=0, le=_MAX_BYTES
+        None, "fixed marking threshold in bytes (overrides ecn_k_packets)", ge=0, le=MAX_BYTES
     )
     host_ecn: bool = _setting(
         True,

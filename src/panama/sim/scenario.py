@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, 
 
 from panama.core.controller import DEFAULT_THRESHOLD_BYTES
 from panama.core.errors import FieldError
-from panama.sim.netconfig import SCENARIO_SETTINGS
+from panama.sim.netconfig import MAX_BYTES, SCENARIO_SETTINGS
 
 # The allreduce schemes of the simulator, declared once (the type of the settings field;
 # the tuple is derived from it). ``panama-or`` is ``panama`` with the source's tree reaction
@@ -46,7 +46,6 @@ class ScenarioError(FieldError):
 # true/false only, never "yes" or 1).
 MAX_MS = 1e6  # 1,000 s of simulated time
 MAX_US = 1e9  # the same, in microseconds
-MAX_BYTES = 10**12  # 1 TB
 MAX_GBPS = 1e4  # 10 Tb/s
 
 
