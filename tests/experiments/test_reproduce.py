@@ -240,3 +240,20 @@ def test_the_docs_show_the_tables_commands():
     text = (ROOT / "docs" / "experiments.md").read_text().replace("\\\n    ", "")
     for o in PAGE:
         assert o.command(f"OUT/{o.name}") in text, o.name
+
+
+@pytest.mark.parametrize("text, seeds", [("1,2,3", [1, 2, 3]), (" 4 , 5,", [4, 5]), ("0", [0])])
+def test_seed_lists_parse_to_integers(text, seeds):
+    from panama.cli.cluster_args import parse_seeds
+
+    assert parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["", ",", "true", "1.5", "-1", "1,x", "0x10"])
+def test_bad_seed_lists_name_the_option(text):
+    import click
+
+    from panama.cli.cluster_args import parse_seeds
+
+    with pytest.raises(click.UsageError, match="--seeds"):
+        parse_seeds(text)
