@@ -26,7 +26,7 @@ cdef class Node:
     cdef public dict port_by_name
     cdef public list fib
     cdef public list fib1
-    cdef public object salt
+    cdef public unsigned long long salt
 
     cpdef receive(self, SimPacket pkt, long long in_idx)
 
