@@ -11,6 +11,14 @@ cdef extern from *:
 ctypedef struct _Key:
     _u128 k
 
+# A 4-ary heap of keys in a C array (heap.pyx): ``n`` keys from ``keys``, room for ``cap``;
+# ``raw`` is the allocation ``keys`` lies in.
+ctypedef struct _Keys:
+    _Key* keys
+    void* raw
+    Py_ssize_t n
+    Py_ssize_t cap
+
 cdef class Event:
     cdef public long long t
     cdef public long long seq
@@ -27,20 +35,21 @@ cdef class EventQueue:
     cdef public list heap
     cdef public long long seq
     cdef public long long events
-    cdef _Key* _keys
-    cdef void* _kraw
+    cdef _Keys _near
+    cdef _Keys _far
+    cdef _u128 _far_min
     cdef Py_ssize_t* _vacant
-    cdef Py_ssize_t _kcap
-    cdef Py_ssize_t _n
+    cdef Py_ssize_t _vcap
     cdef Py_ssize_t _nfree
     cdef PyObject* _firing
     cdef bint _refired
+    cdef long long _refire_t
     cdef _u128 _refire_key
 
-    cdef int _grow(self) except -1
+    cdef int _add(self, long long t, _u128 k) except -1
+    cdef int _bring_far(self) except -1
     cdef int _heap_push(self, Event ev) except -1
-    cdef void _sift_root(self, _u128 k, Py_ssize_t n) noexcept
-    cdef void _settle_fired(self) noexcept
+    cdef int _settle_fired(self) except -1
 
     cpdef push(self, long long time_ps, object callback)
     cpdef schedule(self, long long time_ps, Event ev)

@@ -4,15 +4,23 @@
 The contract, and how this file and its pure-Python twin ``heap.py`` are chosen, are in
 ``heap.py``'s docstring; both run entries in the same ``(time, seq)`` order.
 
-Here the heap is a 4-ary heap in a C array of ``(t, seq, slot)`` keys, 16 bytes each
-(``_keys``, ``_n`` of them; the children of entry ``i`` are ``4i+1 .. 4i+4``, and the array
-is placed so that each group of four siblings fills one 64-byte cache line: a pop reads
-one line per level, half the levels of a binary heap): ``t`` biased by 2**63 in the high half, ``seq`` (below 2**40) and ``slot``
-(below 2**24) in the low half, so the keys compare as ``(t, seq)`` do (seq numbers are
-unique). ``slot`` is the event's position in ``heap``, a list that only owns the pending
-events (visible to the garbage collector) and whose free positions are reused
-(``_vacant``, ``_nfree`` of them). Sifting moves keys in contiguous memory and never
-touches the events themselves; the loop calls each event's ``fire()`` as a C method.
+Here the pending entries are ``(t, seq, slot)`` keys, 16 bytes each, in two 4-ary heaps
+in C arrays (``_Keys``: the children of entry ``i`` are ``4i+1 .. 4i+4``, and the array is
+placed so that each group of four siblings fills one 64-byte cache line: a pop reads one
+line per level, half the levels of a binary heap): ``t`` biased by 2**63 in the high half,
+``seq`` (below 2**40) and ``slot`` (below 2**24) in the low half, so the keys compare as
+``(t, seq)`` do (seq numbers are unique). ``slot`` is the event's position in ``heap``, a
+list that only owns the pending events (visible to the garbage collector) and whose free
+positions are reused (``_vacant``, ``_nfree`` of them). Sifting moves keys in contiguous
+memory and never touches the events themselves; the loop calls each event's ``fire()``
+as a C method.
+
+The near heap (``_near``) holds the entries due less than ``_FAR_PS`` after ``now`` when
+they were pushed; the far heap (``_far``) the others: on a fat tree, about 40 % of the
+pending entries are retransmission timers 100 us or more ahead, which would otherwise
+deepen every sift of the near events (ports' next arrivals) that make most of the pops.
+Events fire from the near heap's root; the far heap's root moves there (``_bring_far``)
+once it is the earliest key (``_far_min``), so the order is exactly the keys' order.
 """
 
 from cpython.list cimport PyList_GET_ITEM
@@ -26,9 +34,16 @@ cdef extern from *:
 
 IMPLEMENTATION = "C"
 
+# Larger than any key (an event of time 2**63 - 1, seq 2**40 - 1): no far key.
+cdef _u128 _NO_KEY = ~(<_u128>0)
+
 cdef enum:
     _SLOT_BITS = 24
     _SEQ_BITS = 40
+
+# Entries due this far after now or later (retransmission timers, mostly) wait in a second
+# heap, out of the way of the near events' sifts (about 17 us).
+cdef long long _FAR_PS = 1LL << 24
 
 # Returned by an event callback that did nothing (see heap.py).
 STALE = object()
@@ -50,6 +65,77 @@ cdef inline long long _key_t(_u128 k) noexcept:
 
 cdef inline Py_ssize_t _key_slot(_u128 k) noexcept:
     return <Py_ssize_t>(<unsigned long long>k & ((1ULL << _SLOT_BITS) - 1))
+
+
+
+
+cdef int _keys_grow(_Keys* h) except -1:
+    """Double the key array of ``h``. The keys start 3 entries past a 64-byte boundary, so
+    that every group of siblings (from entry 1 on) fills a line."""
+    cdef Py_ssize_t cap = h.cap * 2 if h.cap else 256
+    cdef void* raw = PyMem_Malloc(cap * sizeof(_Key) + 128)
+    if raw == NULL:
+        raise MemoryError()
+    cdef size_t base = (<size_t>raw + 63) & ~(<size_t>63)
+    cdef _Key* keys = (<_Key*>base) + 3
+    if h.n:
+        memcpy(keys, h.keys, h.n * sizeof(_Key))
+    PyMem_Free(h.raw)
+    h.raw = raw
+    h.keys = keys
+    h.cap = cap
+    return 0
+
+
+cdef int _keys_push(_Keys* h, _u128 k) except -1:
+    """Add key ``k`` to the heap ``h`` (sifted up from a new leaf)."""
+    cdef Py_ssize_t pos, up
+    cdef _Key* keys
+    if h.n >= h.cap:
+        _keys_grow(h)
+    keys = h.keys
+    pos = h.n
+    while pos > 0:
+        up = (pos - 1) >> 2
+        if keys[up].k < k:
+            break
+        keys[pos] = keys[up]
+        pos = up
+    keys[pos].k = k
+    h.n += 1
+    return 0
+
+
+cdef inline void _sift_root(_Key* keys, _u128 k, Py_ssize_t n) noexcept:
+    """Put key ``k`` at the root of the heap of ``n`` keys (the root's old key is dropped)
+    and sift it down to its place."""
+    cdef Py_ssize_t pos = 0, child, last, c
+    cdef _u128 ck
+    while True:
+        child = 4 * pos + 1
+        if child >= n:
+            break
+        ck = keys[child].k
+        last = child + 3 if child + 3 < n else n - 1
+        c = child + 1
+        while c <= last:
+            if keys[c].k < ck:
+                ck = keys[c].k
+                child = c
+            c += 1
+        if k < ck:
+            break
+        keys[pos] = keys[child]
+        pos = child
+    keys[pos].k = k
+
+
+cdef inline void _keys_drop_root(_Keys* h) noexcept:
+    """Remove the root of the heap ``h`` (not empty): the last key replaces it."""
+    cdef Py_ssize_t n = h.n - 1
+    h.n = n
+    if n:
+        _sift_root(h.keys, h.keys[n].k, n)
 
 
 cdef inline Event _event_at(list heap, Py_ssize_t slot):
@@ -95,110 +181,77 @@ cdef class EventQueue:
         self.heap = []
         self.seq = 0
         self.events = 0
+        self._far_min = _NO_KEY
 
     def __dealloc__(self):
-        PyMem_Free(self._kraw)
+        PyMem_Free(self._near.raw)
+        PyMem_Free(self._far.raw)
         PyMem_Free(self._vacant)
 
-    cdef int _grow(self) except -1:
-        """Double the key array and the free-slot array. The keys start 3 entries past a
-        64-byte boundary, so that every group of siblings (from entry 1 on) fills a line."""
-        cdef Py_ssize_t cap = self._kcap * 2 if self._kcap else 1024
-        cdef void* raw = PyMem_Malloc(cap * sizeof(_Key) + 128)
-        if raw == NULL:
-            raise MemoryError()
-        cdef size_t base = (<size_t>raw + 63) & ~(<size_t>63)
-        cdef _Key* keys = (<_Key*>base) + 3
-        if self._n:
-            memcpy(keys, self._keys, self._n * sizeof(_Key))
-        PyMem_Free(self._kraw)
-        self._kraw = raw
-        self._keys = keys
-        cdef Py_ssize_t* vacant = <Py_ssize_t*>PyMem_Realloc(self._vacant, cap * sizeof(Py_ssize_t))
-        if vacant == NULL:
-            raise MemoryError()
-        self._vacant = vacant
-        self._kcap = cap
+    cdef int _add(self, long long t, _u128 k) except -1:
+        """Put key ``k`` (of time ``t``) in the near heap, or in the far one if ``t`` is
+        ``_FAR_PS`` or more after now."""
+        if t - self.now < _FAR_PS:
+            return _keys_push(&self._near, k)
+        _keys_push(&self._far, k)
+        self._far_min = self._far.keys[0].k
         return 0
 
+    cdef int _bring_far(self) except -1:
+        """Move the far heap's root (smaller than every near key) to the near heap."""
+        cdef _u128 k = self._far_min
+        _keys_drop_root(&self._far)
+        self._far_min = self._far.keys[0].k if self._far.n else _NO_KEY
+        return _keys_push(&self._near, k)
+
     cdef int _heap_push(self, Event ev) except -1:
-        """Push ``ev`` with key ``(ev.t, ev.seq)``."""
-        cdef Py_ssize_t n, slot, pos, up
-        cdef _u128 k
-        cdef _Key* keys
+        """Push ``ev`` with key ``(ev.t, ev.seq)`` in a free slot of ``heap``."""
+        cdef Py_ssize_t slot, cap
+        cdef Py_ssize_t* vacant
         cdef list heap = self.heap
         if ev.seq >> _SEQ_BITS:
             raise OverflowError("engine: more than 2**40 events scheduled in one run")
-        n = self._n
-        if n >= self._kcap:
-            self._grow()
         if self._nfree:
-            self._nfree -= 1
-            slot = self._vacant[self._nfree]
+            slot = self._vacant[self._nfree - 1]
             heap[slot] = ev
+            self._nfree -= 1
         else:
             slot = len(heap)
             if slot >> _SLOT_BITS:
                 raise OverflowError("engine: more than 2**24 events pending")
+            if slot >= self._vcap:  # room to free every slot
+                cap = self._vcap * 2 if self._vcap else 1024
+                vacant = <Py_ssize_t*>PyMem_Realloc(self._vacant, cap * sizeof(Py_ssize_t))
+                if vacant == NULL:
+                    raise MemoryError()
+                self._vacant = vacant
+                self._vcap = cap
             heap.append(ev)
-        keys = self._keys
-        k = _key(ev.t, ev.seq, slot)
-        pos = n
-        while pos > 0:
-            up = (pos - 1) >> 2
-            if keys[up].k < k:
-                break
-            keys[pos] = keys[up]
-            pos = up
-        keys[pos].k = k
-        self._n = n + 1
-        return 0
+        return self._add(ev.t, _key(ev.t, ev.seq, slot))
 
-    cdef void _sift_root(self, _u128 k, Py_ssize_t n) noexcept:
-        """Put key ``k`` at the root of the heap of ``n`` keys (the root's old key is
-        dropped) and sift it down to its place."""
-        cdef Py_ssize_t pos, child, last, c
-        cdef _u128 ck
-        cdef _Key* keys = self._keys
-        pos = 0
-        while True:
-            child = 4 * pos + 1
-            if child >= n:
-                break
-            # The smallest of the (up to) four siblings child .. child + 3.
-            ck = keys[child].k
-            last = child + 3 if child + 3 < n else n - 1
-            c = child + 1
-            while c <= last:
-                if keys[c].k < ck:
-                    ck = keys[c].k
-                    child = c
-                c += 1
-            if k < ck:
-                break
-            keys[pos] = keys[child]
-            pos = child
-        keys[pos].k = k
-
-    cdef void _settle_fired(self) noexcept:
-        """After the root's event fired: if it scheduled itself again (``schedule`` noted
-        its new key), the new key replaces the root's, keeping its slot (a due event's next
-        time is usually near: the sift stops early); else the root is removed."""
-        cdef Py_ssize_t slot, n
+    cdef int _settle_fired(self) except -1:
+        """After the near root's event fired: if it scheduled itself again (``schedule``
+        noted its new key), the new key replaces the root's, keeping its slot (a due
+        event's next time is usually near: the sift stops early), or goes to the far heap;
+        else the root is removed and its slot freed."""
+        cdef Py_ssize_t slot
         if self._refired:
             self._refired = False
-            self._sift_root(self._refire_key, self._n)
+            if self._refire_t - self.now < _FAR_PS:
+                _sift_root(self._near.keys, self._refire_key, self._near.n)
+            else:
+                _keys_drop_root(&self._near)
+                _keys_push(&self._far, self._refire_key)
+                self._far_min = self._far.keys[0].k
         else:
-            slot = _key_slot(self._keys[0].k)
+            slot = _key_slot(self._near.keys[0].k)
             self.heap[slot] = None
             self._vacant[self._nfree] = slot
             self._nfree += 1
-            n = self._n - 1
-            self._n = n
-            if n:
-                self._sift_root(self._keys[n].k, n)
-        if self._n:
-            _prefetch_event(self.heap, _key_slot(self._keys[0].k))
+            _keys_drop_root(&self._near)
+        if self._near.n:
+            _prefetch_event(self.heap, _key_slot(self._near.keys[0].k))
+        return 0
 
     cpdef push(self, long long time_ps, object callback):
         """Run ``callback()`` at ``time_ps`` (>= now, unchecked)."""
@@ -211,7 +264,7 @@ cdef class EventQueue:
 
     cpdef schedule(self, long long time_ps, Event ev):
         """Fire ``ev`` at ``time_ps`` (>= now, unchecked); ``ev`` must not be pending
-        (the event firing now may schedule itself: its root entry is reused)."""
+        (the event firing now may schedule itself: it keeps its slot)."""
         cdef long long seq = self.seq + 1
         self.seq = seq
         ev.t = time_ps
@@ -220,33 +273,34 @@ cdef class EventQueue:
             if seq >> _SEQ_BITS:
                 raise OverflowError("engine: more than 2**40 events scheduled in one run")
             self._refired = True
-            self._refire_key = _key(time_ps, seq, _key_slot(self._keys[0].k))
+            self._refire_t = time_ps
+            self._refire_key = _key(time_ps, seq, _key_slot(self._near.keys[0].k))
             return
         self._heap_push(ev)
 
     def pending(self):
         """Pending entries (including stale timer entries). While an event fires, its root
         entry counts only if it scheduled itself again."""
+        cdef Py_ssize_t n = self._near.n + self._far.n
         if self._firing != NULL and not self._refired:
-            return self._n - 1
-        return self._n
+            return n - 1
+        return n
 
     def next_time(self):
         """Time of the earliest pending entry, or None (while an event fires: of the
         others, and of its own next firing if it scheduled itself again)."""
         cdef Py_ssize_t c
-        cdef bint found = False
-        cdef _u128 best = 0
+        cdef _u128 best = self._far_min  # all ones (no key) if the far heap is empty
         if self._firing == NULL:
-            return _key_t(self._keys[0].k) if self._n else None
-        if self._refired:
-            best = self._refire_key
-            found = True
-        for c in range(1, min(5, self._n)):  # the root's children hold the next smallest key
-            if not found or self._keys[c].k < best:
-                best = self._keys[c].k
-                found = True
-        return _key_t(best) if found else None
+            if self._near.n and self._near.keys[0].k < best:
+                best = self._near.keys[0].k
+        else:
+            if self._refired and self._refire_key < best:
+                best = self._refire_key
+            for c in range(1, min(5, self._near.n)):  # the root's children: the next smallest
+                if self._near.keys[c].k < best:
+                    best = self._near.keys[c].k
+        return _key_t(best) if best != _NO_KEY else None
 
     cpdef long long run_due(self, long long limit) except? -1:
         """See heap.py."""
@@ -255,14 +309,22 @@ cdef class EventQueue:
         cdef Event ev
         cdef object r
         try:
-            while self._n:
-                t = _key_t(self._keys[0].k)
+            while True:
+                # The far heap's root goes to the near heap once it is the earliest key.
+                if self._near.n:
+                    if self._far_min < self._near.keys[0].k:
+                        self._bring_far()
+                elif self._far.n:
+                    self._bring_far()
+                else:
+                    break
+                t = _key_t(self._near.keys[0].k)
                 if t > limit:
                     break
                 # The event stays at the root while it fires (every key pushed meanwhile
                 # is larger: later, or as late with a larger seq); _settle_fired then
-                # removes it or, if it scheduled itself, re-keys it in place.
-                ev = _event_at(self.heap, _key_slot(self._keys[0].k))
+                # removes it or, if it scheduled itself, re-keys it.
+                ev = _event_at(self.heap, _key_slot(self._near.keys[0].k))
                 self._firing = <PyObject*>ev
                 self._refired = False
                 self.now = t
