@@ -3,12 +3,7 @@
 structs that grow by doubling. Contract and choice of implementation: ``fifos.py``."""
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.string cimport memcpy
-
-cdef extern from *:
-    # GCC/Clang: a hint to load a cache line early (no effect on results).
-    void _prefetch "__builtin_prefetch"(const void* p) noexcept nogil
 
 IMPLEMENTATION = "C"
 
@@ -129,31 +124,18 @@ cdef class ReleaseRings:
             raise IndexError(f"ring {ring} out of range [0, {self._nrings})")
         return 0
 
+    cdef int _bad_put(self, Py_ssize_t ring, long long size, long long in_idx) except -1:
+        self._check(ring)
+        if not 0 <= size <= INT_MAX:
+            raise OverflowError(f"release size {size} out of range [0, {INT_MAX}]")
+        raise OverflowError(f"ingress {in_idx} out of range [-1, {INT_MAX}]")
+
     cdef int _grow(self, _Ring* r) except -1:
         cdef Py_ssize_t cap = r.cap * 2 if r.cap else 64
         r.q = <_Rel*>_regrown(r.q, r.head, r.n, r.cap, cap, sizeof(_Rel))
         r.head = 0
         r.cap = cap
         return 0
-
-    cpdef put(self, Py_ssize_t ring, long long end_ps, long long size, long long in_idx):
-        cdef Py_ssize_t i
-        cdef _Ring* r
-        self._check(ring)
-        r = &self._r[ring]
-        if r.n == r.cap:
-            self._grow(r)
-        i = r.head + r.n
-        if i >= r.cap:
-            i -= r.cap
-        r.q[i].end = end_ps
-        r.q[i].size = size
-        r.q[i].in_idx = in_idx
-        if not r.n:
-            r.head_end = end_ps
-        r.n += 1
-        if end_ps < self._next:
-            self._next = end_ps
 
     cpdef long long pop_back(self, Py_ssize_t ring) except? -1:
         cdef Py_ssize_t i
@@ -169,9 +151,6 @@ cdef class ReleaseRings:
         if i >= r.cap:
             i -= r.cap
         return r.q[i].in_idx
-
-    cpdef long long next_end(self) noexcept:
-        return self._next
 
     cpdef long long release(self, long long now, long long[::1] ingress) except? -1:
         cdef long long freed = 0, nxt = _NEVER_C
@@ -244,31 +223,6 @@ cdef class PacketPipe:
         self._cap = cap
         return 0
 
-    cpdef push(self, long long arrive_ps, object pkt):
-        cdef Py_ssize_t i
-        if self._n == self._cap:
-            self._grow()
-        i = self._head + self._n
-        if i >= self._cap:
-            i -= self._cap
-        Py_INCREF(pkt)
-        self._q[i].t = arrive_ps
-        self._q[i].pkt = <PyObject*>pkt
-        self._n += 1
-
-    cpdef long long head_time(self) noexcept:
-        """See fifos.py. Also starts loading the head packet (its first two cache lines):
-        a port asks before it re-arms for the head's arrival, and by then the packet,
-        queued one link delay ago, has usually left the cache; its first touch was the
-        largest single stall of a 100 Gb/s run (docs/performance.md)."""
-        cdef char* p
-        if not self._n:
-            return -1
-        p = <char*>self._q[self._head].pkt
-        _prefetch(p)
-        _prefetch(p + 64)
-        return self._q[self._head].t
-
     cpdef long long back_time(self) noexcept:
         cdef Py_ssize_t k
         if not self._n:
@@ -277,19 +231,6 @@ cdef class PacketPipe:
         if k >= self._cap:
             k -= self._cap
         return self._q[k].t
-
-    cpdef object pop_head(self):
-        cdef PyObject* p
-        if not self._n:
-            raise IndexError("pop from an empty PacketPipe")
-        p = self._q[self._head].pkt
-        self._head += 1
-        if self._head == self._cap:
-            self._head = 0
-        self._n -= 1
-        cdef object pkt = <object>p  # a new reference
-        Py_DECREF(pkt)  # the ring's reference (``pkt`` holds its own)
-        return pkt
 
     cpdef object pop_back(self):
         cdef Py_ssize_t k
