@@ -20,7 +20,6 @@ ctypedef struct _Rel:  # 16 bytes: four to a cache line (ReleaseRings.put checks
     int in_idx
 
 ctypedef struct _Ring:
-    long long head_end  # q[head].end, or 2**62 when empty: release() skips a ring without reading q
     _Rel* q
     Py_ssize_t head
     Py_ssize_t n
@@ -51,6 +50,12 @@ cdef class DelayLine:
 @cython.final
 cdef class ReleaseRings:
     cdef _Ring* _r
+    # _ends[k]: the end of ring k's oldest entry, or 2**62 when it is empty; one array,
+    # so that release() skips the rings with nothing due reading a cache line or two.
+    cdef long long* _ends
+    # The ingress counters release() decreases, bound once (a memoryview argument per call
+    # copied the caller's 208-byte slice, four cache lines of the switch, every settle).
+    cdef long long[::1] _ingress
     cdef Py_ssize_t _nrings
     cdef long long _next
 
@@ -74,7 +79,7 @@ cdef class ReleaseRings:
         r.q[i].size = <int>size
         r.q[i].in_idx = <int>in_idx
         if not r.n:
-            r.head_end = end_ps
+            self._ends[ring] = end_ps
         r.n += 1
         if end_ps < self._next:
             self._next = end_ps
@@ -84,7 +89,7 @@ cdef class ReleaseRings:
     cpdef inline long long next_end(self) noexcept:
         return self._next
 
-    cpdef long long release(self, long long now, long long[::1] ingress) except? -1
+    cpdef long long release(self, long long now) except? -1
 
 @cython.final
 cdef class PacketPipe:
@@ -94,9 +99,20 @@ cdef class PacketPipe:
     cdef Py_ssize_t _cap
 
     cdef int _grow(self) except -1
-    cpdef object at(self, Py_ssize_t i)
     cpdef long long back_time(self) noexcept
     cpdef object pop_back(self)
+
+    cpdef inline object at(self, Py_ssize_t i):
+        """The packet at position ``i`` (0: oldest; negative from the newest)."""
+        cdef Py_ssize_t k
+        if i < 0:
+            i += self._n
+        if i < 0 or i >= self._n:
+            raise IndexError("PacketPipe index out of range")
+        k = self._head + i
+        if k >= self._cap:
+            k -= self._cap
+        return <object>self._q[k].pkt
 
     cpdef inline push(self, long long arrive_ps, object pkt):
         cdef Py_ssize_t i

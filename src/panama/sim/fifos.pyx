@@ -86,21 +86,23 @@ cdef class DelayLine:
 cdef class ReleaseRings:
     """See fifos.py. One C ring of ``_Rel`` per port, in one array."""
 
-    def __init__(self, Py_ssize_t nrings):
+    def __init__(self, Py_ssize_t nrings, long long[::1] ingress):
         cdef Py_ssize_t i
         if nrings < 0:
             raise ValueError(f"nrings must be >= 0, got {nrings}")
         self._r = <_Ring*>PyMem_Malloc((nrings if nrings else 1) * sizeof(_Ring))
-        if self._r == NULL:
+        self._ends = <long long*>PyMem_Malloc((nrings if nrings else 1) * sizeof(long long))
+        if self._r == NULL or self._ends == NULL:
             raise MemoryError()
         self._nrings = nrings
         for i in range(nrings):
-            self._r[i].head_end = _NEVER_C
+            self._ends[i] = _NEVER_C
             self._r[i].q = NULL
             self._r[i].head = 0
             self._r[i].n = 0
             self._r[i].cap = 0
         self._next = _NEVER_C
+        self._ingress = ingress
 
     def __dealloc__(self):
         cdef Py_ssize_t i
@@ -108,6 +110,7 @@ cdef class ReleaseRings:
             for i in range(self._nrings):
                 PyMem_Free(self._r[i].q)
             PyMem_Free(self._r)
+        PyMem_Free(self._ends)
 
     def __len__(self):
         cdef Py_ssize_t i, total = 0
@@ -146,28 +149,30 @@ cdef class ReleaseRings:
             raise IndexError("pop from an empty release ring")
         r.n -= 1
         if not r.n:
-            r.head_end = _NEVER_C
+            self._ends[ring] = _NEVER_C
         i = r.head + r.n
         if i >= r.cap:
             i -= r.cap
         return r.q[i].in_idx
 
-    cpdef long long release(self, long long now, long long[::1] ingress) except? -1:
+    cpdef long long release(self, long long now) except? -1:
         cdef long long freed = 0, nxt = _NEVER_C
         cdef Py_ssize_t k, h, n
         cdef _Ring* r
         cdef _Rel* q
+        cdef long long e
         for k in range(self._nrings):
-            r = &self._r[k]
-            if r.head_end > now:  # nothing ended (or empty): the ring's entries stay unread
-                if r.head_end < nxt:
-                    nxt = r.head_end
+            e = self._ends[k]
+            if e > now:  # nothing ended (or empty): the ring stays unread
+                if e < nxt:
+                    nxt = e
                 continue
+            r = &self._r[k]
             n = r.n
             q = r.q
             h = r.head
             while n and q[h].end <= now:
-                ingress[q[h].in_idx] -= q[h].size
+                self._ingress[q[h].in_idx] -= q[h].size
                 freed += q[h].size
                 h += 1
                 if h == r.cap:
@@ -175,9 +180,10 @@ cdef class ReleaseRings:
                 n -= 1
             r.head = h
             r.n = n
-            r.head_end = q[h].end if n else _NEVER_C
-            if r.head_end < nxt:
-                nxt = r.head_end
+            e = q[h].end if n else _NEVER_C
+            self._ends[k] = e
+            if e < nxt:
+                nxt = e
         self._next = nxt
         return freed
 
@@ -203,18 +209,6 @@ cdef class PacketPipe:
 
     def __getitem__(self, Py_ssize_t i):
         return self.at(i)
-
-    cpdef object at(self, Py_ssize_t i):
-        """The packet at position ``i`` (0: oldest; negative from the newest)."""
-        cdef Py_ssize_t k
-        if i < 0:
-            i += self._n
-        if i < 0 or i >= self._n:
-            raise IndexError("PacketPipe index out of range")
-        k = self._head + i
-        if k >= self._cap:
-            k -= self._cap
-        return <object>self._q[k].pkt
 
     cdef int _grow(self) except -1:
         cdef Py_ssize_t cap = self._cap * 2 if self._cap else 16
