@@ -44,8 +44,8 @@ def test_packet_pipe_keeps_order_through_growth_and_wraparound():
 
 
 def test_release_rings_free_what_ended_per_ingress_and_track_the_earliest_end():
-    rings = ReleaseRings(3)
     ingress = array("q", [0] * 4)
+    rings = ReleaseRings(3, ingress)
     expected = [0] * 4
     for k in range(200):  # enough to grow every ring past its first allocation
         ring, end, size, idx = k % 3, 10 * k + (k % 3), 100 + k, k % 4
@@ -53,14 +53,14 @@ def test_release_rings_free_what_ended_per_ingress_and_track_the_earliest_end():
         ingress[idx] += size
         expected[idx] += size
     assert len(rings) == 200 and rings.pending(1) == 67 and rings.next_end() == 0
-    freed = rings.release(995, ingress)
+    freed = rings.release(995)
     for k in range(200):
         if 10 * k + (k % 3) <= 995:
             expected[k % 4] -= 100 + k
     assert list(ingress) == expected and freed == sum(100 + k for k in range(200) if 10 * k + k % 3 <= 995)
     assert rings.next_end() == min(10 * k + k % 3 for k in range(200) if 10 * k + k % 3 > 995)
     assert rings.pop_back(2) == 197 % 4  # the newest entry of ring 2 (k = 197): its ingress
-    assert rings.release(10**9, ingress) > 0 and len(rings) == 0 and rings.next_end() == 1 << 62
+    assert rings.release(10**9) > 0 and len(rings) == 0 and rings.next_end() == 1 << 62
     with pytest.raises(IndexError):
         rings.put(3, 0, 1, 0)
     with pytest.raises(IndexError):

@@ -1,15 +1,25 @@
 # Declarations of panama/sim/fifos.pyx, the C implementation of the switch FIFOs (its
 # pure-Python twin is fifos.py; see its docstring).
 cimport cython
-from cpython.ref cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
+from libc.limits cimport INT_MAX
 
-ctypedef struct _Rel:
+# The hot methods of ReleaseRings and PacketPipe have their bodies here, as ``cpdef
+# inline``: every module that cimports this file gets its own copy, which the C compiler
+# inlines into the callers (the ports' arrival handlers and sends); a call through the
+# other module's method table cost a call, its argument checks and reference counts per
+# packet hop. Python code calls them as ordinary methods.
+
+cdef extern from *:
+    # GCC/Clang: a hint to load a cache line early (no effect on results).
+    void _prefetch "__builtin_prefetch"(const void* p) noexcept nogil
+
+ctypedef struct _Rel:  # 16 bytes: four to a cache line (ReleaseRings.put checks the ranges)
     long long end
-    long long size
-    long long in_idx
+    int size
+    int in_idx
 
 ctypedef struct _Ring:
-    long long head_end  # q[head].end, or 2**62 when empty: release() skips a ring without reading q
     _Rel* q
     Py_ssize_t head
     Py_ssize_t n
@@ -40,16 +50,46 @@ cdef class DelayLine:
 @cython.final
 cdef class ReleaseRings:
     cdef _Ring* _r
+    # _ends[k]: the end of ring k's oldest entry, or 2**62 when it is empty; one array,
+    # so that release() skips the rings with nothing due reading a cache line or two.
+    cdef long long* _ends
+    # The ingress counters release() decreases, bound once (a memoryview argument per call
+    # copied the caller's 208-byte slice, four cache lines of the switch, every settle).
+    cdef long long[::1] _ingress
     cdef Py_ssize_t _nrings
     cdef long long _next
 
     cdef int _check(self, Py_ssize_t ring) except -1
+    cdef int _bad_put(self, Py_ssize_t ring, long long size, long long in_idx) except -1
     cdef int _grow(self, _Ring* r) except -1
     cpdef Py_ssize_t pending(self, Py_ssize_t ring) except -1
-    cpdef put(self, Py_ssize_t ring, long long end_ps, long long size, long long in_idx)
+
+    cpdef inline put(self, Py_ssize_t ring, long long end_ps, long long size, long long in_idx):
+        cdef Py_ssize_t i
+        cdef _Ring* r
+        if ring < 0 or ring >= self._nrings or not 0 <= size <= INT_MAX or not -1 <= in_idx <= INT_MAX:
+            self._bad_put(ring, size, in_idx)
+        r = &self._r[ring]
+        if r.n == r.cap:
+            self._grow(r)
+        i = r.head + r.n
+        if i >= r.cap:
+            i -= r.cap
+        r.q[i].end = end_ps
+        r.q[i].size = <int>size
+        r.q[i].in_idx = <int>in_idx
+        if not r.n:
+            self._ends[ring] = end_ps
+        r.n += 1
+        if end_ps < self._next:
+            self._next = end_ps
+
     cpdef long long pop_back(self, Py_ssize_t ring) except? -1
-    cpdef long long next_end(self) noexcept
-    cpdef long long release(self, long long now, long long[::1] ingress) except? -1
+
+    cpdef inline long long next_end(self) noexcept:
+        return self._next
+
+    cpdef long long release(self, long long now) except? -1
 
 @cython.final
 cdef class PacketPipe:
@@ -59,9 +99,55 @@ cdef class PacketPipe:
     cdef Py_ssize_t _cap
 
     cdef int _grow(self) except -1
-    cpdef object at(self, Py_ssize_t i)
-    cpdef push(self, long long arrive_ps, object pkt)
-    cpdef long long head_time(self) noexcept
     cpdef long long back_time(self) noexcept
-    cpdef object pop_head(self)
     cpdef object pop_back(self)
+
+    cpdef inline object at(self, Py_ssize_t i):
+        """The packet at position ``i`` (0: oldest; negative from the newest)."""
+        cdef Py_ssize_t k
+        if i < 0:
+            i += self._n
+        if i < 0 or i >= self._n:
+            raise IndexError("PacketPipe index out of range")
+        k = self._head + i
+        if k >= self._cap:
+            k -= self._cap
+        return <object>self._q[k].pkt
+
+    cpdef inline push(self, long long arrive_ps, object pkt):
+        cdef Py_ssize_t i
+        if self._n == self._cap:
+            self._grow()
+        i = self._head + self._n
+        if i >= self._cap:
+            i -= self._cap
+        Py_INCREF(pkt)
+        self._q[i].t = arrive_ps
+        self._q[i].pkt = <PyObject*>pkt
+        self._n += 1
+
+    cpdef inline long long head_time(self) noexcept:
+        """See fifos.py. Also starts loading the head packet (its first two cache lines):
+        a port asks before it re-arms for the head's arrival, and by then the packet,
+        queued one link delay ago, has usually left the cache; its first touch was the
+        largest single stall of a 100 Gb/s run (docs/performance.md)."""
+        cdef char* p
+        if not self._n:
+            return -1
+        p = <char*>self._q[self._head].pkt
+        _prefetch(p)
+        _prefetch(p + 64)
+        return self._q[self._head].t
+
+    cpdef inline object pop_head(self):
+        cdef PyObject* p
+        if not self._n:
+            raise IndexError("pop from an empty PacketPipe")
+        p = self._q[self._head].pkt
+        self._head += 1
+        if self._head == self._cap:
+            self._head = 0
+        self._n -= 1
+        cdef object pkt = <object>p  # a new reference
+        Py_DECREF(pkt)  # the ring's reference (``pkt`` holds its own)
+        return pkt

@@ -7,7 +7,8 @@
 * :class:`ReleaseRings`: per port of a lossless switch, the ``(end_ps, size, in_idx)``
   of every packet the port has accepted and not finished transmitting, oldest first
   (ends never decrease within a ring), so the shared buffer is freed, per ingress, when
-  a transmission ends; :meth:`ReleaseRings.release` settles every ring at once and
+  a transmission ends (in the ingress counters it was built with);
+  :meth:`ReleaseRings.release` settles every ring at once and
   :meth:`ReleaseRings.next_end` is the earliest pending end
   (:class:`panama.sim.nodes.Switch`).
 * :class:`DelayLine`: the ``(due_ps, out, in_idx)`` of every packet list a switch hook
@@ -65,13 +66,16 @@ class ReleaseRings:
     """Pending buffer releases of the ports of one switch, one ring per port (see the
     module docstring)."""
 
-    __slots__ = ("_rings", "_next")
+    __slots__ = ("_rings", "_next", "_ingress")
 
-    def __init__(self, nrings: int) -> None:
+    def __init__(self, nrings: int, ingress: Any) -> None:
+        """``ingress``: the per-ingress byte counters (a writable buffer of signed 64-bit
+        integers, e.g. ``array("q")``) that :meth:`release` decreases."""
         if nrings < 0:
             raise ValueError(f"nrings must be >= 0, got {nrings}")
         self._rings = [deque() for _ in range(nrings)]
         self._next = _NEVER
+        self._ingress = ingress
 
     def __len__(self) -> int:
         return sum(len(r) for r in self._rings)
@@ -103,9 +107,10 @@ class ReleaseRings:
         """The earliest pending end (a lower bound after ``pop_back``), or 2**62 if none."""
         return self._next
 
-    def release(self, now: int, ingress: Any) -> int:
+    def release(self, now: int) -> int:
         """Remove the entries of every ring that ended by ``now``, subtracting each size
         from ``ingress[in_idx]``; returns the bytes freed."""
+        ingress = self._ingress
         freed = 0
         nxt = _NEVER
         for r in self._rings:

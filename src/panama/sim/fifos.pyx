@@ -3,12 +3,7 @@
 structs that grow by doubling. Contract and choice of implementation: ``fifos.py``."""
 
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.string cimport memcpy
-
-cdef extern from *:
-    # GCC/Clang: a hint to load a cache line early (no effect on results).
-    void _prefetch "__builtin_prefetch"(const void* p) noexcept nogil
 
 IMPLEMENTATION = "C"
 
@@ -91,21 +86,23 @@ cdef class DelayLine:
 cdef class ReleaseRings:
     """See fifos.py. One C ring of ``_Rel`` per port, in one array."""
 
-    def __init__(self, Py_ssize_t nrings):
+    def __init__(self, Py_ssize_t nrings, long long[::1] ingress):
         cdef Py_ssize_t i
         if nrings < 0:
             raise ValueError(f"nrings must be >= 0, got {nrings}")
         self._r = <_Ring*>PyMem_Malloc((nrings if nrings else 1) * sizeof(_Ring))
-        if self._r == NULL:
+        self._ends = <long long*>PyMem_Malloc((nrings if nrings else 1) * sizeof(long long))
+        if self._r == NULL or self._ends == NULL:
             raise MemoryError()
         self._nrings = nrings
         for i in range(nrings):
-            self._r[i].head_end = _NEVER_C
+            self._ends[i] = _NEVER_C
             self._r[i].q = NULL
             self._r[i].head = 0
             self._r[i].n = 0
             self._r[i].cap = 0
         self._next = _NEVER_C
+        self._ingress = ingress
 
     def __dealloc__(self):
         cdef Py_ssize_t i
@@ -113,6 +110,7 @@ cdef class ReleaseRings:
             for i in range(self._nrings):
                 PyMem_Free(self._r[i].q)
             PyMem_Free(self._r)
+        PyMem_Free(self._ends)
 
     def __len__(self):
         cdef Py_ssize_t i, total = 0
@@ -129,31 +127,18 @@ cdef class ReleaseRings:
             raise IndexError(f"ring {ring} out of range [0, {self._nrings})")
         return 0
 
+    cdef int _bad_put(self, Py_ssize_t ring, long long size, long long in_idx) except -1:
+        self._check(ring)
+        if not 0 <= size <= INT_MAX:
+            raise OverflowError(f"release size {size} out of range [0, {INT_MAX}]")
+        raise OverflowError(f"ingress {in_idx} out of range [-1, {INT_MAX}]")
+
     cdef int _grow(self, _Ring* r) except -1:
         cdef Py_ssize_t cap = r.cap * 2 if r.cap else 64
         r.q = <_Rel*>_regrown(r.q, r.head, r.n, r.cap, cap, sizeof(_Rel))
         r.head = 0
         r.cap = cap
         return 0
-
-    cpdef put(self, Py_ssize_t ring, long long end_ps, long long size, long long in_idx):
-        cdef Py_ssize_t i
-        cdef _Ring* r
-        self._check(ring)
-        r = &self._r[ring]
-        if r.n == r.cap:
-            self._grow(r)
-        i = r.head + r.n
-        if i >= r.cap:
-            i -= r.cap
-        r.q[i].end = end_ps
-        r.q[i].size = size
-        r.q[i].in_idx = in_idx
-        if not r.n:
-            r.head_end = end_ps
-        r.n += 1
-        if end_ps < self._next:
-            self._next = end_ps
 
     cpdef long long pop_back(self, Py_ssize_t ring) except? -1:
         cdef Py_ssize_t i
@@ -164,31 +149,30 @@ cdef class ReleaseRings:
             raise IndexError("pop from an empty release ring")
         r.n -= 1
         if not r.n:
-            r.head_end = _NEVER_C
+            self._ends[ring] = _NEVER_C
         i = r.head + r.n
         if i >= r.cap:
             i -= r.cap
         return r.q[i].in_idx
 
-    cpdef long long next_end(self) noexcept:
-        return self._next
-
-    cpdef long long release(self, long long now, long long[::1] ingress) except? -1:
+    cpdef long long release(self, long long now) except? -1:
         cdef long long freed = 0, nxt = _NEVER_C
         cdef Py_ssize_t k, h, n
         cdef _Ring* r
         cdef _Rel* q
+        cdef long long e
         for k in range(self._nrings):
-            r = &self._r[k]
-            if r.head_end > now:  # nothing ended (or empty): the ring's entries stay unread
-                if r.head_end < nxt:
-                    nxt = r.head_end
+            e = self._ends[k]
+            if e > now:  # nothing ended (or empty): the ring stays unread
+                if e < nxt:
+                    nxt = e
                 continue
+            r = &self._r[k]
             n = r.n
             q = r.q
             h = r.head
             while n and q[h].end <= now:
-                ingress[q[h].in_idx] -= q[h].size
+                self._ingress[q[h].in_idx] -= q[h].size
                 freed += q[h].size
                 h += 1
                 if h == r.cap:
@@ -196,9 +180,10 @@ cdef class ReleaseRings:
                 n -= 1
             r.head = h
             r.n = n
-            r.head_end = q[h].end if n else _NEVER_C
-            if r.head_end < nxt:
-                nxt = r.head_end
+            e = q[h].end if n else _NEVER_C
+            self._ends[k] = e
+            if e < nxt:
+                nxt = e
         self._next = nxt
         return freed
 
@@ -225,49 +210,12 @@ cdef class PacketPipe:
     def __getitem__(self, Py_ssize_t i):
         return self.at(i)
 
-    cpdef object at(self, Py_ssize_t i):
-        """The packet at position ``i`` (0: oldest; negative from the newest)."""
-        cdef Py_ssize_t k
-        if i < 0:
-            i += self._n
-        if i < 0 or i >= self._n:
-            raise IndexError("PacketPipe index out of range")
-        k = self._head + i
-        if k >= self._cap:
-            k -= self._cap
-        return <object>self._q[k].pkt
-
     cdef int _grow(self) except -1:
         cdef Py_ssize_t cap = self._cap * 2 if self._cap else 16
         self._q = <_Flight*>_regrown(self._q, self._head, self._n, self._cap, cap, sizeof(_Flight))
         self._head = 0
         self._cap = cap
         return 0
-
-    cpdef push(self, long long arrive_ps, object pkt):
-        cdef Py_ssize_t i
-        if self._n == self._cap:
-            self._grow()
-        i = self._head + self._n
-        if i >= self._cap:
-            i -= self._cap
-        Py_INCREF(pkt)
-        self._q[i].t = arrive_ps
-        self._q[i].pkt = <PyObject*>pkt
-        self._n += 1
-
-    cpdef long long head_time(self) noexcept:
-        """See fifos.py. Also starts loading the head packet (its first two cache lines):
-        a port asks before it re-arms for the head's arrival, and by then the packet,
-        queued one link delay ago, has usually left the cache; its first touch was the
-        largest single stall of a 100 Gb/s run (docs/performance.md)."""
-        cdef char* p
-        if not self._n:
-            return -1
-        p = <char*>self._q[self._head].pkt
-        _prefetch(p)
-        _prefetch(p + 64)
-        return self._q[self._head].t
 
     cpdef long long back_time(self) noexcept:
         cdef Py_ssize_t k
@@ -277,19 +225,6 @@ cdef class PacketPipe:
         if k >= self._cap:
             k -= self._cap
         return self._q[k].t
-
-    cpdef object pop_head(self):
-        cdef PyObject* p
-        if not self._n:
-            raise IndexError("pop from an empty PacketPipe")
-        p = self._q[self._head].pkt
-        self._head += 1
-        if self._head == self._cap:
-            self._head = 0
-        self._n -= 1
-        cdef object pkt = <object>p  # a new reference
-        Py_DECREF(pkt)  # the ring's reference (``pkt`` holds its own)
-        return pkt
 
     cpdef object pop_back(self):
         cdef Py_ssize_t k

@@ -17,7 +17,7 @@ cdef class LosslessPort(Port):
     @cython.locals(pkt=SimPacket, host=Host, pipe=PacketPipe, t=cython.longlong, now=cython.longlong)
     cpdef _deliver_host_checked(self)
 
-    @cython.locals(sw=Switch, pkt=SimPacket, out=Port, now=cython.longlong, idx=cython.longlong, pipe=PacketPipe,
+    @cython.locals(sw=Switch, pkt=SimPacket, out=LosslessPort, now=cython.longlong, idx=cython.longlong, pipe=PacketPipe,
                    t=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, used=cython.longlong,
                    ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list, hooks=list)

@@ -196,7 +196,7 @@ class Switch(Node):
         self._ing = self._ingress  # the same buffer (a typed memoryview when compiled)
         self._used = 0  # read through used_bytes (which settles due releases first)
         self.next_release_ps = _NEVER
-        self.releases = ReleaseRings(0)  # the ports' pending releases (set_lossless)
+        self.releases = ReleaseRings(0, self._ingress)  # the ports' pending releases (set_lossless)
         self._rel_timer = net.engine.timer(self._release_due)
         self.pause_sent: list[bool] = []
         self.pfc_alpha = 0.125
@@ -332,7 +332,7 @@ class Switch(Node):
         self._ing = self._ingress
         self.pause_sent = [False] * nports
         self._npaused = 0
-        self.releases = ReleaseRings(len(self.ports))
+        self.releases = ReleaseRings(len(self.ports), self._ingress)
         for p in self.ports:
             p.enable_release(self.releases)
 
@@ -353,7 +353,7 @@ class Switch(Node):
     def _catch_up(self, now: int) -> None:
         """Free the bytes of every transmission ended by ``now``; while pausing, check
         whether an upstream can resume."""
-        freed = self.releases.release(now, self._ing)
+        freed = self.releases.release(now)
         self.next_release_ps = self.releases.next_end()
         if freed:
             self._used -= freed

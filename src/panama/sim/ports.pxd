@@ -14,6 +14,10 @@ cdef long long _GENERIC, _HOST, _SWITCH, _HOST_CHECKED, _SWITCH_LOSSLESS
 cdef class Port(Event):
     # Fields in the order of use on the hot path (the C struct keeps this order: fewer
     # cache lines per packet hop).
+    # A hop reads the arriving port's first fields (to peer_index) and the output port's
+    # to tx_bytes, then limit_ps (lossy) or release, owner and index (lossless): the Port
+    # starts anywhere in a cache line (pymalloc), so the fewer bytes this span, the fewer
+    # lines a hop loads.
     cdef public Engine _eng
     cdef public long long _mode
     cdef public bint armed
@@ -22,18 +26,18 @@ cdef class Port(Event):
     cdef public long long ps_per_byte
     cdef public long long delay_ps
     cdef public long long k_ps
-    cdef public long long limit_ps
     cdef public PacketPipe pipe
     cdef public Node peer
     cdef public long long peer_index
-    cdef public Node owner
     cdef public object _trace
-    cdef public ReleaseRings release
     cdef public long long tx_packets
     cdef public long long tx_bytes
+    cdef public long long limit_ps
+    cdef public ReleaseRings release
+    cdef public Node owner
+    cdef public long long index
     cdef public long long ecn_marks
     cdef public long long waiting_ps
-    cdef public long long index
     cdef public Port reverse
     cdef public str name
     cdef public str tier
