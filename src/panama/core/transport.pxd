@@ -87,5 +87,5 @@ cdef class WorkerTransport:
 
     cpdef _ignore(self, str reason)
     @cython.locals(r=cython.double, srtt=cython.double, rttvar=cython.double, rto=cython.double,
-                   lo=cython.double, hi=cython.double)
+                   lo=cython.longlong, hi=cython.longlong)
     cpdef _rtt_sample(self, object rtt)

@@ -628,7 +628,7 @@ class WorkerTransport:
 
     def _rtt_sample(self, rtt: int) -> None:
         # RFC 6298 section 2: SRTT/RTTVAR with alpha = 1/8, beta = 1/4.
-        # Local floats (C doubles when compiled), and the clamp as comparisons: int(max(lo, min(hi, rto))).
+        # Local floats (C doubles when compiled); the clamp int(max(lo, min(hi, rto))) as comparisons.
         r = float(rtt)
         if self._srtt is None:
             srtt = r
@@ -640,8 +640,13 @@ class WorkerTransport:
         self._srtt = srtt
         self._rttvar = rttvar
         rto = srtt + 4 * rttvar
-        lo, hi = self.min_rto_ps, self.max_rto_ps
-        self.rto_ps = int(hi if rto >= hi else rto if rto > lo else lo)
+        lo, hi = self.min_rto_ps, self.max_rto_ps  # integers (C integers when compiled)
+        if rto >= hi:
+            self.rto_ps = hi
+        elif rto > lo:
+            self.rto_ps = int(rto)
+        else:
+            self.rto_ps = lo
 
     @property
     def srtt_ps(self) -> float | None:
