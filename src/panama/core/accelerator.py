@@ -537,7 +537,7 @@ class Accelerator:
         cap = slot.cap if slot.cap < tree.cap else tree.cap
         if cap > tree.cap_sent:
             tree.cap_sent = cap
-        if tree.hold_seq == -1:
+        if tree.hold_seq is not None and tree.hold_seq < 0:  # i.e. -1; None (no hold) is the common case
             # First result carrying the new cap: packets a worker sent before seeing it
             # reach at most hold_cap sequence numbers further.
             tree.hold_seq = slot.seq + tree.hold_cap
