@@ -29,11 +29,12 @@ cdef class _Tree:
     cdef public object job_id
     cdef public object tree_id
     cdef public tuple children
-    cdef public dict child_bit
+    cdef public dict child_index
+    cdef public tuple bits
     cdef public long long nchildren
     cdef public object parent
     cdef public dict slots
-    cdef public dict child_ack
+    cdef public list child_ack
     cdef public long long floor
     cdef public long long at_floor
     cdef public long long used
@@ -77,11 +78,11 @@ cdef class Accelerator:
     cdef public long long acks_unmatched
 
     @cython.locals(tree=_Tree, slot=_Slot, flags=cython.longlong, count=cython.longlong, seq=cython.longlong,
-                   ack=cython.longlong, old_ack=cython.longlong, acks=dict)
+                   ack=cython.longlong, old_ack=cython.longlong, acks=list, trees=dict, child=cython.longlong)
     cpdef object receive(self, Packet packet, object from_node)
 
     @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong)
-    cdef _Slot _open_slot(self, _Tree tree, Packet packet, object from_node, object bit)
+    cdef _Slot _open_slot(self, _Tree tree, Packet packet, long long child)
 
     cdef object _complete(self, _Tree tree, _Slot slot)
     cdef object _payload_out(self, _Slot slot)
@@ -90,19 +91,18 @@ cdef class Accelerator:
     @cython.locals(flags=cython.longlong, cap=cython.longlong, packet=Packet)
     cdef object _results_to(self, _Tree tree, _Slot slot, object payload, tuple children, long long ecn)
 
-    cdef object _duplicate(self, _Tree tree, _Slot slot, Packet packet, object from_node)
+    cdef object _duplicate(self, _Tree tree, _Slot slot, Packet packet, object from_node, long long child)
 
     @cython.locals(slot=_Slot)
     cdef object _receive_result(self, _Tree tree, Packet packet, object from_node)
 
     @cython.locals(ack=cython.longlong, floor=cython.longlong)
-    cdef object _receive_ack(self, _Tree tree, Packet packet, object from_node)
+    cdef object _receive_ack(self, _Tree tree, Packet packet, long long child)
 
     @cython.locals(old=cython.longlong)
-    cdef _take_ack(self, _Tree tree, object child, long long ack)
+    cdef _take_ack(self, _Tree tree, long long child, long long ack)
 
     @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
-                   slots=dict, child_ack=dict, free=list, a=cython.longlong,
+                   slots=dict, child_ack=list, free=list, a=cython.longlong,
                    at=cython.longlong)
     cdef _advance_floor(self, _Tree tree)
-

@@ -184,7 +184,8 @@ class _Tree:
         "job_id",
         "tree_id",
         "children",
-        "child_bit",
+        "child_index",
+        "bits",
         "nchildren",
         "parent",
         "slots",
@@ -205,11 +206,12 @@ class _Tree:
         self.job_id = job_id
         self.tree_id = tree_id
         self.children = children
-        self.child_bit = {child: 1 << i for i, child in enumerate(children)}
+        self.child_index = {child: i for i, child in enumerate(children)}  # child i's bit: bits[i] (1 << i)
+        self.bits = tuple(1 << i for i in range(len(children)))
         self.nchildren = len(children)
         self.parent = parent
         self.slots: dict[int, _Slot] = {}
-        self.child_ack = {child: 0 for child in children}
+        self.child_ack = [0] * len(children)  # by child index
         self.floor = 0
         self.at_floor = len(children)  # children whose ack equals the floor
         self.used = 0
@@ -266,7 +268,7 @@ class Accelerator:
             rows = [None] * packet_memory
         self._free = [_Slot(i, rows[i]) for i in range(packet_memory - 1, -1, -1)]
         self._trees: dict[tuple[int, int], _Tree] = {}
-        self._jobs: dict[int, list[_Tree]] = {}
+        self._jobs: dict[int, dict[int, _Tree]] = {}  # job -> tree id -> tree (how receive finds it)
         self.used_slots = self.peak_used_slots = 0
         self.drops: Counter[str] = Counter()
         self.contributions = 0
@@ -303,7 +305,7 @@ class Accelerator:
             )
         tree = _Tree(job_id, tree_id, children, parent)
         self._trees[key] = tree
-        self._jobs.setdefault(job_id, []).append(tree)
+        self._jobs.setdefault(job_id, {})[tree_id] = tree
         self._rebalance()
 
     def remove_tree(self, job_id: int, tree_id: int) -> None:
@@ -312,7 +314,7 @@ class Accelerator:
             raise AcceleratorError(f"{self.name}: job {job_id} tree {tree_id} is not installed")
         self._release(tree)
         trees = self._jobs[job_id]
-        trees.remove(tree)
+        del trees[tree_id]
         if not trees:
             del self._jobs[job_id]
         self._rebalance()
@@ -322,7 +324,7 @@ class Accelerator:
         trees = self._jobs.pop(job_id, None)
         if trees is None:
             raise AcceleratorError(f"{self.name}: job {job_id} is not installed")
-        for tree in trees:
+        for tree in trees.values():
             del self._trees[(job_id, tree.tree_id)]
             self._release(tree)
         self._rebalance()
@@ -348,7 +350,7 @@ class Accelerator:
         share = self.job_share()
         for trees in self._jobs.values():
             per_tree = share // len(trees)
-            for tree in trees:
+            for tree in trees.values():
                 tree.target = per_tree
                 tree.cap = cwnd_cap_for_slots(per_tree)
                 if tree.limit > per_tree and not tree.used:
@@ -395,23 +397,24 @@ class Accelerator:
     def receive(self, packet: Packet, from_node: Hashable) -> Emitted:
         """Process one PANAMA packet from neighbour ``from_node``; return what to emit
         as ``(destinations, packet)`` pairs (see the module docstring)."""
-        tree = self._trees.get((packet.job_id, packet.tree_id))
+        trees = self._jobs.get(packet.job_id)  # two lookups by integer: no key tuple to build and hash
+        tree = trees.get(packet.tree_id) if trees is not None else None
         flags = packet.flags
         if tree is None:
             if flags & FLAG_ACK:
                 # A job's last closing acks race its removal: nothing is lost, nothing to free.
                 self.acks_unmatched += 1
             else:
-                self.drops[UNKNOWN_JOB if packet.job_id not in self._jobs else UNKNOWN_TREE] += 1
+                self.drops[UNKNOWN_JOB if trees is None else UNKNOWN_TREE] += 1
             return _NOTHING
         if flags & FLAG_RESULT:
             return self._receive_result(tree, packet, from_node)
-        bit = tree.child_bit.get(from_node)
-        if bit is None:
+        child = tree.child_index.get(from_node, -1)
+        if child < 0:
             self.drops[NOT_CHILD] += 1
             return _NOTHING
         if flags & FLAG_ACK:
-            return self._receive_ack(tree, packet, from_node)
+            return self._receive_ack(tree, packet, child)
         count = packet.count
         if count > self.payload_elems:
             self.drops[TOO_LARGE] += 1
@@ -422,7 +425,7 @@ class Accelerator:
             return _NOTHING
         slot = tree.slots.get(seq)
         if slot is None:
-            slot = self._open_slot(tree, packet, from_node, bit)
+            slot = self._open_slot(tree, packet, child)
             if slot is None:
                 return _NOTHING
         else:
@@ -432,9 +435,9 @@ class Accelerator:
             if slot.count != count:
                 self.drops[COUNT_MISMATCH] += 1
                 return _NOTHING
-            if slot.seen & bit:
-                return self._duplicate(tree, slot, packet, from_node)
-            slot.seen |= bit
+            if slot.seen & tree.bits[child]:
+                return self._duplicate(tree, slot, packet, from_node, child)
+            slot.seen |= tree.bits[child]
             slot.nseen += 1
             if packet.ecn == CE:
                 slot.ce = True
@@ -451,21 +454,18 @@ class Accelerator:
                     part = row[:count]
                     _add(part, payload, part)
         self.contributions += 1
-        # _take_ack, inlined: this runs for every contribution
-        ack = packet.ack
+        ack = packet.ack  # _take_ack, inlined: this runs for every contribution
         acks = tree.child_ack
-        old_ack = acks[from_node]
+        old_ack = acks[child]
         if ack > old_ack:
-            acks[from_node] = ack
+            acks[child] = ack
             if old_ack == tree.floor:
                 tree.at_floor -= 1
                 if not tree.at_floor:
                     self._advance_floor(tree)
-        if slot.nseen == tree.nchildren:
-            return self._complete(tree, slot)
-        return _NOTHING
+        return self._complete(tree, slot) if slot.nseen == tree.nchildren else _NOTHING
 
-    def _open_slot(self, tree: _Tree, packet: Packet, from_node: Hashable, bit: int) -> _Slot | None:
+    def _open_slot(self, tree: _Tree, packet: Packet, child: int) -> _Slot | None:
         """A validated first contribution to ``seq``: the slot now holding it, or None (dropped: stale, or no room)."""
         seq = packet.seq
         if seq < tree.floor:
@@ -476,7 +476,7 @@ class Accelerator:
         if tree.used >= room:
             # Take the (validated) cumulative ack first: it only frees results every child already
             # holds, and without it a shrinking share could stall until retransmission timeouts.
-            self._take_ack(tree, from_node, packet.ack)
+            self._take_ack(tree, child, packet.ack)
             if tree.used >= room:
                 self.drops[SHARE_EXCEEDED] += 1
                 return None
@@ -484,7 +484,7 @@ class Accelerator:
         slot.seq = seq
         slot.generation = packet.generation
         count = slot.count = packet.count
-        slot.seen = bit
+        slot.seen = tree.bits[child]
         slot.nseen = 1
         slot.ce = packet.ecn == CE
         slot.retx = bool(packet.flags & FLAG_RETRANSMIT)
@@ -537,7 +537,7 @@ class Accelerator:
         cap = slot.cap if slot.cap < tree.cap else tree.cap
         if cap > tree.cap_sent:
             tree.cap_sent = cap
-        if tree.hold_seq == -1:
+        if tree.hold_seq is not None and tree.hold_seq < 0:  # i.e. -1; None (no hold) is the common case
             # First result carrying the new cap: packets a worker sent before seeing it
             # reach at most hold_cap sequence numbers further.
             tree.hold_seq = slot.seq + tree.hold_cap
@@ -546,11 +546,11 @@ class Accelerator:
         )
         return ((children, packet),)
 
-    def _duplicate(self, tree: _Tree, slot: _Slot, packet: Packet, from_node: Hashable):
+    def _duplicate(self, tree: _Tree, slot: _Slot, packet: Packet, from_node: Hashable, child: int):
         if not packet.flags & FLAG_RETRANSMIT or slot.state == _AGGREGATING:
             self.drops[DUPLICATE] += 1
             return _NOTHING
-        self._take_ack(tree, from_node, packet.ack)
+        self._take_ack(tree, child, packet.ack)
         if slot.state == _RESULT:
             self.retransmits_answered += 1
             return self._results_to(tree, slot, self._payload_out(slot), (from_node,), ECT0)
@@ -589,7 +589,7 @@ class Accelerator:
         # A mark picked up on the way down reaches every worker below (see ECN above).
         return self._results_to(tree, slot, payload, tree.children, CE if packet.ecn == CE else ECT0)
 
-    def _receive_ack(self, tree: _Tree, packet: Packet, from_node: Hashable) -> Emitted:
+    def _receive_ack(self, tree: _Tree, packet: Packet, child: int) -> Emitted:
         """A header-only ``FLAG_ACK``: take the child's ack; pass a raised floor up."""
         ack = packet.ack
         if packet.count or ack != packet.seq:
@@ -597,14 +597,14 @@ class Accelerator:
             return _NOTHING
         self.acks_in += 1
         floor = tree.floor
-        self._take_ack(tree, from_node, ack)
+        self._take_ack(tree, child, ack)
         if tree.floor == floor or tree.parent is None:
             return _NOTHING
         self.acks_out += 1
         up = Packet(tree.job_id, tree.tree_id, tree.floor, packet.generation, 0, FLAG_ACK, tree.cap, tree.floor, ECT0)
         return (((tree.parent,), up),)
 
-    def _take_ack(self, tree: _Tree, child: Hashable, ack: int) -> None:
+    def _take_ack(self, tree: _Tree, child: int, ack: int) -> None:
         old = tree.child_ack[child]
         if ack > old:
             tree.child_ack[child] = ack
@@ -618,7 +618,7 @@ class Accelerator:
         # The lowest ack and how many children hold it, in one loop (faster than a list's min and count, both paths).
         new_floor = at = 0
         child_ack = tree.child_ack  # a local: see _release
-        for a in child_ack.values():
+        for a in child_ack:
             if not at or a < new_floor:
                 new_floor, at = a, 1
             elif a == new_floor:
@@ -653,7 +653,7 @@ class Accelerator:
     # ------------------------------------------------------------------ reporting
     def occupancy(self) -> dict[int, int]:
         """Slots in use per job."""
-        return {job: sum(t.used for t in trees) for job, trees in self._jobs.items()}
+        return {job: sum(t.used for t in trees.values()) for job, trees in self._jobs.items()}
 
     def tree_status(self, job_id: int, tree_id: int) -> dict:
         tree = self._trees[(job_id, tree_id)]

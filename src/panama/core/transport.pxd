@@ -58,13 +58,15 @@ cdef class WorkerTransport:
 
     @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
                    i=cython.longlong, progress=cython.bint, base=list, gen_start=list, gen_len=list, next_k=list,
-                   ccs=list, ctl=CongestionControl, nbytes=cython.longlong, p=Packet, resent=cython.longlong)
+                   ccs=list, ctl=CongestionControl, nbytes=cython.longlong, p=Packet, resent=cython.longlong,
+                   n=cython.longlong, g=cython.longlong, b=cython.longlong)
     cpdef list poll(self, object now)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, pe=cython.longlong, lo=cython.longlong,
-                   count=cython.longlong, ecn=cython.longlong)
+                   count=cython.longlong, ecn=cython.longlong, g=cython.longlong)
     cpdef Packet _packet(self, long long i, long long flags)
 
+    @cython.locals(inflight=dict)
     cpdef object timer(self)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, k=cython.longlong, i=cython.longlong,
@@ -84,4 +86,6 @@ cdef class WorkerTransport:
     cpdef _probe(self)
 
     cpdef _ignore(self, str reason)
+    @cython.locals(r=cython.double, srtt=cython.double, rttvar=cython.double, rto=cython.double,
+                   lo=cython.longlong, hi=cython.longlong)
     cpdef _rtt_sample(self, object rtt)

@@ -395,7 +395,8 @@ class WorkerTransport:
             for t in range(T):
                 k = next_k[t]
                 ctl = ccs[t]
-                if k < gen_len[t] and gen_start[t] + k < base[t] + ctl.win():
+                n, g, b = gen_len[t], gen_start[t], base[t]  # C integers when compiled: no boxed sums
+                if k < n and g + k < b + ctl.win():
                     i = t + T * k
                     next_k[t] = k + 1
                     inflight[i] = now
@@ -427,10 +428,11 @@ class WorkerTransport:
         if self._echo[t]:
             ecn = _CE
             self._echo[t] = False
+        g = self._gen_start[t]
         return new_packet(
             self.job_id,
             self.tree_ids[t],
-            self._gen_start[t] + i // T,
+            g + i // T,
             self.generation,
             count,
             flags,
@@ -444,7 +446,11 @@ class WorkerTransport:
         """Deadline (ps) of the oldest unacknowledged packet, or None when nothing waits."""
         if not self.active:
             return None
-        first = next(iter(self._inflight.values())) + self.rto_ps if self._inflight else None
+        first = None
+        inflight = self._inflight
+        for sent_at in inflight.values():  # the oldest (send order); compiled, no iterator object is made
+            first = sent_at + self.rto_ps
+            break
         heap, due = self._resent_heap, self._resent_due
         while heap and due.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)  # answered, or resent again since
@@ -622,13 +628,25 @@ class WorkerTransport:
 
     def _rtt_sample(self, rtt: int) -> None:
         # RFC 6298 section 2: SRTT/RTTVAR with alpha = 1/8, beta = 1/4.
+        # Local floats (C doubles when compiled); the clamp int(max(lo, min(hi, rto))) as comparisons.
+        r = float(rtt)
         if self._srtt is None:
-            self._srtt = float(rtt)
-            self._rttvar = rtt / 2
+            srtt = r
+            rttvar = r / 2
         else:
-            self._rttvar = 0.75 * self._rttvar + 0.25 * abs(self._srtt - rtt)
-            self._srtt = 0.875 * self._srtt + 0.125 * rtt
-        self.rto_ps = int(max(self.min_rto_ps, min(self.max_rto_ps, self._srtt + 4 * self._rttvar)))
+            srtt = self._srtt
+            rttvar = 0.75 * self._rttvar + 0.25 * abs(srtt - r)
+            srtt = 0.875 * srtt + 0.125 * r
+        self._srtt = srtt
+        self._rttvar = rttvar
+        rto = srtt + 4 * rttvar
+        lo, hi = self.min_rto_ps, self.max_rto_ps  # integers (C integers when compiled)
+        if rto >= hi:
+            self.rto_ps = hi
+        elif rto > lo:
+            self.rto_ps = int(rto)
+        else:
+            self.rto_ps = lo
 
     @property
     def srtt_ps(self) -> float | None:
