@@ -359,3 +359,11 @@ def test_results_that_keep_coming_re_arm_the_probe_and_a_probe_resends_each_tree
     assert all(p.flags & FLAG_RETRANSMIT for p in probes) and w.stats["probes"] == 2
     with pytest.raises(ValueError, match="min_pto_ps"):
         WorkerTransport(1, 0, 1, min_pto_ps=0)
+
+
+def test_rto_bounds_must_be_integers():
+    """The RTO bounds are integer picoseconds on both paths (the compiled clamp reads them as C integers)."""
+    t = WorkerTransport(1, 0, min_rto_ps=np.int64(1_000), max_rto_ps=10_000)
+    assert type(t.min_rto_ps) is int and t.min_rto_ps == 1_000
+    with pytest.raises(ValueError, match="min_rto_ps must be an integer number of ps"):
+        WorkerTransport(1, 0, min_rto_ps=1e6, max_rto_ps=10**9)

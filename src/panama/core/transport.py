@@ -71,6 +71,7 @@ of the tree sees identically, so their windows stay in lock-step.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -192,6 +193,15 @@ def _per_tree(values: Sequence[int], num_trees: int, name: str, what: str) -> li
     return found
 
 
+def _integer_ps(name: str, value: int) -> int:
+    """``value`` as an ``int`` (any integer type): RTO bounds are integer picoseconds on both
+    paths, since the compiled ``_rtt_sample`` clamps against them as C integers."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer number of ps, got {value!r}") from None
+
+
 class WorkerTransport:
     """One worker of one job: packetisation, tree round robin, windows, timers, reassembly."""
 
@@ -217,6 +227,7 @@ class WorkerTransport:
         self.tree_ids = _tree_id_list(tree_ids)
         if not 1 <= payload_elems <= MAX_PAYLOAD_ELEMS:
             raise ValueError(f"payload_elems must be in [1, {MAX_PAYLOAD_ELEMS}], got {payload_elems}")
+        min_rto_ps, max_rto_ps = _integer_ps("min_rto_ps", min_rto_ps), _integer_ps("max_rto_ps", max_rto_ps)
         if not 0 < min_rto_ps <= max_rto_ps:
             raise ValueError("need 0 < min_rto_ps <= max_rto_ps")
         self.job_id = job_id
