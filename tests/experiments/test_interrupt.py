@@ -34,9 +34,10 @@ def test_ctrl_c_during_shared_cluster_leaves_no_process_behind(tmp_path):
     """SIGINT to the process group (as a terminal sends it) while two pool workers run:
     the command exits 130 with one line within seconds, and nothing of its session
     survives (before: the workers kept running, and were orphaned after more Ctrl-C)."""
-    # Two paper-scale points (tens of seconds each even compiled: --quick, 2 s compiled,
-    # could finish before the signal arrived).
-    cmd = [sys.executable, "-m", "panama", "experiment", "shared-cluster", "--preset", "paper", "--seeds", "1"]
+    # Six paper-scale points on two workers (about 13 s each compiled on the development
+    # machine, 2026-11-28: --quick, 2 s, and once even two paper points, finished before the
+    # signal arrived in CI; the work must outlast the signal by far on a faster build).
+    cmd = [sys.executable, "-m", "panama", "experiment", "shared-cluster", "--preset", "paper", "--seeds", "1,2,3"]
     cmd += ["--schemes", "ring,panama", "--no-floor", "--jobs", "2", "--no-plot", "--quiet"]
     cmd += ["--out", str(tmp_path / "out")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -46,6 +47,7 @@ def test_ctrl_c_during_shared_cluster_leaves_no_process_behind(tmp_path):
             time.sleep(0.2)
         assert len(_session(proc.pid)) >= 3, "the two pool workers never started"
         time.sleep(1.0)  # the workers are computing
+        assert proc.poll() is None, "the command finished before the signal: the test needs more work"
         os.killpg(proc.pid, signal.SIGINT)
         err = ""
         for line in proc.stderr:  # up to the command's last word
