@@ -495,7 +495,11 @@ def test_two_tiers_spines_send_each_result_once_to_both_leaves(io):
     for leaf in ("leaf0", "leaf1"):
         (joined,) = st[leaf]["multicast"]["joined"].values()
         got = sum(joined.values())  # every result came down on the group
-        assert got == calls * PACKETS if resends == 0 else calls * PACKETS <= got <= calls * PACKETS + resends
+        # With resends, a group datagram the leaf lost (a full socket buffer on a loaded host)
+        # comes back as the spine's unicast answer to the leaf's resent partial: one fewer on
+        # the group per resend at most, as an answered resend is one more at most.
+        lo, hi = (calls * PACKETS - resends, calls * PACKETS + resends)
+        assert lo <= got <= hi, f"{leaf}: {got} results on the group, {resends} resends"
         assert st[leaf]["multicast"]["join_refused"] == {}
 
 
