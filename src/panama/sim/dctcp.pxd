@@ -18,7 +18,7 @@ cdef class Flow:
     cdef public long long start_ps
     cdef public object finish_ps
     cdef public object on_complete
-    cdef public object hash
+    cdef public unsigned long long hash  # a splitmix64 output (routing.flow_hash)
     cdef public object tag
     cdef public long long data_flags
     # sender
@@ -52,6 +52,7 @@ cdef class Flow:
     cdef public object _on_data_cb
     cdef public object _on_ack_cb
     cdef public long long _payload
+    cdef public long long _last_size
     cdef public long long _ecn
     cdef public Engine _eng
     cdef public double _max_cwnd
@@ -64,8 +65,7 @@ cdef class Flow:
 
     cpdef _start(self)
 
-    @cython.locals(payload=cython.longlong, size=cython.longlong, now=cython.longlong, ecn=cython.longlong, p=SimPacket,
-                   up=Port)
+    @cython.locals(size=cython.longlong, now=cython.longlong, p=SimPacket, up=Port)
     cpdef _transmit(self, long long seq, SimPacket spare)
 
     @cython.locals(nxt=cython.longlong, end=cython.longlong, allowed=cython.double, una=cython.longlong,

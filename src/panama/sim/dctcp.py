@@ -142,6 +142,7 @@ class Flow:
         "_on_data_cb",
         "_on_ack_cb",
         "_payload",
+        "_last_size",
         "_ecn",
         "_eng",
         "_max_cwnd",
@@ -213,7 +214,8 @@ class Flow:
         self._ack_up = hd.uplink
         self._send = hs.send
         self._ack_send = hd.send
-        self._payload = cfg.mss_bytes + cfg.header_bytes
+        self._payload = cfg.mss_bytes + cfg.header_bytes  # a full segment on the wire
+        self._last_size = self.last_payload + cfg.header_bytes  # the last segment on the wire
         self._ecn = _ECT0 if cfg.ecn else _NOT_ECT
         self._eng = stack.network.engine
         self._max_cwnd = float(cfg.max_cwnd_pkts)
@@ -279,22 +281,34 @@ class Flow:
         self._fill(None)
 
     def _transmit(self, seq: int, spare: SimPacket | None) -> None:
-        stack = self.stack
-        cfg = stack.config
-        payload = self.last_payload if seq == self.num_pkts - 1 else cfg.mss_bytes
-        size = payload + cfg.header_bytes
-        now = stack.engine.now
-        ecn = _ECT0 if cfg.ecn else _NOT_ECT
+        # Sizes, codepoint and clock from the flow's own fields (set once in __init__): the
+        # configuration's and the stack's attributes are Python attribute lookups, six per
+        # segment, about 3 % of a 100 Gb/s slice's instructions (callgrind).
+        size = self._last_size if seq == self.num_pkts - 1 else self._payload
+        now = self._eng.now
         if spare is None:
-            fl = self.data_flags
-            p = SimPacket(_KIND_DATA, self.src, self.dst, size, self.hash, ecn, self._on_data_cb, seq, 0, now, fl, None)
+            # Built field by field (no constructor call parsing twelve arguments).
+            p = SimPacket.__new__(SimPacket)
+            p.kind = _KIND_DATA
+            p.src = self.src
+            p.dst = self.dst
+            p.size_bytes = size
+            p.flow_hash = self.hash
+            p.ecn = self._ecn
+            p.deliver = self._on_data_cb
+            p.seq = seq
+            p.ack = 0
+            p.ts_ps = now
+            p.flags = self.data_flags
+            p.inner = None
+            p.arrive_ps = 0
         else:
             p = spare
             p.kind = _KIND_DATA
             p.src = self.src
             p.dst = self.dst
             p.size_bytes = size
-            p.ecn = ecn
+            p.ecn = self._ecn
             p.deliver = self._on_data_cb
             p.seq = seq
             p.ts_ps = now
@@ -320,7 +334,6 @@ class Flow:
         if nxt - una >= allowed:
             return
         up = self._up
-        transmit = self._transmit
         last = end - 1
         max_sent = self.max_sent
         while nxt < end and nxt - una < allowed:
@@ -344,7 +357,7 @@ class Flow:
                 else:
                     self._send(p)
             else:
-                transmit(nxt, spare)
+                self._transmit(nxt, spare)
                 spare = None
                 max_sent = self.max_sent
             nxt += 1
