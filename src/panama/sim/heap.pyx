@@ -23,8 +23,8 @@ Events fire from the near heap's root; the far heap's root moves there (``_bring
 once it is the earliest key (``_far_min``), so the order is exactly the keys' order.
 """
 
-from cpython.list cimport PyList_GET_ITEM
-from cpython.ref cimport PyObject
+from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.string cimport memcpy
 
@@ -189,6 +189,14 @@ cdef inline void _prefetch_event(list heap, Py_ssize_t slot) noexcept:
     _prefetch(<void*>PyList_GET_ITEM(heap, slot))
 
 
+cdef inline void _put(list heap, Py_ssize_t slot, object o) noexcept:
+    """``heap[slot] = o`` for a slot known to exist: no type or index checks."""
+    cdef PyObject* old = PyList_GET_ITEM(heap, slot)
+    Py_INCREF(o)
+    PyList_SET_ITEM(heap, slot, o)
+    Py_XDECREF(old)
+
+
 cdef class Event:
     """See heap.py."""
 
@@ -212,6 +220,41 @@ cdef class _Call(Event):
         return self.fn()
 
 
+cdef inline int _add(EventQueue q, long long t, _u128 k) except -1:
+    """Put key ``k`` (of time ``t``) in the near heap of ``q``, or in the far one if ``t``
+    is ``_FAR_PS`` or more after now."""
+    if t - q.now < _FAR_PS:
+        return _keys_push(&q._near, k)
+    _keys_push(&q._far, k)
+    q._far_min = q._far.keys[0].k
+    return 0
+
+
+cdef inline int _settle_fired(EventQueue q) except -1:
+    """After the near root's event fired: if it scheduled itself again (``schedule``
+    noted its new key), the new key replaces the root's, keeping its slot, or goes to the
+    far heap; else the root is removed and its slot freed. Inline in the run loop (one
+    call and its register saves fewer per event)."""
+    cdef Py_ssize_t slot
+    if q._refired:
+        q._refired = False
+        if q._refire_t - q.now < _FAR_PS:
+            _sift_root(q._near.keys, q._refire_key, q._near.n)
+        else:
+            _keys_drop_root(&q._near)
+            _keys_push(&q._far, q._refire_key)
+            q._far_min = q._far.keys[0].k
+    else:
+        slot = _key_slot(q._near.keys[0].k)
+        _put(q.heap, slot, None)
+        q._vacant[q._nfree] = slot
+        q._nfree += 1
+        _keys_drop_root(&q._near)
+    if q._near.n:
+        _prefetch_event(q.heap, _key_slot(q._near.keys[0].k))
+    return 0
+
+
 cdef class EventQueue:
     """See heap.py."""
 
@@ -226,15 +269,6 @@ cdef class EventQueue:
         PyMem_Free(self._near.raw)
         PyMem_Free(self._far.raw)
         PyMem_Free(self._vacant)
-
-    cdef int _add(self, long long t, _u128 k) except -1:
-        """Put key ``k`` (of time ``t``) in the near heap, or in the far one if ``t`` is
-        ``_FAR_PS`` or more after now."""
-        if t - self.now < _FAR_PS:
-            return _keys_push(&self._near, k)
-        _keys_push(&self._far, k)
-        self._far_min = self._far.keys[0].k
-        return 0
 
     cdef int _bring_far(self) except -1:
         """Move the far heap's root (smaller than every near key) to the near heap."""
@@ -252,7 +286,7 @@ cdef class EventQueue:
             raise OverflowError("engine: more than 2**40 events scheduled in one run")
         if self._nfree:
             slot = self._vacant[self._nfree - 1]
-            heap[slot] = ev
+            _put(heap, slot, ev)
             self._nfree -= 1
         else:
             slot = len(heap)
@@ -266,31 +300,7 @@ cdef class EventQueue:
                 self._vacant = vacant
                 self._vcap = cap
             heap.append(ev)
-        return self._add(ev.t, _key(ev.t, ev.seq, slot))
-
-    cdef int _settle_fired(self) except -1:
-        """After the near root's event fired: if it scheduled itself again (``schedule``
-        noted its new key), the new key replaces the root's, keeping its slot (a due
-        event's next time is usually near: the sift stops early), or goes to the far heap;
-        else the root is removed and its slot freed."""
-        cdef Py_ssize_t slot
-        if self._refired:
-            self._refired = False
-            if self._refire_t - self.now < _FAR_PS:
-                _sift_root(self._near.keys, self._refire_key, self._near.n)
-            else:
-                _keys_drop_root(&self._near)
-                _keys_push(&self._far, self._refire_key)
-                self._far_min = self._far.keys[0].k
-        else:
-            slot = _key_slot(self._near.keys[0].k)
-            self.heap[slot] = None
-            self._vacant[self._nfree] = slot
-            self._nfree += 1
-            _keys_drop_root(&self._near)
-        if self._near.n:
-            _prefetch_event(self.heap, _key_slot(self._near.keys[0].k))
-        return 0
+        return _add(self, ev.t, _key(ev.t, ev.seq, slot))
 
     cpdef push(self, long long time_ps, object callback):
         """Run ``callback()`` at ``time_ps`` (>= now, unchecked)."""
@@ -372,7 +382,7 @@ cdef class EventQueue:
                     r = ev.fire()
                 finally:
                     self._firing = NULL
-                    self._settle_fired()
+                    _settle_fired(self)
                 if r is _STALE:
                     self.now = last
                 else:
