@@ -31,6 +31,8 @@ from libc.string cimport memcpy
 cdef extern from *:
     # GCC/Clang: a hint to load a cache line early.
     void _prefetch "__builtin_prefetch"(const void* p) noexcept nogil
+    # An item of a list given as a borrowed pointer (no reference counting on the list).
+    PyObject* _item "PyList_GET_ITEM"(PyObject* lst, Py_ssize_t i) noexcept nogil
 
 cdef extern from *:
     """
@@ -177,16 +179,16 @@ cdef inline void _keys_drop_root(_Keys* h) noexcept:
         _sift_root(h.keys, h.keys[n].k, n)
 
 
-cdef inline Event _event_at(list heap, Py_ssize_t slot):
-    """``heap[slot]``, known to be an Event (the heap holds nothing else): an unchecked
-    cast instead of a subtype test per pop."""
-    return <Event>heap[slot]
+cdef inline PyObject* _event_at(EventQueue q, Py_ssize_t slot) noexcept:
+    """``q.heap[slot]``, borrowed (the heap holds nothing but events): no reference
+    counting on the list, no None or type test per pop."""
+    return _item(<PyObject*>q.heap, slot)
 
 
-cdef inline void _prefetch_event(list heap, Py_ssize_t slot) noexcept:
+cdef inline void _prefetch_event(EventQueue q, Py_ssize_t slot) noexcept:
     """Start loading the event at ``slot`` (the next one due) while this one fires: the
     first touch of an event object is a cache miss more often than not."""
-    _prefetch(<void*>PyList_GET_ITEM(heap, slot))
+    _prefetch(<void*>_item(<PyObject*>q.heap, slot))
 
 
 cdef inline void _put(list heap, Py_ssize_t slot, object o) noexcept:
@@ -251,7 +253,7 @@ cdef inline int _settle_fired(EventQueue q) except -1:
         q._nfree += 1
         _keys_drop_root(&q._near)
     if q._near.n:
-        _prefetch_event(q.heap, _key_slot(q._near.keys[0].k))
+        _prefetch_event(q, _key_slot(q._near.keys[0].k))
     return 0
 
 
@@ -373,7 +375,7 @@ cdef class EventQueue:
                 # The event stays at the root while it fires (every key pushed meanwhile
                 # is larger: later, or as late with a larger seq); _settle_fired then
                 # removes it or, if it scheduled itself, re-keys it.
-                ev = _event_at(self.heap, _key_slot(self._near.keys[0].k))
+                ev = <Event>_event_at(self, _key_slot(self._near.keys[0].k))
                 self._firing = <PyObject*>ev
                 self._refired = False
                 self.now = t
