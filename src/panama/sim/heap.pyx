@@ -103,8 +103,9 @@ cdef int _keys_grow(_Keys* h) except -1:
     return 0
 
 
-cdef int _keys_push(_Keys* h, _u128 k) except -1:
-    """Add key ``k`` to the heap ``h`` (sifted up from a new leaf)."""
+cdef inline int _keys_push(_Keys* h, _u128 k) except -1:
+    """Add key ``k`` to the heap ``h`` (sifted up from a new leaf). Inline: one call fewer
+    per push (the growth is out of line)."""
     cdef Py_ssize_t pos, up
     cdef _Key* keys
     if h.n >= h.cap:
