@@ -148,3 +148,20 @@ def test_a_far_entry_comes_before_a_later_pushed_near_one_at_the_same_time():
     assert eng.pending() == 3 and eng.next_time() == t - 10
     eng.run()
     assert seen == ["far", "near", "later"] and eng.now == t + _FAR
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 8, 17, 21, 22, 85, 86, 200])
+def test_small_and_ragged_heaps_re_key_their_root_in_order(n):
+    """``n`` events that each schedule themselves again while they fire (the C queue
+    re-keys its root: a sift through full groups of four siblings, then a partial one)
+    and a plain callable now and then: pops in exact (time, seq) order for heap sizes at
+    and around the group boundaries (1 + 4 + 16 + 64 ...)."""
+    rng = random.Random(n)
+    eng = Engine()
+    m = _Model(eng, rng)
+    for _ in range(n):
+        _Again(m, rng.randrange(40)).put(rng.randrange(2_000))
+    eng.run()
+    assert len(m.fired) >= n
+    assert m.fired == sorted(m.fired)
+    assert not m.pending and eng.pending() == 0

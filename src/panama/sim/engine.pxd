@@ -13,17 +13,20 @@ cdef class Engine(EventQueue):
     @cython.locals(n=cython.longlong)
     cpdef long long run(self, object until_ps=*)
 
+cdef class _TimerEntry
+
 @cython.final
 cdef class Timer:
     cdef public Engine engine
     cdef public object callback
     cdef public object when
-    cdef public object _entry_time
+    cdef public long long _entry_time
     cdef public long long _token
 
     cpdef arm(self, long long time_ps)
     cpdef cancel(self)
-    cpdef object _fire(self, long long token)
+    @cython.locals(when=cython.longlong)
+    cpdef object _fire(self, _TimerEntry entry)
 
 @cython.final
 cdef class _TimerEntry(Event):

@@ -109,7 +109,7 @@ class Timer:
         self.engine = engine
         self.callback = callback
         self.when: int | None = None
-        self._entry_time: int | None = None
+        self._entry_time = -1  # time of the live heap entry; -1: none (times are >= 0)
         self._token = 0
 
     def arm(self, time_ps: int) -> None:
@@ -117,9 +117,8 @@ class Timer:
         if time_ps < eng.now:
             time_ps = eng.now
         self.when = time_ps
-        et = self._entry_time
-        if et is not None and et <= time_ps:
-            return
+        if 0 <= self._entry_time <= time_ps:
+            return  # the live entry comes first: on expiry it re-arms for the deadline
         self._token += 1
         self._entry_time = time_ps
         eng.schedule(time_ps, _TimerEntry(self, self._token))
@@ -131,19 +130,24 @@ class Timer:
     def armed(self) -> bool:
         return self.when is not None
 
-    def _fire(self, token: int) -> object:
-        if token != self._token:
+    def _fire(self, entry: _TimerEntry) -> object:
+        """``entry`` (one of this timer's) is due now."""
+        if entry.token != self._token:
             return _STALE  # superseded entry: the engine does not let it move ``now``
-        self._entry_time = None
-        when = self.when
-        if when is None:
+        self._entry_time = -1
+        if self.when is None:
             return _STALE  # cancelled
+        when = self.when  # an int from here on
         eng = self.engine
         if when > eng.now:
+            # Re-armed later: the entry firing now goes back in the heap for the deadline
+            # (scheduling the event being fired keeps its place in the C queue: a re-key,
+            # not a push and a pop).
             self._token += 1
+            entry.token = self._token
             self._entry_time = when
-            eng.schedule(when, _TimerEntry(self, self._token))
-            return _STALE  # re-armed later: nothing happened now
+            eng.schedule(when, entry)
+            return _STALE  # nothing happened now
         self.when = None
         self.callback()
         return None
@@ -162,7 +166,7 @@ class _TimerEntry(Event):
         self._fire_cb = self.fire
 
     def fire(self) -> object:
-        return self.timer._fire(self.token)
+        return self.timer._fire(self)
 
 
 class TraceRecorder:

@@ -46,10 +46,8 @@ cdef class EventQueue:
     cdef long long _refire_t
     cdef _u128 _refire_key
 
-    cdef int _add(self, long long t, _u128 k) except -1
     cdef int _bring_far(self) except -1
     cdef int _heap_push(self, Event ev) except -1
-    cdef int _settle_fired(self) except -1
 
     cpdef push(self, long long time_ps, object callback)
     cpdef schedule(self, long long time_ps, Event ev)
