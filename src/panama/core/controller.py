@@ -410,10 +410,17 @@ class Controller:
         plan = self._plans.get(name)
         if plan is None:
             raise ControllerError("name", f"unknown job {name!r}")
-        return [
-            tree_cwnd_cap(t, {sw: self.share_slots(sw) // len(self._state[sw][plan.job_id]) for sw in t.entries})
-            for t in plan.trees
-        ]
+        # share_slots(sw) // (the job's trees at sw), each switch's share computed once and
+        # unchecked (a live plan's switches all hold its state): a simulated job asks this
+        # once per worker, and the checked form cost a simulation a millisecond per job.
+        state = self._state
+        share: dict[str, int] = {}
+        for t in plan.trees:
+            for sw in t.entries:
+                if sw not in share:
+                    at = state[sw]
+                    share[sw] = self.packet_memory // max(1, len(at) + self.reserve_shares) // len(at[plan.job_id])
+        return [tree_cwnd_cap(t, {sw: share[sw] for sw in t.entries}) for t in plan.trees]
 
     def _share_after_join(self, switch: str) -> int:
         return self.packet_memory // (len(self._state.get(switch, {})) + 1 + self.reserve_shares)
