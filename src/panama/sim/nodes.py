@@ -344,7 +344,8 @@ class Switch(Node):
             self._catch_up(now)
 
     def note_release(self, end_ps: int) -> None:
-        """One of the ports queued a release at ``end_ps`` (its ring already holds it)."""
+        """One of the ports queued a release at ``end_ps`` (its ring already holds it).
+        Inlined in :meth:`panama.sim.lossless.LosslessPort._send` (keep them alike)."""
         if end_ps < self.next_release_ps:
             self.next_release_ps = end_ps
             if self._npaused:
