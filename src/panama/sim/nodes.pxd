@@ -88,6 +88,11 @@ cdef class Switch(Node):
     @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong, now=cython.longlong)
     cpdef bint _admit(self, SimPacket pkt, long long in_idx, Port port) except -1
 
+    # free in C: alpha * free is then one C double product, as the float * int product of
+    # the interpreted path (the int converted to the nearest double, exactly so below
+    # 2**53), truncated as int() truncates (the cast to long long was already C): same
+    # value, no Python int and float per admitted hook output (Switch._admit).
+    @cython.locals(free=cython.longlong)
     cpdef long long pfc_threshold(self) except? -1
     cpdef _check_resume(self)
     cpdef _send_pfc(self, long long in_idx, bint pause)
