@@ -70,7 +70,8 @@ cdef class Switch(Node):
 
     @cython.locals(obj=HookObject)
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
-    @cython.locals(port=Port, pbn=dict)
+    # p typed: one type test per hook output, not one per call taking it (_admit, send).
+    @cython.locals(port=Port, pbn=dict, p=SimPacket)
     cpdef _emit(self, object out, long long in_idx)
 
     @cython.locals(t=cython.longlong)

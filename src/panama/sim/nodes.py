@@ -388,7 +388,11 @@ class Switch(Node):
             self.peak_used_bytes = used
         ib = self._ing[in_idx] + size
         self._ing[in_idx] = ib
-        if in_idx < len(self.ports) and not self.pause_sent[in_idx] and ib > self.pfc_threshold():
+        if (
+            in_idx < len(self.ports)
+            and (not self._npaused or not self.pause_sent[in_idx])  # (none paused: no list read)
+            and ib > self.pfc_threshold()
+        ):
             self._send_pfc(in_idx, True)
         return True
 
