@@ -65,11 +65,13 @@ cdef class ReleaseRings:
     # _ends[k]: the end of ring k's oldest entry, or 2**62 when it is empty; one array,
     # so that release() skips the rings with nothing due reading a cache line or two.
     cdef long long* _ends
+    # Before the 208-byte memoryview below: put() reads these with _r and _ends (one
+    # cache line of the object, not two).
+    cdef Py_ssize_t _nrings
+    cdef long long _next
     # The ingress counters release() decreases, bound once (a memoryview argument per call
     # copied the caller's 208-byte slice, four cache lines of the switch, every settle).
     cdef long long[::1] _ingress
-    cdef Py_ssize_t _nrings
-    cdef long long _next
 
     cdef int _check(self, Py_ssize_t ring) except -1
     cdef int _bad_put(self, Py_ssize_t ring, long long size, long long in_idx) except -1
