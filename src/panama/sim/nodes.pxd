@@ -44,7 +44,7 @@ cdef class Switch(Node):
     # handler: hooks, buffer admission, PFC check, release settling; the data pointer of
     # _ing is its second word), then the hook path's. Node's fields come first, so a hop
     # reads the first ~210 bytes (four cache lines at most) and nothing further.
-    cdef public list hooked
+    cdef public tuple hooked
     cdef public long long next_release_ps
     cdef public long long _used
     cdef public long long buffer_bytes
