@@ -7,7 +7,7 @@ from libc.string cimport memcpy
 
 IMPLEMENTATION = "C"
 
-cdef long long _NEVER_C = 1LL << 62  # later than any simulated time (panama.sim.engine)
+cdef long long _NEVER_C = (<long long>1) << _NEVER_SHIFT  # later than any simulated time (panama.sim.engine)
 
 
 cdef void* _regrown(void* q, Py_ssize_t head, Py_ssize_t n, Py_ssize_t cap, Py_ssize_t new_cap,
@@ -30,12 +30,9 @@ cdef class DelayLine:
     """See fifos.py. Each entry holds a reference to its packet list."""
 
     def __dealloc__(self):
-        cdef Py_ssize_t j, k
+        cdef Py_ssize_t j
         for j in range(self._n):
-            k = self._head + j
-            if k >= self._cap:
-                k -= self._cap
-            Py_DECREF(<object>self._q[k].out)
+            Py_DECREF(<object>self._q[_slot(self._head, j, self._cap)].out)
         self._n = 0
         PyMem_Free(self._q)
 
@@ -53,9 +50,7 @@ cdef class DelayLine:
         cdef Py_ssize_t i
         if self._n == self._cap:
             self._grow()
-        i = self._head + self._n
-        if i >= self._cap:
-            i -= self._cap
+        i = _slot(self._head, self._n, self._cap)
         Py_INCREF(out)
         self._q[i].t = due_ps
         self._q[i].in_idx = in_idx
@@ -141,7 +136,6 @@ cdef class ReleaseRings:
         return 0
 
     cpdef long long pop_back(self, Py_ssize_t ring) except? -1:
-        cdef Py_ssize_t i
         cdef _Ring* r
         self._check(ring)
         r = &self._r[ring]
@@ -150,54 +144,16 @@ cdef class ReleaseRings:
         r.n -= 1
         if not r.n:
             self._ends[ring] = _NEVER_C
-        i = r.head + r.n
-        if i >= r.cap:
-            i -= r.cap
-        return r.q[i].in_idx
-
-    cpdef long long release(self, long long now) except? -1:
-        cdef long long freed = 0, nxt = _NEVER_C
-        cdef Py_ssize_t k, h, n
-        cdef _Ring* r
-        cdef _Rel* q
-        cdef long long e
-        for k in range(self._nrings):
-            e = self._ends[k]
-            if e > now:  # nothing ended (or empty): the ring stays unread
-                if e < nxt:
-                    nxt = e
-                continue
-            r = &self._r[k]
-            n = r.n
-            q = r.q
-            h = r.head
-            while n and q[h].end <= now:
-                self._ingress[q[h].in_idx] -= q[h].size
-                freed += q[h].size
-                h += 1
-                if h == r.cap:
-                    h = 0
-                n -= 1
-            r.head = h
-            r.n = n
-            e = q[h].end if n else _NEVER_C
-            self._ends[k] = e
-            if e < nxt:
-                nxt = e
-        self._next = nxt
-        return freed
+        return r.q[_slot(r.head, r.n, r.cap)].in_idx
 
 
 cdef class PacketPipe:
     """See fifos.py. A C ring of ``(arrive_ps, packet)``; each entry owns a reference."""
 
     def __dealloc__(self):
-        cdef Py_ssize_t j, k
+        cdef Py_ssize_t j
         for j in range(self._n):
-            k = self._head + j
-            if k >= self._cap:
-                k -= self._cap
-            Py_DECREF(<object>self._q[k].pkt)
+            Py_DECREF(<object>self._q[_slot(self._head, j, self._cap)].pkt)
         self._n = 0
         PyMem_Free(self._q)
 
@@ -218,22 +174,14 @@ cdef class PacketPipe:
         return 0
 
     cpdef long long back_time(self) noexcept:
-        cdef Py_ssize_t k
         if not self._n:
             return -1
-        k = self._head + self._n - 1
-        if k >= self._cap:
-            k -= self._cap
-        return self._q[k].t
+        return self._q[_slot(self._head, self._n - 1, self._cap)].t
 
     cpdef object pop_back(self):
-        cdef Py_ssize_t k
         if not self._n:
             raise IndexError("pop from an empty PacketPipe")
-        k = self._head + self._n - 1
-        if k >= self._cap:
-            k -= self._cap
         self._n -= 1
-        cdef object pkt = <object>self._q[k].pkt
+        cdef object pkt = <object>self._q[_slot(self._head, self._n, self._cap)].pkt
         Py_DECREF(pkt)
         return pkt

@@ -4,15 +4,19 @@ cimport cython
 from panama.sim.nodes cimport Host, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
-from panama.sim.fifos cimport PacketPipe
+from panama.sim.fifos cimport PacketPipe, ReleaseRings
 from panama.sim.ports cimport Port
 
 cdef long long _CE, _TRACKED
 
 cdef class LosslessPort(Port):
-    @cython.locals(now=cython.longlong, size=cython.longlong, tx=cython.longlong, bu=cython.longlong,
-                   backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong, sw=Switch)
+    @cython.locals(sw=Switch)
     cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
+
+    # Final: a direct call, inlined by the C compiler in _deliver_switch_lossless.
+    @cython.final
+    @cython.locals(size=cython.longlong, tx=cython.longlong, bu=cython.longlong, end=cython.longlong)
+    cdef inline bint _send(self, SimPacket pkt, long long in_idx, Switch sw, long long now) except -1
 
     @cython.locals(pkt=SimPacket, host=Host, pipe=PacketPipe, t=cython.longlong, now=cython.longlong)
     cpdef _deliver_host_checked(self)
@@ -20,7 +24,8 @@ cdef class LosslessPort(Port):
     @cython.locals(sw=Switch, pkt=SimPacket, out=LosslessPort, now=cython.longlong, idx=cython.longlong, pipe=PacketPipe,
                    t=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, used=cython.longlong,
-                   ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list, hooks=list)
+                   ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list, hooks=tuple,
+                   ports=tuple, rel=ReleaseRings, freed=cython.longlong)
     cpdef _deliver_switch_lossless(self)
 
     @cython.locals(now=cython.longlong, bu=cython.longlong, end=cython.longlong, arrive=cython.longlong, sw=Switch)

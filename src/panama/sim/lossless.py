@@ -17,11 +17,15 @@ built, interpreted otherwise (same source, same results).
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 from panama.core.packet import CE
 from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, FLAG_TRACKED, SimPacket
 from panama.sim.ports import Port
 from panama.sim.routing import ecmp_index
+
+if TYPE_CHECKING:
+    from panama.sim.nodes import Switch
 
 __all__ = ["LosslessPort"]
 
@@ -36,7 +40,15 @@ class LosslessPort(Port):
     __slots__ = ()
 
     def send(self, pkt: SimPacket, in_idx: int = -1) -> bool:
-        now = self._eng.now
+        # Only a switch's ports keep releases (Switch.set_lossless), so the owner is one.
+        sw = self.owner if self.release is not None else None
+        return self._send(pkt, in_idx, sw, self._eng.now)
+
+    def _send(self, pkt: SimPacket, in_idx: int, sw: Switch | None, now: int) -> bool:
+        """:meth:`send` at ``now``, ``sw`` the owner if this port keeps releases (else
+        None). A direct C call when compiled (final, ``lossless.pxd``): the switch's arrival
+        handler hands it the switch and the time it has, instead of a call through the
+        method table that looked both up again (and type-checked the owner) per hop."""
         size = pkt.size_bytes
         tx = size * self.ps_per_byte
         if self.paused:
@@ -47,9 +59,10 @@ class LosslessPort(Port):
         if self.release is not None:  # the buffer space is freed when the transmission ends
             end = bu + tx
             self.release.put(self.index, end, size, in_idx)
-            sw = self.owner
-            if end < sw.next_release_ps:
-                sw.note_release(end)
+            if end < sw.next_release_ps:  # --- Switch.note_release, inlined (half the hops) ---
+                sw.next_release_ps = end
+                if sw._npaused:
+                    sw._rel_timer.arm(end)
         self._transmit(pkt, now, bu, tx)
         return True
 
@@ -98,7 +111,7 @@ class LosslessPort(Port):
             dst = pkt.dst
             out = fib1[dst]
             if out is None:
-                ports = sw.fib[dst]
+                ports = sw.fib[dst]  # a tuple (Network._build_routes): C length and item
                 n = len(ports)
                 if not n:
                     self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
@@ -106,7 +119,16 @@ class LosslessPort(Port):
                 out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
             # --- Switch._admit, inlined ---
             if now >= sw.next_release_ps:
-                sw._catch_up(now)
+                # --- Switch._catch_up, inlined (ReleaseRings.release is inline C too): due
+                # before nearly every admission at 100 Gb/s, where its two calls cost more
+                # than the release itself ---
+                rel = sw.releases
+                freed = rel.release(now)
+                sw.next_release_ps = rel.next_end()
+                if freed:
+                    sw._used -= freed
+                    if sw._npaused:
+                        sw._check_resume()
             size = pkt.size_bytes
             used = sw._used + size
             if used > sw.buffer_bytes:
@@ -117,7 +139,7 @@ class LosslessPort(Port):
                 sw.peak_used_bytes = used
             ib = sw._ing[idx] + size
             sw._ing[idx] = ib
-            if not sw.pause_sent[idx]:
+            if not sw._npaused or not sw.pause_sent[idx]:  # (no pause sent: no list read)
                 if sw.pfc_static is None:
                     free = sw.pool_bytes - used
                     thr = int(sw.pfc_alpha * free) if free > 0 else 0
@@ -125,7 +147,7 @@ class LosslessPort(Port):
                     thr = sw.pfc_static
                 if ib > thr:
                     sw._send_pfc(idx, True)
-            out.send(pkt, idx)
+            out._send(pkt, idx, sw, now)  # LosslessPort.send, a direct call
         self.armed = False
 
     def _commit(self, pkt: SimPacket, in_idx: int, tx: int) -> None:

@@ -17,16 +17,18 @@ cdef class HookObject:
     cpdef object run(self, SimPacket pkt, object from_node)
 
 cdef class Node:
-    cdef public object net
-    cdef public object tally
+    # The forwarding table first: a switch's arrival handler reads it with the object's
+    # header (refcount, type), in the same cache line (see Switch).
+    cdef public list fib1
+    cdef public list fib
+    cdef public unsigned long long salt
     cdef public Engine _eng
-    cdef public str name
-    cdef public str kind
+    cdef public object tally
     cdef public list ports
     cdef public dict port_by_name
-    cdef public list fib
-    cdef public list fib1
-    cdef public unsigned long long salt
+    cdef public object net
+    cdef public str name
+    cdef public str kind
 
     cpdef receive(self, SimPacket pkt, long long in_idx)
 
@@ -38,11 +40,11 @@ cdef class Host(Node):
     cpdef receive_unbound(self, SimPacket pkt)
 
 cdef class Switch(Node):
-    # Hot fields first (see Port in ports.pxd).
-    cdef public list hooked
-    cdef public list nb_names
-    cdef public bint lossless
-    cdef public bint _dl_armed
+    # Hot fields first, in the order a lossless hop reads them (LosslessPort's arrival
+    # handler: hooks, buffer admission, PFC check, release settling; the data pointer of
+    # _ing is its second word), then the hook path's. Node's fields come first, so a hop
+    # reads the first ~210 bytes (four cache lines at most) and nothing further.
+    cdef public tuple hooked
     cdef public long long next_release_ps
     cdef public long long _used
     cdef public long long buffer_bytes
@@ -50,22 +52,26 @@ cdef class Switch(Node):
     cdef public long long pool_bytes
     cdef public double pfc_alpha
     cdef public object pfc_static
-    cdef public list pause_sent
     cdef public long long _npaused
+    cdef public ReleaseRings releases
+    cdef public long long[::1] _ing
+    cdef public list pause_sent
+    cdef public list nb_names
     cdef public long long hook_latency_ps
+    cdef public bint lossless
+    cdef public bint _dl_armed
     cdef public _DelayLine _dl_ev
     cdef public DelayLine _delayline
-    cdef public long long[::1] _ing
     cdef public list hooks
     cdef public object _ingress
-    cdef public ReleaseRings releases
     cdef public Timer _rel_timer
     cdef public long long resume_offset
     cdef public long long pauses_sent
 
     @cython.locals(obj=HookObject)
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
-    @cython.locals(port=Port, pbn=dict)
+    # p typed: one type test per hook output, not one per call taking it (_admit, send).
+    @cython.locals(port=Port, pbn=dict, p=SimPacket)
     cpdef _emit(self, object out, long long in_idx)
 
     @cython.locals(t=cython.longlong)
@@ -83,6 +89,11 @@ cdef class Switch(Node):
     @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong, now=cython.longlong)
     cpdef bint _admit(self, SimPacket pkt, long long in_idx, Port port) except -1
 
+    # free in C: alpha * free is then one C double product, as the float * int product of
+    # the interpreted path (the int converted to the nearest double, exactly so below
+    # 2**53), truncated as int() truncates (the cast to long long was already C): same
+    # value, no Python int and float per admitted hook output (Switch._admit).
+    @cython.locals(free=cython.longlong)
     cpdef long long pfc_threshold(self) except? -1
     cpdef _check_resume(self)
     cpdef _send_pfc(self, long long in_idx, bint pause)
