@@ -26,7 +26,7 @@ cdef class QueueAhead:
     cdef public object background
     cdef public long long short_bytes
     cdef public list directions
-    cdef dict _dir
+    cdef dict _base
     cdef dict _tracks
     cdef dict _by_callback
 

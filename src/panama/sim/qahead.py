@@ -83,10 +83,11 @@ class QueueAhead:
         self.background = background
         self.short_bytes = short_bytes
         dirs: dict[str, int] = {}
-        self._dir: dict[Any, int] = {}  # port -> direction index (ports hash by identity)
+        # port -> its direction's first index in a row (direction * _NK; ports hash by identity)
+        self._base: dict[Any, int] = {}
         for p in ports:
             d = f"{p.owner.kind}->{p.peer.kind}"
-            self._dir[p] = dirs.setdefault(d, len(dirs))
+            self._base[p] = dirs.setdefault(d, len(dirs)) * _NK
         self.directions = list(dirs)
         self._tracks: dict[int, _Track] = {}  # flow id -> accumulators, in first-tracked order
         # A flow's callback (SimPacket.deliver) -> what its packets are: worked out once.
@@ -148,7 +149,7 @@ class QueueAhead:
             t = self._track(src)
         t.hops += 1
         row = t.row
-        base = self._dir[port] * _NK
+        base = self._base[port]
         ppb = port.ps_per_byte
         delay = port.delay_ps
         if port.paused:
