@@ -42,7 +42,7 @@ cdef class QueueAhead:
     @cython.locals(
         src=_Source, s=_Source, t=_Track, row=cython.longlong[::1], base=cython.longlong, ppb=cython.longlong,
         delay=cython.longlong, n=cython.longlong, i=cython.longlong, q=SimPacket, pipe=PacketPipe,
-        end=cython.longlong, tx=cython.longlong, k=cython.longlong, a=object, ka=cython.longlong, b=object,
-        kb=cython.longlong,
+        end=cython.longlong, tx=cython.longlong, k=cython.longlong, a=object, ka=cython.longlong, b=object, c=object,
+        kb=cython.longlong, kc=cython.longlong,
     )
     cpdef add(self, Port port, SimPacket pkt, long long now)

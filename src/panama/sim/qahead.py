@@ -165,13 +165,14 @@ class QueueAhead:
         else:
             i = len(port.pipe) - 2  # the last one is the packet itself, just pushed
         pipe = port.pipe
-        # The kinds of the last two callbacks met (a, then b before it; the packet's own
-        # first): queues are runs of one flow's window, or two flows' packets interleaved
-        # (one's data, another's ACKs), so most packets ahead need no dict lookup.
+        # The kinds of the last three callbacks met (a, then b, then c; the packet's own
+        # first): queues are runs of one flow's window, or a few flows' packets interleaved
+        # (one's data, another's ACKs), so few packets ahead need a dict lookup (on the
+        # 2 ms 100 Gb/s slice 28 k of 1.28 M; 102 k remembering two, 485 k remembering one).
         a = pkt.deliver
         ka = _OWN
-        b = None
-        kb = _OTHER
+        b = c = None
+        kb = kc = _OTHER
         while i >= 0:
             q = pipe.at(i)
             i -= 1
@@ -191,9 +192,12 @@ class QueueAhead:
                     k = kb
                     b, kb, a, ka = a, ka, d, k
                 else:
-                    s = self._source(d)
-                    k = _OWN if s.flow is own else s.kind
-                    b, kb, a, ka = a, ka, d, k
+                    if d is c:
+                        k = kc
+                    else:
+                        s = self._source(d)
+                        k = _OWN if s.flow is own else s.kind
+                    c, kc, b, kb, a, ka = b, kb, a, ka, d, k
             tx = q.size_bytes * ppb
             row[base + k] += tx if end - now > tx else end - now
 
