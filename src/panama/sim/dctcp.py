@@ -287,32 +287,24 @@ class Flow:
         size = self._last_size if seq == self.num_pkts - 1 else self._payload
         now = self._eng.now
         if spare is None:
-            # Built field by field (no constructor call parsing twelve arguments).
+            # Built field by field (no constructor call parsing twelve arguments); the
+            # fields a reused packet keeps from its flow are set here, the rest below.
             p = SimPacket.__new__(SimPacket)
-            p.kind = _KIND_DATA
-            p.src = self.src
-            p.dst = self.dst
-            p.size_bytes = size
             p.flow_hash = self.hash
-            p.ecn = self._ecn
-            p.deliver = self._on_data_cb
-            p.seq = seq
             p.ack = 0
-            p.ts_ps = now
-            p.flags = self.data_flags
             p.inner = None
             p.arrive_ps = 0
         else:
             p = spare
-            p.kind = _KIND_DATA
-            p.src = self.src
-            p.dst = self.dst
-            p.size_bytes = size
-            p.ecn = self._ecn
-            p.deliver = self._on_data_cb
-            p.seq = seq
-            p.ts_ps = now
-            p.flags = self.data_flags
+        p.kind = _KIND_DATA
+        p.src = self.src
+        p.dst = self.dst
+        p.size_bytes = size
+        p.ecn = self._ecn
+        p.deliver = self._on_data_cb
+        p.seq = seq
+        p.ts_ps = now
+        p.flags = self.data_flags
         if seq < self.max_sent:
             self.retransmits += 1
         else:

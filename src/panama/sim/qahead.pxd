@@ -36,8 +36,10 @@ cdef class QueueAhead:
     cdef _Source _classify(self, object d)
     @cython.locals(t=_Track)
     cdef _Track _track(self, _Source src)
-    @cython.locals(k=cython.longlong, s=_Source)
+    @cython.locals(k=cython.longlong)
     cdef int _kind(self, SimPacket q, object own) except -1
+    @cython.locals(s=_Source)
+    cdef int _flow_kind(self, object d, object own) except -1
 
     @cython.locals(
         src=_Source, s=_Source, t=_Track, row=cython.longlong[::1], base=cython.longlong, ppb=cython.longlong,

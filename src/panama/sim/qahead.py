@@ -76,8 +76,8 @@ class QueueAhead:
     background flows into ``short`` and ``bulk``.
 
     Per tracked packet: one dict lookup for its callback, one for its port's direction;
-    per packet ahead: none when it has the same callback as the one before it (a window
-    of one flow, an ACK train), else one."""
+    per packet ahead: none when its callback is one of the last three the walk met (a
+    window of one flow, an ACK train, a few flows interleaved), else one."""
 
     def __init__(self, ports: Sequence[Any], background: Any, short_bytes: int):
         self.background = background
@@ -137,7 +137,11 @@ class QueueAhead:
             return _PANAMA
         if k != _KIND_DATA and k != _KIND_ACK:
             return _OTHER
-        s = self._source(q.deliver)
+        return self._flow_kind(q.deliver, own)
+
+    def _flow_kind(self, d: Any, own: Any) -> int:
+        """The kind of a data or ACK packet whose ``deliver`` is ``d``, for a packet of flow ``own``."""
+        s = self._source(d)
         return _OWN if s.flow is own else s.kind
 
     def add(self, port: Any, pkt: Any, now: int) -> None:
@@ -195,8 +199,7 @@ class QueueAhead:
                     if d is c:
                         k = kc
                     else:
-                        s = self._source(d)
-                        k = _OWN if s.flow is own else s.kind
+                        k = self._flow_kind(d, own)
                     c, kc, b, kb, a, ka = b, kb, a, ka, d, k
             tx = q.size_bytes * ppb
             row[base + k] += tx if end - now > tx else end - now
