@@ -57,6 +57,10 @@ cdef class Flow:
     cdef public Engine _eng
     cdef public double _max_cwnd
     cdef public long long _ack_bytes
+    cdef public long long _min_rto
+    cdef public long long _max_rto
+    cdef public double _g
+    cdef public long long _dupthresh
     # receiver
     cdef public long long rcv_nxt
     cdef public set ooo

@@ -147,6 +147,10 @@ class Flow:
         "_eng",
         "_max_cwnd",
         "_ack_bytes",
+        "_min_rto",
+        "_max_rto",
+        "_g",
+        "_dupthresh",
         # receiver
         "rcv_nxt",
         "ooo",
@@ -220,6 +224,12 @@ class Flow:
         self._eng = stack.network.engine
         self._max_cwnd = float(cfg.max_cwnd_pkts)
         self._ack_bytes = cfg.ack_bytes
+        # The rest of the configuration the ACK path reads, as the flow's own (C) fields:
+        # no Python attribute lookup per ACK.
+        self._min_rto = cfg.min_rto_ps
+        self._max_rto = cfg.max_rto_ps
+        self._g = float(cfg.g)
+        self._dupthresh = cfg.dupack_threshold
         self._on_data_cb = self._on_data
         self._on_ack_cb = self._on_ack
         self.rcv_nxt = 0
@@ -416,11 +426,9 @@ class Flow:
         self._on_ack_slow(pkt)
 
     def _on_ack_slow(self, pkt: SimPacket) -> None:
-        stack = self.stack
-        now = stack.engine.now
+        now = self._eng.now
         ack = pkt.ack
         ece = pkt.flags & _FLAG_ECE
-        cfg = stack.config
         if ack >= self.win_end:
             # RTT sample (RFC 6298) from the echoed timestamp, once per window.
             rtt = now - pkt.ts_ps
@@ -432,7 +440,7 @@ class Flow:
                 self.rttvar = (3 * self.rttvar + (d if d >= 0 else -d)) >> 2
                 self.srtt = (7 * self.srtt + rtt) >> 3
             rto = self.srtt + 4 * self.rttvar
-            self.rto = cfg.min_rto_ps if rto < cfg.min_rto_ps else (cfg.max_rto_ps if rto > cfg.max_rto_ps else rto)
+            self.rto = self._min_rto if rto < self._min_rto else (self._max_rto if rto > self._max_rto else rto)
         una = self.snd_una
         if ece:
             self.ece_acks += 1
@@ -448,7 +456,7 @@ class Flow:
                 self.win_marked += acked
             if ack >= self.win_end:
                 f = self.win_marked / self.win_acked if self.win_acked else 0.0
-                g = cfg.g
+                g = self._g
                 self.alpha = (1.0 - g) * self.alpha + g * f
                 self.win_acked = 0
                 self.win_marked = 0
@@ -468,7 +476,7 @@ class Flow:
                     cwnd += acked
                 else:
                     cwnd += acked / cwnd
-                self.cwnd = cwnd if cwnd < cfg.max_cwnd_pkts else cfg.max_cwnd_pkts
+                self.cwnd = cwnd if cwnd < self._max_cwnd else self._max_cwnd
             if ece and una > self.cwr_end and not self.in_recovery:
                 self._ece_cut()
             if una >= self.num_pkts:
@@ -483,7 +491,7 @@ class Flow:
                 self._ece_cut()
             if ack == una and self.snd_nxt > una:
                 self.dupacks += 1
-                if self.dupacks == cfg.dupack_threshold and not self.in_recovery and una >= self.recover:
+                if self.dupacks == self._dupthresh and not self.in_recovery and una >= self.recover:
                     self.in_recovery = True
                     self.fast_retransmits += 1
                     self.recover = self.snd_nxt
@@ -513,7 +521,6 @@ class Flow:
         if deadline > now:  # progress since the timer was armed: not a timeout yet
             self.timer.arm(deadline)
             return
-        cfg = self.stack.config
         self.timeouts += 1
         self.ssthresh = max(self.cwnd / 2.0, 2.0)
         self.cwnd = 1.0
@@ -522,7 +529,7 @@ class Flow:
         self.recover = self.snd_nxt
         self.cwr_end = self.snd_nxt
         self.snd_nxt = self.snd_una  # go back N
-        self.backoff = min(self.backoff * 2, max(1, cfg.max_rto_ps // max(self.rto, 1)))
+        self.backoff = min(self.backoff * 2, max(1, self._max_rto // max(self.rto, 1)))
         self._fill(None)
         if self.timer.when is None:
             self._arm_rto(now)
