@@ -33,6 +33,7 @@ cdef class _Tree:
     cdef public tuple bits
     cdef public long long nchildren
     cdef public object parent
+    cdef public tuple up
     cdef public dict slots
     cdef public list child_ack
     cdef public long long floor
@@ -79,7 +80,7 @@ cdef class Accelerator:
 
     @cython.locals(tree=_Tree, slot=_Slot, flags=cython.longlong, count=cython.longlong, seq=cython.longlong,
                    ack=cython.longlong, old_ack=cython.longlong, acks=list, trees=dict, child=cython.longlong)
-    cpdef object receive(self, Packet packet, object from_node)
+    cpdef tuple receive(self, Packet packet, object from_node)
 
     @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong)
     cdef _Slot _open_slot(self, _Tree tree, Packet packet, long long child)
@@ -104,5 +105,5 @@ cdef class Accelerator:
 
     @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
                    slots=dict, child_ack=list, free=list, a=cython.longlong,
-                   at=cython.longlong)
+                   at=cython.longlong, s=cython.longlong)
     cdef _advance_floor(self, _Tree tree)

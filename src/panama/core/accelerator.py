@@ -188,6 +188,7 @@ class _Tree:
         "bits",
         "nchildren",
         "parent",
+        "up",
         "slots",
         "child_ack",
         "floor",
@@ -210,6 +211,7 @@ class _Tree:
         self.bits = tuple(1 << i for i in range(len(children)))
         self.nchildren = len(children)
         self.parent = parent
+        self.up = (parent,)  # the destinations of what goes to the parent, built once
         self.slots: dict[int, _Slot] = {}
         self.child_ack = [0] * len(children)  # by child index
         self.floor = 0
@@ -271,16 +273,9 @@ class Accelerator:
         self._jobs: dict[int, dict[int, _Tree]] = {}  # job -> tree id -> tree (how receive finds it)
         self.used_slots = self.peak_used_slots = 0
         self.drops: Counter[str] = Counter()
-        self.contributions = 0
-        self.results_in = 0
-        self.partials_out = 0
-        self.results_out = 0
-        self.retransmits_answered = 0
-        self.partials_resent = 0
-        self.slots_freed = 0
-        self.acks_in = 0
-        self.acks_out = 0
-        self.acks_unmatched = 0
+        self.contributions = self.results_in = self.partials_out = self.results_out = 0
+        self.retransmits_answered = self.partials_resent = self.slots_freed = 0
+        self.acks_in = self.acks_out = self.acks_unmatched = 0
 
     # ------------------------------------------------------------------ control plane
     def install_tree(self, job_id: int, tree_id: int, children: Sequence[Hashable], parent: Hashable | None) -> None:
@@ -515,7 +510,7 @@ class Accelerator:
             return self._results_to(tree, slot, payload, tree.children, ECT0)
         slot.state = _PARTIAL_SENT
         self.partials_out += 1
-        return (((tree.parent,), self._partial(tree, slot, payload, FLAG_RETRANSMIT if slot.retx else 0)),)
+        return ((tree.up, self._partial(tree, slot, payload, FLAG_RETRANSMIT if slot.retx else 0)),)
 
     def _payload_out(self, slot: _Slot) -> np.ndarray | None:
         row = slot.row
@@ -555,7 +550,7 @@ class Accelerator:
             self.retransmits_answered += 1
             return self._results_to(tree, slot, self._payload_out(slot), (from_node,), ECT0)
         self.partials_resent += 1
-        return (((tree.parent,), self._partial(tree, slot, self._payload_out(slot), FLAG_RETRANSMIT)),)
+        return ((tree.up, self._partial(tree, slot, self._payload_out(slot), FLAG_RETRANSMIT)),)
 
     def _receive_result(self, tree: _Tree, packet: Packet, from_node: Hashable):
         if tree.parent is None or from_node != tree.parent:
@@ -602,7 +597,7 @@ class Accelerator:
             return _NOTHING
         self.acks_out += 1
         up = Packet(tree.job_id, tree.tree_id, tree.floor, packet.generation, 0, FLAG_ACK, tree.cap, tree.floor, ECT0)
-        return (((tree.parent,), up),)
+        return ((tree.up, up),)
 
     def _take_ack(self, tree: _Tree, child: int, ack: int) -> None:
         old = tree.child_ack[child]
@@ -627,20 +622,24 @@ class Accelerator:
         old_floor = tree.floor
         tree.floor = new_floor
         slots = tree.slots
+        freed = 0
         if new_floor - old_floor <= len(slots):
-            stale = [slots.pop(s) for s in range(old_floor, new_floor) if s in slots]
-        else:
-            stale = [slots.pop(s) for s in [s for s in slots if s < new_floor]]
-        if not stale:
+            free = self._free
+            for s in range(old_floor, new_floor):  # one dict operation per seq, no list
+                slot = slots.pop(s, None)
+                if slot is not None:
+                    slot.state = _FREE
+                    slot.seq = -1
+                    free.append(slot)
+                    freed += 1
+            self.used_slots -= freed
+            self.slots_freed += freed
+        else:  # the floor jumped past more seqs than there are slots (rare)
+            for s in [s for s in slots if s < new_floor]:
+                self._free_slot(slots.pop(s))
+                freed += 1
+        if not freed:
             return
-        free = self._free
-        for slot in stale:
-            slot.state = _FREE
-            slot.seq = -1
-            free.append(slot)
-        freed = len(stale)
-        self.used_slots -= freed
-        self.slots_freed += freed
         tree.used -= freed
         if tree.limit > tree.target:
             hold = tree.hold_seq

@@ -72,7 +72,7 @@ cdef class Switch(Node):
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
     # p typed: one type test per hook output, not one per call taking it (_admit, send).
     @cython.locals(port=Port, pbn=dict, p=SimPacket)
-    cpdef _emit(self, object out, long long in_idx)
+    cpdef _emit(self, list out, long long in_idx)
 
     @cython.locals(t=cython.longlong)
     cpdef _delay(self, list out, long long in_idx)

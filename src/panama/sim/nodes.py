@@ -271,7 +271,7 @@ class Switch(Node):
             if self.hook_latency_ps:
                 self._delay(list(out), in_idx)  # the delay line keeps its own copy
             else:
-                self._emit(out, in_idx)
+                self._emit(list(out), in_idx)
 
     def set_hook(self, kind: int, hook: PacketHook | None, latency_ps: int = 0) -> None:
         """Hand packets of ``kind`` arriving here to ``hook(pkt, from_node)``; forward the

@@ -11,5 +11,8 @@ cdef long long PANAMA_OVERHEAD_BYTES  # imported from panama.sim.packet: a C con
 cdef class PanamaHook(HookObject):
     cdef public Accelerator acc
 
-    @cython.locals(pkt=Packet, p=Packet, res=list, size=cython.longlong, ecn=cython.longlong, first=cython.bint)
+    # out and destinations typed: Accelerator.receive returns tuples of (tuple, Packet) pairs,
+    # iterated by index and unpacked without the iterator protocol.
+    @cython.locals(pkt=Packet, p=Packet, res=list, size=cython.longlong, ecn=cython.longlong, first=cython.bint,
+                   out=tuple, destinations=tuple)
     cpdef object run(self, SimPacket spkt, object from_node)
