@@ -73,7 +73,7 @@ class BurstMeter:
                 sw.set_hook(KIND_PANAMA, self._wrap(net, sw, inner), sw.hook_latency_ps)
 
     def _wrap(self, net: Any, sw: Any, inner: Any):
-        run = inner.run if hasattr(inner, "run") else inner
+        run = inner  # the plain-hook contract: (neighbour, packet) pairs (HookObject.__call__)
         eng = self.engine
         bin_ps = self.bin_ps
         own = sw.kind

@@ -68,10 +68,12 @@ cdef class Switch(Node):
     cdef public long long resume_offset
     cdef public long long pauses_sent
 
-    @cython.locals(obj=HookObject)
+    @cython.locals(obj=HookObject, out=list)
     cpdef _run_hook(self, SimPacket pkt, long long in_idx, object hook)
-    # p typed: one type test per hook output, not one per call taking it (_admit, send).
-    @cython.locals(port=Port, pbn=dict, p=SimPacket)
+    @cython.locals(pbn=dict, ports=list)
+    cpdef tuple hook_ports(self, tuple neighbours)
+    # port and p typed: one type test per hook output, not one per call taking it (_admit, send).
+    @cython.locals(port=Port, p=SimPacket, j=cython.Py_ssize_t)
     cpdef _emit(self, list out, long long in_idx)
 
     @cython.locals(t=cython.longlong)

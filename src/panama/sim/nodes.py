@@ -124,17 +124,21 @@ PacketHook = Callable[[SimPacket, str], "Iterable[tuple[str, SimPacket]] | None"
 
 
 class HookObject:
-    """Base of packet hooks written as objects: calling one calls :meth:`run`, which a
-    switch calls directly (a C method call when compiled, ``nodes.pxd``)."""
+    """Base of packet hooks written as objects. A switch calls :meth:`run` directly (a C
+    method call when compiled, ``nodes.pxd``), which returns the switch's own output ports:
+    no neighbour name to look up per packet. Calling the object is the plain-hook contract
+    (``(neighbour, packet)`` pairs), for code that wraps a hook."""
 
     __slots__ = ()
 
     def __call__(self, pkt: SimPacket, from_node: str):
-        return self.run(pkt, from_node)
+        out = self.run(pkt, from_node)
+        return [(out[j].peer.name, out[j + 1]) for j in range(0, len(out), 2)] if out else None
 
     def run(self, pkt: SimPacket, from_node: str):  # pragma: no cover - abstract
-        """The hook: a new list of ``(neighbour, packet)`` pairs to forward, or None. The
-        switch keeps the list (in its delay line) as it is: do not reuse it."""
+        """The hook: a new flat list ``[port, packet, port, packet, ...]`` (ports of this
+        switch, e.g. from :meth:`Switch.hook_ports`) to forward, or None. The switch keeps
+        the list (in its delay line) as it is: do not reuse it."""
         raise NotImplementedError
 
 
@@ -259,19 +263,32 @@ class Switch(Node):
             frm = self.name
         if isinstance(hook, HookObject):
             obj = hook
-            out = obj.run(pkt, frm)  # a new list or None (HookObject.run), kept as it is
-            if out:
-                if self.hook_latency_ps:
-                    self._delay(out, in_idx)
-                else:
-                    self._emit(out, in_idx)
-            return
-        out = hook(pkt, frm)
+            out = obj.run(pkt, frm)  # a new flat list of ports and packets, or None, kept as it is
+        else:
+            pairs = hook(pkt, frm)
+            out = None
+            if pairs:
+                out = []
+                for nb, p in pairs:
+                    out.append(self.hook_ports((nb,))[0])
+                    out.append(p)
         if out:
             if self.hook_latency_ps:
-                self._delay(list(out), in_idx)  # the delay line keeps its own copy
+                self._delay(out, in_idx)
             else:
-                self._emit(list(out), in_idx)
+                self._emit(out, in_idx)
+
+    def hook_ports(self, neighbours: tuple) -> tuple:
+        """The output ports towards ``neighbours`` (a hook's destinations), in order; a
+        KeyError naming the first that is not a neighbour."""
+        pbn = self.port_by_name
+        ports = []
+        for nb in neighbours:
+            port = pbn.get(nb)
+            if port is None:
+                raise KeyError(f"hook at {self.name} forwarded to {nb!r}, which is not a neighbour")
+            ports.append(port)
+        return tuple(ports)
 
     def set_hook(self, kind: int, hook: PacketHook | None, latency_ps: int = 0) -> None:
         """Hand packets of ``kind`` arriving here to ``hook(pkt, from_node)``; forward the
@@ -294,14 +311,13 @@ class Switch(Node):
             return False
         return port.send(pkt, local)
 
-    def _emit(self, out: Iterable[tuple[str, SimPacket]], in_idx: int) -> None:
-        pbn = self.port_by_name
+    def _emit(self, out: list, in_idx: int) -> None:
+        """Forward a hook's output, ``[port, packet, ...]`` (see :meth:`HookObject.run`)."""
         if in_idx < 0:
             in_idx = len(self.ports)
-        for nb, p in out:
-            port = pbn.get(nb)
-            if port is None:
-                raise KeyError(f"hook at {self.name} forwarded to {nb!r}, which is not a neighbour")
+        for j in range(0, len(out), 2):
+            port = out[j]
+            p = out[j + 1]
             if self.lossless and not self._admit(p, in_idx, port):
                 continue
             port.send(p, in_idx)

@@ -3,16 +3,18 @@ cimport cython
 
 from panama.core.accelerator cimport Accelerator
 from panama.core.packet cimport Packet
-from panama.sim.nodes cimport HookObject
+from panama.sim.nodes cimport HookObject, Switch
 from panama.sim.packet cimport SimPacket, panama_sim_packet
 
 cdef long long PANAMA_OVERHEAD_BYTES  # imported from panama.sim.packet: a C constant here
 
 cdef class PanamaHook(HookObject):
     cdef public Accelerator acc
+    cdef public Switch switch
+    cdef public dict _ports
 
     # out and destinations typed: Accelerator.receive returns tuples of (tuple, Packet) pairs,
     # iterated by index and unpacked without the iterator protocol.
     @cython.locals(pkt=Packet, p=Packet, res=list, size=cython.longlong, ecn=cython.longlong, first=cython.bint,
-                   out=tuple, destinations=tuple)
+                   out=tuple, destinations=tuple, ports=tuple)
     cpdef object run(self, SimPacket spkt, object from_node)

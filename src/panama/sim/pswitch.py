@@ -14,7 +14,9 @@ adapter and holds no protocol logic:
   the names the controller put into the tree entries);
 * for every returned ``(destinations, packet)`` pair, wrap the packet into one wire
   packet of :func:`panama_wire_bytes` per destination and let the switch forward each
-  to its neighbour after the configured processing latency (FIFO per switch). The
+  through its port towards that neighbour (the ports of each destination tuple looked up
+  once, :meth:`Switch.hook_ports`) after the configured processing latency (FIFO per
+  switch). The
   copies share the core packet, as a switch's multicast replicates one buffer; every
   receiver sets the core packet's ``ecn`` from its own wire copy before using it.
 
@@ -31,7 +33,7 @@ from panama.core.accelerator import DROP_REASONS, Accelerator
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, IP_UDP_OVERHEAD_BYTES, wire_size
 from panama.core.packet import Packet
 from panama.sim.network import Network
-from panama.sim.nodes import HookObject
+from panama.sim.nodes import HookObject, Switch
 from panama.sim.packet import KIND_PANAMA, PANAMA_OVERHEAD_BYTES, SimPacket, panama_sim_packet
 
 __all__ = ["PSwitchFabric", "PanamaHook", "panama_wire_bytes", "wrap"]
@@ -49,12 +51,16 @@ def wrap(packet: Packet, src: int = -1) -> SimPacket:
 
 class PanamaHook(HookObject):
     """The ``KIND_PANAMA`` packet hook of one switch around its accelerator (see the
-    module docstring): ``hook(spkt, from_node)``."""
+    module docstring): ``run(spkt, from_node)`` returns ``[port, packet, ...]``."""
 
-    __slots__ = ("acc",)
+    __slots__ = ("acc", "switch", "_ports")
 
-    def __init__(self, acc: Accelerator):
+    def __init__(self, acc: Accelerator, switch: Switch):
         self.acc = acc
+        self.switch = switch
+        # The accelerator's destination tuples (a tree's children, its parent, a
+        # retransmission's sender) -> the switch's ports towards them, resolved once each.
+        self._ports: dict[tuple, tuple] = {}
 
     def run(self, spkt: SimPacket, from_node: str):
         """The hook's work (a C method when compiled, ``pswitch.pxd``)."""
@@ -69,8 +75,12 @@ class PanamaHook(HookObject):
         res = []
         first = True
         for destinations, p in out:
+            ports = self._ports.get(destinations)
+            if ports is None:
+                ports = self._ports[destinations] = self.switch.hook_ports(destinations)
             size = PANAMA_OVERHEAD_BYTES + 4 * p.count
-            for to in destinations:
+            for port in ports:
+                res.append(port)
                 if first:
                     # The network hands the input packet over to the hook: reuse it for
                     # the first copy (one allocation less per hop).
@@ -79,9 +89,9 @@ class PanamaHook(HookObject):
                     spkt.size_bytes = size
                     spkt.ecn = p.ecn
                     spkt.inner = p
-                    res.append((to, spkt))
+                    res.append(spkt)
                 else:
-                    res.append((to, panama_sim_packet(p, -1)))
+                    res.append(panama_sim_packet(p, -1))
         return res
 
 
@@ -119,12 +129,14 @@ class PSwitchFabric:
                 reserve_shares=reserve_shares,
             )
             self.accelerators[name] = acc
-            net.set_packet_hook(name, self._make_hook(acc), kinds=(KIND_PANAMA,), latency_ps=self.latency_ps)
+            net.set_packet_hook(
+                name, self._make_hook(acc, net.switch(name)), kinds=(KIND_PANAMA,), latency_ps=self.latency_ps
+            )
         self.packets_in = 0
 
     @staticmethod
-    def _make_hook(acc: Accelerator) -> PanamaHook:
-        return PanamaHook(acc)
+    def _make_hook(acc: Accelerator, switch: Switch) -> PanamaHook:
+        return PanamaHook(acc, switch)
 
     # ------------------------------------------------------------------ reporting
     def check_invariants(self) -> None:
