@@ -25,7 +25,7 @@ cdef class WorkerTransport:
     cdef public object min_pto_ps
     cdef public object _probe_at
     cdef public object rto_ps
-    cdef public object _srtt
+    cdef public double _srtt
     cdef public double _rttvar
     cdef public long long generation
     cdef public list _base
@@ -55,6 +55,8 @@ cdef class WorkerTransport:
     cdef public long long _n_sent
     cdef public long long _n_bytes
     cdef public long long _n_results
+    cdef public long long _n_ece
+    cdef public long long _n_ce
 
     @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
                    i=cython.longlong, progress=cython.bint, base=list, gen_start=list, gen_len=list, next_k=list,

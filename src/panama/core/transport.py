@@ -248,7 +248,7 @@ class WorkerTransport:
         self.min_pto_ps = min_pto_ps
         self._probe_at = -1  # when the next tail-loss probe is due (-1: not armed)
         self.rto_ps = max(min_rto_ps, min(initial_rto_ps, max_rto_ps))
-        self._srtt: float | None = None
+        self._srtt = -1.0  # smoothed RTT (ps); -1: no sample yet (a C double when compiled)
         self._rttvar = 0.0
         self.generation = 0
         self._base = [0] * self.num_trees  # lowest seq without a result, per tree
@@ -278,10 +278,12 @@ class WorkerTransport:
         self.trace_windows = trace_windows
         self.window_trace: list[tuple[int, int, int]] = []  # (now_ps, tree index, window)
         # Counters: ``stats`` (a property) folds the three per-packet ones, kept in fields
-        # (``_n_sent``, ``_n_bytes``, ``_n_results``), into this dict when it is read.
+        # (``_n_sent``, ``_n_bytes``, ``_n_results``, ``_n_ece``, ``_n_ce``), into this dict when it is read.
         self._n_sent = 0
         self._n_bytes = 0
         self._n_results = 0
+        self._n_ece = 0
+        self._n_ce = 0
         self._stats = {name: 0 for name in _STATS_COUNTERS} | {"ignored": {}}
 
     # ------------------------------------------------------------------ application input
@@ -360,6 +362,8 @@ class WorkerTransport:
         st["packets_sent"] = self._n_sent
         st["bytes_sent"] = self._n_bytes
         st["results"] = self._n_results
+        st["ece_results"] = self._n_ece
+        st["ce_results"] = self._n_ce
         return st
 
     def result(self) -> np.ndarray | None:
@@ -425,7 +429,7 @@ class WorkerTransport:
     def _arm_probe(self, now: int) -> None:
         """RFC 8985 section 7.2: the probe is due a PTO from ``now`` (no SRTT yet: the RTO)."""
         srtt = self._srtt
-        pto = self.rto_ps if srtt is None else max(self.min_pto_ps, int(2 * srtt))
+        pto = self.rto_ps if srtt < 0 else max(self.min_pto_ps, int(2 * srtt))
         self._probe_at = now + pto
 
     def _packet(self, i: int, flags: int) -> Packet:
@@ -527,9 +531,9 @@ class WorkerTransport:
             self._fast_retransmit(t, base, old_base, packet.seq)
         ece = bool(flags & _FLAG_ECE)
         if ece:
-            self._stats["ece_results"] += 1
+            self._n_ece += 1
         if packet.ecn == _CE:
-            self._stats["ce_results"] += 1
+            self._n_ce += 1
             self._echo[t] = True
         ctl = self.cc[t]
         before = ctl.win() if self.trace_windows else 0
@@ -641,7 +645,7 @@ class WorkerTransport:
         # RFC 6298 section 2: SRTT/RTTVAR with alpha = 1/8, beta = 1/4.
         # Local floats (C doubles when compiled); the clamp int(max(lo, min(hi, rto))) as comparisons.
         r = float(rtt)
-        if self._srtt is None:
+        if self._srtt < 0:
             srtt = r
             rttvar = r / 2
         else:
@@ -661,7 +665,7 @@ class WorkerTransport:
 
     @property
     def srtt_ps(self) -> float | None:
-        return self._srtt
+        return None if self._srtt < 0 else self._srtt
 
     def windows(self) -> list[int]:
         return [cc.window for cc in self.cc]
