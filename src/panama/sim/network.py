@@ -53,7 +53,7 @@ from panama.core.units import tx_time_ps
 from panama.sim.engine import Engine
 from panama.sim.lossless import LosslessPort
 from panama.sim.netconfig import NetworkConfig
-from panama.sim.nodes import Host, Node, PacketHook, Switch
+from panama.sim.nodes import Host, Node, PacketHook, PacketSink, Switch
 from panama.sim.packet import (
     DROP_LOSSLESS_OVERFLOW,
     DROP_NO_HANDLER,
@@ -310,8 +310,11 @@ class Network:
         return self.node(a).port_to(b)
 
     def attach(self, host: str | int, handler: Callable[[SimPacket], Any] | None) -> None:
-        """Deliver packets arriving at ``host`` without a ``deliver`` callback to ``handler``."""
-        self.host(host).handler = handler
+        """Deliver packets arriving at ``host`` without a ``deliver`` callback to ``handler``
+        (a callable, or a :class:`~panama.sim.nodes.PacketSink`, then called in C)."""
+        h = self.host(host)
+        h.handler = handler
+        h.sink = handler if isinstance(handler, PacketSink) else None
 
     def set_packet_hook(
         self, switch: str, hook: PacketHook | None, *, kinds: Sequence[int] = (KIND_PANAMA,), latency_ps: int = 0

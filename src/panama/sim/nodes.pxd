@@ -32,9 +32,13 @@ cdef class Node:
 
     cpdef receive(self, SimPacket pkt, long long in_idx)
 
+cdef class PacketSink:
+    cpdef receive(self, SimPacket pkt)
+
 cdef class Host(Node):
     cdef public long long index
     cdef public object handler
+    cdef public PacketSink sink
     cdef public Port uplink
 
     cpdef receive_unbound(self, SimPacket pkt)

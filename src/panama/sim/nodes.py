@@ -76,16 +76,32 @@ class Node:
         return ports[ecmp_index(pkt.flow_hash, self.salt, n)]
 
 
+class PacketSink:
+    """Base of host handlers written as objects (``Network.attach(host, sink)``): a host
+    calls :meth:`receive` directly (a C method call when compiled, ``nodes.pxd``);
+    calling the object calls it too (the plain handler contract)."""
+
+    __slots__ = ()
+
+    def __call__(self, pkt: SimPacket) -> None:
+        self.receive(pkt)
+
+    def receive(self, pkt: SimPacket) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
 class Host(Node):
     """An end host. ``send(pkt)`` puts a packet on its NIC; received packets go to
-    ``pkt.deliver`` or to the attached ``handler(pkt)``."""
+    ``pkt.deliver`` or to the attached ``handler(pkt)`` (``sink``: the same handler when
+    it is a :class:`PacketSink`, called as such)."""
 
-    __slots__ = ("index", "handler", "uplink")
+    __slots__ = ("index", "handler", "sink", "uplink")
 
     def __init__(self, net: Network, name: str, index: int):
         super().__init__(net, name, "host")
         self.index = index
         self.handler: Callable[[SimPacket], Any] | None = None
+        self.sink: PacketSink | None = None
         self.uplink: Port | None = None
 
     def send(self, pkt: SimPacket) -> bool:
@@ -113,6 +129,10 @@ class Host(Node):
 
     def receive_unbound(self, pkt: SimPacket) -> None:
         """Deliver a packet without a ``deliver`` callback to the attached handler."""
+        sink = self.sink
+        if sink is not None:
+            sink.receive(pkt)
+            return
         h = self.handler
         if h is None:
             self.tally.drop(None, pkt, DROP_NO_HANDLER, node=self)

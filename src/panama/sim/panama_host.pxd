@@ -4,7 +4,7 @@ cimport cython
 from panama.core.packet cimport Packet
 from panama.core.transport cimport WorkerTransport
 from panama.sim.engine cimport Engine, Timer
-from panama.sim.nodes cimport Host
+from panama.sim.nodes cimport Host, PacketSink
 from panama.sim.packet cimport SimPacket, panama_sim_packet
 from panama.sim.ports cimport Port
 
@@ -12,8 +12,7 @@ cdef long long _KIND_PANAMA
 
 cdef class PanamaWorker
 
-@cython.final
-cdef class PanamaHost:
+cdef class PanamaHost(PacketSink):
     cdef public Host host
     cdef public dict workers
     cdef public object fallback

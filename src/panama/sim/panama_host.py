@@ -27,7 +27,7 @@ from collections.abc import Callable
 from panama.core.transport import TransportError, WorkerTransport
 from panama.sim.engine import Engine
 from panama.sim.network import Network
-from panama.sim.nodes import Host
+from panama.sim.nodes import Host, PacketSink
 from panama.sim.packet import KIND_PANAMA, SimPacket, panama_sim_packet
 
 _KIND_PANAMA = KIND_PANAMA  # a C constant when compiled
@@ -35,10 +35,11 @@ _KIND_PANAMA = KIND_PANAMA  # a C constant when compiled
 __all__ = ["PanamaHost", "PanamaWorker"]
 
 
-class PanamaHost:
+class PanamaHost(PacketSink):
     """Dispatches PANAMA packets arriving at one host to the worker of their job.
 
-    Attached with ``Network.attach``; packets of other kinds that reach the host
+    Attached with ``Network.attach`` as a :class:`~panama.sim.nodes.PacketSink` (the host
+    calls :meth:`receive` in C when compiled); packets of other kinds that reach the host
     without a ``deliver`` callback are passed to ``fallback`` (or counted in
     ``unhandled``).
     """
@@ -51,7 +52,7 @@ class PanamaHost:
         self.fallback = fallback
         self.unhandled = 0
         self.unknown_job = 0
-        net.attach(host, self.receive)
+        net.attach(host, self)
 
     def receive(self, spkt: SimPacket) -> None:
         if spkt.kind == _KIND_PANAMA:
