@@ -147,6 +147,11 @@ class Flow:
         "_eng",
         "_max_cwnd",
         "_ack_bytes",
+        "_min_rto_ps",
+        "_max_rto_ps",
+        "_g",
+        "_dupack_threshold",
+        "_cfg",
         # receiver
         "rcv_nxt",
         "ooo",
@@ -220,6 +225,14 @@ class Flow:
         self._eng = stack.network.engine
         self._max_cwnd = float(cfg.max_cwnd_pkts)
         self._ack_bytes = cfg.ack_bytes
+        # The config values the slow ACK path reads, bound once like the ones above (C
+        # fields when compiled): no Python attribute lookup (``stack.config``, then the
+        # field) per slow ACK.
+        self._min_rto_ps = cfg.min_rto_ps
+        self._max_rto_ps = cfg.max_rto_ps
+        self._g = cfg.g
+        self._dupack_threshold = cfg.dupack_threshold
+        self._cfg = cfg
         self._on_data_cb = self._on_data
         self._on_ack_cb = self._on_ack
         self.rcv_nxt = 0
@@ -416,11 +429,9 @@ class Flow:
         self._on_ack_slow(pkt)
 
     def _on_ack_slow(self, pkt: SimPacket) -> None:
-        stack = self.stack
-        now = stack.engine.now
+        now = self._eng.now
         ack = pkt.ack
         ece = pkt.flags & _FLAG_ECE
-        cfg = stack.config
         if ack >= self.win_end:
             # RTT sample (RFC 6298) from the echoed timestamp, once per window.
             rtt = now - pkt.ts_ps
@@ -432,7 +443,9 @@ class Flow:
                 self.rttvar = (3 * self.rttvar + (d if d >= 0 else -d)) >> 2
                 self.srtt = (7 * self.srtt + rtt) >> 3
             rto = self.srtt + 4 * self.rttvar
-            self.rto = cfg.min_rto_ps if rto < cfg.min_rto_ps else (cfg.max_rto_ps if rto > cfg.max_rto_ps else rto)
+            lo = self._min_rto_ps
+            hi = self._max_rto_ps
+            self.rto = lo if rto < lo else (hi if rto > hi else rto)
         una = self.snd_una
         if ece:
             self.ece_acks += 1
@@ -448,7 +461,7 @@ class Flow:
                 self.win_marked += acked
             if ack >= self.win_end:
                 f = self.win_marked / self.win_acked if self.win_acked else 0.0
-                g = cfg.g
+                g = self._g
                 self.alpha = (1.0 - g) * self.alpha + g * f
                 self.win_acked = 0
                 self.win_marked = 0
@@ -468,7 +481,10 @@ class Flow:
                     cwnd += acked
                 else:
                     cwnd += acked / cwnd
-                self.cwnd = cwnd if cwnd < cfg.max_cwnd_pkts else cfg.max_cwnd_pkts
+                # The config's value, not _max_cwnd: an int max_cwnd_pkts stays an int here
+                # on the interpreted path, as it always did.
+                m = self._cfg.max_cwnd_pkts
+                self.cwnd = cwnd if cwnd < m else m
             if ece and una > self.cwr_end and not self.in_recovery:
                 self._ece_cut()
             if una >= self.num_pkts:
@@ -483,7 +499,7 @@ class Flow:
                 self._ece_cut()
             if ack == una and self.snd_nxt > una:
                 self.dupacks += 1
-                if self.dupacks == cfg.dupack_threshold and not self.in_recovery and una >= self.recover:
+                if self.dupacks == self._dupack_threshold and not self.in_recovery and una >= self.recover:
                     self.in_recovery = True
                     self.fast_retransmits += 1
                     self.recover = self.snd_nxt
