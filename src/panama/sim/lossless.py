@@ -80,7 +80,7 @@ class LosslessPort(Port):
             if t > now:
                 self._eng.schedule(t, self)
                 return
-            pkt = pipe.pop_head()
+            pkt = pipe.pop_packet()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
@@ -104,7 +104,7 @@ class LosslessPort(Port):
             if t > now:
                 self._eng.schedule(t, self)
                 return
-            pkt = pipe.pop_head()
+            pkt = pipe.pop_packet()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, idx, hooks[pkt.kind])
                 continue

@@ -279,7 +279,7 @@ class Port(Event):
         fires (nothing but arrivals ever removes packets from a pipe)."""
         pipe = self.pipe
         while True:
-            pkt = pipe.pop_head()
+            pkt = pipe.pop_packet()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
@@ -301,7 +301,7 @@ class Port(Event):
         fib1 = sw.fib1
         while True:
             # The head is due: nothing but arrivals removes packets from a lossy pipe.
-            pkt = pipe.pop_head()
+            pkt = pipe.pop_packet()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, self.peer_index, hooks[pkt.kind])
                 if not self._head_due(now):
