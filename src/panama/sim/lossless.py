@@ -85,13 +85,13 @@ class LosslessPort(Port):
             if d is not None:
                 d(pkt)
             else:
-                host = self.peer
+                host = self.peer_host
                 host.receive_unbound(pkt)
         self.armed = False
 
     def _deliver_switch_lossless(self) -> None:
         """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
-        sw = self.peer
+        sw = self.peer_switch
         hooks = sw.hooked
         pipe = self.pipe
         now = self._eng.now

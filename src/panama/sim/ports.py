@@ -67,6 +67,8 @@ class Port(Event):
     __slots__ = (
         "owner",
         "peer",
+        "peer_switch",
+        "peer_host",
         "index",
         "peer_index",
         "reverse",
@@ -108,6 +110,9 @@ class Port(Event):
         self._trace = eng.trace
         self.owner = owner
         self.peer = peer
+        # The same node, typed (ports.pxd), for the arrival handlers; fixed, as ``peer``.
+        self.peer_switch: Switch | None = peer if isinstance(peer, Switch) else None
+        self.peer_host: Host | None = peer if isinstance(peer, Host) else None
         self.index = -1
         self.peer_index = -1
         self.reverse: Port | None = None
@@ -284,7 +289,7 @@ class Port(Event):
             if d is not None:
                 d(pkt)
             else:
-                host = self.peer
+                host = self.peer_host
                 host.receive_unbound(pkt)
             if not self._head_due(self._eng.now):
                 return
@@ -294,7 +299,7 @@ class Port(Event):
         inlined (the hot path of the simulator); hooked kinds go to their hook."""
         # Long: one function so that the compiled path keeps every local in C across the
         # whole burst of arrivals (a call per step would cost the simulator its hot loop).
-        sw = self.peer
+        sw = self.peer_switch
         hooks = sw.hooked
         pipe = self.pipe
         now = self._eng.now
