@@ -56,10 +56,11 @@ cdef class Port(Event):
 
     @cython.locals(mode=cython.longlong)
     cpdef object fire(self)
-    # Final: called directly (no vtable), so the C compiler can inline it in the loops.
+    # Final: called directly (no vtable); inline: the C compiler does inline it in the
+    # lossy arrival loops, which it did not for a plain final cdef (a call per arrival).
     @cython.final
     @cython.locals(t=cython.longlong)
-    cdef bint _head_due(self, long long now) except -1
+    cdef inline bint _head_due(self, long long now) except -1
     # Final: a direct call (inlined by the C compiler in this module's sends).
     @cython.final
     @cython.locals(backlog=cython.longlong, end=cython.longlong, arrive=cython.longlong)
