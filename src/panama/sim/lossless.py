@@ -31,6 +31,10 @@ __all__ = ["LosslessPort"]
 
 _CE = CE  # a C constant when compiled
 _TRACKED = FLAG_TRACKED  # see panama.sim.ports
+# The Port._mode values of the lossless arrival handlers (panama.sim.ports, whose copies
+# are C constants when compiled, not importable).
+_HOST_CHECKED = 3
+_SWITCH_LOSSLESS = 4
 
 
 class LosslessPort(Port):
@@ -65,6 +69,17 @@ class LosslessPort(Port):
                     sw._rel_timer.arm(end)
         self._transmit(pkt, now, bu, tx)
         return True
+
+    def fire(self) -> None:
+        """:meth:`Port.fire`, with the lossless handlers called through the class: direct C
+        calls when compiled (Port.fire reaches them through the method table)."""
+        mode = self._mode
+        if mode == _SWITCH_LOSSLESS:
+            LosslessPort._deliver_switch_lossless(self)
+        elif mode == _HOST_CHECKED:
+            LosslessPort._deliver_host_checked(self)
+        else:
+            Port.fire(self)
 
     def _deliver_host_checked(self) -> None:
         """Arrival at a host in a lossless network (a pause may have emptied the pipe

@@ -170,12 +170,16 @@ class Port(Event):
             self._fire_cb = self._deliver_switch
 
     def fire(self) -> None:
-        """The pipe's head is due at the peer: run the arrival handler of :meth:`_select_delivery`."""
+        """The pipe's head is due at the peer: run the arrival handler of :meth:`_select_delivery`.
+
+        The compiled queue calls this (the interpreted one calls ``_fire_cb``). The lossy
+        handlers, which no subclass overrides, are called through the class: a direct C
+        call when compiled, without the method table and the check for a Python override."""
         mode = self._mode
         if mode == _SWITCH:
-            self._deliver_switch()
+            Port._deliver_switch(self)
         elif mode == _HOST:
-            self._deliver_host()
+            Port._deliver_host(self)
         elif mode == _SWITCH_LOSSLESS:
             self._deliver_switch_lossless()
         elif mode == _HOST_CHECKED:
