@@ -46,6 +46,19 @@ from panama.sim.network import Network
 from panama.sim.packet import KIND_ACK, KIND_DATA, SimPacket
 from panama.sim.routing import flow_hash
 
+# ``@_positional(False)``: the compiled method takes its one argument positionally only
+# (METH_O), so the ports' call of a packet's ``deliver`` (a flow's bound _on_ack or
+# _on_data) skips the keyword-argument parsing of the Python call protocol. A compile-time
+# directive: interpreted it returns the function itself (Cython's shadow module, or this
+# stand-in without Cython), so nothing changes there. No caller passes ``pkt=``.
+try:
+    from cython import always_allow_keywords as _positional
+except ImportError:  # interpreted, without Cython installed
+
+    def _positional(allow: bool) -> Callable[[Any], Any]:
+        return lambda f: f
+
+
 __all__ = ["DctcpConfig", "Dctcp", "Flow", "FLAG_ECE"]
 
 FLAG_ECE = 0x1  # on ACKs: the acknowledged segment arrived with CE
@@ -370,6 +383,7 @@ class Flow:
         if self.timer.when is None:
             self._arm_rto(self._eng.now)
 
+    @_positional(False)
     def _on_ack(self, pkt: SimPacket) -> None:
         ack = pkt.ack
         una = self.snd_una
@@ -555,6 +569,7 @@ class Flow:
             stack.on_complete(self)
 
     # ------------------------------------------------------------------ receiver
+    @_positional(False)
     def _on_data(self, pkt: SimPacket) -> None:
         seq = pkt.seq
         nxt = self.rcv_nxt
