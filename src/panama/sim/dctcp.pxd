@@ -60,7 +60,6 @@ cdef class Flow:
     cdef public long long _min_rto_ps
     cdef public long long _max_rto_ps
     cdef public double _g
-    cdef public long long _dupack_threshold
     cdef public object _cfg
     # receiver
     cdef public long long rcv_nxt

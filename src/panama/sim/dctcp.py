@@ -46,11 +46,8 @@ from panama.sim.network import Network
 from panama.sim.packet import KIND_ACK, KIND_DATA, SimPacket
 from panama.sim.routing import flow_hash
 
-# ``@_positional(False)``: the compiled method takes its one argument positionally only
-# (METH_O), so the ports' call of a packet's ``deliver`` (a flow's bound _on_ack or
-# _on_data) skips the keyword-argument parsing of the Python call protocol. A compile-time
-# directive: interpreted it returns the function itself (Cython's shadow module, or this
-# stand-in without Cython), so nothing changes there. No caller passes ``pkt=``.
+# ``@_positional(False)``: compiled, METH_O (a port calls a flow's ``deliver`` without keyword
+# parsing; no caller passes ``pkt=``); interpreted, the function itself (a compile directive).
 try:
     from cython import always_allow_keywords as _positional
 except ImportError:  # interpreted, without Cython installed
@@ -163,7 +160,6 @@ class Flow:
         "_min_rto_ps",
         "_max_rto_ps",
         "_g",
-        "_dupack_threshold",
         "_cfg",
         # receiver
         "rcv_nxt",
@@ -238,13 +234,9 @@ class Flow:
         self._eng = stack.network.engine
         self._max_cwnd = float(cfg.max_cwnd_pkts)
         self._ack_bytes = cfg.ack_bytes
-        # The config values the slow ACK path reads, bound once like the ones above (C
-        # fields when compiled): no Python attribute lookup (``stack.config``, then the
-        # field) per slow ACK.
-        self._min_rto_ps = cfg.min_rto_ps
+        self._min_rto_ps = cfg.min_rto_ps  # these 4 (and _cfg's max_cwnd_pkts, as given): the slow ACK path's
         self._max_rto_ps = cfg.max_rto_ps
         self._g = cfg.g
-        self._dupack_threshold = cfg.dupack_threshold
         self._cfg = cfg
         self._on_data_cb = self._on_data
         self._on_ack_cb = self._on_ack
@@ -457,8 +449,7 @@ class Flow:
                 self.rttvar = (3 * self.rttvar + (d if d >= 0 else -d)) >> 2
                 self.srtt = (7 * self.srtt + rtt) >> 3
             rto = self.srtt + 4 * self.rttvar
-            lo = self._min_rto_ps
-            hi = self._max_rto_ps
+            lo, hi = self._min_rto_ps, self._max_rto_ps
             self.rto = lo if rto < lo else (hi if rto > hi else rto)
         una = self.snd_una
         if ece:
@@ -495,10 +486,7 @@ class Flow:
                     cwnd += acked
                 else:
                     cwnd += acked / cwnd
-                # The config's value, not _max_cwnd: an int max_cwnd_pkts stays an int here
-                # on the interpreted path, as it always did.
-                m = self._cfg.max_cwnd_pkts
-                self.cwnd = cwnd if cwnd < m else m
+                self.cwnd = cwnd if cwnd < (m := self._cfg.max_cwnd_pkts) else m  # an int stays one
             if ece and una > self.cwr_end and not self.in_recovery:
                 self._ece_cut()
             if una >= self.num_pkts:
@@ -513,7 +501,7 @@ class Flow:
                 self._ece_cut()
             if ack == una and self.snd_nxt > una:
                 self.dupacks += 1
-                if self.dupacks == self._dupack_threshold and not self.in_recovery and una >= self.recover:
+                if self.dupacks == self._cfg.dupack_threshold and not self.in_recovery and una >= self.recover:
                     self.in_recovery = True
                     self.fast_retransmits += 1
                     self.recover = self.snd_nxt
