@@ -57,10 +57,10 @@ cdef class Flow:
     cdef public Engine _eng
     cdef public double _max_cwnd
     cdef public long long _ack_bytes
-    cdef public long long _min_rto
-    cdef public long long _max_rto
+    cdef public long long _min_rto_ps
+    cdef public long long _max_rto_ps
     cdef public double _g
-    cdef public long long _dupthresh
+    cdef public object _cfg
     # receiver
     cdef public long long rcv_nxt
     cdef public set ooo
@@ -81,7 +81,8 @@ cdef class Flow:
     cpdef _on_ack(self, SimPacket pkt)
 
     @cython.locals(now=cython.longlong, ack=cython.longlong, ece=cython.longlong, rtt=cython.longlong,
-                   d=cython.longlong, rto=cython.longlong, una=cython.longlong, acked=cython.longlong,
+                   d=cython.longlong, rto=cython.longlong, lo=cython.longlong, hi=cython.longlong,
+                   una=cython.longlong, acked=cython.longlong,
                    cwnd=cython.double, f=cython.double, g=cython.double)
     cpdef _on_ack_slow(self, SimPacket pkt)
 

@@ -46,6 +46,16 @@ from panama.sim.network import Network
 from panama.sim.packet import KIND_ACK, KIND_DATA, SimPacket
 from panama.sim.routing import flow_hash
 
+# ``@_positional(False)``: compiled, METH_O (a port calls a flow's ``deliver`` without keyword
+# parsing; no caller passes ``pkt=``); interpreted, the function itself (a compile directive).
+try:
+    from cython import always_allow_keywords as _positional
+except ImportError:  # interpreted, without Cython installed
+
+    def _positional(allow: bool) -> Callable[[Any], Any]:
+        return lambda f: f
+
+
 __all__ = ["DctcpConfig", "Dctcp", "Flow", "FLAG_ECE"]
 
 FLAG_ECE = 0x1  # on ACKs: the acknowledged segment arrived with CE
@@ -147,10 +157,10 @@ class Flow:
         "_eng",
         "_max_cwnd",
         "_ack_bytes",
-        "_min_rto",
-        "_max_rto",
+        "_min_rto_ps",
+        "_max_rto_ps",
         "_g",
-        "_dupthresh",
+        "_cfg",
         # receiver
         "rcv_nxt",
         "ooo",
@@ -224,12 +234,10 @@ class Flow:
         self._eng = stack.network.engine
         self._max_cwnd = float(cfg.max_cwnd_pkts)
         self._ack_bytes = cfg.ack_bytes
-        # The rest of the configuration the ACK path reads, as the flow's own (C) fields:
-        # no Python attribute lookup per ACK.
-        self._min_rto = cfg.min_rto_ps
-        self._max_rto = cfg.max_rto_ps
-        self._g = float(cfg.g)
-        self._dupthresh = cfg.dupack_threshold
+        self._min_rto_ps = cfg.min_rto_ps  # these 4 (and _cfg's max_cwnd_pkts, as given): the slow ACK path's
+        self._max_rto_ps = cfg.max_rto_ps
+        self._g = cfg.g
+        self._cfg = cfg
         self._on_data_cb = self._on_data
         self._on_ack_cb = self._on_ack
         self.rcv_nxt = 0
@@ -367,6 +375,7 @@ class Flow:
         if self.timer.when is None:
             self._arm_rto(self._eng.now)
 
+    @_positional(False)
     def _on_ack(self, pkt: SimPacket) -> None:
         ack = pkt.ack
         una = self.snd_una
@@ -440,7 +449,8 @@ class Flow:
                 self.rttvar = (3 * self.rttvar + (d if d >= 0 else -d)) >> 2
                 self.srtt = (7 * self.srtt + rtt) >> 3
             rto = self.srtt + 4 * self.rttvar
-            self.rto = self._min_rto if rto < self._min_rto else (self._max_rto if rto > self._max_rto else rto)
+            lo, hi = self._min_rto_ps, self._max_rto_ps
+            self.rto = lo if rto < lo else (hi if rto > hi else rto)
         una = self.snd_una
         if ece:
             self.ece_acks += 1
@@ -476,7 +486,7 @@ class Flow:
                     cwnd += acked
                 else:
                     cwnd += acked / cwnd
-                self.cwnd = cwnd if cwnd < self._max_cwnd else self._max_cwnd
+                self.cwnd = cwnd if cwnd < (m := self._cfg.max_cwnd_pkts) else m  # an int stays one
             if ece and una > self.cwr_end and not self.in_recovery:
                 self._ece_cut()
             if una >= self.num_pkts:
@@ -491,7 +501,7 @@ class Flow:
                 self._ece_cut()
             if ack == una and self.snd_nxt > una:
                 self.dupacks += 1
-                if self.dupacks == self._dupthresh and not self.in_recovery and una >= self.recover:
+                if self.dupacks == self._cfg.dupack_threshold and not self.in_recovery and una >= self.recover:
                     self.in_recovery = True
                     self.fast_retransmits += 1
                     self.recover = self.snd_nxt
@@ -521,6 +531,7 @@ class Flow:
         if deadline > now:  # progress since the timer was armed: not a timeout yet
             self.timer.arm(deadline)
             return
+        cfg = self.stack.config
         self.timeouts += 1
         self.ssthresh = max(self.cwnd / 2.0, 2.0)
         self.cwnd = 1.0
@@ -529,7 +540,7 @@ class Flow:
         self.recover = self.snd_nxt
         self.cwr_end = self.snd_nxt
         self.snd_nxt = self.snd_una  # go back N
-        self.backoff = min(self.backoff * 2, max(1, self._max_rto // max(self.rto, 1)))
+        self.backoff = min(self.backoff * 2, max(1, cfg.max_rto_ps // max(self.rto, 1)))
         self._fill(None)
         if self.timer.when is None:
             self._arm_rto(now)
@@ -546,6 +557,7 @@ class Flow:
             stack.on_complete(self)
 
     # ------------------------------------------------------------------ receiver
+    @_positional(False)
     def _on_data(self, pkt: SimPacket) -> None:
         seq = pkt.seq
         nxt = self.rcv_nxt

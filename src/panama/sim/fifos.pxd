@@ -4,6 +4,8 @@ cimport cython
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
 from libc.limits cimport INT_MAX
 
+from panama.sim.packet cimport SimPacket
+
 # The hot methods of ReleaseRings and PacketPipe have their bodies here, as ``cpdef
 # inline``: every module that cimports this file gets its own copy, which the C compiler
 # inlines into the callers (the ports' arrival handlers and sends); a call through the
@@ -186,3 +188,11 @@ cdef class PacketPipe:
         cdef object pkt = <object>p  # a new reference
         Py_DECREF(pkt)  # the ring's reference (``pkt`` holds its own)
         return pkt
+
+    cpdef inline SimPacket pop_packet(self):
+        """See fifos.py. The exact type test (SimPacket is final) is a compare here, where
+        the caller's conversion of pop_head's object was an out-of-line call per hop."""
+        cdef object pkt = self.pop_head()
+        if type(pkt) is not SimPacket:
+            raise TypeError(f"PacketPipe.pop_packet: not a SimPacket: {type(pkt).__name__}")
+        return <SimPacket>pkt

@@ -58,6 +58,10 @@ class PacketPipe(deque):
     at = deque.__getitem__
     #: ``pop_head()``: remove and return the oldest packet (IndexError if empty).
     pop_head = deque.popleft
+    #: ``pop_packet()``: ``pop_head()`` where every entry is a
+    #: :class:`panama.sim.packet.SimPacket` (a port's pipe): the C twin checks the exact
+    #: type inline (TypeError otherwise), so its callers need no type test of their own.
+    pop_packet = deque.popleft
     #: ``pop_back()``: remove and return the newest packet (IndexError if empty).
     pop_back = deque.pop
 

@@ -7,9 +7,12 @@ from panama.sim.routing cimport ecmp_index
 from panama.sim.fifos cimport PacketPipe, ReleaseRings
 from panama.sim.ports cimport Port
 
-cdef long long _CE, _TRACKED
+cdef long long _CE, _TRACKED, _HOST_CHECKED, _SWITCH_LOSSLESS
 
 cdef class LosslessPort(Port):
+    @cython.locals(mode=cython.longlong)
+    cpdef object fire(self)
+
     @cython.locals(sw=Switch)
     cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
 

@@ -31,6 +31,10 @@ __all__ = ["LosslessPort"]
 
 _CE = CE  # a C constant when compiled
 _TRACKED = FLAG_TRACKED  # see panama.sim.ports
+# The Port._mode values of the lossless arrival handlers (panama.sim.ports, whose copies
+# are C constants when compiled, not importable).
+_HOST_CHECKED = 3
+_SWITCH_LOSSLESS = 4
 
 
 class LosslessPort(Port):
@@ -66,6 +70,17 @@ class LosslessPort(Port):
         self._transmit(pkt, now, bu, tx)
         return True
 
+    def fire(self) -> None:
+        """:meth:`Port.fire`, with the lossless handlers called through the class: direct C
+        calls when compiled (Port.fire reaches them through the method table)."""
+        mode = self._mode
+        if mode == _SWITCH_LOSSLESS:
+            LosslessPort._deliver_switch_lossless(self)
+        elif mode == _HOST_CHECKED:
+            LosslessPort._deliver_host_checked(self)
+        else:
+            Port.fire(self)
+
     def _deliver_host_checked(self) -> None:
         """Arrival at a host in a lossless network (a pause may have emptied the pipe
         under the pending event, so the head's time is checked)."""
@@ -80,18 +95,18 @@ class LosslessPort(Port):
             if t > now:
                 self._eng.schedule(t, self)
                 return
-            pkt = pipe.pop_head()
+            pkt = pipe.pop_packet()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
             else:
-                host = self.peer
+                host = self.peer_host
                 host.receive_unbound(pkt)
         self.armed = False
 
     def _deliver_switch_lossless(self) -> None:
         """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
-        sw = self.peer
+        sw = self.peer_switch
         hooks = sw.hooked
         pipe = self.pipe
         now = self._eng.now
@@ -104,7 +119,7 @@ class LosslessPort(Port):
             if t > now:
                 self._eng.schedule(t, self)
                 return
-            pkt = pipe.pop_head()
+            pkt = pipe.pop_packet()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, idx, hooks[pkt.kind])
                 continue

@@ -67,6 +67,8 @@ class Port(Event):
     __slots__ = (
         "owner",
         "peer",
+        "peer_switch",
+        "peer_host",
         "index",
         "peer_index",
         "reverse",
@@ -108,6 +110,9 @@ class Port(Event):
         self._trace = eng.trace
         self.owner = owner
         self.peer = peer
+        # The same node, typed (ports.pxd), for the arrival handlers; fixed, as ``peer``.
+        self.peer_switch: Switch | None = peer if isinstance(peer, Switch) else None
+        self.peer_host: Host | None = peer if isinstance(peer, Host) else None
         self.index = -1
         self.peer_index = -1
         self.reverse: Port | None = None
@@ -165,12 +170,16 @@ class Port(Event):
             self._fire_cb = self._deliver_switch
 
     def fire(self) -> None:
-        """The pipe's head is due at the peer: run the arrival handler of :meth:`_select_delivery`."""
+        """The pipe's head is due at the peer: run the arrival handler of :meth:`_select_delivery`.
+
+        The compiled queue calls this (the interpreted one calls ``_fire_cb``). The lossy
+        handlers, which no subclass overrides, are called through the class: a direct C
+        call when compiled, without the method table and the check for a Python override."""
         mode = self._mode
         if mode == _SWITCH:
-            self._deliver_switch()
+            Port._deliver_switch(self)
         elif mode == _HOST:
-            self._deliver_host()
+            Port._deliver_host(self)
         elif mode == _SWITCH_LOSSLESS:
             self._deliver_switch_lossless()
         elif mode == _HOST_CHECKED:
@@ -279,12 +288,12 @@ class Port(Event):
         fires (nothing but arrivals ever removes packets from a pipe)."""
         pipe = self.pipe
         while True:
-            pkt = pipe.pop_head()
+            pkt = pipe.pop_packet()
             d = pkt.deliver
             if d is not None:
                 d(pkt)
             else:
-                host = self.peer
+                host = self.peer_host
                 host.receive_unbound(pkt)
             if not self._head_due(self._eng.now):
                 return
@@ -294,14 +303,14 @@ class Port(Event):
         inlined (the hot path of the simulator); hooked kinds go to their hook."""
         # Long: one function so that the compiled path keeps every local in C across the
         # whole burst of arrivals (a call per step would cost the simulator its hot loop).
-        sw = self.peer
+        sw = self.peer_switch
         hooks = sw.hooked
         pipe = self.pipe
         now = self._eng.now
         fib1 = sw.fib1
         while True:
             # The head is due: nothing but arrivals removes packets from a lossy pipe.
-            pkt = pipe.pop_head()
+            pkt = pipe.pop_packet()
             if hooks is not None and hooks[pkt.kind] is not None:
                 sw._run_hook(pkt, self.peer_index, hooks[pkt.kind])
                 if not self._head_due(now):
