@@ -1,6 +1,7 @@
 # Types of panama/core/transport.py for the simulator's compiled fast path (setup.py);
 # the .py is the source. Sequence numbers, counts and indices are 64-bit integers; the
-# RTO and the times stored in dicts stay Python integers (the back-off shifts them).
+# RTO and the times stored in dicts stay Python integers (the back-off shifts them). The
+# per-tree state is one _Tree of C integers per tree.
 cimport cython
 
 from panama.core.cc cimport CongestionControl
@@ -8,6 +9,12 @@ from panama.core.packet cimport Packet, new_packet
 
 cdef long long _CE, _ECT0, _FLAG_ACK, _FLAG_ECE, _FLAG_RESULT, _FLAG_RETRANSMIT, _MAX_CWND_CAP
 cdef long long HEADER_BYTES  # imported from panama.core.codec: a C constant here
+
+@cython.final
+cdef class _Tree:
+    cdef public CongestionControl cc
+    cdef public long long base, gen_start, gen_len, next_k, dups, recover, high
+    cdef public bint echo
 
 cdef class WorkerTransport:
     cdef public list tree_ids
@@ -23,24 +30,17 @@ cdef class WorkerTransport:
     cdef public long long max_retries
     cdef public long long dupthresh
     cdef public object min_pto_ps
-    cdef public object _probe_at
+    cdef public long long _probe_at
     cdef public object rto_ps
     cdef public object _srtt
     cdef public double _rttvar
     cdef public long long generation
-    cdef public list _base
-    cdef public list _gen_start
-    cdef public list _gen_len
-    cdef public list _next_k
-    cdef public list _echo
+    cdef public list _trees
     cdef public dict _inflight
     cdef public dict _resent_due
     cdef public list _resent_heap
     cdef public dict _retries
     cdef public list _retx_queue
-    cdef public list _dups
-    cdef public list _recover
-    cdef public list _high
     cdef public list _closing_acks
     cdef public bytearray _got
     cdef public long long _remaining
@@ -57,13 +57,12 @@ cdef class WorkerTransport:
     cdef public long long _n_results
 
     @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
-                   i=cython.longlong, progress=cython.bint, base=list, gen_start=list, gen_len=list, next_k=list,
-                   ccs=list, ctl=CongestionControl, nbytes=cython.longlong, p=Packet, resent=cython.longlong,
-                   n=cython.longlong, g=cython.longlong, b=cython.longlong)
+                   i=cython.longlong, progress=cython.bint, trees=list, tree=_Tree, nbytes=cython.longlong, p=Packet,
+                   resent=cython.longlong)
     cpdef list poll(self, object now)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, pe=cython.longlong, lo=cython.longlong,
-                   count=cython.longlong, ecn=cython.longlong, g=cython.longlong)
+                   count=cython.longlong, ecn=cython.longlong, g=cython.longlong, tree=_Tree)
     cpdef Packet _packet(self, long long i, long long flags)
 
     @cython.locals(inflight=dict)
@@ -73,16 +72,16 @@ cdef class WorkerTransport:
                    pe=cython.longlong, lo=cython.longlong, count=cython.longlong, base=cython.longlong,
                    end=cython.longlong, start=cython.longlong, old_base=cython.longlong, seq=cython.longlong,
                    ece=cython.bint, ctl=CongestionControl, before=cython.longlong, stats=dict, flags=cython.longlong,
-                   got=bytearray)
+                   got=bytearray, tree=_Tree)
     cpdef receive(self, Packet packet, object now)
 
-    @cython.locals(T=cython.longlong, i=cython.longlong)
+    @cython.locals(T=cython.longlong, i=cython.longlong, tree=_Tree)
     cpdef _fast_retransmit(self, long long t, long long base, long long old_base, long long seq)
 
     cpdef _arm_probe(self, object now)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, i=cython.longlong, base=cython.longlong,
-                   probes=cython.longlong, queued=set)
+                   probes=cython.longlong, queued=set, tree=_Tree)
     cpdef _probe(self)
 
     cpdef _ignore(self, str reason)

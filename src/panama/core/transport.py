@@ -202,6 +202,25 @@ def _integer_ps(name: str, value: int) -> int:
         raise ValueError(f"{name} must be an integer number of ps, got {value!r}") from None
 
 
+class _Tree:
+    """The per-tree state of one worker: one object per tree, so that a packet's tree is
+    looked up once and its fields are C integers when compiled (transport.pxd), attribute
+    loads in pure Python. Sequence numbers are the tree's own (``seq``)."""
+
+    __slots__ = ("cc", "base", "gen_start", "gen_len", "next_k", "echo", "dups", "recover", "high")
+
+    def __init__(self, ctl: CongestionControl):
+        self.cc = ctl
+        self.base = 0  # lowest seq without a result
+        self.gen_start = 0  # seq of the generation's first packet
+        self.gen_len = 0  # packets of the generation on this tree
+        self.next_k = 0  # index (in the generation) of the next new packet
+        self.echo = False  # a CE result arrived: the next contribution leaves as CE
+        self.dups = 0  # results above the lowest missing one
+        self.recover = -1  # fast recovery lasts until the ack passes this seq
+        self.high = -1  # highest seq with a result
+
+
 class WorkerTransport:
     """One worker of one job: packetisation, tree round robin, windows, timers, reassembly."""
 
@@ -251,11 +270,7 @@ class WorkerTransport:
         self._srtt: float | None = None
         self._rttvar = 0.0
         self.generation = 0
-        self._base = [0] * self.num_trees  # lowest seq without a result, per tree
-        self._gen_start = [0] * self.num_trees
-        self._gen_len = [0] * self.num_trees
-        self._next_k = [0] * self.num_trees
-        self._echo = [False] * self.num_trees
+        self._trees = [_Tree(ctl) for ctl in self.cc]  # per tree: self.tree_ids[t]'s state
         # Outstanding packets. Never resent: index -> send time, in send order (their
         # deadlines, send time + RTO, are in order too). Resent: index -> deadline, with a
         # heap of (deadline, index) entries (stale ones skipped).
@@ -264,9 +279,6 @@ class WorkerTransport:
         self._resent_heap: list[tuple[int, int]] = []
         self._retries: dict[int, int] = {}
         self._retx_queue: list[int] = []
-        self._dups = [0] * self.num_trees  # results above the lowest missing one, per tree
-        self._recover = [-1] * self.num_trees  # fast recovery lasts until the ack passes this seq
-        self._high = [-1] * self.num_trees  # highest seq of the tree with a result
         self._closing_acks: list[Packet] = []
         self._got = bytearray()  # per packet of the generation: 1 once its result arrived
         self._remaining = 0
@@ -326,11 +338,11 @@ class WorkerTransport:
         pe = self.payload_elems
         npkts = -(-num_elems // pe)
         T = self.num_trees
-        for t in range(T):
-            self._gen_start[t] = self._base[t]
-            self._gen_len[t] = max(0, -(-(npkts - t) // T))
-            self._next_k[t] = 0
-            if self._base[t] + self._gen_len[t] > MAX_U32:
+        for t, tree in enumerate(self._trees):
+            tree.gen_start = tree.base
+            tree.gen_len = max(0, -(-(npkts - t) // T))
+            tree.next_k = 0
+            if tree.base + tree.gen_len > MAX_U32:
                 raise TransportError(f"job {self.job_id}: sequence space of tree {self.tree_ids[t]} exhausted")
         self._npkts = npkts
         self._num_elems = num_elems
@@ -341,9 +353,10 @@ class WorkerTransport:
         self._resent_heap.clear()
         self._retries.clear()
         self._retx_queue.clear()
-        self._dups = [0] * T
-        self._recover = [-1] * T
-        self._high = [-1] * T
+        for tree in self._trees:
+            tree.dups = 0
+            tree.recover = -1
+            tree.high = -1
         self._closing_acks.clear()  # the new contributions carry the same acks
         self._probe_at = -1
         self.active = npkts > 0
@@ -372,7 +385,7 @@ class WorkerTransport:
         """``(tree_id, seq)`` of every packet still without a result (for error messages)."""
         T = self.num_trees
         missing = np.flatnonzero(np.frombuffer(self._got, np.uint8) == 0).tolist()
-        return [(self.tree_ids[i % T], self._gen_start[i % T] + i // T) for i in missing]
+        return [(self.tree_ids[i % T], self._trees[i % T].gen_start + i // T) for i in missing]
 
     # ------------------------------------------------------------------ outputs
     def poll(self, now: int) -> list[Packet]:
@@ -399,17 +412,16 @@ class WorkerTransport:
             self._retx_queue.clear()
         resent = len(out)
         T = self.num_trees
-        base, gen_start, gen_len, next_k, ccs = self._base, self._gen_start, self._gen_len, self._next_k, self.cc
+        trees = self._trees
         progress = True
         while progress:
             progress = False
             for t in range(T):
-                k = next_k[t]
-                ctl = ccs[t]
-                n, g, b = gen_len[t], gen_start[t], base[t]  # C integers when compiled: no boxed sums
-                if k < n and g + k < b + ctl.win():
+                tree = trees[t]
+                k = tree.next_k
+                if k < tree.gen_len and tree.gen_start + k < tree.base + tree.cc.win():
                     i = t + T * k
-                    next_k[t] = k + 1
+                    tree.next_k = k + 1
                     inflight[i] = now
                     out.append(self._packet(i, 0))
                     progress = True
@@ -435,11 +447,12 @@ class WorkerTransport:
         lo = i * pe
         count = min(pe, self._num_elems - lo)
         payload = self._data[lo : lo + count] if self._data is not None else None
+        tree = self._trees[t]
         ecn = _ECT0
-        if self._echo[t]:
+        if tree.echo:
             ecn = _CE
-            self._echo[t] = False
-        g = self._gen_start[t]
+            tree.echo = False
+        g = tree.gen_start
         return new_packet(
             self.job_id,
             self.tree_ids[t],
@@ -448,7 +461,7 @@ class WorkerTransport:
             count,
             flags,
             _MAX_CWND_CAP,
-            self._base[t],
+            tree.base,
             ecn,
             payload,
         )
@@ -487,8 +500,9 @@ class WorkerTransport:
             return self._ignore(IGNORED_IDLE)
         if packet.generation != self.generation:
             return self._ignore(IGNORED_OLD_GENERATION)
-        k = packet.seq - self._gen_start[t]
-        if not 0 <= k < self._gen_len[t]:
+        tree = self._trees[t]
+        k = packet.seq - tree.gen_start
+        if not 0 <= k < tree.gen_len:
             return self._ignore(IGNORED_OUT_OF_RANGE)
         T = self.num_trees
         i = t + T * k
@@ -514,15 +528,15 @@ class WorkerTransport:
             # nor a result that waited for anyone's retransmission is an RTT sample.
             self._rtt_sample(now - sent_at)
         # Advance the cumulative acknowledgement of this tree.
-        base = self._base[t]
-        end = self._gen_start[t] + self._gen_len[t]
-        start = self._gen_start[t]
+        base = tree.base
+        start = tree.gen_start
+        end = start + tree.gen_len
         old_base = base
-        if packet.seq > self._high[t]:
-            self._high[t] = packet.seq
+        if packet.seq > tree.high:
+            tree.high = packet.seq
         while base < end and got[t + T * (base - start)]:
             base += 1
-        self._base[t] = base
+        tree.base = base
         if base < end:
             self._fast_retransmit(t, base, old_base, packet.seq)
         ece = bool(flags & _FLAG_ECE)
@@ -530,10 +544,10 @@ class WorkerTransport:
             self._stats["ece_results"] += 1
         if packet.ecn == _CE:
             self._stats["ce_results"] += 1
-            self._echo[t] = True
-        ctl = self.cc[t]
+            tree.echo = True
+        ctl = tree.cc
         before = ctl.win() if self.trace_windows else 0
-        ctl.on_result(packet.seq, ece, packet.cwnd_cap, self._gen_start[t] + self._next_k[t])
+        ctl.on_result(packet.seq, ece, packet.cwnd_cap, start + tree.next_k)
         if self.trace_windows and ctl.win() != before:
             self.window_trace.append((now, t, ctl.win()))
         if self.min_pto_ps is not None:
@@ -546,27 +560,28 @@ class WorkerTransport:
             self._resent_heap.clear()
             g = self.generation
             self._closing_acks = [
-                Packet(self.job_id, tid, b, g, 0, FLAG_ACK, MAX_CWND_CAP, b, ECT0)
-                for tid, b in zip(self.tree_ids, self._base)
+                Packet(self.job_id, tid, tree.base, g, 0, FLAG_ACK, MAX_CWND_CAP, tree.base, ECT0)
+                for tid, tree in zip(self.tree_ids, self._trees)
             ]
 
     def _fast_retransmit(self, t: int, base: int, old_base: int, seq: int) -> None:
         """Resend tree ``t``'s lowest missing packet ``base`` on a gap (see the module docstring)."""
         T = self.num_trees
+        tree = self._trees[t]
         if base != old_base:
             # The ack moved. Within a recovery a gap that remains is a partial ack: the new
             # lowest missing packet was sent before the ones already answered, resend it.
-            self._dups[t] = 0
-            if base > self._recover[t] or self._high[t] < base:
+            tree.dups = 0
+            if base > tree.recover or tree.high < base:
                 return
         elif seq > base:
-            self._dups[t] += 1
-            if self._dups[t] != self.dupthresh:
+            tree.dups += 1
+            if tree.dups != self.dupthresh:
                 return
-            self._recover[t] = self._gen_start[t] + self._next_k[t] - 1
+            tree.recover = tree.gen_start + tree.next_k - 1
         else:
             return
-        i = t + T * (base - self._gen_start[t])
+        i = t + T * (base - tree.gen_start)
         if (i in self._inflight or i in self._resent_due) and i not in self._retx_queue:
             self._retx_queue.append(i)
             self._retries[i] = self._retries.get(i, 0) + 1
@@ -605,7 +620,7 @@ class WorkerTransport:
                 t = i % T
                 raise TransportError(
                     f"job {self.job_id} rank {self.rank}: no result for tree {self.tree_ids[t]} "
-                    f"seq {self._gen_start[t] + i // T} (generation {self.generation}) after "
+                    f"seq {self._trees[t].gen_start + i // T} (generation {self.generation}) after "
                     f"{self.max_retries} retransmissions; {self._remaining} of {self._npkts} packets missing"
                 )
             self._retries[i] = tries
@@ -626,10 +641,11 @@ class WorkerTransport:
         queued = set(self._retx_queue)
         probes = 0
         for t in range(T):
-            base = self._base[t]
-            if base >= self._gen_start[t] + self._next_k[t]:
+            tree = self._trees[t]
+            base = tree.base
+            if base >= tree.gen_start + tree.next_k:
                 continue  # nothing of this tree outstanding
-            i = t + T * (base - self._gen_start[t])
+            i = t + T * (base - tree.gen_start)
             if i in queued or not (i in self._inflight or i in self._resent_due):
                 continue
             self._retries.setdefault(i, 0)  # resent without a back-off
