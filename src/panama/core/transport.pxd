@@ -57,7 +57,7 @@ cdef class WorkerTransport:
     cdef public long long _n_results
 
     @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
-                   i=cython.longlong, progress=cython.bint, trees=list, tree=_Tree, nbytes=cython.longlong, p=Packet,
+                   i=cython.longlong, more=cython.bint, limit=cython.longlong, trees=list, tree=_Tree, nbytes=cython.longlong, p=Packet,
                    resent=cython.longlong)
     cpdef list poll(self, object now)
 

@@ -413,18 +413,26 @@ class WorkerTransport:
         resent = len(out)
         T = self.num_trees
         trees = self._trees
-        progress = True
-        while progress:
-            progress = False
+        more = True  # round robin: one packet per tree and pass while some tree has room
+        while more:
+            more = False
             for t in range(T):
                 tree = trees[t]
                 k = tree.next_k
-                if k < tree.gen_len and tree.gen_start + k < tree.base + tree.cc.win():
+                # Tree t may send k < limit. Neither window nor ack moves inside poll (only
+                # receive, handle_timer and start change them), so the window is read once
+                # per pass, and once no tree has room for a second packet the next pass
+                # would send nothing.
+                limit = tree.base + tree.cc.win() - tree.gen_start
+                if limit > tree.gen_len:
+                    limit = tree.gen_len
+                if k < limit:
                     i = t + T * k
                     tree.next_k = k + 1
                     inflight[i] = now
                     out.append(self._packet(i, 0))
-                    progress = True
+                    if k + 1 < limit:
+                        more = True
         nbytes = 0
         for p in out:
             nbytes += HEADER_BYTES + 4 * p.count
