@@ -55,6 +55,8 @@ cdef class WorkerTransport:
     cdef public long long _n_sent
     cdef public long long _n_bytes
     cdef public long long _n_results
+    cdef public long long _n_ece
+    cdef public long long _n_ce
 
     @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
                    i=cython.longlong, more=cython.bint, limit=cython.longlong, trees=list, tree=_Tree, nbytes=cython.longlong, p=Packet,

@@ -113,13 +113,10 @@ IGNORED_IDLE = "idle"
 
 
 # Results of a tree above its lowest missing one before that one is resent at once
-# (RFC 5681 section 3.2's three duplicate ACKs). A tree's packets follow one path
-# through FIFO queues and its slots complete in sequence order, so results come back in
-# order unless something was lost; 3 leaves room for reordering by a multipath fabric.
-# Results of a tree come back in sequence order on its fixed path (every accelerator
-# completes a tree's slots in the order its FIFO links deliver them), so one result
-# above a gap already means a loss; fabrics that reorder a tree's packets should pass
-# ``dupthresh=3`` (RFC 5681's value for arbitrary paths).
+# (RFC 5681 section 3.2's duplicate ACKs). Results of a tree come back in sequence order
+# on its fixed path (every accelerator completes a tree's slots in the order its FIFO
+# links deliver them), so one result above a gap already means a loss; fabrics that
+# reorder a tree's packets should pass ``dupthresh=3`` (RFC 5681's value for arbitrary paths).
 DUPTHRESH = 1
 
 
@@ -289,11 +286,13 @@ class WorkerTransport:
         self.active = False
         self.trace_windows = trace_windows
         self.window_trace: list[tuple[int, int, int]] = []  # (now_ps, tree index, window)
-        # Counters: ``stats`` (a property) folds the three per-packet ones, kept in fields
-        # (``_n_sent``, ``_n_bytes``, ``_n_results``), into this dict when it is read.
+        # Counters: ``stats`` (a property) folds the per-packet ones, kept in fields (``_n_sent``,
+        # ``_n_bytes``, ``_n_results``, ``_n_ece``, ``_n_ce``), into this dict when it is read.
         self._n_sent = 0
         self._n_bytes = 0
         self._n_results = 0
+        self._n_ece = 0
+        self._n_ce = 0
         self._stats = {name: 0 for name in _STATS_COUNTERS} | {"ignored": {}}
 
     # ------------------------------------------------------------------ application input
@@ -373,6 +372,8 @@ class WorkerTransport:
         st["packets_sent"] = self._n_sent
         st["bytes_sent"] = self._n_bytes
         st["results"] = self._n_results
+        st["ece_results"] = self._n_ece
+        st["ce_results"] = self._n_ce
         return st
 
     def result(self) -> np.ndarray | None:
@@ -549,9 +550,9 @@ class WorkerTransport:
             self._fast_retransmit(t, base, old_base, packet.seq)
         ece = bool(flags & _FLAG_ECE)
         if ece:
-            self._stats["ece_results"] += 1
+            self._n_ece += 1
         if packet.ecn == _CE:
-            self._stats["ce_results"] += 1
+            self._n_ce += 1
             tree.echo = True
         ctl = tree.cc
         before = ctl.win() if self.trace_windows else 0
