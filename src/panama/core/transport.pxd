@@ -74,13 +74,14 @@ cdef class WorkerTransport:
                    pe=cython.longlong, lo=cython.longlong, count=cython.longlong, base=cython.longlong,
                    end=cython.longlong, start=cython.longlong, old_base=cython.longlong, seq=cython.longlong,
                    ece=cython.bint, ctl=CongestionControl, before=cython.longlong, stats=dict, flags=cython.longlong,
-                   got=bytearray, tree=_Tree)
-    cpdef receive(self, Packet packet, object now)
+                   got=bytearray, tree=_Tree, sent_at=cython.longlong)
+    cpdef receive(self, Packet packet, long long now)
 
     @cython.locals(T=cython.longlong, i=cython.longlong, tree=_Tree)
     cpdef _fast_retransmit(self, long long t, long long base, long long old_base, long long seq)
 
-    cpdef _arm_probe(self, object now)
+    @cython.locals(pto=cython.longlong)
+    cpdef _arm_probe(self, long long now)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, i=cython.longlong, base=cython.longlong,
                    probes=cython.longlong, queued=set, tree=_Tree)
@@ -89,4 +90,4 @@ cdef class WorkerTransport:
     cpdef _ignore(self, str reason)
     @cython.locals(r=cython.double, srtt=cython.double, rttvar=cython.double, rto=cython.double,
                    lo=cython.longlong, hi=cython.longlong)
-    cpdef _rtt_sample(self, object rtt)
+    cpdef _rtt_sample(self, long long rtt)

@@ -530,9 +530,9 @@ class WorkerTransport:
         got[i] = 1
         self._remaining -= 1
         self._n_results += 1
-        sent_at = self._inflight.pop(i, None)
+        sent_at = self._inflight.pop(i, -1)  # -1: not outstanding unresent (times are >= 0)
         self._resent_due.pop(i, None)
-        if sent_at is not None and i not in self._retries and not flags & _FLAG_RETRANSMIT:
+        if sent_at >= 0 and i not in self._retries and not flags & _FLAG_RETRANSMIT:
             # Karn (RFC 6298 section 3), across the tree: neither a packet this worker resent
             # nor a result that waited for anyone's retransmission is an RTT sample.
             self._rtt_sample(now - sent_at)
