@@ -1,6 +1,6 @@
 # Types of panama/core/transport.py for the simulator's compiled fast path (setup.py);
 # the .py is the source. Sequence numbers, counts and indices are 64-bit integers; the
-# RTO and the times stored in dicts stay Python integers (the back-off shifts them). The
+# times stored in dicts stay Python integers, and the RTO back-off shifts a Python integer. The
 # per-tree state is one _Tree of C integers per tree.
 cimport cython
 
@@ -31,8 +31,8 @@ cdef class WorkerTransport:
     cdef public long long dupthresh
     cdef public object min_pto_ps
     cdef public long long _probe_at
-    cdef public object rto_ps
-    cdef public object _srtt
+    cdef public long long rto_ps
+    cdef public double _srtt
     cdef public double _rttvar
     cdef public long long generation
     cdef public list _trees
@@ -67,7 +67,7 @@ cdef class WorkerTransport:
                    count=cython.longlong, ecn=cython.longlong, g=cython.longlong, tree=_Tree)
     cpdef Packet _packet(self, long long i, long long flags)
 
-    @cython.locals(inflight=dict)
+    @cython.locals(inflight=dict, first=cython.longlong, sent_at=cython.longlong)
     cpdef object timer(self)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, k=cython.longlong, i=cython.longlong,

@@ -191,8 +191,8 @@ def _per_tree(values: Sequence[int], num_trees: int, name: str, what: str) -> li
 
 
 def _integer_ps(name: str, value: int) -> int:
-    """``value`` as an ``int`` (any integer type): RTO bounds are integer picoseconds on both
-    paths, since the compiled ``_rtt_sample`` clamps against them as C integers."""
+    """``value`` as an ``int`` (any integer type): the RTO and its bounds are integer
+    picoseconds on both paths, since the compiled transport keeps the RTO in a C integer."""
     try:
         return operator.index(value)
     except TypeError:
@@ -263,8 +263,8 @@ class WorkerTransport:
             raise ValueError(f"min_pto_ps must be > 0 (or None: no probes), got {min_pto_ps}")
         self.min_pto_ps = min_pto_ps
         self._probe_at = -1  # when the next tail-loss probe is due (-1: not armed)
-        self.rto_ps = max(min_rto_ps, min(initial_rto_ps, max_rto_ps))
-        self._srtt: float | None = None
+        self.rto_ps = max(min_rto_ps, min(_integer_ps("initial_rto_ps", initial_rto_ps), max_rto_ps))
+        self._srtt = -1.0  # smoothed RTT (ps); -1: no sample yet (samples are >= 0)
         self._rttvar = 0.0
         self.generation = 0
         self._trees = [_Tree(ctl) for ctl in self.cc]  # per tree: self.tree_ids[t]'s state
@@ -446,7 +446,7 @@ class WorkerTransport:
     def _arm_probe(self, now: int) -> None:
         """RFC 8985 section 7.2: the probe is due a PTO from ``now`` (no SRTT yet: the RTO)."""
         srtt = self._srtt
-        pto = self.rto_ps if srtt is None else max(self.min_pto_ps, int(2 * srtt))
+        pto = self.rto_ps if srtt < 0 else max(self.min_pto_ps, int(2 * srtt))
         self._probe_at = now + pto
 
     def _packet(self, i: int, flags: int) -> Packet:
@@ -479,7 +479,7 @@ class WorkerTransport:
         """Deadline (ps) of the oldest unacknowledged packet, or None when nothing waits."""
         if not self.active:
             return None
-        first = None
+        first = -1  # the earliest deadline (-1: none yet; deadlines are >= 0)
         inflight = self._inflight
         for sent_at in inflight.values():  # the oldest (send order); compiled, no iterator object is made
             first = sent_at + self.rto_ps
@@ -487,11 +487,11 @@ class WorkerTransport:
         heap, due = self._resent_heap, self._resent_due
         while heap and due.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)  # answered, or resent again since
-        if heap and (first is None or heap[0][0] < first):
+        if heap and (first < 0 or heap[0][0] < first):
             first = heap[0][0]
-        if self._probe_at >= 0 and (first is None or self._probe_at < first):
-            return self._probe_at
-        return first
+        if self._probe_at >= 0 and (first < 0 or self._probe_at < first):
+            first = self._probe_at
+        return None if first < 0 else first
 
     # ------------------------------------------------------------------ network input
     def receive(self, packet: Packet, now: int) -> None:
@@ -666,7 +666,7 @@ class WorkerTransport:
         # RFC 6298 section 2: SRTT/RTTVAR with alpha = 1/8, beta = 1/4.
         # Local floats (C doubles when compiled); the clamp int(max(lo, min(hi, rto))) as comparisons.
         r = float(rtt)
-        if self._srtt is None:
+        if self._srtt < 0:
             srtt = r
             rttvar = r / 2
         else:
@@ -686,7 +686,7 @@ class WorkerTransport:
 
     @property
     def srtt_ps(self) -> float | None:
-        return self._srtt
+        return None if self._srtt < 0 else self._srtt
 
     def windows(self) -> list[int]:
         return [cc.window for cc in self.cc]
