@@ -531,8 +531,9 @@ class WorkerTransport:
         self._remaining -= 1
         self._n_results += 1
         sent_at = self._inflight.pop(i, -1)  # -1: not outstanding unresent (times are >= 0)
-        self._resent_due.pop(i, None)
-        if sent_at >= 0 and i not in self._retries and not flags & _FLAG_RETRANSMIT:
+        if self._resent_due:  # (empty unless something was resent: skip the lookup)
+            self._resent_due.pop(i, None)
+        if sent_at >= 0 and not flags & _FLAG_RETRANSMIT and not (self._retries and i in self._retries):
             # Karn (RFC 6298 section 3), across the tree: neither a packet this worker resent
             # nor a result that waited for anyone's retransmission is an RTT sample.
             self._rtt_sample(now - sent_at)
