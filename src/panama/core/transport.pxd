@@ -36,7 +36,10 @@ cdef class WorkerTransport:
     cdef public double _rttvar
     cdef public long long generation
     cdef public list _trees
-    cdef public dict _inflight
+    cdef public list _inflight
+    cdef public list _order
+    cdef public long long _head
+    cdef public long long _n_new
     cdef public dict _resent_due
     cdef public list _resent_heap
     cdef public dict _retries
@@ -58,16 +61,16 @@ cdef class WorkerTransport:
     cdef public long long _n_ece
     cdef public long long _n_ce
 
-    @cython.locals(out=list, inflight=dict, due=dict, T=cython.longlong, t=cython.longlong, k=cython.longlong,
-                   i=cython.longlong, more=cython.bint, limit=cython.longlong, trees=list, tree=_Tree, nbytes=cython.longlong, p=Packet,
-                   resent=cython.longlong)
+    @cython.locals(out=list, inflight=list, order=list, n_new=cython.longlong, due=dict, T=cython.longlong,
+                   t=cython.longlong, k=cython.longlong, i=cython.longlong, more=cython.bint, limit=cython.longlong,
+                   trees=list, tree=_Tree, resent=cython.longlong)
     cpdef list poll(self, object now)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, pe=cython.longlong, lo=cython.longlong,
                    count=cython.longlong, ecn=cython.longlong, g=cython.longlong, tree=_Tree)
     cpdef Packet _packet(self, long long i, long long flags)
 
-    @cython.locals(inflight=dict, first=cython.longlong, sent_at=cython.longlong)
+    @cython.locals(first=cython.longlong, head=cython.longlong, sent_at=cython.longlong)
     cpdef object timer(self)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, k=cython.longlong, i=cython.longlong,

@@ -134,18 +134,8 @@ class TransportError(RuntimeError):
 
 
 # The counters of ``WorkerTransport.stats`` (besides ``ignored``, by reason).
-_STATS_COUNTERS = (
-    "packets_sent",
-    "bytes_sent",
-    "retransmissions",
-    "timeouts",
-    "results",
-    "fast_retransmits",
-    "probes",
-    "acks_sent",
-    "ece_results",
-    "ce_results",
-)
+_STATS_COUNTERS = ("packets_sent", "bytes_sent", "retransmissions", "timeouts", "results", "fast_retransmits")
+_STATS_COUNTERS += ("probes", "acks_sent", "ece_results", "ce_results")
 
 
 def _tree_id_list(tree_ids: Sequence[int] | int) -> list[int]:
@@ -268,10 +258,13 @@ class WorkerTransport:
         self._rttvar = 0.0
         self.generation = 0
         self._trees = [_Tree(ctl) for ctl in self.cc]  # per tree: self.tree_ids[t]'s state
-        # Outstanding packets. Never resent: index -> send time, in send order (their
-        # deadlines, send time + RTO, are in order too). Resent: index -> deadline, with a
-        # heap of (deadline, index) entries (stale ones skipped).
-        self._inflight: dict[int, int] = {}
+        # Outstanding packets. Never resent: _inflight[i] is packet i's send time (-1: none such),
+        # _order[_head:_n_new] their indices in send order (a packet is sent new once per
+        # generation; lists, not a dict: no hashing), so their deadlines, send time + RTO, are in
+        # order too. Resent: index -> deadline, with a heap of (deadline, index) entries (stale ones skipped).
+        self._inflight: list[int] = []
+        self._order: list[int] = []
+        self._head = self._n_new = 0
         self._resent_due: dict[int, int] = {}
         self._resent_heap: list[tuple[int, int]] = []
         self._retries: dict[int, int] = {}
@@ -347,7 +340,8 @@ class WorkerTransport:
         self._num_elems = num_elems
         self._remaining = npkts
         self._got = bytearray(npkts)
-        self._inflight.clear()
+        self._inflight, self._order = [-1] * npkts, [0] * npkts
+        self._head = self._n_new = 0
         self._resent_due.clear()
         self._resent_heap.clear()
         self._retries.clear()
@@ -397,11 +391,12 @@ class WorkerTransport:
             self.stats["acks_sent"] += len(out)
             return out
         out: list[Packet] = []
-        inflight = self._inflight
+        inflight, order, n_new = self._inflight, self._order, self._n_new
         if self._retx_queue:
             due = self._resent_due
             for i in self._retx_queue:
-                if inflight.pop(i, None) is not None or i in due:
+                if inflight[i] >= 0 or i in due:
+                    inflight[i] = -1
                     # RFC 6298 (5.5) back-off, per packet: a packet resent r times waits
                     # RTO * 2^r, so one that waits on other workers' retransmissions does
                     # not burn its retries while fresh packets keep the measured RTO.
@@ -431,14 +426,13 @@ class WorkerTransport:
                     i = t + T * k
                     tree.next_k = k + 1
                     inflight[i] = now
+                    order[n_new] = i
+                    n_new += 1
                     out.append(self._packet(i, 0))
                     if k + 1 < limit:
                         more = True
-        nbytes = 0
-        for p in out:
-            nbytes += HEADER_BYTES + 4 * p.count
-        self._n_sent += len(out)
-        self._n_bytes += nbytes
+        self._n_new = n_new
+        self._n_sent += len(out)  # (and _packet counted their bytes)
         if len(out) > resent and self._probe_at < 0 and self.min_pto_ps is not None:
             self._arm_probe(now)  # new data left (a probe itself re-arms nothing: one per quiet spell)
         return out
@@ -450,11 +444,13 @@ class WorkerTransport:
         self._probe_at = now + pto
 
     def _packet(self, i: int, flags: int) -> Packet:
+        """Packet ``i`` of the generation, to be sent now (its bytes counted in ``bytes_sent``)."""
         T = self.num_trees
         t = i % T
         pe = self.payload_elems
         lo = i * pe
         count = min(pe, self._num_elems - lo)
+        self._n_bytes += HEADER_BYTES + 4 * count
         payload = self._data[lo : lo + count] if self._data is not None else None
         tree = self._trees[t]
         ecn = _ECT0
@@ -480,10 +476,14 @@ class WorkerTransport:
         if not self.active:
             return None
         first = -1  # the earliest deadline (-1: none yet; deadlines are >= 0)
-        inflight = self._inflight
-        for sent_at in inflight.values():  # the oldest (send order); compiled, no iterator object is made
-            first = sent_at + self.rto_ps
-            break
+        head = self._head  # the oldest never-resent packet still outstanding, if any
+        while head < self._n_new:
+            sent_at = self._inflight[self._order[head]]
+            if sent_at >= 0:
+                first = sent_at + self.rto_ps
+                break
+            head += 1  # answered or resent: never outstanding-unresent again
+        self._head = head
         heap, due = self._resent_heap, self._resent_due
         while heap and due.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)  # answered, or resent again since
@@ -530,7 +530,8 @@ class WorkerTransport:
         got[i] = 1
         self._remaining -= 1
         self._n_results += 1
-        sent_at = self._inflight.pop(i, -1)  # -1: not outstanding unresent (times are >= 0)
+        sent_at = self._inflight[i]  # -1: not outstanding unresent (times are >= 0)
+        self._inflight[i] = -1
         if self._resent_due:  # (empty unless something was resent: skip the lookup)
             self._resent_due.pop(i, None)
         if sent_at >= 0 and not flags & _FLAG_RETRANSMIT and not (self._retries and i in self._retries):
@@ -564,8 +565,7 @@ class WorkerTransport:
             self._arm_probe(now)  # a result: the path works, probe again only after a quiet PTO
         if self._remaining == 0:
             self.active = False
-            self._probe_at = -1
-            self._inflight.clear()
+            self._probe_at = -1  # (every packet left _inflight with its result)
             self._resent_due.clear()
             self._resent_heap.clear()
             g = self.generation
@@ -592,7 +592,7 @@ class WorkerTransport:
         else:
             return
         i = t + T * (base - tree.gen_start)
-        if (i in self._inflight or i in self._resent_due) and i not in self._retx_queue:
+        if (self._inflight[i] >= 0 or i in self._resent_due) and i not in self._retx_queue:
             self._retx_queue.append(i)
             self._retries[i] = self._retries.get(i, 0) + 1
             self.stats["fast_retransmits"] += 1
@@ -611,7 +611,11 @@ class WorkerTransport:
             self._probe()
         rto = self.rto_ps
         expired = []
-        for i, sent_at in self._inflight.items():
+        for n in range(self._head, self._n_new):
+            i = self._order[n]
+            sent_at = self._inflight[i]
+            if sent_at < 0:
+                continue  # answered or resent
             if sent_at + rto > now:
                 break
             expired.append(i)
@@ -636,7 +640,7 @@ class WorkerTransport:
             self._retries[i] = tries
             trees_hit.add(i % T)
             # Due again only once poll() has resent it (with the backed-off deadline).
-            self._inflight.pop(i, None)
+            self._inflight[i] = -1
             due[i] = -1
         queued = set(self._retx_queue)
         self._retx_queue.extend(i for i in expired if i not in queued)
@@ -656,7 +660,7 @@ class WorkerTransport:
             if base >= tree.gen_start + tree.next_k:
                 continue  # nothing of this tree outstanding
             i = t + T * (base - tree.gen_start)
-            if i in queued or not (i in self._inflight or i in self._resent_due):
+            if i in queued or not (self._inflight[i] >= 0 or i in self._resent_due):
                 continue
             self._retries.setdefault(i, 0)  # resent without a back-off
             self._retx_queue.append(i)
