@@ -70,7 +70,7 @@ cdef class WorkerTransport:
                    count=cython.longlong, ecn=cython.longlong, g=cython.longlong, tree=_Tree)
     cpdef Packet _packet(self, long long i, long long flags)
 
-    @cython.locals(first=cython.longlong, head=cython.longlong, sent_at=cython.longlong)
+    @cython.locals(first=cython.longlong, head=cython.longlong, i=cython.longlong, sent_at=cython.longlong)
     cpdef object timer(self)
 
     @cython.locals(T=cython.longlong, t=cython.longlong, k=cython.longlong, i=cython.longlong,

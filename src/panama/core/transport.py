@@ -262,8 +262,7 @@ class WorkerTransport:
         # _order[_head:_n_new] their indices in send order (a packet is sent new once per
         # generation; lists, not a dict: no hashing), so their deadlines, send time + RTO, are in
         # order too. Resent: index -> deadline, with a heap of (deadline, index) entries (stale ones skipped).
-        self._inflight: list[int] = []
-        self._order: list[int] = []
+        self._inflight, self._order = [], []  # (start sizes them: one entry per packet)
         self._head = self._n_new = 0
         self._resent_due: dict[int, int] = {}
         self._resent_heap: list[tuple[int, int]] = []
@@ -478,7 +477,8 @@ class WorkerTransport:
         first = -1  # the earliest deadline (-1: none yet; deadlines are >= 0)
         head = self._head  # the oldest never-resent packet still outstanding, if any
         while head < self._n_new:
-            sent_at = self._inflight[self._order[head]]
+            i = self._order[head]
+            sent_at = self._inflight[i]
             if sent_at >= 0:
                 first = sent_at + self.rto_ps
                 break
