@@ -1,7 +1,8 @@
 # Types of panama/core/transport.py for the simulator's compiled fast path (setup.py);
-# the .py is the source. Sequence numbers, counts and indices are 64-bit integers; the
-# times stored in dicts stay Python integers, and the RTO back-off shifts a Python integer. The
-# per-tree state is one _Tree of C integers per tree.
+# the .py is the source. Sequence numbers, counts, indices, the RTO and receive's ``now``
+# are 64-bit integers; the send times and deadlines stored in lists and dicts stay Python
+# integers, and the RTO back-off shifts a Python integer (no overflow). The per-tree state
+# is one _Tree of C integers per tree.
 cimport cython
 
 from panama.core.cc cimport CongestionControl
