@@ -64,6 +64,7 @@ cdef class WorkerTransport:
 
     @cython.locals(out=list, inflight=list, order=list, n_new=cython.longlong, due=dict, T=cython.longlong,
                    t=cython.longlong, k=cython.longlong, i=cython.longlong, more=cython.bint, limit=cython.longlong,
+                   window_end=cython.longlong,
                    trees=list, tree=_Tree, resent=cython.longlong)
     cpdef list poll(self, object now)
 

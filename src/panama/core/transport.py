@@ -190,9 +190,8 @@ def _integer_ps(name: str, value: int) -> int:
 
 
 class _Tree:
-    """The per-tree state of one worker: one object per tree, so that a packet's tree is
-    looked up once and its fields are C integers when compiled (transport.pxd), attribute
-    loads in pure Python. Sequence numbers are the tree's own (``seq``)."""
+    """One worker's state of one tree: a packet's tree is looked up once, and the fields are
+    C integers when compiled (transport.pxd). Sequence numbers are the tree's own (``seq``)."""
 
     __slots__ = ("cc", "base", "gen_start", "gen_len", "next_k", "echo", "dups", "recover", "high")
 
@@ -414,13 +413,14 @@ class WorkerTransport:
             for t in range(T):
                 tree = trees[t]
                 k = tree.next_k
-                # Tree t may send k < limit. Neither window nor ack moves inside poll (only
-                # receive, handle_timer and start change them), so the window is read once
-                # per pass, and once no tree has room for a second packet the next pass
-                # would send nothing.
-                limit = tree.base + tree.cc.win() - tree.gen_start
-                if limit > tree.gen_len:
-                    limit = tree.gen_len
+                # Tree t may send k < limit. Window and ack cannot move inside poll (only receive,
+                # handle_timer and start move them): one read per pass, none once the tree sent its
+                # whole generation, and a pass that left no tree room for a second packet is the last.
+                limit = tree.gen_len
+                if k < limit:
+                    window_end = tree.base + tree.cc.win() - tree.gen_start
+                    if window_end < limit:
+                        limit = window_end
                 if k < limit:
                     i = t + T * k
                     tree.next_k = k + 1
