@@ -113,13 +113,10 @@ IGNORED_IDLE = "idle"
 
 
 # Results of a tree above its lowest missing one before that one is resent at once
-# (RFC 5681 section 3.2's three duplicate ACKs). A tree's packets follow one path
-# through FIFO queues and its slots complete in sequence order, so results come back in
-# order unless something was lost; 3 leaves room for reordering by a multipath fabric.
-# Results of a tree come back in sequence order on its fixed path (every accelerator
-# completes a tree's slots in the order its FIFO links deliver them), so one result
-# above a gap already means a loss; fabrics that reorder a tree's packets should pass
-# ``dupthresh=3`` (RFC 5681's value for arbitrary paths).
+# (RFC 5681 section 3.2's duplicate ACKs). Results of a tree come back in sequence order
+# on its fixed path (every accelerator completes a tree's slots in the order its FIFO
+# links deliver them), so one result above a gap already means a loss; fabrics that
+# reorder a tree's packets should pass ``dupthresh=3`` (RFC 5681's value for arbitrary paths).
 DUPTHRESH = 1
 
 
@@ -137,18 +134,8 @@ class TransportError(RuntimeError):
 
 
 # The counters of ``WorkerTransport.stats`` (besides ``ignored``, by reason).
-_STATS_COUNTERS = (
-    "packets_sent",
-    "bytes_sent",
-    "retransmissions",
-    "timeouts",
-    "results",
-    "fast_retransmits",
-    "probes",
-    "acks_sent",
-    "ece_results",
-    "ce_results",
-)
+_STATS_COUNTERS = ("packets_sent", "bytes_sent", "retransmissions", "timeouts", "results", "fast_retransmits")
+_STATS_COUNTERS += ("probes", "acks_sent", "ece_results", "ce_results")
 
 
 def _tree_id_list(tree_ids: Sequence[int] | int) -> list[int]:
@@ -194,12 +181,30 @@ def _per_tree(values: Sequence[int], num_trees: int, name: str, what: str) -> li
 
 
 def _integer_ps(name: str, value: int) -> int:
-    """``value`` as an ``int`` (any integer type): RTO bounds are integer picoseconds on both
-    paths, since the compiled ``_rtt_sample`` clamps against them as C integers."""
+    """``value`` as an ``int`` (any integer type): the RTO and its bounds are integer
+    picoseconds on both paths, since the compiled transport keeps the RTO in a C integer."""
     try:
         return operator.index(value)
     except TypeError:
         raise ValueError(f"{name} must be an integer number of ps, got {value!r}") from None
+
+
+class _Tree:
+    """One worker's state of one tree: a packet's tree is looked up once, and the fields are
+    C integers when compiled (transport.pxd). Sequence numbers are the tree's own (``seq``)."""
+
+    __slots__ = ("cc", "base", "gen_start", "gen_len", "next_k", "echo", "dups", "recover", "high")
+
+    def __init__(self, ctl: CongestionControl):
+        self.cc = ctl
+        self.base = 0  # lowest seq without a result
+        self.gen_start = 0  # seq of the generation's first packet
+        self.gen_len = 0  # packets of the generation on this tree
+        self.next_k = 0  # index (in the generation) of the next new packet
+        self.echo = False  # a CE result arrived: the next contribution leaves as CE
+        self.dups = 0  # results above the lowest missing one
+        self.recover = -1  # fast recovery lasts until the ack passes this seq
+        self.high = -1  # highest seq with a result
 
 
 class WorkerTransport:
@@ -247,26 +252,21 @@ class WorkerTransport:
             raise ValueError(f"min_pto_ps must be > 0 (or None: no probes), got {min_pto_ps}")
         self.min_pto_ps = min_pto_ps
         self._probe_at = -1  # when the next tail-loss probe is due (-1: not armed)
-        self.rto_ps = max(min_rto_ps, min(initial_rto_ps, max_rto_ps))
-        self._srtt = -1.0  # smoothed RTT (ps); -1: no sample yet (a C double when compiled)
+        self.rto_ps = max(min_rto_ps, min(_integer_ps("initial_rto_ps", initial_rto_ps), max_rto_ps))
+        self._srtt = -1.0  # smoothed RTT (ps); -1: no sample yet (samples are >= 0)
         self._rttvar = 0.0
         self.generation = 0
-        self._base = [0] * self.num_trees  # lowest seq without a result, per tree
-        self._gen_start = [0] * self.num_trees
-        self._gen_len = [0] * self.num_trees
-        self._next_k = [0] * self.num_trees
-        self._echo = [False] * self.num_trees
-        # Outstanding packets. Never resent: index -> send time, in send order (their
-        # deadlines, send time + RTO, are in order too). Resent: index -> deadline, with a
-        # heap of (deadline, index) entries (stale ones skipped).
-        self._inflight: dict[int, int] = {}
+        self._trees = [_Tree(ctl) for ctl in self.cc]  # per tree: self.tree_ids[t]'s state
+        # Outstanding packets. Never resent: _inflight[i] is packet i's send time (-1: none such),
+        # _order[_head:_n_new] their indices in send order (a packet is sent new once per
+        # generation; lists, not a dict: no hashing), so their deadlines, send time + RTO, are in
+        # order too. Resent: index -> deadline, with a heap of (deadline, index) entries (stale ones skipped).
+        self._inflight, self._order = [], []  # (start sizes them: one entry per packet)
+        self._head = self._n_new = 0
         self._resent_due: dict[int, int] = {}
         self._resent_heap: list[tuple[int, int]] = []
         self._retries: dict[int, int] = {}
         self._retx_queue: list[int] = []
-        self._dups = [0] * self.num_trees  # results above the lowest missing one, per tree
-        self._recover = [-1] * self.num_trees  # fast recovery lasts until the ack passes this seq
-        self._high = [-1] * self.num_trees  # highest seq of the tree with a result
         self._closing_acks: list[Packet] = []
         self._got = bytearray()  # per packet of the generation: 1 once its result arrived
         self._remaining = 0
@@ -277,8 +277,8 @@ class WorkerTransport:
         self.active = False
         self.trace_windows = trace_windows
         self.window_trace: list[tuple[int, int, int]] = []  # (now_ps, tree index, window)
-        # Counters: ``stats`` (a property) folds the three per-packet ones, kept in fields
-        # (``_n_sent``, ``_n_bytes``, ``_n_results``, ``_n_ece``, ``_n_ce``), into this dict when it is read.
+        # Counters: ``stats`` (a property) folds the per-packet ones, kept in fields (``_n_sent``,
+        # ``_n_bytes``, ``_n_results``, ``_n_ece``, ``_n_ce``), into this dict when it is read.
         self._n_sent = 0
         self._n_bytes = 0
         self._n_results = 0
@@ -328,24 +328,26 @@ class WorkerTransport:
         pe = self.payload_elems
         npkts = -(-num_elems // pe)
         T = self.num_trees
-        for t in range(T):
-            self._gen_start[t] = self._base[t]
-            self._gen_len[t] = max(0, -(-(npkts - t) // T))
-            self._next_k[t] = 0
-            if self._base[t] + self._gen_len[t] > MAX_U32:
+        for t, tree in enumerate(self._trees):
+            tree.gen_start = tree.base
+            tree.gen_len = max(0, -(-(npkts - t) // T))
+            tree.next_k = 0
+            if tree.base + tree.gen_len > MAX_U32:
                 raise TransportError(f"job {self.job_id}: sequence space of tree {self.tree_ids[t]} exhausted")
         self._npkts = npkts
         self._num_elems = num_elems
         self._remaining = npkts
         self._got = bytearray(npkts)
-        self._inflight.clear()
+        self._inflight, self._order = [-1] * npkts, [0] * npkts
+        self._head = self._n_new = 0
         self._resent_due.clear()
         self._resent_heap.clear()
         self._retries.clear()
         self._retx_queue.clear()
-        self._dups = [0] * T
-        self._recover = [-1] * T
-        self._high = [-1] * T
+        for tree in self._trees:
+            tree.dups = 0
+            tree.recover = -1
+            tree.high = -1
         self._closing_acks.clear()  # the new contributions carry the same acks
         self._probe_at = -1
         self.active = npkts > 0
@@ -376,7 +378,7 @@ class WorkerTransport:
         """``(tree_id, seq)`` of every packet still without a result (for error messages)."""
         T = self.num_trees
         missing = np.flatnonzero(np.frombuffer(self._got, np.uint8) == 0).tolist()
-        return [(self.tree_ids[i % T], self._gen_start[i % T] + i // T) for i in missing]
+        return [(self.tree_ids[i % T], self._trees[i % T].gen_start + i // T) for i in missing]
 
     # ------------------------------------------------------------------ outputs
     def poll(self, now: int) -> list[Packet]:
@@ -387,11 +389,12 @@ class WorkerTransport:
             self.stats["acks_sent"] += len(out)
             return out
         out: list[Packet] = []
-        inflight = self._inflight
+        inflight, order, n_new = self._inflight, self._order, self._n_new
         if self._retx_queue:
             due = self._resent_due
             for i in self._retx_queue:
-                if inflight.pop(i, None) is not None or i in due:
+                if inflight[i] >= 0 or i in due:
+                    inflight[i] = -1
                     # RFC 6298 (5.5) back-off, per packet: a packet resent r times waits
                     # RTO * 2^r, so one that waits on other workers' retransmissions does
                     # not burn its retries while fresh packets keep the measured RTO.
@@ -403,25 +406,32 @@ class WorkerTransport:
             self._retx_queue.clear()
         resent = len(out)
         T = self.num_trees
-        base, gen_start, gen_len, next_k, ccs = self._base, self._gen_start, self._gen_len, self._next_k, self.cc
-        progress = True
-        while progress:
-            progress = False
+        trees = self._trees
+        more = True  # round robin: one packet per tree and pass while some tree has room
+        while more:
+            more = False
             for t in range(T):
-                k = next_k[t]
-                ctl = ccs[t]
-                n, g, b = gen_len[t], gen_start[t], base[t]  # C integers when compiled: no boxed sums
-                if k < n and g + k < b + ctl.win():
+                tree = trees[t]
+                k = tree.next_k
+                # Tree t may send k < limit. Window and ack cannot move inside poll (only receive,
+                # handle_timer and start move them): one read per pass, none once the tree sent its
+                # whole generation, and a pass that left no tree room for a second packet is the last.
+                limit = tree.gen_len
+                if k < limit:
+                    window_end = tree.base + tree.cc.win() - tree.gen_start
+                    if window_end < limit:
+                        limit = window_end
+                if k < limit:
                     i = t + T * k
-                    next_k[t] = k + 1
+                    tree.next_k = k + 1
                     inflight[i] = now
+                    order[n_new] = i
+                    n_new += 1
                     out.append(self._packet(i, 0))
-                    progress = True
-        nbytes = 0
-        for p in out:
-            nbytes += HEADER_BYTES + 4 * p.count
-        self._n_sent += len(out)
-        self._n_bytes += nbytes
+                    if k + 1 < limit:
+                        more = True
+        self._n_new = n_new
+        self._n_sent += len(out)  # (and _packet counted their bytes)
         if len(out) > resent and self._probe_at < 0 and self.min_pto_ps is not None:
             self._arm_probe(now)  # new data left (a probe itself re-arms nothing: one per quiet spell)
         return out
@@ -433,17 +443,20 @@ class WorkerTransport:
         self._probe_at = now + pto
 
     def _packet(self, i: int, flags: int) -> Packet:
+        """Packet ``i`` of the generation, to be sent now (its bytes counted in ``bytes_sent``)."""
         T = self.num_trees
         t = i % T
         pe = self.payload_elems
         lo = i * pe
         count = min(pe, self._num_elems - lo)
+        self._n_bytes += HEADER_BYTES + 4 * count
         payload = self._data[lo : lo + count] if self._data is not None else None
+        tree = self._trees[t]
         ecn = _ECT0
-        if self._echo[t]:
+        if tree.echo:
             ecn = _CE
-            self._echo[t] = False
-        g = self._gen_start[t]
+            tree.echo = False
+        g = tree.gen_start
         return new_packet(
             self.job_id,
             self.tree_ids[t],
@@ -452,7 +465,7 @@ class WorkerTransport:
             count,
             flags,
             _MAX_CWND_CAP,
-            self._base[t],
+            tree.base,
             ecn,
             payload,
         )
@@ -461,19 +474,24 @@ class WorkerTransport:
         """Deadline (ps) of the oldest unacknowledged packet, or None when nothing waits."""
         if not self.active:
             return None
-        first = None
-        inflight = self._inflight
-        for sent_at in inflight.values():  # the oldest (send order); compiled, no iterator object is made
-            first = sent_at + self.rto_ps
-            break
+        first = -1  # the earliest deadline (-1: none yet; deadlines are >= 0)
+        head = self._head  # the oldest never-resent packet still outstanding, if any
+        while head < self._n_new:
+            i = self._order[head]
+            sent_at = self._inflight[i]
+            if sent_at >= 0:
+                first = sent_at + self.rto_ps
+                break
+            head += 1  # answered or resent: never outstanding-unresent again
+        self._head = head
         heap, due = self._resent_heap, self._resent_due
         while heap and due.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)  # answered, or resent again since
-        if heap and (first is None or heap[0][0] < first):
+        if heap and (first < 0 or heap[0][0] < first):
             first = heap[0][0]
-        if self._probe_at >= 0 and (first is None or self._probe_at < first):
-            return self._probe_at
-        return first
+        if self._probe_at >= 0 and (first < 0 or self._probe_at < first):
+            first = self._probe_at
+        return None if first < 0 else first
 
     # ------------------------------------------------------------------ network input
     def receive(self, packet: Packet, now: int) -> None:
@@ -491,8 +509,9 @@ class WorkerTransport:
             return self._ignore(IGNORED_IDLE)
         if packet.generation != self.generation:
             return self._ignore(IGNORED_OLD_GENERATION)
-        k = packet.seq - self._gen_start[t]
-        if not 0 <= k < self._gen_len[t]:
+        tree = self._trees[t]
+        k = packet.seq - tree.gen_start
+        if not 0 <= k < tree.gen_len:
             return self._ignore(IGNORED_OUT_OF_RANGE)
         T = self.num_trees
         i = t + T * k
@@ -511,22 +530,24 @@ class WorkerTransport:
         got[i] = 1
         self._remaining -= 1
         self._n_results += 1
-        sent_at = self._inflight.pop(i, None)
-        self._resent_due.pop(i, None)
-        if sent_at is not None and i not in self._retries and not flags & _FLAG_RETRANSMIT:
+        sent_at = self._inflight[i]  # -1: not outstanding unresent (times are >= 0)
+        self._inflight[i] = -1
+        if self._resent_due:  # (empty unless something was resent: skip the lookup)
+            self._resent_due.pop(i, None)
+        if sent_at >= 0 and not flags & _FLAG_RETRANSMIT and not (self._retries and i in self._retries):
             # Karn (RFC 6298 section 3), across the tree: neither a packet this worker resent
             # nor a result that waited for anyone's retransmission is an RTT sample.
             self._rtt_sample(now - sent_at)
         # Advance the cumulative acknowledgement of this tree.
-        base = self._base[t]
-        end = self._gen_start[t] + self._gen_len[t]
-        start = self._gen_start[t]
+        base = tree.base
+        start = tree.gen_start
+        end = start + tree.gen_len
         old_base = base
-        if packet.seq > self._high[t]:
-            self._high[t] = packet.seq
+        if packet.seq > tree.high:
+            tree.high = packet.seq
         while base < end and got[t + T * (base - start)]:
             base += 1
-        self._base[t] = base
+        tree.base = base
         if base < end:
             self._fast_retransmit(t, base, old_base, packet.seq)
         ece = bool(flags & _FLAG_ECE)
@@ -534,44 +555,44 @@ class WorkerTransport:
             self._n_ece += 1
         if packet.ecn == _CE:
             self._n_ce += 1
-            self._echo[t] = True
-        ctl = self.cc[t]
+            tree.echo = True
+        ctl = tree.cc
         before = ctl.win() if self.trace_windows else 0
-        ctl.on_result(packet.seq, ece, packet.cwnd_cap, self._gen_start[t] + self._next_k[t])
+        ctl.on_result(packet.seq, ece, packet.cwnd_cap, start + tree.next_k)
         if self.trace_windows and ctl.win() != before:
             self.window_trace.append((now, t, ctl.win()))
         if self.min_pto_ps is not None:
             self._arm_probe(now)  # a result: the path works, probe again only after a quiet PTO
         if self._remaining == 0:
             self.active = False
-            self._probe_at = -1
-            self._inflight.clear()
+            self._probe_at = -1  # (every packet left _inflight with its result)
             self._resent_due.clear()
             self._resent_heap.clear()
             g = self.generation
             self._closing_acks = [
-                Packet(self.job_id, tid, b, g, 0, FLAG_ACK, MAX_CWND_CAP, b, ECT0)
-                for tid, b in zip(self.tree_ids, self._base)
+                Packet(self.job_id, tid, tree.base, g, 0, FLAG_ACK, MAX_CWND_CAP, tree.base, ECT0)
+                for tid, tree in zip(self.tree_ids, self._trees)
             ]
 
     def _fast_retransmit(self, t: int, base: int, old_base: int, seq: int) -> None:
         """Resend tree ``t``'s lowest missing packet ``base`` on a gap (see the module docstring)."""
         T = self.num_trees
+        tree = self._trees[t]
         if base != old_base:
             # The ack moved. Within a recovery a gap that remains is a partial ack: the new
             # lowest missing packet was sent before the ones already answered, resend it.
-            self._dups[t] = 0
-            if base > self._recover[t] or self._high[t] < base:
+            tree.dups = 0
+            if base > tree.recover or tree.high < base:
                 return
         elif seq > base:
-            self._dups[t] += 1
-            if self._dups[t] != self.dupthresh:
+            tree.dups += 1
+            if tree.dups != self.dupthresh:
                 return
-            self._recover[t] = self._gen_start[t] + self._next_k[t] - 1
+            tree.recover = tree.gen_start + tree.next_k - 1
         else:
             return
-        i = t + T * (base - self._gen_start[t])
-        if (i in self._inflight or i in self._resent_due) and i not in self._retx_queue:
+        i = t + T * (base - tree.gen_start)
+        if (self._inflight[i] >= 0 or i in self._resent_due) and i not in self._retx_queue:
             self._retx_queue.append(i)
             self._retries[i] = self._retries.get(i, 0) + 1
             self.stats["fast_retransmits"] += 1
@@ -590,7 +611,11 @@ class WorkerTransport:
             self._probe()
         rto = self.rto_ps
         expired = []
-        for i, sent_at in self._inflight.items():
+        for n in range(self._head, self._n_new):
+            i = self._order[n]
+            sent_at = self._inflight[i]
+            if sent_at < 0:
+                continue  # answered or resent
             if sent_at + rto > now:
                 break
             expired.append(i)
@@ -609,13 +634,13 @@ class WorkerTransport:
                 t = i % T
                 raise TransportError(
                     f"job {self.job_id} rank {self.rank}: no result for tree {self.tree_ids[t]} "
-                    f"seq {self._gen_start[t] + i // T} (generation {self.generation}) after "
+                    f"seq {self._trees[t].gen_start + i // T} (generation {self.generation}) after "
                     f"{self.max_retries} retransmissions; {self._remaining} of {self._npkts} packets missing"
                 )
             self._retries[i] = tries
             trees_hit.add(i % T)
             # Due again only once poll() has resent it (with the backed-off deadline).
-            self._inflight.pop(i, None)
+            self._inflight[i] = -1
             due[i] = -1
         queued = set(self._retx_queue)
         self._retx_queue.extend(i for i in expired if i not in queued)
@@ -630,11 +655,12 @@ class WorkerTransport:
         queued = set(self._retx_queue)
         probes = 0
         for t in range(T):
-            base = self._base[t]
-            if base >= self._gen_start[t] + self._next_k[t]:
+            tree = self._trees[t]
+            base = tree.base
+            if base >= tree.gen_start + tree.next_k:
                 continue  # nothing of this tree outstanding
-            i = t + T * (base - self._gen_start[t])
-            if i in queued or not (i in self._inflight or i in self._resent_due):
+            i = t + T * (base - tree.gen_start)
+            if i in queued or not (self._inflight[i] >= 0 or i in self._resent_due):
                 continue
             self._retries.setdefault(i, 0)  # resent without a back-off
             self._retx_queue.append(i)
