@@ -108,9 +108,18 @@ def format_addr(addr: Address) -> str:
     return f"{addr[0]}:{addr[1]}"
 
 
+# The origin of now_ps: this process's start, not the boot. The compiled core takes times as
+# signed 64-bit picoseconds, 2**63 ps is about 106 days, and a machine's uptime can be longer.
+_CLOCK_ORIGIN_NS = time.monotonic_ns()
+
+
 def now_ps() -> int:
-    """Monotonic time in integer picoseconds (the core's time unit)."""
-    return time.monotonic_ns() * 1000
+    """Monotonic time in integer picoseconds (the core's time unit) since this process began.
+
+    Only differences are meaningful, and only within one process: every transport reads it from
+    its own process. It fits a signed 64-bit integer for about 106 days of the process's life.
+    """
+    return (time.monotonic_ns() - _CLOCK_ORIGIN_NS) * 1000
 
 
 def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
