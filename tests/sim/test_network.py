@@ -246,6 +246,26 @@ def test_sampler_finds_the_busiest_queue():
     assert st["port"] == "tor0->h2" and st["p99_bytes"] <= st["max_bytes"]
 
 
+def test_sampler_columns_are_each_ports_queue_at_each_sample():
+    eng, net = make(star(3, rates={2: 1e9}))
+    net.attach("h1", lambda p: None)
+    net.attach("h2", lambda p: None)
+    s = net.sample_queues(us(1))
+    for i in range(20):
+        net.send("h0", SimPacket(KIND_OTHER, 0, 2, 1500, seq=i))
+        net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+    expected = []
+    for t in (us(3), us(7), us(12)):  # stopped between samples: the queues are still full
+        eng.run(until_ps=t)
+        s._sample()  # one more sample now, beside the periodic ones
+        expected.append((len(s.times_ps) - 1, [p.queue_bytes() for p in s.ports]))
+    samples = s.samples
+    assert samples.shape == (len(s.ports), len(s.times_ps))
+    assert any(max(q) > 0 for _, q in expected)
+    for k, queues in expected:
+        assert samples[:, k].tolist() == queues
+
+
 def test_trace_records_transmissions_and_drops():
     rec = TraceRecorder()
     eng, net = make(star(2, rates={1: 1e9}), NetworkConfig(queue_limit_bytes=1500), trace=rec)

@@ -11,9 +11,9 @@ cdef class QueueSampler(Event):
     cdef public list ports
     cdef public long long interval_ps
     cdef public list times_ps
-    cdef public list samples
+    cdef public list _rows
+    cdef public object _zeros
     cdef public bint _stopped
 
-    @cython.locals(now=cython.longlong, p=Port, col=list, b=cython.longlong, ports=list, samples=list,
-                   i=cython.Py_ssize_t)
+    @cython.locals(now=cython.longlong, p=Port, b=cython.longlong, row=cython.longlong[::1], i=cython.Py_ssize_t)
     cpdef _sample(self)
