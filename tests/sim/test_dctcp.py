@@ -84,6 +84,20 @@ def test_one_segment_flow_completes_in_exactly_the_ideal_time():
     assert f.start_ps == us(3) and f.finish_ps == us(3) + f.fct_ps
 
 
+def test_ideal_fct_serialises_the_bytes_at_the_bottleneck_and_a_segment_elsewhere():
+    # h0 -> tor0 at 10 Gb/s, tor0 -> h1 at 1 Gb/s: the bottleneck is the second hop.
+    eng, net, tcp = setup(star(2, delay_ps=us(1), rates={1: 1e9}))
+    cfg = tcp.config
+    size = 50_000
+    wire = size + -(-size // cfg.mss_bytes) * cfg.header_bytes
+    seg = cfg.mss_bytes + cfg.header_bytes
+    up, down = net.port("h0", "tor0"), net.port("tor0", "h1")
+    assert down.ps_per_byte > up.ps_per_byte
+    expected = wire * down.ps_per_byte + seg * up.ps_per_byte
+    expected += sum(2 * p.delay_ps + cfg.ack_bytes * p.reverse.ps_per_byte for p in (up, down))
+    assert tcp.ideal_fct(0, 1, size) == expected
+
+
 def test_flow_fct_ideal_when_window_covers_bdp_and_slow_start_otherwise():
     # 1 us links: BDP (about 4 segments) < initial window, so the flow runs at line rate.
     eng, net, tcp = setup(star(2, delay_ps=us(1)))

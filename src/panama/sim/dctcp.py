@@ -44,6 +44,7 @@ from panama.core.units import PS_PER_S, ms
 from panama.sim.engine import Timer
 from panama.sim.network import Network
 from panama.sim.packet import KIND_ACK, KIND_DATA, SimPacket
+from panama.sim.ports import unloaded_ps
 from panama.sim.routing import flow_hash
 
 # ``@_positional(False)``: compiled, METH_O (a port calls a flow's ``deliver`` without keyword
@@ -649,17 +650,10 @@ class Dctcp:
         Base RTT = round-trip propagation + one ACK serialised at every hop + one full
         segment serialised at every hop but the bottleneck (store-and-forward)."""
         cfg = self.config
-        path = self.network.path(src, dst, h)
         n = max(1, -(-size_bytes // cfg.mss_bytes))
         wire = size_bytes + n * cfg.header_bytes
         seg = min(size_bytes, cfg.mss_bytes) + cfg.header_bytes
-        b = min(range(len(path)), key=lambda i: path[i].rate_bps)
-        t = path[b].tx_time(wire)
-        for i, p in enumerate(path):
-            t += 2 * p.delay_ps + p.reverse.tx_time(cfg.ack_bytes)
-            if i != b:
-                t += p.tx_time(seg)
-        return t
+        return unloaded_ps(self.network.path(src, dst, h), wire, seg, cfg.ack_bytes)
 
     def fct_table(self) -> list[dict[str, Any]]:
         return [f.record() for f in self.flows]

@@ -92,3 +92,6 @@ cdef class Port(Event):
 cdef class HostPort(Port):
     @cython.locals(now=cython.longlong, bu=cython.longlong, size=cython.longlong, end=cython.longlong)
     cpdef bint send(self, SimPacket pkt, long long in_idx=*) except -1
+
+@cython.locals(b=cython.Py_ssize_t, i=cython.Py_ssize_t, t=cython.longlong, p=Port)
+cpdef long long unloaded_ps(list path, long long wire_bytes, long long segment_bytes, long long ack_bytes) except? -1

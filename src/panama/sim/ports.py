@@ -370,3 +370,23 @@ class HostPort(Port):
             bu = now
         self._transmit(pkt, now, bu, pkt.size_bytes * self.ps_per_byte)
         return True
+
+
+def unloaded_ps(path: list, wire_bytes: int, segment_bytes: int, ack_bytes: int) -> int:
+    """Time to move ``wire_bytes`` along ``path`` (ports, in order) and get the ACK of its
+    last segment back on an idle network: the bytes serialised at the bottleneck (the first
+    port of the lowest rate), one ``segment_bytes`` segment at every other port (store and
+    forward), each link's delay both ways and one ``ack_bytes`` ACK serialised at every hop
+    back (``Dctcp.ideal_fct``; a function of the ports' C fields when compiled)."""
+    b = 0
+    for i in range(1, len(path)):
+        if path[i].rate_bps < path[b].rate_bps:
+            b = i
+    t = wire_bytes * path[b].ps_per_byte
+    i = 0
+    for p in path:
+        t += 2 * p.delay_ps + ack_bytes * p.reverse.ps_per_byte
+        if i != b:
+            t += segment_bytes * p.ps_per_byte
+        i += 1
+    return t
