@@ -195,6 +195,40 @@ def test_shares_and_forwarding_table():
         ctl.share_slots("h0")
 
 
+def test_tree_caps_follow_the_shares_as_jobs_come_and_go():
+    """A live job's caps shrink when a later job shares its switches and grow back when it
+    leaves; each answer is the plan's rule on the shares of that moment (the controller
+    keeps one answer per job and state)."""
+    from panama.core.plans import tree_cwnd_cap
+
+    ctl = Controller(LS, packet_memory=1000)
+    ctl.admit("a", ["h0", "h4"], BIG, 2)
+
+    def fresh(name: str) -> list[int]:  # the rule written plainly, from the public queries
+        plan = ctl.plans[name]
+        caps = []
+        for t in plan.trees:
+            slots = {}
+            for sw in t.entries:
+                mine = sum(1 for e in ctl.switch_entries(sw) if e.job_id == plan.job_id)
+                slots[sw] = ctl.share_slots(sw) // mine
+            caps.append(tree_cwnd_cap(t, slots))
+        return caps
+
+    alone = ctl.tree_caps("a")
+    assert alone == fresh("a")
+    ctl.tree_caps("a").clear()  # a copy: the next answer is whole
+    assert ctl.tree_caps("a") == alone
+    ctl.admit("b", ["h1", "h5"], BIG, 2)  # the same leaves and spines
+    shared = ctl.tree_caps("a")
+    assert shared == fresh("a") and all(s < c for s, c in zip(shared, alone))
+    assert ctl.tree_caps("b") == fresh("b")
+    ctl.release("b")
+    assert ctl.tree_caps("a") == alone
+    with pytest.raises(ControllerError, match="unknown job"):
+        ctl.tree_caps("b")
+
+
 @pytest.mark.parametrize("reserve", [0, 1, 2])
 def test_accelerator_shares_follow_the_controller(reserve):
     """The nominal share the controller reports is what the accelerator computes, reserve included."""

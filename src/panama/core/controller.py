@@ -94,9 +94,7 @@ class Controller:
         self.threshold_bytes = threshold_bytes
         self.max_jobs_per_switch = max_jobs_per_switch
         self.packet_memory = packet_memory
-        # Shares the accelerators keep free for arriving jobs (their ``reserve_shares``):
-        # a job's nominal share is packet_memory // (jobs + reserve_shares).
-        self.reserve_shares = reserve_shares
+        self.reserve_shares = reserve_shares  # kept free for arriving jobs: a share is memory // (jobs + reserve)
         self.group_pool = str(pool)
         self._pool_base = int(pool.network_address)
         self._pool_size = pool.num_addresses
@@ -105,8 +103,9 @@ class Controller:
         self._plans: dict[str, JobPlan] = {}
         self._next_job_id = 1
         self._job_ids: set[int] = set()
-        # switch -> {job_id: {tree_id: SwitchEntry}}
-        self._state: dict[str, dict[int, dict[int, SwitchEntry]]] = {}
+        self._state: dict[str, dict[int, dict[int, SwitchEntry]]] = {}  # switch -> {job_id: {tree_id: entry}}
+        # Changes of _state so far; tree_caps's answers by job name, each of one version.
+        self._version, self._caps = 0, {}
         self._root_load: dict[str, int] = {}
         self._ancestors: dict[str, frozenset[str]] = {}
 
@@ -205,6 +204,7 @@ class Controller:
             self._root_load[tree.root] = self._root_load.get(tree.root, 0) + 1
             for sw, entry in tree.entries.items():
                 self._state.setdefault(sw, {}).setdefault(job_id, {})[tree.tree_id] = entry
+        self._version += 1
         return plan
 
     def release(self, name: str) -> JobPlan:
@@ -226,6 +226,8 @@ class Controller:
                     del jobs[plan.job_id]
                 if not jobs:
                     del self._state[sw]
+        self._version += 1
+        self._caps.pop(name, None)
         return plan
 
     def restore(self, plan: JobPlan) -> None:
@@ -252,6 +254,7 @@ class Controller:
             self._root_load[tree.root] = self._root_load.get(tree.root, 0) + 1
             for sw, entry in tree.entries.items():
                 self._state.setdefault(sw, {}).setdefault(plan.job_id, {})[tree.tree_id] = entry
+        self._version += 1
         if self._next_job_id <= plan.job_id:
             self._next_job_id = plan.job_id % MAX_JOB_ID + 1
 
@@ -410,17 +413,19 @@ class Controller:
         plan = self._plans.get(name)
         if plan is None:
             raise ControllerError("name", f"unknown job {name!r}")
-        # share_slots(sw) // (the job's trees at sw), each switch's share computed once and
-        # unchecked (a live plan's switches all hold its state): a simulated job asks this
-        # once per worker, and the checked form cost a simulation a millisecond per job.
-        state = self._state
+        cached = self._caps.get(name)  # one computation per job and state (each worker asks)
+        if cached and cached[0] == self._version and cached[1] is plan:
+            return list(cached[2])
+        state = self._state  # share(sw) // the job's trees at sw, unchecked: a live plan's switches hold it
         share: dict[str, int] = {}
         for t in plan.trees:
             for sw in t.entries:
                 if sw not in share:
                     at = state[sw]
                     share[sw] = self.packet_memory // max(1, len(at) + self.reserve_shares) // len(at[plan.job_id])
-        return [tree_cwnd_cap(t, {sw: share[sw] for sw in t.entries}) for t in plan.trees]
+        caps = [tree_cwnd_cap(t, {sw: share[sw] for sw in t.entries}) for t in plan.trees]
+        self._caps[name] = (self._version, plan, caps)
+        return list(caps)
 
     def _share_after_join(self, switch: str) -> int:
         return self.packet_memory // (len(self._state.get(switch, {})) + 1 + self.reserve_shares)
