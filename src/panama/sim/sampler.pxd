@@ -11,9 +11,12 @@ cdef class QueueSampler(Event):
     cdef public list ports
     cdef public long long interval_ps
     cdef public list times_ps
-    cdef public list _rows
-    cdef public object _zeros
+    cdef public object _data
+    cdef long long[::1] _view
+    cdef public Py_ssize_t _used
     cdef public bint _stopped
 
-    @cython.locals(now=cython.longlong, p=Port, b=cython.longlong, row=cython.longlong[::1], i=cython.Py_ssize_t)
+    @cython.locals(now=cython.longlong, p=Port, b=cython.longlong, view=cython.longlong[::1], k=cython.Py_ssize_t,
+                   end=cython.Py_ssize_t)
     cpdef _sample(self)
+    cpdef _grow(self, Py_ssize_t need)

@@ -24,9 +24,10 @@ class QueueSampler(Event):
     ``samples[i][k]`` for ``ports[i]`` at ``times_ps[k]``. Sampling stops by itself when it
     is the only pending event, or after :meth:`stop`.
 
-    Each sample is one ``array('q')`` row of ``len(ports)`` 64-bit integers (compiled,
-    written through a typed memoryview: no Python integer and no list append per port and
-    sample; a 150 ms run of the k=8 fat tree at 10 us takes 15,000 samples of 640 ports).
+    The samples are one flat ``array('q')``, a row of ``len(ports)`` 64-bit integers per
+    sample (compiled, written through a typed memoryview: no Python integer, no list append
+    and no allocation per port and sample; a 150 ms run of the k=8 fat tree at 10 us takes
+    15,000 samples of 640 ports).
 
     The sampler is its own engine event (scheduled as the ``_sample`` callback was: the
     same times and tie-breaking sequence numbers), so the compiled loop fires it with a C
@@ -43,8 +44,11 @@ class QueueSampler(Event):
         self.ports = ports
         self.interval_ps = int(interval_ps)
         self.times_ps: list[int] = []
-        self._rows: list[array] = []  # per sample: array('q') of len(ports) occupancies
-        self._zeros = array("q", bytes(8 * len(ports)))  # copied for each new row
+        # Sample k of port i at _data[k * len(ports) + i]; entries from _used on are room.
+        # _view is _data, a typed memoryview of it when compiled (taken again when it grows).
+        self._data = array("q")
+        self._view = self._data
+        self._used = 0
         self._stopped = False
         t = engine.now if start_ps is None else start_ps
         if t < engine.now:  # as Engine.at
@@ -54,10 +58,10 @@ class QueueSampler(Event):
     @property
     def samples(self) -> np.ndarray:
         """Occupancy in bytes, int64, shape ``(len(ports), len(times_ps))``: ``samples[i]``
-        is ``ports[i]``'s column (a new array on every read: read it once)."""
-        if not self._rows:
-            return np.zeros((len(self.ports), 0), dtype=np.int64)
-        return np.array(self._rows, dtype=np.int64).T
+        is ``ports[i]``'s column (a copy, made on every read: read it once)."""
+        n, count = len(self.ports), len(self.times_ps)
+        flat = np.frombuffer(self._data, dtype=np.int64, count=n * count).copy()
+        return flat.reshape(count, n).T
 
     def stop(self) -> None:
         self._stopped = True
@@ -72,18 +76,24 @@ class QueueSampler(Event):
         eng = self.engine
         now = eng.now
         self.times_ps.append(now)
-        new = self._zeros[:]
-        # Compiled, ``row`` is a typed memoryview of ``new`` and ``i`` a C integer
-        # (sampler.pxd): a C store per port, no Python integer.
-        row = new
-        i = 0
+        k = self._used
+        end = k + len(self.ports)
+        if end > len(self._data):
+            self._grow(end)
+        view = self._view  # compiled: a C store per port, no Python integer (sampler.pxd)
         for p in self.ports:
             b = p.busy_until - now
-            row[i] = ((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte
-            i += 1
-        self._rows.append(new)
+            view[k] = ((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte
+            k += 1
+        self._used = end
         if eng.pending():
             eng.schedule(now + self.interval_ps, self)
+
+    def _grow(self, need: int) -> None:
+        """Room for ``need`` entries at least (doubling), the view taken again."""
+        self._view = None  # compiled: releases the buffer, so that the array may grow
+        self._data.frombytes(bytes(8 * max(need - len(self._data), len(self._data))))
+        self._view = self._data
 
     def busiest(self) -> tuple[Port | None, list[int]]:
         """The port with the largest mean occupancy (the first of equals) and its samples (bytes)."""
