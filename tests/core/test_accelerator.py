@@ -295,3 +295,25 @@ def test_reserved_share_lets_a_newcomer_start_at_once():
     acc.check_invariants()
     with pytest.raises(AcceleratorError, match="reserve_shares"):
         Accelerator(4, reserve_shares=-1)
+
+
+def test_seqs_sharing_a_ring_entry_stay_apart():
+    # 8 slots: a ring of 16 entries, so seqs 0, 16 and 32 share one (two go to the spill table)
+    acc = Accelerator(8, 2)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    for seq in (0, 16, 32):
+        flat(acc, contrib(seq, [seq + 1]), "a")
+    assert [p.payload[0] for _, p in flat(acc, contrib(16, [1]), "b")] == [18, 18]
+    assert flat(acc, contrib(16, [1]), "b") == ()  # a duplicate, found in the spill table
+    assert acc.drops[A.DUPLICATE] == 1
+    acc.check_invariants()
+    flat(acc, contrib(33, [1], ack=17), "a")
+    flat(acc, contrib(33, [1], ack=17), "b")  # the floor jumps from 0 to 17 past 2 of 4 slots
+    assert acc.used_slots == 2 and acc.tree_status(1, 0)["floor"] == 17
+    assert flat(acc, contrib(16, [1], flags=FLAG_RETRANSMIT), "b") == ()
+    assert acc.drops[A.STALE] == 1
+    assert [p.payload[0] for _, p in flat(acc, contrib(32, [1], ack=17), "b")] == [34, 34]
+    acc.check_invariants()
+    acc.remove_job(1)
+    assert acc.used_slots == 0
+    acc.check_invariants()

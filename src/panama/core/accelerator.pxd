@@ -34,7 +34,9 @@ cdef class _Tree:
     cdef public long long nchildren
     cdef public object parent
     cdef public tuple up
-    cdef public dict slots
+    cdef public list ring
+    cdef public long long mask
+    cdef public dict spill
     cdef public list child_ack
     cdef public long long floor
     cdef public long long at_floor
@@ -82,7 +84,8 @@ cdef class Accelerator:
                    ack=cython.longlong, old_ack=cython.longlong, acks=list, trees=dict, child=cython.longlong)
     cpdef tuple receive(self, Packet packet, object from_node)
 
-    @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong)
+    @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong,
+                   ring=list, at=cython.longlong)
     cdef _Slot _open_slot(self, _Tree tree, Packet packet, long long child)
 
     cdef object _complete(self, _Tree tree, _Slot slot)
@@ -104,6 +107,6 @@ cdef class Accelerator:
     cdef _take_ack(self, _Tree tree, long long child, long long ack)
 
     @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
-                   slots=dict, child_ack=list, free=list, a=cython.longlong,
+                   ring=list, spill=dict, mask=cython.longlong, child_ack=list, free=list, a=cython.longlong,
                    at=cython.longlong, s=cython.longlong)
     cdef _advance_floor(self, _Tree tree)
