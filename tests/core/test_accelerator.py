@@ -317,3 +317,24 @@ def test_seqs_sharing_a_ring_entry_stay_apart():
     acc.remove_job(1)
     assert acc.used_slots == 0
     acc.check_invariants()
+
+
+def test_trees_sharing_a_recent_entry_and_removed_trees_are_told_apart():
+    # jobs 1 and 33, tree 0 and tree 8 share receive's first-try table entry (the low bits of the ids)
+    acc = Accelerator(64, 2)
+    acc.install_tree(1, 0, ["a"], None)
+    acc.install_tree(33, 0, ["b"], None)
+    acc.install_tree(33, 8, ["c"], None)
+    for seq, (job, tree, src) in enumerate(((1, 0, "a"), (33, 0, "b"), (33, 8, "c"), (1, 0, "a"))):
+        out = flat(acc, contrib(seq, [job + tree], job=job, tree=tree), src)
+        assert [(to, p.job_id, p.tree_id, p.payload[0]) for to, p in out] == [(src, job, tree, job + tree)]
+        assert flat(acc, contrib(seq, [1], job=job, tree=tree), "x") == ()
+    assert acc.drops[A.NOT_CHILD] == 4
+    acc.remove_tree(33, 8)
+    assert flat(acc, contrib(6, [1], job=33, tree=8), "c") == ()
+    acc.remove_job(1)
+    assert flat(acc, contrib(6, [1], job=1, tree=0), "a") == ()
+    assert acc.drops[A.UNKNOWN_TREE] == 1 and acc.drops[A.UNKNOWN_JOB] == 1
+    acc.install_tree(1, 0, ["d"], None)
+    assert [to for to, _ in flat(acc, contrib(0, [1], job=1, tree=0), "d")] == ["d"]
+    acc.check_invariants()

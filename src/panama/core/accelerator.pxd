@@ -26,8 +26,8 @@ cdef class _Slot:
 
 @cython.final
 cdef class _Tree:
-    cdef public object job_id
-    cdef public object tree_id
+    cdef public long long job_id
+    cdef public long long tree_id
     cdef public tuple children
     cdef public dict child_index
     cdef public tuple bits
@@ -66,6 +66,7 @@ cdef class Accelerator:
     cdef public list _free
     cdef public dict _trees
     cdef public dict _jobs
+    cdef public list _recent
     cdef public long long used_slots
     cdef public long long peak_used_slots
     cdef public object drops
@@ -81,7 +82,8 @@ cdef class Accelerator:
     cdef public long long acks_unmatched
 
     @cython.locals(tree=_Tree, slot=_Slot, flags=cython.longlong, count=cython.longlong, seq=cython.longlong,
-                   ack=cython.longlong, old_ack=cython.longlong, acks=list, trees=dict, child=cython.longlong)
+                   ack=cython.longlong, old_ack=cython.longlong, acks=list, trees=dict, child=cython.longlong,
+                   at=cython.longlong)
     cpdef tuple receive(self, Packet packet, object from_node)
 
     @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong,

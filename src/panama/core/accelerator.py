@@ -250,6 +250,7 @@ class Accelerator:
         self._free = [_Slot(i, rows[i]) for i in range(packet_memory - 1, -1, -1)]
         self._trees: dict[tuple[int, int], _Tree] = {}
         self._jobs: dict[int, dict[int, _Tree]] = {}  # job -> tree id -> tree (how receive finds it)
+        self._recent: list[_Tree | None] = [None] * 256  # by low bits of (job, tree): what receive tries first
         self.used_slots = self.peak_used_slots = 0
         self.drops: Counter[str] = Counter()
         self.contributions = self.results_in = self.partials_out = self.results_out = 0
@@ -354,6 +355,7 @@ class Accelerator:
                 spare -= extra
 
     def _release(self, tree: _Tree) -> None:
+        self._recent[(tree.job_id & 31) << 3 | tree.tree_id & 7] = None
         for slot in _live(tree):
             self._free_slot(tree, slot)
         tree.used = tree.limit = 0
@@ -374,16 +376,20 @@ class Accelerator:
     def receive(self, packet: Packet, from_node: Hashable) -> Emitted:
         """Process one PANAMA packet from neighbour ``from_node``; return what to emit
         as ``(destinations, packet)`` pairs (see the module docstring)."""
-        trees = self._jobs.get(packet.job_id)  # two lookups by integer: no key tuple to build and hash
-        tree = trees.get(packet.tree_id) if trees is not None else None
+        at = (packet.job_id & 31) << 3 | packet.tree_id & 7
+        tree = self._recent[at]
+        if tree is None or tree.job_id != packet.job_id or tree.tree_id != packet.tree_id:
+            trees = self._jobs.get(packet.job_id)  # two lookups by integer: no key tuple to build and hash
+            tree = trees.get(packet.tree_id) if trees is not None else None
+            if tree is None:
+                if packet.flags & FLAG_ACK:
+                    # A job's last closing acks race its removal: nothing is lost, nothing to free.
+                    self.acks_unmatched += 1
+                else:
+                    self.drops[UNKNOWN_JOB if trees is None else UNKNOWN_TREE] += 1
+                return _NOTHING
+            self._recent[at] = tree
         flags = packet.flags
-        if tree is None:
-            if flags & FLAG_ACK:
-                # A job's last closing acks race its removal: nothing is lost, nothing to free.
-                self.acks_unmatched += 1
-            else:
-                self.drops[UNKNOWN_JOB if trees is None else UNKNOWN_TREE] += 1
-            return _NOTHING
         if flags & FLAG_RESULT:
             return self._receive_result(tree, packet, from_node)
         child = tree.child_index.get(from_node, -1)
@@ -655,15 +661,8 @@ class Accelerator:
         return {job: sum(t.used for t in trees.values()) for job, trees in self._jobs.items()}
 
     def tree_status(self, job_id: int, tree_id: int) -> dict:
-        tree = self._trees[(job_id, tree_id)]
-        return {
-            "used": tree.used,
-            "peak_used": tree.peak_used,
-            "target": tree.target,
-            "limit": tree.limit,
-            "cwnd_cap": tree.cap,
-            "floor": tree.floor,
-        }
+        t = self._trees[(job_id, tree_id)]
+        return dict(used=t.used, peak_used=t.peak_used, target=t.target, limit=t.limit, cwnd_cap=t.cap, floor=t.floor)
 
     def stats(self) -> dict:
         """Counters and occupancy as plain data (for reports, logs and metrics)."""
@@ -696,5 +695,4 @@ class Accelerator:
         assert limits <= self.packet_memory, (limits, self.packet_memory)
         for t in self._trees.values():
             assert t.used <= t.limit, (t.job_id, t.tree_id, t.used, t.limit)
-            live = len(_live(t))
-            assert live == t.used, (t.job_id, t.tree_id, live, t.used)
+            assert len(_live(t)) == t.used, (t.job_id, t.tree_id, t.used)
