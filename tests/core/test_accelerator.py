@@ -338,3 +338,17 @@ def test_trees_sharing_a_recent_entry_and_removed_trees_are_told_apart():
     acc.install_tree(1, 0, ["d"], None)
     assert [to for to, _ in flat(acc, contrib(0, [1], job=1, tree=0), "d")] == ["d"]
     acc.check_invariants()
+
+
+def test_results_only_from_the_parent_before_and_after_one_came():
+    acc = Accelerator(16, 2)
+    acc.install_tree(1, 0, ["a"], "p")
+    acc.install_tree(1, 1, ["a"], None)
+    for seq in range(2):
+        flat(acc, contrib(seq, [1]), "a")
+    result = dict(flags=FLAG_RESULT)
+    assert flat(acc, contrib(0, [1], **result), "q") == ()
+    assert [to for to, _ in flat(acc, contrib(0, [1], **result), "".join(["p"]))] == ["a"]
+    assert flat(acc, contrib(1, [1], **result), "q") == ()
+    assert flat(acc, contrib(0, [1], tree=1, **result), None) == ()
+    assert acc.drops[A.NOT_PARENT] == 3

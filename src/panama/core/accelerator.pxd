@@ -33,6 +33,7 @@ cdef class _Tree:
     cdef public tuple bits
     cdef public long long nchildren
     cdef public object parent
+    cdef public object parent_from
     cdef public tuple up
     cdef public list ring
     cdef public long long mask

@@ -170,8 +170,8 @@ class _Tree:
     """Per-(job, tree) state at one accelerator."""
 
     __slots__ = tuple(
-        "job_id tree_id children child_index bits nchildren parent up ring mask spill child_ack floor at_floor used"
-        " peak_used target limit cap hold_seq hold_cap cap_sent".split()
+        "job_id tree_id children child_index bits nchildren parent parent_from up ring mask spill child_ack floor"
+        " at_floor used peak_used target limit cap hold_seq hold_cap cap_sent".split()
     )
 
     def __init__(self, job_id: int, tree_id: int, children: tuple, parent: Hashable | None, ring: int):
@@ -183,6 +183,7 @@ class _Tree:
         self.nchildren = len(children)
         self.parent = parent
         self.up = (parent,)  # the destinations of what goes to the parent, built once
+        self.parent_from: object = object()  # see _receive_result
         # Live slots by seq: slot s at ring[s & mask] (ring: a power of two), or in spill when that entry holds another
         self.ring: list[_Slot | None] = [None] * ring  # seq (a window wider than the ring; every seq stays exact)
         self.mask = ring - 1
@@ -374,8 +375,7 @@ class Accelerator:
 
     # ------------------------------------------------------------------ data plane
     def receive(self, packet: Packet, from_node: Hashable) -> Emitted:
-        """Process one PANAMA packet from neighbour ``from_node``; return what to emit
-        as ``(destinations, packet)`` pairs (see the module docstring)."""
+        """Process one PANAMA packet from neighbour ``from_node``; return what to emit (see the module docstring)."""
         at = (packet.job_id & 31) << 3 | packet.tree_id & 7
         tree = self._recent[at]
         if tree is None or tree.job_id != packet.job_id or tree.tree_id != packet.tree_id:
@@ -383,8 +383,7 @@ class Accelerator:
             tree = trees.get(packet.tree_id) if trees is not None else None
             if tree is None:
                 if packet.flags & FLAG_ACK:
-                    # A job's last closing acks race its removal: nothing is lost, nothing to free.
-                    self.acks_unmatched += 1
+                    self.acks_unmatched += 1  # a job's last closing acks raced its removal: nothing lost or to free
                 else:
                     self.drops[UNKNOWN_JOB if trees is None else UNKNOWN_TREE] += 1
                 return _NOTHING
@@ -549,9 +548,11 @@ class Accelerator:
         return ((tree.up, self._partial(tree, slot, self._payload_out(slot), FLAG_RETRANSMIT)),)
 
     def _receive_result(self, tree: _Tree, packet: Packet, from_node: Hashable):
-        if tree.parent is None or (from_node is not tree.parent and from_node != tree.parent):
-            self.drops[NOT_PARENT] += 1
-            return _NOTHING
+        if from_node is not tree.parent_from:  # the object last found equal to the parent: no comparison
+            if tree.parent is None or from_node != tree.parent:
+                self.drops[NOT_PARENT] += 1
+                return _NOTHING
+            tree.parent_from = from_node
         slot = tree.ring[packet.seq & tree.mask]
         if slot is None or slot.seq != packet.seq:
             slot = tree.spill.get(packet.seq) if tree.spill else None
