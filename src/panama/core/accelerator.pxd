@@ -84,7 +84,7 @@ cdef class Accelerator:
 
     @cython.locals(tree=_Tree, slot=_Slot, flags=cython.longlong, count=cython.longlong, seq=cython.longlong,
                    ack=cython.longlong, old_ack=cython.longlong, acks=list, trees=dict, child=cython.longlong,
-                   at=cython.longlong)
+                   job_id=cython.longlong, tree_id=cython.longlong)
     cpdef tuple receive(self, Packet packet, object from_node)
 
     @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong,

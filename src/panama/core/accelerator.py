@@ -376,18 +376,18 @@ class Accelerator:
     # ------------------------------------------------------------------ data plane
     def receive(self, packet: Packet, from_node: Hashable) -> Emitted:
         """Process one PANAMA packet from neighbour ``from_node``; return what to emit (see the module docstring)."""
-        at = (packet.job_id & 31) << 3 | packet.tree_id & 7
-        tree = self._recent[at]
-        if tree is None or tree.job_id != packet.job_id or tree.tree_id != packet.tree_id:
-            trees = self._jobs.get(packet.job_id)  # two lookups by integer: no key tuple to build and hash
-            tree = trees.get(packet.tree_id) if trees is not None else None
+        job_id, tree_id = packet.job_id, packet.tree_id
+        tree = self._recent[(job_id & 31) << 3 | tree_id & 7]
+        if tree is None or tree.job_id != job_id or tree.tree_id != tree_id:
+            trees = self._jobs.get(job_id)  # two lookups by integer: no key tuple to build and hash
+            tree = trees.get(tree_id) if trees is not None else None
             if tree is None:
                 if packet.flags & FLAG_ACK:
                     self.acks_unmatched += 1  # a job's last closing acks raced its removal: nothing lost or to free
                 else:
                     self.drops[UNKNOWN_JOB if trees is None else UNKNOWN_TREE] += 1
                 return _NOTHING
-            self._recent[at] = tree
+            self._recent[(job_id & 31) << 3 | tree_id & 7] = tree
         flags = packet.flags
         if flags & FLAG_RESULT:
             return self._receive_result(tree, packet, from_node)
@@ -498,7 +498,7 @@ class Accelerator:
         return slot
 
     def _complete(self, tree: _Tree, slot: _Slot) -> Emitted:
-        payload = self._payload_out(slot)
+        payload = self._payload_out(slot) if slot.row is not None else None  # no call when sizes only (simulator)
         if tree.parent is None:
             slot.state = _RESULT
             self.results_out += 1
