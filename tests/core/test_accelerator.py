@@ -295,3 +295,60 @@ def test_reserved_share_lets_a_newcomer_start_at_once():
     acc.check_invariants()
     with pytest.raises(AcceleratorError, match="reserve_shares"):
         Accelerator(4, reserve_shares=-1)
+
+
+def test_seqs_sharing_a_ring_entry_stay_apart():
+    # 8 slots: a ring of 16 entries, so seqs 0, 16 and 32 share one (two go to the spill table)
+    acc = Accelerator(8, 2)
+    acc.install_tree(1, 0, ["a", "b"], None)
+    for seq in (0, 16, 32):
+        flat(acc, contrib(seq, [seq + 1]), "a")
+    assert [p.payload[0] for _, p in flat(acc, contrib(16, [1]), "b")] == [18, 18]
+    assert flat(acc, contrib(16, [1]), "b") == ()  # a duplicate, found in the spill table
+    assert acc.drops[A.DUPLICATE] == 1
+    acc.check_invariants()
+    flat(acc, contrib(33, [1], ack=17), "a")
+    flat(acc, contrib(33, [1], ack=17), "b")  # the floor jumps from 0 to 17 past 2 of 4 slots
+    assert acc.used_slots == 2 and acc.tree_status(1, 0)["floor"] == 17
+    assert flat(acc, contrib(16, [1], flags=FLAG_RETRANSMIT), "b") == ()
+    assert acc.drops[A.STALE] == 1
+    assert [p.payload[0] for _, p in flat(acc, contrib(32, [1], ack=17), "b")] == [34, 34]
+    acc.check_invariants()
+    acc.remove_job(1)
+    assert acc.used_slots == 0
+    acc.check_invariants()
+
+
+def test_trees_sharing_a_recent_entry_and_removed_trees_are_told_apart():
+    # jobs 1 and 33, tree 0 and tree 8 share receive's first-try table entry (the low bits of the ids)
+    acc = Accelerator(64, 2)
+    acc.install_tree(1, 0, ["a"], None)
+    acc.install_tree(33, 0, ["b"], None)
+    acc.install_tree(33, 8, ["c"], None)
+    for seq, (job, tree, src) in enumerate(((1, 0, "a"), (33, 0, "b"), (33, 8, "c"), (1, 0, "a"))):
+        out = flat(acc, contrib(seq, [job + tree], job=job, tree=tree), src)
+        assert [(to, p.job_id, p.tree_id, p.payload[0]) for to, p in out] == [(src, job, tree, job + tree)]
+        assert flat(acc, contrib(seq, [1], job=job, tree=tree), "x") == ()
+    assert acc.drops[A.NOT_CHILD] == 4
+    acc.remove_tree(33, 8)
+    assert flat(acc, contrib(6, [1], job=33, tree=8), "c") == ()
+    acc.remove_job(1)
+    assert flat(acc, contrib(6, [1], job=1, tree=0), "a") == ()
+    assert acc.drops[A.UNKNOWN_TREE] == 1 and acc.drops[A.UNKNOWN_JOB] == 1
+    acc.install_tree(1, 0, ["d"], None)
+    assert [to for to, _ in flat(acc, contrib(0, [1], job=1, tree=0), "d")] == ["d"]
+    acc.check_invariants()
+
+
+def test_results_only_from_the_parent_before_and_after_one_came():
+    acc = Accelerator(16, 2)
+    acc.install_tree(1, 0, ["a"], "p")
+    acc.install_tree(1, 1, ["a"], None)
+    for seq in range(2):
+        flat(acc, contrib(seq, [1]), "a")
+    result = dict(flags=FLAG_RESULT)
+    assert flat(acc, contrib(0, [1], **result), "q") == ()
+    assert [to for to, _ in flat(acc, contrib(0, [1], **result), "".join(["p"]))] == ["a"]
+    assert flat(acc, contrib(1, [1], **result), "q") == ()
+    assert flat(acc, contrib(0, [1], tree=1, **result), None) == ()
+    assert acc.drops[A.NOT_PARENT] == 3

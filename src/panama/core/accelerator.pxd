@@ -26,15 +26,18 @@ cdef class _Slot:
 
 @cython.final
 cdef class _Tree:
-    cdef public object job_id
-    cdef public object tree_id
+    cdef public long long job_id
+    cdef public long long tree_id
     cdef public tuple children
     cdef public dict child_index
     cdef public tuple bits
     cdef public long long nchildren
     cdef public object parent
+    cdef public object parent_from
     cdef public tuple up
-    cdef public dict slots
+    cdef public list ring
+    cdef public long long mask
+    cdef public dict spill
     cdef public list child_ack
     cdef public long long floor
     cdef public long long at_floor
@@ -64,6 +67,7 @@ cdef class Accelerator:
     cdef public list _free
     cdef public dict _trees
     cdef public dict _jobs
+    cdef public list _recent
     cdef public long long used_slots
     cdef public long long peak_used_slots
     cdef public object drops
@@ -79,10 +83,12 @@ cdef class Accelerator:
     cdef public long long acks_unmatched
 
     @cython.locals(tree=_Tree, slot=_Slot, flags=cython.longlong, count=cython.longlong, seq=cython.longlong,
-                   ack=cython.longlong, old_ack=cython.longlong, acks=list, trees=dict, child=cython.longlong)
+                   ack=cython.longlong, old_ack=cython.longlong, acks=list, trees=dict, child=cython.longlong,
+                   job_id=cython.longlong, tree_id=cython.longlong)
     cpdef tuple receive(self, Packet packet, object from_node)
 
-    @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong)
+    @cython.locals(slot=_Slot, seq=cython.longlong, count=cython.longlong, room=cython.longlong, cap=cython.longlong,
+                   ring=list, at=cython.longlong)
     cdef _Slot _open_slot(self, _Tree tree, Packet packet, long long child)
 
     cdef object _complete(self, _Tree tree, _Slot slot)
@@ -104,6 +110,6 @@ cdef class Accelerator:
     cdef _take_ack(self, _Tree tree, long long child, long long ack)
 
     @cython.locals(new_floor=cython.longlong, old_floor=cython.longlong, slot=_Slot, freed=cython.longlong,
-                   slots=dict, child_ack=list, free=list, a=cython.longlong,
+                   ring=list, spill=dict, mask=cython.longlong, child_ack=list, free=list, a=cython.longlong,
                    at=cython.longlong, s=cython.longlong)
     cdef _advance_floor(self, _Tree tree)

@@ -2,88 +2,72 @@
 
 Contract
 --------
-Inputs (the only ones): ``install_tree`` / ``remove_tree`` / ``remove_job`` from the
-controller, and ``receive(packet, from_node)`` for every PANAMA packet the switch hands
-to it. ``from_node`` is the neighbour the packet came from (ingress port in hardware,
-source address in the UDP runtime); it is how the accelerator knows which child sent a
-contribution. ``receive`` returns what to emit as ``(destinations, packet)`` pairs: one
-packet object per emission and the tuple of neighbours it goes to (a result: every
-child of the tree, the switch's multicast group; a partial sum: ``(parent,)``; an
-answer to a retransmission: ``(from_node,)``). Drivers send that one packet to each
-destination (:func:`per_destination` flattens the pairs) and never change it.
-The accelerator keeps no time and no timers: retransmissions are the workers' job.
+Inputs (the only ones): ``install_tree`` / ``remove_tree`` / ``remove_job`` from the controller, and
+``receive(packet, from_node)`` for every PANAMA packet the switch hands to it. ``from_node`` is the neighbour the
+packet came from (ingress port in hardware, source address in the UDP runtime); it is how the accelerator knows
+which child sent a contribution. ``receive`` returns what to emit as ``(destinations, packet)`` pairs: one packet
+object per emission and the tuple of neighbours it goes to (a result: every child of the tree, the switch's
+multicast group; a partial sum: ``(parent,)``; an answer to a retransmission: ``(from_node,)``). Drivers send that
+one packet to each destination (:func:`per_destination` flattens the pairs) and never change it. The accelerator
+keeps no time and no timers: retransmissions are the workers' job.
 
 Slots and exactly-once
 ----------------------
-A slot holds the running sum of one ``(job, tree, seq)``. Each slot has a bitmap of
-the children that contributed, so a duplicate is never added twice. A complete slot is
-sent to the parent (``PARTIAL_SENT``) or, at the root, becomes the result and is sent to
-every child (``RESULT``). Intermediate switches store the result when it comes down
-and relay it. Every slot is retained until every child's ``ack`` (the cumulative
-acknowledgement carried by its contributions and by the header-only ``FLAG_ACK``
-packet a worker sends when an allreduce completes) has passed it, i.e. until every
-worker below holds the result; until then a retransmitted contribution is answered from
-the slot (the result, unicast; or the partial, re-sent upward). A packet whose ``seq``
-is below that floor is stale and dropped. A ``FLAG_ACK`` packet only moves acks; when it
-raises the floor of a tree with a parent, one ``FLAG_ACK`` carrying the new floor goes
-up, so idle trees hold no slot anywhere.
+A slot holds the running sum of one ``(job, tree, seq)``. Each slot has a bitmap of the children that contributed,
+so a duplicate is never added twice. A complete slot is sent to the parent (``PARTIAL_SENT``) or, at the root,
+becomes the result and is sent to every child (``RESULT``). Intermediate switches store the result when it comes
+down and relay it. Every slot is retained until every child's ``ack`` (the cumulative acknowledgement carried by its
+contributions and by the header-only ``FLAG_ACK`` packet a worker sends when an allreduce completes) has passed it,
+i.e. until every worker below holds the result; until then a retransmitted contribution is answered from the slot
+(the result, unicast; or the partial, re-sent upward). A packet whose ``seq`` is below that floor is stale and
+dropped. A ``FLAG_ACK`` packet only moves acks; when it raises the floor of a tree with a parent, one ``FLAG_ACK``
+carrying the new floor goes up, so idle trees hold no slot anywhere.
 
 ECN
 ---
-CE on contributions is ORed into the slot: a partial leaves CE, a result carries
-``FLAG_ECE`` to every worker (the tree-wide echo all workers react to alike). A result
-that *arrives* CE was marked on the way down, below the root: it is relayed to every
-child as CE (the IP codepoint), never as ``FLAG_ECE`` (the workers of other subtrees did
-not see that mark); each worker echoes a CE result in its next contribution, which
-folds the mark into the tree-wide echo one round later. Answers to retransmissions leave
-ECT(0).
+CE on contributions is ORed into the slot: a partial leaves CE, a result carries ``FLAG_ECE`` to every worker (the
+tree-wide echo all workers react to alike). A result that *arrives* CE was marked on the way down, below the root:
+it is relayed to every child as CE (the IP codepoint), never as ``FLAG_ECE`` (the workers of other subtrees did not
+see that mark); each worker echoes a CE result in its next contribution, which folds the mark into the tree-wide
+echo one round later. Answers to retransmissions leave ECT(0).
 
 Retransmitted rounds (Karn across the tree)
 -------------------------------------------
-``FLAG_RETRANSMIT`` on a contribution is ORed into its slot like CE: the partial it
-completes goes up with ``FLAG_RETRANSMIT`` and the result comes down with it (a relaying
-switch keeps the flag of the result it got). A worker takes no RTT sample from such a
-result (``core/transport.py``): its time includes some sender's retransmission timeout,
-which a worker that lost nothing would otherwise fold into its own RTO (measured in the
-UDP runtime at 5 % loss before this rule: SRTT 92 ms on one rank against 1.6 ms on
-another, RTO 293 ms against the 20 ms floor, and every call waits for the slowest rank).
-A partial arriving with the flag for the first time from its child is a contribution
-like any other; only a duplicate one asks for an answer.
+``FLAG_RETRANSMIT`` on a contribution is ORed into its slot like CE: the partial it completes goes up with
+``FLAG_RETRANSMIT`` and the result comes down with it (a relaying switch keeps the flag of the result it got). A
+worker takes no RTT sample from such a result (``core/transport.py``): its time includes some sender's
+retransmission timeout, which a worker that lost nothing would otherwise fold into its own RTO (measured in the UDP
+runtime at 5 % loss before this rule: SRTT 92 ms on one rank against 1.6 ms on another, RTO 293 ms against the 20 ms
+floor, and every call waits for the slowest rank). A partial arriving with the flag for the first time from its
+child is a contribution like any other; only a duplicate one asks for an answer.
 
 Liveness (invariant)
 --------------------
-*The oldest outstanding packet of every sender can always be aggregated.* A
-contribution whose ``seq`` equals its own ``ack`` (its sender has every result below
-it) may take a tree's last free slot; every other new slot must leave that one free
-(``used < limit - 1``). Whenever such a packet finds no slot, every child's ack is at
-most its ``seq``, so at most one sequence number of a tree is ever in that position:
-the reserved slot always serves it once the slots retained below it are acknowledged,
-which happens as their owners' acks arrive (acks are taken even from dropped
-packets). Hence, whatever the share, loss, duplication or reordering, the lowest
-sequence number without a result is eventually summed at every tier, the floor moves,
-and retransmissions make progress. Windows never need to exceed what the share holds:
-a worker may send ``seq`` only below ``ack + window`` and results are retained until
-acknowledged, so at most about ``2 * window`` slots of a tree are live, which is why the
-advertised ``cwnd_cap`` is :func:`cwnd_cap_for_slots` of the tree's share (half of what
-is left after the reserved slot).
+*The oldest outstanding packet of every sender can always be aggregated.* A contribution whose ``seq`` equals its
+own ``ack`` (its sender has every result below it) may take a tree's last free slot; every other new slot must leave
+that one free (``used < limit - 1``). Whenever such a packet finds no slot, every child's ack is at most its
+``seq``, so at most one sequence number of a tree is ever in that position: the reserved slot always serves it once
+the slots retained below it are acknowledged, which happens as their owners' acks arrive (acks are taken even from
+dropped packets). Hence, whatever the share, loss, duplication or reordering, the lowest sequence number without a
+result is eventually summed at every tier, the floor moves, and retransmissions make progress. Windows never need to
+exceed what the share holds: a worker may send ``seq`` only below ``ack + window`` and results are retained until
+acknowledged, so at most about ``2 * window`` slots of a tree are live, which is why the advertised ``cwnd_cap`` is
+:func:`cwnd_cap_for_slots` of the tree's share (half of what is left after the reserved slot).
 
 Memory shares
 -------------
-``packet_memory`` slots are split evenly between installed jobs (``memory // jobs``)
-and a job's share evenly between its trees that cross this accelerator. A tree's
-*limit* (what it may allocate) follows its target share, but never drops below what
-its workers may still send while they hold slots here: when a new job arrives, an active
-tree keeps its limit until a result carrying the smaller ``cwnd_cap`` has gone out and
-the floor has passed every packet sent under the old cap; then it shrinks as its slots
-free up and the newcomer grows into the freed memory. A tree that holds no slot (an
-idle job between allreduces, or one not yet started) shrinks to its target at once, so a
-newcomer is never starved by idle jobs; should such a tree come back with a window
-above the new cap, the packets beyond its limit are dropped and retransmitted (the
-liveness rule keeps it moving) and its first result carries the new cap. The sum of
-limits never exceeds ``packet_memory``. Contributions that would need a slot beyond the
-limit are dropped (``share_exceeded``): they never touch sums or slots; only their
-cumulative ``ack`` (validated, from a known child) is taken, since it can only free
-results every child already holds and keeps a shrinking share from stalling.
+``packet_memory`` slots are split evenly between installed jobs (``memory // jobs``) and a job's share evenly
+between its trees that cross this accelerator. A tree's *limit* (what it may allocate) follows its target share, but
+never drops below what its workers may still send while they hold slots here: when a new job arrives, an active tree
+keeps its limit until a result carrying the smaller ``cwnd_cap`` has gone out and the floor has passed every packet
+sent under the old cap; then it shrinks as its slots free up and the newcomer grows into the freed memory. A tree
+that holds no slot (an idle job between allreduces, or one not yet started) shrinks to its target at once, so a
+newcomer is never starved by idle jobs; should such a tree come back with a window above the new cap, the packets
+beyond its limit are dropped and retransmitted (the liveness rule keeps it moving) and its first result carries the
+new cap. The sum of limits never exceeds ``packet_memory``. Contributions that would need a slot beyond the limit
+are dropped (``share_exceeded``): they never touch sums or slots; only their cumulative ``ack`` (validated, from a
+known child) is taken, since it can only free results every child already holds and keeps a shrinking share from
+stalling.
 """
 
 from __future__ import annotations
@@ -145,6 +129,11 @@ def per_destination(emitted: Emitted) -> list[tuple[Hashable, Packet]]:
 _add = np.add  # positional ``out``: measurably cheaper per call than the keyword
 
 
+def _ring_size(packet_memory: int) -> int:
+    """Entries of a tree's slot ring: a power of two from 16 to 256, enough for all of memory if it can."""
+    return 1 << min(8, max(4, (packet_memory - 1).bit_length()))
+
+
 class AcceleratorError(ValueError):
     """Invalid control-plane request (installing or removing job state)."""
 
@@ -180,30 +169,12 @@ class _Slot:
 class _Tree:
     """Per-(job, tree) state at one accelerator."""
 
-    __slots__ = (
-        "job_id",
-        "tree_id",
-        "children",
-        "child_index",
-        "bits",
-        "nchildren",
-        "parent",
-        "up",
-        "slots",
-        "child_ack",
-        "floor",
-        "at_floor",
-        "used",
-        "peak_used",
-        "target",
-        "limit",
-        "cap",
-        "hold_seq",
-        "hold_cap",
-        "cap_sent",
+    __slots__ = tuple(
+        "job_id tree_id children child_index bits nchildren parent parent_from up ring mask spill child_ack floor"
+        " at_floor used peak_used target limit cap hold_seq hold_cap cap_sent".split()
     )
 
-    def __init__(self, job_id: int, tree_id: int, children: tuple, parent: Hashable | None):
+    def __init__(self, job_id: int, tree_id: int, children: tuple, parent: Hashable | None, ring: int):
         self.job_id = job_id
         self.tree_id = tree_id
         self.children = children
@@ -212,7 +183,11 @@ class _Tree:
         self.nchildren = len(children)
         self.parent = parent
         self.up = (parent,)  # the destinations of what goes to the parent, built once
-        self.slots: dict[int, _Slot] = {}
+        self.parent_from: object = object()  # see _receive_result
+        # Live slots by seq: slot s at ring[s & mask] (ring: a power of two), or in spill when that entry holds another
+        self.ring: list[_Slot | None] = [None] * ring  # seq (a window wider than the ring; every seq stays exact)
+        self.mask = ring - 1
+        self.spill: dict[int, _Slot] = {}
         self.child_ack = [0] * len(children)  # by child index
         self.floor = 0
         self.at_floor = len(children)  # children whose ack equals the floor
@@ -228,16 +203,21 @@ class _Tree:
         self.cap_sent = 0  # largest cwnd_cap this tree's results carried so far
 
 
+def _live(tree: _Tree) -> list[_Slot]:
+    """The slots a tree holds (ring order, then spilled ones)."""
+    ring = tree.ring  # locals, not `tree.ring` in the loop: see panama._ext.BAD_CYTHON
+    spill = tree.spill
+    return [slot for slot in ring if slot is not None] + list(spill.values())
+
+
 class Accelerator:
     """Software model of a PANAMA aggregation accelerator (one per PSwitch).
 
-    ``packet_memory``: slots of ``payload_elems`` float32 each. With ``store_payloads=False``
-    no memory is allocated and payloads are ignored (the simulator moves sizes only).
-    ``copy_payloads=False`` lets emitted packets share the slot's memory; only drivers that
-    serialise emitted packets immediately may use it. ``reserve_shares`` keeps that many
-    job shares free (share = memory // (jobs + reserve)), so a job arriving while others
-    run gets memory at once instead of waiting for them to shrink; 0 is the source's rule
-    (memory // jobs).
+    ``packet_memory``: slots of ``payload_elems`` float32 each. With ``store_payloads=False`` no memory is allocated
+    and payloads are ignored (the simulator moves sizes only). ``copy_payloads=False`` lets emitted packets share
+    the slot's memory; only drivers that serialise emitted packets immediately may use it. ``reserve_shares`` keeps
+    that many job shares free (share = memory // (jobs + reserve)), so a job arriving while others run gets memory
+    at once instead of waiting for them to shrink; 0 is the source's rule (memory // jobs).
     """
 
     def __init__(
@@ -271,6 +251,7 @@ class Accelerator:
         self._free = [_Slot(i, rows[i]) for i in range(packet_memory - 1, -1, -1)]
         self._trees: dict[tuple[int, int], _Tree] = {}
         self._jobs: dict[int, dict[int, _Tree]] = {}  # job -> tree id -> tree (how receive finds it)
+        self._recent: list[_Tree | None] = [None] * 256  # by low bits of (job, tree): what receive tries first
         self.used_slots = self.peak_used_slots = 0
         self.drops: Counter[str] = Counter()
         self.contributions = self.results_in = self.partials_out = self.results_out = 0
@@ -298,7 +279,7 @@ class Accelerator:
                 f"{self.name}: no room for job {job_id} tree {tree_id}: {self.packet_memory} slots over {jobs} job "
                 f"shares leave some of {most_trees} trees of one job without a slot"
             )
-        tree = _Tree(job_id, tree_id, children, parent)
+        tree = _Tree(job_id, tree_id, children, parent, _ring_size(self.packet_memory))
         self._trees[key] = tree
         self._jobs.setdefault(job_id, {})[tree_id] = tree
         self._rebalance()
@@ -375,13 +356,17 @@ class Accelerator:
                 spare -= extra
 
     def _release(self, tree: _Tree) -> None:
-        slots = tree.slots  # a local, not `for slot in tree.slots.values()`: see panama._ext.BAD_CYTHON
-        for slot in slots.values():
-            self._free_slot(slot)
-        slots.clear()
+        self._recent[(tree.job_id & 31) << 3 | tree.tree_id & 7] = None
+        for slot in _live(tree):
+            self._free_slot(tree, slot)
         tree.used = tree.limit = 0
 
-    def _free_slot(self, slot: _Slot) -> None:
+    def _free_slot(self, tree: _Tree, slot: _Slot) -> None:
+        at = slot.seq & tree.mask
+        if tree.ring[at] is slot:
+            tree.ring[at] = None
+        else:
+            del tree.spill[slot.seq]
         slot.state = _FREE
         slot.seq = -1
         self._free.append(slot)
@@ -390,18 +375,20 @@ class Accelerator:
 
     # ------------------------------------------------------------------ data plane
     def receive(self, packet: Packet, from_node: Hashable) -> Emitted:
-        """Process one PANAMA packet from neighbour ``from_node``; return what to emit
-        as ``(destinations, packet)`` pairs (see the module docstring)."""
-        trees = self._jobs.get(packet.job_id)  # two lookups by integer: no key tuple to build and hash
-        tree = trees.get(packet.tree_id) if trees is not None else None
+        """Process one PANAMA packet from neighbour ``from_node``; return what to emit (see the module docstring)."""
+        job_id, tree_id = packet.job_id, packet.tree_id
+        tree = self._recent[(job_id & 31) << 3 | tree_id & 7]
+        if tree is None or tree.job_id != job_id or tree.tree_id != tree_id:
+            trees = self._jobs.get(job_id)  # two lookups by integer: no key tuple to build and hash
+            tree = trees.get(tree_id) if trees is not None else None
+            if tree is None:
+                if packet.flags & FLAG_ACK:
+                    self.acks_unmatched += 1  # a job's last closing acks raced its removal: nothing lost or to free
+                else:
+                    self.drops[UNKNOWN_JOB if trees is None else UNKNOWN_TREE] += 1
+                return _NOTHING
+            self._recent[(job_id & 31) << 3 | tree_id & 7] = tree
         flags = packet.flags
-        if tree is None:
-            if flags & FLAG_ACK:
-                # A job's last closing acks race its removal: nothing is lost, nothing to free.
-                self.acks_unmatched += 1
-            else:
-                self.drops[UNKNOWN_JOB if trees is None else UNKNOWN_TREE] += 1
-            return _NOTHING
         if flags & FLAG_RESULT:
             return self._receive_result(tree, packet, from_node)
         child = tree.child_index.get(from_node, -1)
@@ -418,7 +405,9 @@ class Accelerator:
         if packet.ack > seq:
             self.drops[BAD_ACK] += 1
             return _NOTHING
-        slot = tree.slots.get(seq)
+        slot = tree.ring[seq & tree.mask]
+        if slot is None or slot.seq != seq:
+            slot = tree.spill.get(seq) if tree.spill else None
         if slot is None:
             slot = self._open_slot(tree, packet, child)
             if slot is None:
@@ -430,9 +419,10 @@ class Accelerator:
             if slot.count != count:
                 self.drops[COUNT_MISMATCH] += 1
                 return _NOTHING
-            if slot.seen & tree.bits[child]:
+            bit = tree.bits[child]
+            if slot.seen & bit:
                 return self._duplicate(tree, slot, packet, from_node, child)
-            slot.seen |= tree.bits[child]
+            slot.seen |= bit
             slot.nseen += 1
             if packet.ecn == CE:
                 slot.ce = True
@@ -486,7 +476,12 @@ class Accelerator:
         cap = packet.cwnd_cap
         slot.cap = cap if cap < tree.cap else tree.cap
         slot.state = _AGGREGATING
-        tree.slots[seq] = slot
+        ring = tree.ring
+        at = seq & tree.mask
+        if ring[at] is None:
+            ring[at] = slot
+        else:
+            tree.spill[seq] = slot
         tree.used += 1
         if tree.used > tree.peak_used:
             tree.peak_used = tree.used
@@ -503,7 +498,7 @@ class Accelerator:
         return slot
 
     def _complete(self, tree: _Tree, slot: _Slot) -> Emitted:
-        payload = self._payload_out(slot)
+        payload = self._payload_out(slot) if slot.row is not None else None  # no call when sizes only (simulator)
         if tree.parent is None:
             slot.state = _RESULT
             self.results_out += 1
@@ -553,10 +548,14 @@ class Accelerator:
         return ((tree.up, self._partial(tree, slot, self._payload_out(slot), FLAG_RETRANSMIT)),)
 
     def _receive_result(self, tree: _Tree, packet: Packet, from_node: Hashable):
-        if tree.parent is None or from_node != tree.parent:
-            self.drops[NOT_PARENT] += 1
-            return _NOTHING
-        slot = tree.slots.get(packet.seq)
+        if from_node is not tree.parent_from:  # the object last found equal to the parent: no comparison
+            if tree.parent is None or from_node != tree.parent:
+                self.drops[NOT_PARENT] += 1
+                return _NOTHING
+            tree.parent_from = from_node
+        slot = tree.ring[packet.seq & tree.mask]
+        if slot is None or slot.seq != packet.seq:
+            slot = tree.spill.get(packet.seq) if tree.spill else None
         if slot is None:
             self.drops[STALE if packet.seq < tree.floor else UNEXPECTED_RESULT] += 1
             return _NOTHING
@@ -621,12 +620,20 @@ class Accelerator:
         tree.at_floor = at
         old_floor = tree.floor
         tree.floor = new_floor
-        slots = tree.slots
         freed = 0
-        if new_floor - old_floor <= len(slots):
+        if new_floor - old_floor <= tree.used:
+            ring = tree.ring
+            spill = tree.spill
+            mask = tree.mask
             free = self._free
-            for s in range(old_floor, new_floor):  # one dict operation per seq, no list
-                slot = slots.pop(s, None)
+            for s in range(old_floor, new_floor):  # one lookup per seq, no list
+                slot = ring[s & mask]
+                if slot is not None and slot.seq == s:
+                    ring[s & mask] = None
+                elif spill:
+                    slot = spill.pop(s, None)
+                else:
+                    slot = None
                 if slot is not None:
                     slot.state = _FREE
                     slot.seq = -1
@@ -634,9 +641,9 @@ class Accelerator:
                     freed += 1
             self.used_slots -= freed
             self.slots_freed += freed
-        else:  # the floor jumped past more seqs than there are slots (rare)
-            for s in [s for s in slots if s < new_floor]:
-                self._free_slot(slots.pop(s))
+        elif tree.used:  # the floor jumped past more seqs than there are slots (rare)
+            for slot in [slot for slot in _live(tree) if slot.seq < new_floor]:
+                self._free_slot(tree, slot)
                 freed += 1
         if not freed:
             return
@@ -655,15 +662,8 @@ class Accelerator:
         return {job: sum(t.used for t in trees.values()) for job, trees in self._jobs.items()}
 
     def tree_status(self, job_id: int, tree_id: int) -> dict:
-        tree = self._trees[(job_id, tree_id)]
-        return {
-            "used": tree.used,
-            "peak_used": tree.peak_used,
-            "target": tree.target,
-            "limit": tree.limit,
-            "cwnd_cap": tree.cap,
-            "floor": tree.floor,
-        }
+        t = self._trees[(job_id, tree_id)]
+        return dict(used=t.used, peak_used=t.peak_used, target=t.target, limit=t.limit, cwnd_cap=t.cap, floor=t.floor)
 
     def stats(self) -> dict:
         """Counters and occupancy as plain data (for reports, logs and metrics)."""
@@ -696,4 +696,4 @@ class Accelerator:
         assert limits <= self.packet_memory, (limits, self.packet_memory)
         for t in self._trees.values():
             assert t.used <= t.limit, (t.job_id, t.tree_id, t.used, t.limit)
-            assert len(t.slots) == t.used, (t.job_id, t.tree_id, len(t.slots), t.used)
+            assert len(_live(t)) == t.used, (t.job_id, t.tree_id, t.used)
