@@ -230,6 +230,9 @@ def test_control_plane_errors():
         acc.install_tree(1, 1, ["a", "a"], None)
     with pytest.raises(AcceleratorError, match="not installed"):
         acc.remove_job(5)
+    for job_id, tree_id in (("1", 0), (1, 0.0), (True, 2)):  # refused alike compiled and interpreted
+        with pytest.raises(AcceleratorError, match="must be integers"):
+            acc.install_tree(job_id, tree_id, ["b"], None)
     with pytest.raises(AcceleratorError, match="packet_memory"):
         Accelerator(0)
 

@@ -261,6 +261,8 @@ class Accelerator:
     # ------------------------------------------------------------------ control plane
     def install_tree(self, job_id: int, tree_id: int, children: Sequence[Hashable], parent: Hashable | None) -> None:
         """Install the state of one tree of a job: its children here and its parent (None at the root)."""
+        if type(job_id) is not int or type(tree_id) is not int:  # both paths alike (C integers when compiled)
+            raise AcceleratorError(f"{self.name}: job and tree ids must be integers, got {job_id!r} and {tree_id!r}")
         key = (job_id, tree_id)
         if key in self._trees:
             raise AcceleratorError(f"{self.name}: job {job_id} tree {tree_id} is already installed")
@@ -330,8 +332,7 @@ class Accelerator:
                 tree.target = per_tree
                 tree.cap = cwnd_cap_for_slots(per_tree)
                 if tree.limit > per_tree and not tree.used:
-                    # Holds no slot (idle, or not started): shrink now, so a newcomer is
-                    # never starved by jobs between allreduces.
+                    # Holds no slot (idle, or not started): shrink now, never starving a newcomer.
                     tree.hold_seq = None
                     tree.limit = per_tree
                 elif tree.limit > per_tree and tree.cap_sent > tree.cap:
