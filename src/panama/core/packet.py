@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+try:
+    import cython  # the compiled build's class decorators below (no-ops interpreted)
+except ImportError:  # interpreted, without Cython installed
+    from panama.core import _cython_shim as cython
+
 # IP ECN codepoints (RFC 3168), modelled as a field of the packet object.
 NOT_ECT = 0
 ECT1 = 1
@@ -30,6 +35,9 @@ MAX_U32 = 0xFFFFFFFF
 MAX_U16 = 0xFFFF
 
 
+@cython.freelist(1024)  # compiled: freed packets reused, and outside the cyclic collector
+@cython.no_gc  # (a payload is a float32 array or None: no cycle through a packet)
+@cython.cclass
 @dataclass
 class Packet:
     """One PANAMA packet.

@@ -13,7 +13,7 @@ from typing import Any
 try:
     import cython  # the compiled build's class decorators below (no-ops interpreted)
 except ImportError:  # interpreted, without Cython installed
-    from panama.sim import _cython_shim as cython
+    from panama.core import _cython_shim as cython
 
 from panama.core.codec import FLOAT_BYTES, HEADER_BYTES, IP_UDP_OVERHEAD_BYTES
 from panama.core.packet import ECT0

@@ -1,10 +1,10 @@
-"""The few ``cython`` decorators the simulator's modules use, as no-ops, for an interpreted
+"""The few ``cython`` decorators the packet classes use, as no-ops, for an interpreted
 install without Cython (the compiled build reads the real ones at compile time: they
 change how an extension type allocates, never what the code does).
 
-``panama.sim.packet`` puts ``SimPacket`` on a free list and outside the cyclic garbage
-collector (``freelist``, ``no_gc``, which Cython takes only on a class marked
-``cclass``); interpreted, the class is an ordinary class.
+``panama.core.packet`` and ``panama.sim.packet`` put ``Packet`` and ``SimPacket`` on a free
+list and outside the cyclic garbage collector (``freelist``, ``no_gc``, which Cython takes
+only on a class marked ``cclass``); interpreted, each is an ordinary class.
 """
 
 from __future__ import annotations
