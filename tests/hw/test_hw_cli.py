@@ -126,6 +126,13 @@ def f(m):
     assert defs(a, b) == defs(a2, b2)
     assert defs(a, b) != defs(a.replace("K = 3", "K = 4"), b)
     assert defs(a, b) != defs(a.replace("Signal(K)", "Signal(K + 1)"), b)
+    # Compile directives and an optional import of cython say how the compiled build runs the
+    # code, not what it does; another decorator does change it.
+    b3 = b.replace("def g(x):", "@cython.locals(x=cython.int)\n@cython.ccall\ndef g(x):")
+    optional = "\ntry:\n    import cython\nexcept ImportError:\n    from shim import cython\n"
+    b3 = b3.replace("import math\n", "import math\n" + optional)
+    assert defs(a, b3) == defs(a, b)
+    assert defs(a, b) != defs(a, b.replace("def g(x):", "@functools.cache\ndef g(x):"))
 
 
 def test_a_design_without_a_synthesis_says_so(tmp_path):

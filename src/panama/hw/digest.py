@@ -31,24 +31,39 @@ def _strip_docstring(body: list) -> list:
     return body
 
 
+def _only_imports(nodes: list) -> bool:
+    return all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in nodes)
+
+
+def _is_cython_directive(decorator: ast.expr) -> bool:
+    """``@cython.name`` or ``@cython.name(...)``: a compile directive (how the compiled build
+    allocates or calls, never what the code does; a no-op interpreted)."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "cython"
+
+
 def source_definitions(text: str) -> list[tuple[str, str]]:
     """``(name, ast.dump)`` of every top-level definition in a module's source: functions,
     classes and assignments (named by their targets), with the docstrings of the module,
-    its functions and classes removed. Imports, ``if TYPE_CHECKING:`` blocks of imports and
-    ``__all__`` are left out: they say where a definition lives, not what it does. Any other
-    top-level statement counts with an empty name. ``ast.dump`` leaves out line numbers, so
-    formatting, comments and the order of definitions do not count."""
+    its functions and classes removed. Imports, ``if TYPE_CHECKING:`` and ``try:`` blocks of
+    imports, ``__all__`` and ``@cython.*`` compile directives are left out: they say where a
+    definition lives or how the compiled build runs it, not what it does. Any other top-level
+    statement counts with an empty name. ``ast.dump`` leaves out line numbers, so formatting,
+    comments and the order of definitions do not count."""
     out = []
     for node in _strip_docstring(ast.parse(text).body):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
-        if isinstance(node, ast.If) and all(
-            isinstance(n, (ast.Import, ast.ImportFrom)) for n in node.body + node.orelse
+        if isinstance(node, ast.If) and _only_imports(node.body + node.orelse):
+            continue
+        if isinstance(node, ast.Try) and _only_imports(
+            node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body]
         ):
             continue
         for sub in ast.walk(node):
             if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 sub.body = _strip_docstring(sub.body) or [ast.Pass()]
+                sub.decorator_list = [d for d in sub.decorator_list if not _is_cython_directive(d)]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             name = node.name
         elif isinstance(node, ast.Assign):
