@@ -230,7 +230,9 @@ def test_bad_inputs_name_the_field():
         make(g)
 
 
-def test_sampler_finds_the_busiest_queue():
+def sampled_star():
+    """Three hosts on one switch, h2's link at 1 Gb/s, sampled every us; h0 has just sent 20
+    packets each to h1 and h2 (the queue towards h2 builds up)."""
     eng, net = make(star(3, rates={2: 1e9}))
     net.attach("h1", lambda p: None)
     net.attach("h2", lambda p: None)
@@ -238,6 +240,11 @@ def test_sampler_finds_the_busiest_queue():
     for i in range(20):
         net.send("h0", SimPacket(KIND_OTHER, 0, 2, 1500, seq=i))
         net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+    return eng, net, s
+
+
+def test_sampler_finds_the_busiest_queue():
+    eng, net, s = sampled_star()
     eng.run()
     port, samples = s.busiest()
     assert port is net.port("tor0", "h2")
@@ -247,13 +254,7 @@ def test_sampler_finds_the_busiest_queue():
 
 
 def test_sampler_columns_are_each_ports_queue_at_each_sample():
-    eng, net = make(star(3, rates={2: 1e9}))
-    net.attach("h1", lambda p: None)
-    net.attach("h2", lambda p: None)
-    s = net.sample_queues(us(1))
-    for i in range(20):
-        net.send("h0", SimPacket(KIND_OTHER, 0, 2, 1500, seq=i))
-        net.send("h0", SimPacket(KIND_OTHER, 0, 1, 1500, seq=i))
+    eng, net, s = sampled_star()
     expected = []
     for t in (us(3), us(7), us(12)):  # stopped between samples: the queues are still full
         eng.run(until_ps=t)
