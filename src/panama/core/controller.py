@@ -104,7 +104,7 @@ class Controller:
         self._next_job_id = 1
         self._job_ids: set[int] = set()
         self._state: dict[str, dict[int, dict[int, SwitchEntry]]] = {}  # switch -> {job_id: {tree_id: entry}}
-        # Changes of _state so far; tree_caps's answers by job name, each of one version.
+        # Changes of _state (admit, release, restore); tree_caps's answers by name, each of one version.
         self._version, self._caps = 0, {}
         self._root_load: dict[str, int] = {}
         self._ancestors: dict[str, frozenset[str]] = {}
@@ -414,8 +414,8 @@ class Controller:
         if plan is None:
             raise ControllerError("name", f"unknown job {name!r}")
         cached = self._caps.get(name)  # one computation per job and state (each worker asks)
-        if cached and cached[0] == self._version and cached[1] is plan:
-            return list(cached[2])
+        if cached and cached[0] == self._version:
+            return list(cached[1])
         state = self._state  # share(sw) // the job's trees at sw, unchecked: a live plan's switches hold it
         share: dict[str, int] = {}
         for t in plan.trees:
@@ -424,7 +424,7 @@ class Controller:
                     at = state[sw]
                     share[sw] = self.packet_memory // max(1, len(at) + self.reserve_shares) // len(at[plan.job_id])
         caps = [tree_cwnd_cap(t, {sw: share[sw] for sw in t.entries}) for t in plan.trees]
-        self._caps[name] = (self._version, plan, caps)
+        self._caps[name] = (self._version, caps)
         return list(caps)
 
     def _share_after_join(self, switch: str) -> int:

@@ -13,7 +13,6 @@ cdef class QueueSampler(Event):
     cdef public list times_ps
     cdef public object _data
     cdef long long[::1] _view
-    cdef public Py_ssize_t _used
     cdef public bint _stopped
 
     @cython.locals(now=cython.longlong, p=Port, b=cython.longlong, view=cython.longlong[::1], k=cython.Py_ssize_t,

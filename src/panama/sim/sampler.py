@@ -44,24 +44,27 @@ class QueueSampler(Event):
         self.ports = ports
         self.interval_ps = int(interval_ps)
         self.times_ps: list[int] = []
-        # Sample k of port i at _data[k * len(ports) + i]; entries from _used on are room.
+        # Sample k of port i at _data[k * len(ports) + i]; entries past the last sample are room.
         # _view is _data, a typed memoryview of it when compiled (taken again when it grows).
         self._data = array("q")
         self._view = self._data
-        self._used = 0
         self._stopped = False
         t = engine.now if start_ps is None else start_ps
         if t < engine.now:  # as Engine.at
             raise ValueError(f"cannot schedule at {t} ps, before now={engine.now} ps")
         engine.schedule(t, self)
 
+    def _record(self) -> np.ndarray:
+        """The samples so far as a read-only ``(len(times_ps), len(ports))`` view of the record.
+        Drop it before the next sample: the record cannot grow while a view of it lives."""
+        n, count = len(self.ports), len(self.times_ps)
+        return np.frombuffer(self._data, dtype=np.int64, count=n * count).reshape(count, n)
+
     @property
     def samples(self) -> np.ndarray:
         """Occupancy in bytes, int64, shape ``(len(ports), len(times_ps))``: ``samples[i]``
         is ``ports[i]``'s column (a copy, made on every read: read it once)."""
-        n, count = len(self.ports), len(self.times_ps)
-        flat = np.frombuffer(self._data, dtype=np.int64, count=n * count).copy()
-        return flat.reshape(count, n).T
+        return self._record().T.copy()
 
     def stop(self) -> None:
         self._stopped = True
@@ -75,8 +78,8 @@ class QueueSampler(Event):
             return
         eng = self.engine
         now = eng.now
+        k = len(self.times_ps) * len(self.ports)  # this sample's first entry
         self.times_ps.append(now)
-        k = self._used
         end = k + len(self.ports)
         if end > len(self._data):
             self._grow(end)
@@ -85,7 +88,6 @@ class QueueSampler(Event):
             b = p.busy_until - now
             view[k] = ((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte
             k += 1
-        self._used = end
         if eng.pending():
             eng.schedule(now + self.interval_ps, self)
 
@@ -99,9 +101,9 @@ class QueueSampler(Event):
         """The port with the largest mean occupancy (the first of equals) and its samples (bytes)."""
         if not self.ports:
             return None, []
-        samples = self.samples
-        best = int(np.argmax(samples.sum(axis=1)))  # argmax: the first maximum
-        return self.ports[best], samples[best].tolist()
+        record = self._record()
+        best = int(np.argmax(record.sum(axis=0)))  # argmax: the first maximum
+        return self.ports[best], record[:, best].tolist()
 
     def stats(self, port: Port | None = None, packet_bytes: int = 1500) -> dict[str, Any]:
         """Mean / p50 / p99 / max occupancy of ``port`` (default: the busiest) in bytes and
@@ -109,7 +111,7 @@ class QueueSampler(Event):
         if port is None:
             port, col = self.busiest()
         else:
-            col = self.samples[self.ports.index(port)]
+            col = self._record()[:, self.ports.index(port)].copy()
         if port is None or len(col) == 0:
             return {"port": None, "samples": 0}
         a = np.asarray(col, dtype=np.float64)
