@@ -15,6 +15,6 @@ cdef class PanamaHook(HookObject):
 
     # out and destinations typed: Accelerator.receive returns tuples of (tuple, Packet) pairs,
     # iterated by index and unpacked without the iterator protocol.
-    @cython.locals(pkt=Packet, p=Packet, res=list, size=cython.longlong, ecn=cython.longlong, first=cython.bint,
+    @cython.locals(pkt=Packet, p=Packet, res=list, size=cython.longlong, ecn=cython.longlong,
                    out=tuple, destinations=tuple, ports=tuple)
     cpdef object run(self, SimPacket spkt, object from_node)

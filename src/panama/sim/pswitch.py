@@ -72,25 +72,24 @@ class PanamaHook(HookObject):
         out = Accelerator.receive(self.acc, pkt, from_node)
         if not out:
             return None
-        res = []
-        first = True
+        res = None
         for destinations, p in out:
             ports = self._ports.get(destinations)
             if ports is None:
                 ports = self._ports[destinations] = self.switch.hook_ports(destinations)
             size = PANAMA_OVERHEAD_BYTES + 4 * p.count
             for port in ports:
-                res.append(port)
-                if first:
+                if res is None:
                     # The network hands the input packet over to the hook: reuse it for
-                    # the first copy (one allocation less per hop).
-                    first = False
+                    # the first copy (one allocation less per hop), in a list made whole
+                    # (most hooks emit one packet: no appends).
                     spkt.src = -1
                     spkt.size_bytes = size
                     spkt.ecn = p.ecn
                     spkt.inner = p
-                    res.append(spkt)
+                    res = [port, spkt]
                 else:
+                    res.append(port)
                     res.append(panama_sim_packet(p, -1))
         return res
 
