@@ -133,10 +133,34 @@ class LosslessPort(Port):
                     continue
                 out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
             # --- Switch._admit, inlined ---
+            size = pkt.size_bytes
+            used = sw._used + size
+            ib = sw._ing[idx] + size
             if now >= sw.next_release_ps:
-                # --- Switch._catch_up, inlined (ReleaseRings.release is inline C too): due
-                # before nearly every admission at 100 Gb/s, where its two calls cost more
-                # than the release itself ---
+                # Releases are due (before nearly every admission at 100 Gb/s). Unsettled,
+                # they only make ``used`` and ``ib`` upper bounds of the exact values, and
+                # while no upstream is paused (so no RESUME can be due) the bounds often
+                # decide as the exact values would: used <= peak (<= buffer) admits with
+                # no new peak, and ib <= thr(used), thr falling as used rises, sends no
+                # PAUSE. Then the settle (a scan of all the switch's rings) is left for
+                # an admission that needs exact values (or a reader: used_bytes,
+                # ingress_bytes settle first); every decision and value stays the same.
+                # While pausing, a settle may let an upstream RESUME: then it runs now, as
+                # before. next_release_ps stays <= now (still a lower bound), and the
+                # unsettled bytes stay below the peak (the rings stay bounded).
+                if sw._npaused == 0 and used <= sw.peak_used_bytes:
+                    if sw.pfc_static is None:
+                        free = sw.pool_bytes - used
+                        thr = int(sw.pfc_alpha * free) if free > 0 else 0
+                    else:
+                        thr = sw.pfc_static
+                    if ib <= thr:
+                        sw._used = used
+                        sw._ing[idx] = ib
+                        out._send(pkt, idx, sw, now)  # LosslessPort.send, a direct call
+                        continue
+                # --- Switch._catch_up, inlined (ReleaseRings.release is inline C too):
+                # its two calls cost more than the release itself ---
                 rel = sw.releases
                 freed = rel.release(now)
                 sw.next_release_ps = rel.next_end()
@@ -144,15 +168,14 @@ class LosslessPort(Port):
                     sw._used -= freed
                     if sw._npaused:
                         sw._check_resume()
-            size = pkt.size_bytes
-            used = sw._used + size
+                used = sw._used + size
+                ib = sw._ing[idx] + size
             if used > sw.buffer_bytes:
                 self.tally.drop(out, pkt, DROP_LOSSLESS_OVERFLOW)
                 continue
             sw._used = used
             if used > sw.peak_used_bytes:
                 sw.peak_used_bytes = used
-            ib = sw._ing[idx] + size
             sw._ing[idx] = ib
             if not sw._npaused or not sw.pause_sent[idx]:  # (no pause sent: no list read)
                 if sw.pfc_static is None:

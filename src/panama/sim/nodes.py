@@ -178,6 +178,10 @@ class Switch(Node):
     earliest pending end. So a release costs no engine event unless PFC is pausing.
     A release due at the same picosecond as an admission is applied before it (the
     buffer space a transmission frees at ``t`` is free for a packet arriving at ``t``).
+    The lossless arrival handler may even admit with due releases left unsettled, where
+    ``_used`` and ``_ing`` (then upper bounds) decide as the exact values would
+    (:meth:`panama.sim.lossless.LosslessPort._deliver_switch_lossless`); the unsettled
+    bytes stay below ``peak_used_bytes``, so the rings stay bounded by the buffer.
     ``next_release_ps`` is the earliest pending end over the switch's ports (a lower
     bound: withdrawn entries may leave it early; never late).
     """
