@@ -107,11 +107,11 @@ class LosslessPort(Port):
     def _deliver_switch_lossless(self) -> None:
         """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
         sw = self.peer_switch
-        hooks = sw.hooked
         pipe = self.pipe
         now = self._eng.now
         idx = self.peer_index
-        fib1 = sw.fib1
+        # sw.hooked and sw.fib1 read in place, not held in locals: about one packet per
+        # call, and each compiled local was a reference taken and dropped per call.
         while True:  # Port._head_due, inlined (see _deliver_host_checked)
             t = pipe.head_time()
             if t < 0:
@@ -120,11 +120,11 @@ class LosslessPort(Port):
                 self._eng.schedule(t, self)
                 return
             pkt = pipe.pop_packet()
-            if hooks is not None and hooks[pkt.kind] is not None:
-                sw._run_hook(pkt, idx, hooks[pkt.kind])
+            if sw.hooked is not None and sw.hooked[pkt.kind] is not None:
+                sw._run_hook(pkt, idx, sw.hooked[pkt.kind])
                 continue
             dst = pkt.dst
-            out = fib1[dst]
+            out = sw.fib1[dst]
             if out is None:
                 ports = sw.fib[dst]  # a tuple (Network._build_routes): C length and item
                 n = len(ports)
@@ -161,9 +161,8 @@ class LosslessPort(Port):
                         continue
                 # --- Switch._catch_up, inlined (ReleaseRings.release is inline C too):
                 # its two calls cost more than the release itself ---
-                rel = sw.releases
-                freed = rel.release(now)
-                sw.next_release_ps = rel.next_end()
+                freed = sw.releases.release(now)
+                sw.next_release_ps = sw.releases.next_end()
                 if freed:
                     sw._used -= freed
                     if sw._npaused:
