@@ -137,17 +137,11 @@ class LosslessPort(Port):
             used = sw._used + size
             ib = sw._ing[idx] + size
             if now >= sw.next_release_ps:
-                # Releases are due (before nearly every admission at 100 Gb/s). Unsettled,
-                # they only make ``used`` and ``ib`` upper bounds of the exact values, and
-                # while no upstream is paused (so no RESUME can be due) the bounds often
-                # decide as the exact values would: used <= peak (<= buffer) admits with
-                # no new peak, and ib <= thr(used), thr falling as used rises, sends no
-                # PAUSE. Then the settle (a scan of all the switch's rings) is left for
-                # an admission that needs exact values (or a reader: used_bytes,
-                # ingress_bytes settle first); every decision and value stays the same.
-                # While pausing, a settle may let an upstream RESUME: then it runs now, as
-                # before. next_release_ps stays <= now (still a lower bound), and the
-                # unsettled bytes stay below the peak (the rings stay bounded).
+                # Due releases (before nearly every admission at 100 Gb/s), unsettled,
+                # make used and ib upper bounds (Switch docstring). With no upstream paused
+                # (no RESUME due), used <= peak (<= buffer: no drop, no new peak) and
+                # ib <= thr(used) (thr falls as used rises: no PAUSE), the exact values
+                # would decide the same: the settle (a scan of every ring) waits.
                 if sw._npaused == 0 and used <= sw.peak_used_bytes:
                     if sw.pfc_static is None:
                         free = sw.pool_bytes - used

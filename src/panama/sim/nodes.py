@@ -180,8 +180,11 @@ class Switch(Node):
     buffer space a transmission frees at ``t`` is free for a packet arriving at ``t``).
     The lossless arrival handler may even admit with due releases left unsettled, where
     ``_used`` and ``_ing`` (then upper bounds) decide as the exact values would
-    (:meth:`panama.sim.lossless.LosslessPort._deliver_switch_lossless`); the unsettled
-    bytes stay below ``peak_used_bytes``, so the rings stay bounded by the buffer.
+    (:meth:`panama.sim.lossless.LosslessPort._deliver_switch_lossless`): only while no
+    upstream is paused (a settle may let one RESUME, so it runs when it did), and only
+    when the admission sets no new peak (``peak_used_bytes`` stays exact). So the
+    unsettled bytes stay below the peak (the rings stay bounded by the buffer), and
+    ``next_release_ps`` stays <= now, a lower bound still.
     ``next_release_ps`` is the earliest pending end over the switch's ports (a lower
     bound: withdrawn entries may leave it early; never late).
     """
