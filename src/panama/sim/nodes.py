@@ -184,7 +184,9 @@ class Switch(Node):
     upstream is paused (a settle may let one RESUME, so it runs when it did), and only
     when the admission sets no new peak (``peak_used_bytes`` stays exact). So the
     unsettled bytes stay below the peak (the rings stay bounded by the buffer), and
-    ``next_release_ps`` stays <= now, a lower bound still.
+    ``next_release_ps`` stays <= now, a lower bound still. This relies on what the
+    network sets once built: ``peak_used_bytes <= buffer_bytes`` and ``pfc_alpha > 0``
+    (the threshold never rises with ``_used``).
     ``next_release_ps`` is the earliest pending end over the switch's ports (a lower
     bound: withdrawn entries may leave it early; never late).
     """
