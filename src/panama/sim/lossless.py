@@ -44,8 +44,11 @@ class LosslessPort(Port):
     __slots__ = ()
 
     def send(self, pkt: SimPacket, in_idx: int = -1) -> bool:
-        # Only a switch's ports keep releases (Switch.set_lossless), so the owner is one.
-        sw = self.owner if self.release is not None else None
+        # Only a switch's ports keep releases (Switch.set_lossless), so the owner is one
+        # (one type test when compiled; the conditional expression made two).
+        sw = None
+        if self.release is not None:
+            sw = self.owner
         return self._send(pkt, in_idx, sw, self._eng.now)
 
     def _send(self, pkt: SimPacket, in_idx: int, sw: Switch | None, now: int) -> bool:
