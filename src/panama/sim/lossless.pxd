@@ -27,8 +27,8 @@ cdef class LosslessPort(Port):
     @cython.locals(sw=Switch, pkt=SimPacket, out=LosslessPort, now=cython.longlong, idx=cython.longlong, pipe=PacketPipe,
                    t=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, used=cython.longlong,
-                   ib=cython.longlong, free=cython.longlong, thr=cython.longlong, fib1=list, hooks=tuple,
-                   ports=tuple, rel=ReleaseRings, freed=cython.longlong)
+                   ib=cython.longlong, free=cython.longlong, thr=cython.longlong,
+                   ports=tuple, freed=cython.longlong)
     cpdef _deliver_switch_lossless(self)
 
     @cython.locals(now=cython.longlong, bu=cython.longlong, end=cython.longlong, arrive=cython.longlong, sw=Switch)

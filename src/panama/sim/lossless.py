@@ -44,8 +44,11 @@ class LosslessPort(Port):
     __slots__ = ()
 
     def send(self, pkt: SimPacket, in_idx: int = -1) -> bool:
-        # Only a switch's ports keep releases (Switch.set_lossless), so the owner is one.
-        sw = self.owner if self.release is not None else None
+        # Only a switch's ports keep releases (Switch.set_lossless), so the owner is one
+        # (one type test when compiled; the conditional expression made two).
+        sw = None
+        if self.release is not None:
+            sw = self.owner
         return self._send(pkt, in_idx, sw, self._eng.now)
 
     def _send(self, pkt: SimPacket, in_idx: int, sw: Switch | None, now: int) -> bool:
@@ -107,11 +110,11 @@ class LosslessPort(Port):
     def _deliver_switch_lossless(self) -> None:
         """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
         sw = self.peer_switch
-        hooks = sw.hooked
         pipe = self.pipe
         now = self._eng.now
         idx = self.peer_index
-        fib1 = sw.fib1
+        # sw.hooked and sw.fib1 read in place, not held in locals: about one packet per
+        # call, and each compiled local was a reference taken and dropped per call.
         while True:  # Port._head_due, inlined (see _deliver_host_checked)
             t = pipe.head_time()
             if t < 0:
@@ -120,11 +123,11 @@ class LosslessPort(Port):
                 self._eng.schedule(t, self)
                 return
             pkt = pipe.pop_packet()
-            if hooks is not None and hooks[pkt.kind] is not None:
-                sw._run_hook(pkt, idx, hooks[pkt.kind])
+            if sw.hooked is not None and sw.hooked[pkt.kind] is not None:
+                sw._run_hook(pkt, idx, sw.hooked[pkt.kind])
                 continue
             dst = pkt.dst
-            out = fib1[dst]
+            out = sw.fib1[dst]
             if out is None:
                 ports = sw.fib[dst]  # a tuple (Network._build_routes): C length and item
                 n = len(ports)
@@ -133,26 +136,42 @@ class LosslessPort(Port):
                     continue
                 out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
             # --- Switch._admit, inlined ---
+            size = pkt.size_bytes
+            used = sw._used + size
+            ib = sw._ing[idx] + size
             if now >= sw.next_release_ps:
-                # --- Switch._catch_up, inlined (ReleaseRings.release is inline C too): due
-                # before nearly every admission at 100 Gb/s, where its two calls cost more
-                # than the release itself ---
-                rel = sw.releases
-                freed = rel.release(now)
-                sw.next_release_ps = rel.next_end()
+                # Due releases (before nearly every admission at 100 Gb/s), unsettled,
+                # make used and ib upper bounds (Switch docstring). With no upstream paused
+                # (no RESUME due), used <= peak (<= buffer: no drop, no new peak) and
+                # ib <= thr(used) (thr falls as used rises: no PAUSE), the exact values
+                # would decide the same: the settle (a scan of every ring) waits.
+                if sw._npaused == 0 and used <= sw.peak_used_bytes:
+                    if sw.pfc_static is None:
+                        free = sw.pool_bytes - used
+                        thr = int(sw.pfc_alpha * free) if free > 0 else 0
+                    else:
+                        thr = sw.pfc_static
+                    if ib <= thr:
+                        sw._used = used
+                        sw._ing[idx] = ib
+                        out._send(pkt, idx, sw, now)  # LosslessPort.send, a direct call
+                        continue
+                # --- Switch._catch_up, inlined (ReleaseRings.release is inline C too):
+                # its two calls cost more than the release itself ---
+                freed = sw.releases.release(now)
+                sw.next_release_ps = sw.releases.next_end()
                 if freed:
                     sw._used -= freed
                     if sw._npaused:
                         sw._check_resume()
-            size = pkt.size_bytes
-            used = sw._used + size
+                used = sw._used + size
+                ib = sw._ing[idx] + size
             if used > sw.buffer_bytes:
                 self.tally.drop(out, pkt, DROP_LOSSLESS_OVERFLOW)
                 continue
             sw._used = used
             if used > sw.peak_used_bytes:
                 sw.peak_used_bytes = used
-            ib = sw._ing[idx] + size
             sw._ing[idx] = ib
             if not sw._npaused or not sw.pause_sent[idx]:  # (no pause sent: no list read)
                 if sw.pfc_static is None:

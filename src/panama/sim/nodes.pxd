@@ -92,7 +92,8 @@ cdef class Switch(Node):
     cpdef _catch_up(self, long long now)
     cpdef _release_due(self)
 
-    @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong, now=cython.longlong)
+    @cython.locals(size=cython.longlong, used=cython.longlong, ib=cython.longlong, now=cython.longlong,
+                   free=cython.longlong, thr=cython.longlong, settle=cython.bint)
     cpdef bint _admit(self, SimPacket pkt, long long in_idx, Port port) except -1
 
     # free in C: alpha * free is then one C double product, as the float * int product of

@@ -178,6 +178,16 @@ class Switch(Node):
     earliest pending end. So a release costs no engine event unless PFC is pausing.
     A release due at the same picosecond as an admission is applied before it (the
     buffer space a transmission frees at ``t`` is free for a packet arriving at ``t``).
+    The lossless arrival handler and :meth:`_admit` (hook outputs) may even admit with
+    due releases left unsettled, where ``_used`` and ``_ing`` (then upper bounds) decide
+    as the exact values would
+    (:meth:`panama.sim.lossless.LosslessPort._deliver_switch_lossless`): only while no
+    upstream is paused (a settle may let one RESUME, so it runs when it did), and only
+    when the admission sets no new peak (``peak_used_bytes`` stays exact). So the
+    unsettled bytes stay below the peak (the rings stay bounded by the buffer), and
+    ``next_release_ps`` stays <= now, a lower bound still. This relies on what the
+    network sets once built: ``peak_used_bytes <= buffer_bytes`` and ``pfc_alpha > 0``
+    (the threshold never rises with ``_used``).
     ``next_release_ps`` is the earliest pending end over the switch's ports (a lower
     bound: withdrawn entries may leave it early; never late).
     """
@@ -415,10 +425,26 @@ class Switch(Node):
 
     def _admit(self, pkt: SimPacket, in_idx: int, port: Port) -> bool:
         now = self._eng.now
-        if now >= self.next_release_ps:
-            self._catch_up(now)
         size = pkt.size_bytes
         used = self._used + size
+        if now >= self.next_release_ps:
+            # Due releases may stay unsettled where the upper bounds decide as the exact
+            # values would (the class docstring; as the lossless arrival handler does).
+            ib = self._ing[in_idx] + size
+            settle = self._npaused != 0 or used > self.peak_used_bytes
+            if not settle and in_idx < len(self.ports):  # (local traffic: never paused)
+                if self.pfc_static is None:
+                    free = self.pool_bytes - used
+                    thr = int(self.pfc_alpha * free) if free > 0 else 0
+                else:
+                    thr = self.pfc_static
+                settle = ib > thr
+            if not settle:
+                self._used = used
+                self._ing[in_idx] = ib
+                return True
+            self._catch_up(now)
+            used = self._used + size
         if used > self.buffer_bytes:
             self.tally.drop(port, pkt, DROP_LOSSLESS_OVERFLOW)
             return False
