@@ -466,7 +466,7 @@ class Controller:
         return anc
 
     def _candidates(self, tors: list[str]) -> list[_Candidate]:
-        """Lowest switches above every ToR in ``tors``, each with its (pruned BFS) tree."""
+        """Lowest switches above every ToR in ``tors`` (rank order), each with its (pruned BFS) tree."""
         topo = self.topology
         common = set(self._ancestors_of(tors[0]))
         for t in tors[1:]:
@@ -477,6 +477,7 @@ class Controller:
         roots = sorted((s for s in common if topo.level(s) == low), key=topo.rank)
         tor_set = set(tors)  # the only ToRs among the relevant nodes (ancestors lie higher)
         relevant = tor_set.union(*(self._ancestors_of(t) for t in tors))
+        below: dict[str, list[str]] = {}  # relevant nodes one level down: the same for every root
         out = []
         for root in roots:
             parent: dict[str, str] = {}
@@ -485,24 +486,25 @@ class Controller:
             while frontier:
                 nxt = []
                 for n in frontier:
-                    for d in topo.down(n):
-                        if d in relevant and d not in seen:
+                    if n not in below:
+                        below[n] = [d for d in topo.down(n) if d in relevant]
+                    for d in below[n]:
+                        if d not in seen:
                             seen.add(d)
                             parent[d] = n
                             if d not in tor_set:
                                 nxt.append(d)
                 frontier = nxt
-            used: dict[str, None] = {}
-            uplinks = set()
+            inner: dict[str, None] = {}  # switches between the ToRs and the root
+            uplinks = {(t, parent[t]) for t in tors}
             for t in tors:
-                n = t
-                while n != root and n not in used:  # above a used node, the path is recorded
-                    used[n] = None
-                    p = parent[n]
-                    uplinks.add((n, p))
-                    n = p
-            switches = sorted(used, key=topo.rank) + [root]
-            out.append(_Candidate(root, {s: parent[s] for s in used}, tuple(switches), frozenset(uplinks)))
+                p = parent[t]
+                while p != root and p not in inner:  # above a recorded switch, the path is recorded
+                    inner[p] = None
+                    uplinks.add((p, parent[p]))
+                    p = parent[p]
+            switches = (*tors, *sorted(inner, key=topo.rank), root)  # ToRs rank lowest
+            out.append(_Candidate(root, {s: parent[s] for s in switches[:-1]}, switches, frozenset(uplinks)))
         return out
 
     def _choose_roots(self, candidates: list[_Candidate], want: int, tors: list[str]) -> list[_Candidate]:
@@ -518,7 +520,7 @@ class Controller:
         load = [self._root_load.get(c.root, 0) for c in candidates]
         # Equally loaded rivals of each candidate on its uplinks (loads hold while choosing).
         rivals = [
-            {j for j in set().union(*(by_edge[e] for e in c.uplinks)) if load[j] == load[i]}
+            {j for j in set().union(*map(by_edge.get, c.uplinks)) if load[j] == load[i]}
             for i, c in enumerate(candidates)
         ]
         for i, s in enumerate(rivals):
