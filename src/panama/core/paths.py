@@ -72,8 +72,9 @@ def path_windows(
         raise ValueError(f"packet_bytes must be > 0, got {packet_bytes}")
     if hop_latency_ps < 0:
         raise ValueError(f"hop_latency_ps must be >= 0, got {hop_latency_ps}")
-    links = [[frozenset(edge) for edge in tree.edges] for tree in trees]  # a link either way round
-    crossing: dict[frozenset[str], int] = {}
+    # A link's key is its two ends in name order: the same whichever way round a tree crosses it.
+    links = [[(c, p) if c < p else (p, c) for c, p in tree.edges] for tree in trees]
+    crossing: dict[tuple[str, str], int] = {}
     for tree_links in links:
         for link in tree_links:
             crossing[link] = crossing.get(link, 0) + 1
