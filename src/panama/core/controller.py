@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from panama.core.plans import ControllerError, JobPlan, SwitchEntry, TreePlan, install, tree_cwnd_cap, uninstall
-from panama.core.topology import AGG, TOR, Topology
+from panama.core.topology import AGG, Topology
 
 DEFAULT_THRESHOLD_BYTES = 40_000_000
 DEFAULT_MAX_JOBS_PER_SWITCH = 8
@@ -466,7 +466,7 @@ class Controller:
         return anc
 
     def _candidates(self, tors: list[str]) -> list[_Candidate]:
-        """Lowest switches above every ToR in ``tors``, each with its (pruned BFS) tree."""
+        """Lowest switches above every ToR in ``tors`` (rank order), each with its (pruned BFS) tree."""
         topo = self.topology
         common = set(self._ancestors_of(tors[0]))
         for t in tors[1:]:
@@ -475,9 +475,9 @@ class Controller:
             return []
         low = min(topo.level(s) for s in common)
         roots = sorted((s for s in common if topo.level(s) == low), key=topo.rank)
-        relevant = set(tors)
-        for t in tors:
-            relevant |= self._ancestors_of(t)
+        tor_set = set(tors)  # the only ToRs among the relevant nodes (ancestors lie higher)
+        relevant = tor_set.union(*(self._ancestors_of(t) for t in tors))
+        below: dict[str, list[str]] = {}  # relevant nodes one level down: the same for every root
         out = []
         for root in roots:
             parent: dict[str, str] = {}
@@ -486,24 +486,25 @@ class Controller:
             while frontier:
                 nxt = []
                 for n in frontier:
-                    for d in topo.down(n):
-                        if d in relevant and d not in seen:
+                    if n not in below:
+                        below[n] = [d for d in topo.down(n) if d in relevant]
+                    for d in below[n]:
+                        if d not in seen:
                             seen.add(d)
                             parent[d] = n
-                            if topo.tier(d) != TOR:
+                            if d not in tor_set:
                                 nxt.append(d)
                 frontier = nxt
-            used: dict[str, None] = {}
-            uplinks = set()
+            inner: dict[str, None] = {}  # switches between the ToRs and the root
+            uplinks = {(t, parent[t]) for t in tors}
             for t in tors:
-                n = t
-                while n != root:
-                    used.setdefault(n, None)
-                    p = parent[n]
-                    uplinks.add((n, p))
-                    n = p
-            switches = sorted(used, key=topo.rank) + [root]
-            out.append(_Candidate(root, {s: parent[s] for s in used}, tuple(switches), frozenset(uplinks)))
+                p = parent[t]
+                while p != root and p not in inner:  # above a recorded switch, the path is recorded
+                    inner[p] = None
+                    uplinks.add((p, parent[p]))
+                    p = parent[p]
+            switches = (*tors, *sorted(inner, key=topo.rank), root)  # ToRs rank lowest
+            out.append(_Candidate(root, {s: parent[s] for s in switches[:-1]}, switches, frozenset(uplinks)))
         return out
 
     def _choose_roots(self, candidates: list[_Candidate], want: int, tors: list[str]) -> list[_Candidate]:
@@ -516,13 +517,14 @@ class Controller:
         for i, c in enumerate(candidates):
             for e in c.uplinks:
                 by_edge.setdefault(e, []).append(i)
-        conflicts: list[set[int]] = [set() for _ in candidates]
-        for members in by_edge.values():
-            for i in members:
-                conflicts[i].update(members)
-        for i, s in enumerate(conflicts):
-            s.discard(i)
         load = [self._root_load.get(c.root, 0) for c in candidates]
+        # Equally loaded rivals of each candidate on its uplinks (loads hold while choosing).
+        rivals = [
+            {j for j in set().union(*map(by_edge.get, c.uplinks)) if load[j] == load[i]}
+            for i, c in enumerate(candidates)
+        ]
+        for i, s in enumerate(rivals):
+            s.discard(i)
         order = [self.topology.rank(c.root) for c in candidates]
         tor_set = set(tors)
         room: dict[str, int] = {}  # most trees of this job each intermediate switch can take
@@ -535,17 +537,16 @@ class Controller:
         chosen: list[int] = []
         used_edges: set[tuple[str, str]] = set()
         through: dict[str, int] = {}  # trees of this job through each intermediate switch
+        full: set[str] = set()  # intermediate switches without room for one more of them
         left = set(range(len(candidates)))
         while len(chosen) < want and left:
             best = None
             best_key = None
             for i in left:
                 c = candidates[i]
-                if any(not fits(s, through[s] + 1) for s in c.switches if s in through):
+                if full and not full.isdisjoint(c.switches):
                     continue
-                shared = len(c.uplinks & used_edges)
-                crowd = sum(1 for j in conflicts[i] if j in left and load[j] == load[i])
-                key = (load[i], shared, -crowd, order[i])
+                key = (load[i], len(c.uplinks & used_edges), -len(rivals[i] & left), order[i])
                 if best_key is None or key < best_key:
                     best, best_key = i, key
             if best is None:
@@ -556,6 +557,8 @@ class Controller:
             for s in candidates[best].switches:
                 if s not in tor_set:
                     through[s] = through.get(s, 0) + 1
+                    if not fits(s, through[s] + 1):
+                        full.add(s)
         return [candidates[i] for i in chosen]
 
     def _tree_plan(self, job_id: int, tree_id: int, group: str, cand: _Candidate, hosts: list[str]) -> TreePlan:
@@ -570,16 +573,10 @@ class Controller:
             p = cand.parent[s]
             children[p].append(s)
             edges.append((s, p))
+        # Children are in rank order already: a ToR's hosts (given in rank order), any other
+        # switch's children switches (cand.switches is in rank order); ToRs have no switch child.
         entries = {
-            s: SwitchEntry(
-                s,
-                job_id,
-                tree_id,
-                group,
-                tuple(sorted(children[s], key=topo.rank)),
-                cand.parent.get(s),
-            )
-            for s in cand.switches
+            s: SwitchEntry(s, job_id, tree_id, group, tuple(children[s]), cand.parent.get(s)) for s in cand.switches
         }
         return TreePlan(tree_id, group, cand.root, tuple(edges), entries)
 

@@ -37,28 +37,30 @@ from panama.core.units import PS_PER_S
 __all__ = ["path_windows", "tree_base_rtt_ps"]
 
 
-def _parents(tree: TreePlan) -> dict[str, str]:
-    return {child: parent for child, parent in tree.edges}
-
-
 def tree_base_rtt_ps(topology: Topology, tree: TreePlan, packet_bytes: int, hop_latency_ps: int = 0) -> int:
-    """Largest base round trip (ps) over the tree's workers: no queue anywhere (see module docstring)."""
-    parent = _parents(tree)
+    """Largest base round trip (ps) over the tree's workers: no queue anywhere (see module docstring).
+
+    Each node's round trip to the root is its link's plus its parent's, so every link is
+    costed once however many workers share it (integers: the sums are exact in any order).
+    """
+    root = tree.root
+    parent = dict(tree.edges)
+    rtt_to_root = {root: hop_latency_ps}  # the root aggregates once
     worst = 0
     for child, _ in tree.edges:
         if not topology.is_host(child):
             continue
-        rtt = 0
+        pending = []  # nodes from the host up to the first one already costed
         node = child
-        while node != tree.root:
+        while node not in rtt_to_root:
+            pending.append(node)
+            node = parent[node]
+        for node in reversed(pending):
             up = parent[node]
             rate = topology.rate_bps(node, up)
-            rtt += 2 * (topology.delay_ps(node, up) + round(packet_bytes * 8 * PS_PER_S / rate))
-            if up != tree.root:
-                rtt += 2 * hop_latency_ps
-            node = up
-        rtt += hop_latency_ps  # the root aggregates once
-        worst = max(worst, rtt)
+            link_ps = 2 * (topology.delay_ps(node, up) + round(packet_bytes * 8 * PS_PER_S / rate))
+            rtt_to_root[node] = link_ps + (2 * hop_latency_ps if up != root else 0) + rtt_to_root[up]
+        worst = max(worst, rtt_to_root[child])
     return worst
 
 
@@ -70,14 +72,15 @@ def path_windows(
         raise ValueError(f"packet_bytes must be > 0, got {packet_bytes}")
     if hop_latency_ps < 0:
         raise ValueError(f"hop_latency_ps must be >= 0, got {hop_latency_ps}")
-    crossing: dict[frozenset[str], int] = {}
-    for tree in trees:
-        for child, parent in tree.edges:
-            key = frozenset((child, parent))
-            crossing[key] = crossing.get(key, 0) + 1
+    # A link's key is its two ends in name order: the same whichever way round a tree crosses it.
+    links = [[(c, p) if c < p else (p, c) for c, p in tree.edges] for tree in trees]
+    crossing: dict[tuple[str, str], int] = {}
+    for tree_links in links:
+        for link in tree_links:
+            crossing[link] = crossing.get(link, 0) + 1
     windows = []
-    for tree in trees:
-        share_bps = min(topology.rate_bps(c, p) / crossing[frozenset((c, p))] for c, p in tree.edges)
+    for tree, tree_links in zip(trees, links):
+        share_bps = min(topology.rate_bps(c, p) / crossing[link] for (c, p), link in zip(tree.edges, tree_links))
         rtt_ps = tree_base_rtt_ps(topology, tree, packet_bytes, hop_latency_ps)
         windows.append(max(1, math.ceil(share_bps * rtt_ps / PS_PER_S / (8 * packet_bytes))))
     return windows

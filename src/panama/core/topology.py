@@ -107,8 +107,12 @@ class Topology:
         self._level: dict[str, int] = {n: levels[k] for n, k in self._kind.items()}
         self._up: dict[str, tuple[str, ...]] = {}
         self._down: dict[str, tuple[str, ...]] = {}
+        # node -> neighbour -> the link's attribute dict (the graph's own): rate_bps and
+        # delay_ps in two plain lookups instead of a networkx view call each (trees, paths).
+        self._link: dict[str, dict[str, dict[str, Any]]] = {}
         for n in g.nodes:
             lv = self._level[n]
+            self._link[n] = dict(g.adj[n])
             nbrs = sorted(g.adj[n], key=natural_key)
             self._up[n] = tuple(m for m in nbrs if self._level[m] > lv)
             self._down[n] = tuple(m for m in nbrs if self._level[m] < lv)
@@ -200,10 +204,16 @@ class Topology:
         return self._down[node]
 
     def rate_bps(self, a: str, b: str) -> float:
-        return self.graph.edges[a, b]["rate_bps"]
+        try:
+            return self._link[a][b]["rate_bps"]
+        except KeyError:
+            raise KeyError(f"no link {a}-{b} in topology {self.name}") from None
 
     def delay_ps(self, a: str, b: str) -> int:
-        return self.graph.edges[a, b]["delay_ps"]
+        try:
+            return self._link[a][b]["delay_ps"]
+        except KeyError:
+            raise KeyError(f"no link {a}-{b} in topology {self.name}") from None
 
     def links(self) -> list[tuple[str, str, float, int]]:
         """Every link once as ``(lower, upper, rate_bps, delay_ps)``, lower end first, sorted."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from panama.core.controller import Controller, JobPlan, install, uninstall
@@ -152,6 +153,10 @@ class TrainingJob:
         self._dispatchers: list[PanamaHost] = []
         self._ring: RingAllreduce | None = None
         self._env: _Env | None = None
+        self._engine: Engine | None = None
+        # Per rank, built once at the start: the callback that enters its allreduce after
+        # computing (no closure per iteration).
+        self._allreduce_of: list[Callable[[], None]] = []
         self.on_finish: Callable[[TrainingJob], None] | None = None
 
     # ------------------------------------------------------------------ setup
@@ -168,6 +173,7 @@ class TrainingJob:
     ) -> None:
         """Arrange for the job to start at ``start_ps``."""
         self._env = _Env(engine, net, controller, accelerators, dispatchers, ring_stack, settings)
+        self._engine = engine
         self.on_finish = on_finish
         engine.at(max(self.start_ps, engine.now), self._start)
 
@@ -201,13 +207,13 @@ class TrainingJob:
             self.scheme_used = "ring"
         if self.scheme_used == "ring":
             self._ring = RingAllreduce(env.ring_stack, self.hosts, self.gradient_bytes, self._rank_done, name=self.name)
+        self._allreduce_of = [partial(self._allreduce, rank) for rank in range(self.n)]
         for rank in range(self.n):
             self._begin_iteration(rank)
 
     def _setup_in_network(self, plan: JobPlan, scheme: str) -> None:
         self._workers = [None] * self.n
         self._dispatchers = [self._env.dispatchers[h] for h in self.hosts]
-        self._rank_of: dict[int, int] = {}
         self._cc = self._env.settings.cc_for(scheme)
         # The trees' path windows: fixed by the topology and the plan, the same for every worker.
         s = self._env.settings
@@ -254,11 +260,10 @@ class TrainingJob:
             self._dispatchers[rank],
             env.controller.topology.tor_of(host),
             tr,
-            on_done=self._worker_done,
+            on_done=partial(self._rank_done, rank),  # called with the worker: the rank is bound
             on_error=self._worker_error,
         )
         self._workers[rank] = w
-        self._rank_of[id(w)] = rank
         return w
 
     # ------------------------------------------------------------------ per-rank progress
@@ -267,11 +272,11 @@ class TrainingJob:
         rec = self._iters.get(it)
         if rec is None:
             rec = self._iters[it] = _Iter()
-        now = self._env.engine.now
+        engine = self._engine
         if rec.start_ps is None:
-            rec.start_ps = now
+            rec.start_ps = engine.now
         if self.compute_ps > 0:
-            self._env.engine.after(self.compute_ps, lambda: self._allreduce(rank))
+            engine.after(self.compute_ps, self._allreduce_of[rank])
         else:
             self._allreduce(rank)
 
@@ -280,7 +285,7 @@ class TrainingJob:
             return
         it = self._rank_iter[rank]
         rec = self._iters[it]
-        now = self._env.engine.now
+        now = self._engine.now
         if now > rec.comm_start_ps:
             rec.comm_start_ps = now
         if self._ring is not None:
@@ -291,19 +296,18 @@ class TrainingJob:
                 w = self._make_worker(rank)
             w.start(self.num_elems)
 
-    def _worker_done(self, worker: PanamaWorker) -> None:
-        self._rank_done(self._rank_of[id(worker)])
-
     def _worker_error(self, worker: PanamaWorker, exc: TransportError) -> None:
         if self.error is None:
             self.error = str(exc)
             self._finish()
 
-    def _rank_done(self, rank: int) -> None:
+    def _rank_done(self, rank: int, worker: PanamaWorker | None = None) -> None:
+        """Rank ``rank`` has this iteration's result (``worker``: the in-network worker
+        calling back, unused; the ring calls with the rank alone)."""
         it = self._rank_iter[rank]
         rec = self._iters[it]
         rec.done += 1
-        now = self._env.engine.now
+        now = self._engine.now
         if rec.done == self.n:
             self.records.append(
                 IterationRecord(
