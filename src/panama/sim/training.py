@@ -153,7 +153,6 @@ class TrainingJob:
         self._dispatchers: list[PanamaHost] = []
         self._ring: RingAllreduce | None = None
         self._env: _Env | None = None
-        self._engine: Engine | None = None
         # Per rank, built once at the start: the callback that enters its allreduce after
         # computing (no closure per iteration).
         self._allreduce_of: list[Callable[[], None]] = []
@@ -173,7 +172,6 @@ class TrainingJob:
     ) -> None:
         """Arrange for the job to start at ``start_ps``."""
         self._env = _Env(engine, net, controller, accelerators, dispatchers, ring_stack, settings)
-        self._engine = engine
         self.on_finish = on_finish
         engine.at(max(self.start_ps, engine.now), self._start)
 
@@ -272,7 +270,7 @@ class TrainingJob:
         rec = self._iters.get(it)
         if rec is None:
             rec = self._iters[it] = _Iter()
-        engine = self._engine
+        engine = self._env.engine
         if rec.start_ps is None:
             rec.start_ps = engine.now
         if self.compute_ps > 0:
@@ -285,7 +283,7 @@ class TrainingJob:
             return
         it = self._rank_iter[rank]
         rec = self._iters[it]
-        now = self._engine.now
+        now = self._env.engine.now
         if now > rec.comm_start_ps:
             rec.comm_start_ps = now
         if self._ring is not None:
@@ -307,7 +305,7 @@ class TrainingJob:
         it = self._rank_iter[rank]
         rec = self._iters[it]
         rec.done += 1
-        now = self._engine.now
+        now = self._env.engine.now
         if rec.done == self.n:
             self.records.append(
                 IterationRecord(
