@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, Packet
+from panama.core.packet import CE, ECT0, FLAG_ECE, FLAG_RESULT, FLAG_RETRANSMIT, Packet
 from panama.core.topology import parse_topology
 from panama.core.transport import WorkerTransport
 from panama.core.units import tx_time_ps, us
@@ -110,3 +110,40 @@ def test_unknown_job_packet_is_dropped_by_accelerator_and_counted():
     disp = PanamaHost(net, "h0")
     disp.receive(stray)
     assert disp.unknown_job == 1
+
+
+def _ports_out(out) -> list[str]:
+    return [port.peer.name for port in out[0::2]]
+
+
+def test_hook_ports_by_tree_and_direction_stay_right_across_a_retransmission_and_a_new_tree():
+    """The hook finds a tree's destination ports by the identity of the accelerator's tuple:
+    a retransmission answered to its sender alone (a one-off tuple), a later regular result,
+    a partial up and the same (job, tree) installed again with other children each get
+    their own ports."""
+    eng = Engine()
+    topo = parse_topology("leaf-spine:leaves=2,spines=1,hosts_per_leaf=2")
+    net = Network(eng, topo, NetworkConfig(lossless=True), rng=np.random.default_rng(0))
+    fab = PSwitchFabric(net, 64)
+    acc = fab.accelerators["spine0"]
+    hook = net.switch("spine0").hooks[KIND_PANAMA]
+    acc.install_tree(7, 1, ("leaf0", "leaf1"), None)
+
+    def up(seq: int, flags: int = 0) -> Packet:
+        return Packet(7, 1, seq, 0, 4, flags=flags, ack=0)
+
+    assert hook.run(wrap(up(0)), "leaf0") is None
+    assert _ports_out(hook.run(wrap(up(0)), "leaf1")) == ["leaf0", "leaf1"]
+    # leaf0 retransmits seq 0 (it missed the result): the answer goes back to leaf0 alone.
+    assert _ports_out(hook.run(wrap(up(0, FLAG_RETRANSMIT)), "leaf0")) == ["leaf0"]
+    hook.run(wrap(up(1)), "leaf0")
+    assert _ports_out(hook.run(wrap(up(1)), "leaf1")) == ["leaf0", "leaf1"]
+    # The same (job, tree) installed again with one child: its result goes to that child
+    # only (a table keyed by (job, tree) alone would repeat the old tree's two ports).
+    acc.remove_tree(7, 1)
+    acc.install_tree(7, 1, ("leaf1",), None)
+    assert _ports_out(hook.run(wrap(up(0)), "leaf1")) == ["leaf1"]
+    # Partials go up: the parent's port, in the slot of the other direction.
+    leaf1 = fab.accelerators["leaf1"]
+    leaf1.install_tree(7, 1, ("h2",), "spine0")
+    assert _ports_out(net.switch("leaf1").hooks[KIND_PANAMA].run(wrap(up(0)), "h2")) == ["spine0"]

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 
 from panama.core.accelerator import DROP_REASONS, Accelerator
 from panama.core.codec import DEFAULT_PAYLOAD_ELEMS, IP_UDP_OVERHEAD_BYTES, wire_size
-from panama.core.packet import Packet
+from panama.core.packet import FLAG_RESULT, Packet
 from panama.sim.network import Network
 from panama.sim.nodes import HookObject, Switch
 from panama.sim.packet import KIND_PANAMA, PANAMA_OVERHEAD_BYTES, SimPacket, panama_sim_packet
@@ -53,7 +53,7 @@ class PanamaHook(HookObject):
     """The ``KIND_PANAMA`` packet hook of one switch around its accelerator (see the
     module docstring): ``run(spkt, from_node)`` returns ``[port, packet, ...]``."""
 
-    __slots__ = ("acc", "switch", "_ports")
+    __slots__ = ("acc", "switch", "_ports", "_recent")
 
     def __init__(self, acc: Accelerator, switch: Switch):
         self.acc = acc
@@ -61,6 +61,11 @@ class PanamaHook(HookObject):
         # The accelerator's destination tuples (a tree's children, its parent, a
         # retransmission's sender) -> the switch's ports towards them, resolved once each.
         self._ports: dict[tuple, tuple] = {}
+        # (destinations, ports) last used for a packet of a (job, tree) and direction (see
+        # _slot): a tree's children and its parent are one tuple object each for as long as
+        # the tree is installed, found here by identity without hashing the tuple (a tuple's
+        # hash is not cached: hashing and comparing its names cost a quarter of the hook).
+        self._recent: list[tuple | None] = [None] * 512
 
     def run(self, spkt: SimPacket, from_node: str):
         """The hook's work (a C method when compiled, ``pswitch.pxd``)."""
@@ -74,9 +79,18 @@ class PanamaHook(HookObject):
             return None
         res = None
         for destinations, p in out:
-            ports = self._ports.get(destinations)
-            if ports is None:
-                ports = self._ports[destinations] = self.switch.hook_ports(destinations)
+            # Results go down to children, everything else up to the parent: the slot of
+            # the (job, tree, direction); a miss (another tuple: a retransmission's sender,
+            # a tree installed again) looks the tuple up by value and takes the slot.
+            at = (p.job_id & 31) << 4 | (p.tree_id & 7) << 1 | (p.flags & FLAG_RESULT)
+            hit = self._recent[at]
+            if hit is not None and hit[0] is destinations:
+                ports = hit[1]
+            else:
+                ports = self._ports.get(destinations)
+                if ports is None:
+                    ports = self._ports[destinations] = self.switch.hook_ports(destinations)
+                self._recent[at] = (destinations, ports)
             size = PANAMA_OVERHEAD_BYTES + 4 * p.count
             for port in ports:
                 if res is None:
