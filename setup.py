@@ -177,10 +177,12 @@ class OptionalBuildExt(build_ext):
             )
         try:
             super().run()
+            took = _duration(time.monotonic() - t0)
             if built:
                 self._record(_cython_version())
-            if self.extensions:
-                _say(f"compiled fast path built ({_duration(time.monotonic() - t0)} of C compilation)")
+                _say(f"compiled fast path built ({took} of C compilation)")
+            elif self.extensions:  # the simulator's modules were not translated (said above)
+                _say(f"runtime I/O helper built ({took} of C compilation); the simulator's modules were not (above)")
         except Exception as e:  # no compiler, no Python headers, ...
             _say(f"compiled fast path not built ({type(e).__name__}: {e}); installing the pure-Python simulator")
             self._record(None)
