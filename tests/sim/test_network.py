@@ -10,6 +10,7 @@ from panama.core.packet import CE, ECT0, NOT_ECT
 from panama.core.topology import fat_tree, leaf_spine
 from panama.core.units import us
 from panama.sim.engine import Engine, TraceRecorder
+from panama.sim.packet import NUM_KINDS
 from panama.sim.network import (
     DROP_NO_HANDLER,
     DROP_QUEUE_FULL,
@@ -278,3 +279,22 @@ def test_trace_records_transmissions_and_drops():
     assert kinds.count("tx") == 4 + (4 - kinds.count("drop"))
     assert kinds.count("drop") >= 1
     assert all(isinstance(r[0], int) for r in rec.records)
+
+
+@pytest.mark.parametrize("lossless", [False, True])
+def test_hooked_kinds_only_go_to_the_hook_and_a_removed_hook_lets_its_kind_be_routed(lossless):
+    """The arrival handlers hand a packet to a hook by its kind's bit (Switch.hook_mask):
+    other kinds, kinds outside the table and, once removed, the hook's own kind are routed."""
+    eng, net = make(star(2), NetworkConfig(lossless=lossless))
+    got = collect(net, "h1")
+    seen = []
+    net.set_packet_hook("tor0", lambda p, f: seen.append(p.seq), kinds=(KIND_OTHER + 1,))
+    for seq, kind in enumerate((KIND_OTHER, KIND_OTHER + 1, NUM_KINDS, -1)):
+        net.send("h0", SimPacket(kind, 0, 1, 100, seq=seq))
+    eng.run()
+    assert seen == [1] and sorted(s for _, s, _ in got) == [0, 2, 3]
+    net.set_packet_hook("tor0", None, kinds=(KIND_OTHER + 1,))
+    assert net.switch("tor0").hook_mask == 0
+    net.send("h0", SimPacket(KIND_OTHER + 1, 0, 1, 100, seq=4))
+    eng.run()
+    assert seen == [1] and sorted(s for _, s, _ in got) == [0, 2, 3, 4]

@@ -7,7 +7,7 @@ from panama.sim.routing cimport ecmp_index
 from panama.sim.fifos cimport PacketPipe, ReleaseRings
 from panama.sim.ports cimport Port
 
-cdef long long _CE, _TRACKED, _HOST_CHECKED, _SWITCH_LOSSLESS
+cdef long long _CE, _TRACKED, _NUM_KINDS, _HOST_CHECKED, _SWITCH_LOSSLESS
 
 cdef class LosslessPort(Port):
     @cython.locals(mode=cython.longlong)
@@ -25,6 +25,7 @@ cdef class LosslessPort(Port):
     cpdef _deliver_host_checked(self)
 
     @cython.locals(sw=Switch, pkt=SimPacket, out=LosslessPort, now=cython.longlong, idx=cython.longlong, pipe=PacketPipe,
+                   kind=cython.longlong,
                    t=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, used=cython.longlong,
                    ib=cython.longlong, free=cython.longlong, thr=cython.longlong,

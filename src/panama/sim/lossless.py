@@ -20,7 +20,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from panama.core.packet import CE
-from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, FLAG_TRACKED, SimPacket
+from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, FLAG_TRACKED, NUM_KINDS, SimPacket
 from panama.sim.ports import Port
 from panama.sim.routing import ecmp_index
 
@@ -31,6 +31,7 @@ __all__ = ["LosslessPort"]
 
 _CE = CE  # a C constant when compiled
 _TRACKED = FLAG_TRACKED  # see panama.sim.ports
+_NUM_KINDS = NUM_KINDS
 # The Port._mode values of the lossless arrival handlers (panama.sim.ports, whose copies
 # are C constants when compiled, not importable).
 _HOST_CHECKED = 3
@@ -113,7 +114,7 @@ class LosslessPort(Port):
         pipe = self.pipe
         now = self._eng.now
         idx = self.peer_index
-        # sw.hooked and sw.fib1 read in place, not held in locals: about one packet per
+        # sw.hook_mask and sw.fib1 read in place, not held in locals: about one packet per
         # call, and each compiled local was a reference taken and dropped per call.
         while True:  # Port._head_due, inlined (see _deliver_host_checked)
             t = pipe.head_time()
@@ -123,8 +124,9 @@ class LosslessPort(Port):
                 self._eng.schedule(t, self)
                 return
             pkt = pipe.pop_packet()
-            if sw.hooked is not None and sw.hooked[pkt.kind] is not None:
-                sw._run_hook(pkt, idx, sw.hooked[pkt.kind])
+            kind = pkt.kind
+            if sw.hook_mask and 0 <= kind < _NUM_KINDS and sw.hook_mask >> kind & 1:
+                sw._run_hook(pkt, idx, sw.hooked[kind])
                 continue
             dst = pkt.dst
             out = sw.fib1[dst]

@@ -48,7 +48,7 @@ cdef class Switch(Node):
     # handler: hooks, buffer admission, PFC check, release settling; the data pointer of
     # _ing is its second word), then the hook path's. Node's fields come first, so a hop
     # reads the first ~210 bytes (four cache lines at most) and nothing further.
-    cdef public tuple hooked
+    cdef public long long hook_mask
     cdef public long long next_release_ps
     cdef public long long _used
     cdef public long long buffer_bytes
@@ -61,6 +61,7 @@ cdef class Switch(Node):
     cdef public long long[::1] _ing
     cdef public list pause_sent
     cdef public list nb_names
+    cdef public tuple hooked
     cdef public long long hook_latency_ps
     cdef public bint lossless
     cdef public bint _dl_armed

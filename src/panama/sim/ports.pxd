@@ -8,7 +8,7 @@ from panama.sim.nodes cimport Host, Node, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index
 
-cdef long long _CE, _TRACKED
+cdef long long _CE, _TRACKED, _NUM_KINDS
 cdef long long _GENERIC, _HOST, _SWITCH, _HOST_CHECKED, _SWITCH_LOSSLESS
 
 cdef class Port(Event):
@@ -80,6 +80,7 @@ cdef class Port(Event):
     cpdef _deliver_host(self)
 
     @cython.locals(sw=Switch, pkt=SimPacket, pipe=PacketPipe, out=Port, now=cython.longlong,
+                   mask=cython.longlong, kind=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, tx=cython.longlong,
                    bu=cython.longlong, backlog=cython.longlong, end=cython.longlong, fib1=list)
     cpdef _deliver_switch(self)

@@ -24,7 +24,7 @@ from panama.core.packet import CE
 from panama.sim.fifos import PacketPipe, ReleaseRings
 from panama.sim.heap import Event
 from panama.sim.nodes import Host, Switch
-from panama.sim.packet import DROP_NO_ROUTE, DROP_QUEUE_FULL, FLAG_TRACKED, SimPacket
+from panama.sim.packet import DROP_NO_ROUTE, DROP_QUEUE_FULL, FLAG_TRACKED, NUM_KINDS, SimPacket
 from panama.sim.routing import ecmp_index
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ _BITS_PS = 8_000_000_000_000  # bits * ps per second (8 * PS_PER_S)
 _NEVER = 1 << 62
 _CE = CE  # a C constant when compiled
 _TRACKED = FLAG_TRACKED  # a packet whose queueing is attributed (panama.sim.qahead)
+_NUM_KINDS = NUM_KINDS
 
 # Arrival handlers of a port (Port._mode), chosen by the kind of its peer.
 _GENERIC = 0
@@ -304,15 +305,16 @@ class Port(Event):
         # Long: one function so that the compiled path keeps every local in C across the
         # whole burst of arrivals (a call per step would cost the simulator its hot loop).
         sw = self.peer_switch
-        hooks = sw.hooked
+        mask = sw.hook_mask  # bit k: kind k has a hook (sw.hooked[k])
         pipe = self.pipe
         now = self._eng.now
         fib1 = sw.fib1
         while True:
             # The head is due: nothing but arrivals removes packets from a lossy pipe.
             pkt = pipe.pop_packet()
-            if hooks is not None and hooks[pkt.kind] is not None:
-                sw._run_hook(pkt, self.peer_index, hooks[pkt.kind])
+            kind = pkt.kind
+            if mask and 0 <= kind < _NUM_KINDS and mask >> kind & 1:
+                sw._run_hook(pkt, self.peer_index, sw.hooked[kind])
                 if not self._head_due(now):
                     return
                 continue
