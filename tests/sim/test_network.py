@@ -10,7 +10,6 @@ from panama.core.packet import CE, ECT0, NOT_ECT
 from panama.core.topology import fat_tree, leaf_spine
 from panama.core.units import us
 from panama.sim.engine import Engine, TraceRecorder
-from panama.sim.packet import NUM_KINDS
 from panama.sim.network import (
     DROP_NO_HANDLER,
     DROP_QUEUE_FULL,
@@ -20,6 +19,7 @@ from panama.sim.network import (
     NetworkConfig,
     SimPacket,
 )
+from panama.sim.packet import NUM_KINDS
 
 
 def make(graph, config=None, seed=0, trace=None):
