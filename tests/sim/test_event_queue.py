@@ -5,7 +5,8 @@ The C queue keeps entries due far ahead (about 17 us or more) in a second heap a
 them to the near one when they come first; the mix crosses that boundary both ways, with
 ties between a far entry pushed early and near ones pushed later at the same time,
 events that schedule themselves again (near or far) while they fire, plain callables,
-timers with stale entries, and runs cut into slices with pushes between them.
+timers with stale entries, and runs cut into slices with pushes between them. Events are
+scheduled through ``EventQueue.schedule`` and through ``schedule_event``, alike.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import random
 import pytest
 
 from panama.sim.engine import Engine
-from panama.sim.heap import Event
+from panama.sim.heap import Event, schedule_event
 
 _FAR = 1 << 24  # the C queue's boundary (heap.pyx, _FAR_PS)
 _DELAYS = (0, 1, 7, 300, 5_000, 1_000_000, _FAR - 1, _FAR, _FAR + 1, 3 * _FAR, 200_000_000)
@@ -74,7 +75,12 @@ class _Again(Event):
 
     def put(self, t: int) -> None:
         self.lab = self.model.label(t)
-        self.model.eng.schedule(t, self)
+        # Both entry points: the method, and the function the components call (compiled,
+        # the method's body inline in them; here, from Python, the C function itself).
+        if self.model.rng.random() < 0.5:
+            self.model.eng.schedule(t, self)
+        else:
+            schedule_event(self.model.eng, t, self)
 
     def fire(self):
         m = self.model

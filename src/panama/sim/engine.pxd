@@ -2,7 +2,7 @@
 # The event queue it builds on is the component panama.sim.heap (heap.pyx / heap.py).
 cimport cython
 
-from panama.sim.heap cimport Event, EventQueue
+from panama.sim.heap cimport Event, EventQueue, schedule_event
 
 cdef object _STALE
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from panama.sim.heap import STALE, Event, EventQueue, StopRun
+from panama.sim.heap import STALE, Event, EventQueue, StopRun, schedule_event
 
 __all__ = ["Engine", "Event", "Timer", "TraceRecorder", "StopRun"]
 
@@ -121,7 +121,7 @@ class Timer:
             return  # the live entry comes first: on expiry it re-arms for the deadline
         self._token += 1
         self._entry_time = time_ps
-        eng.schedule(time_ps, _TimerEntry(self, self._token))
+        schedule_event(eng, time_ps, _TimerEntry(self, self._token))
 
     def cancel(self) -> None:
         self.when = None
@@ -146,7 +146,7 @@ class Timer:
             self._token += 1
             entry.token = self._token
             self._entry_time = when
-            eng.schedule(when, entry)
+            schedule_event(eng, when, entry)
             return _STALE  # nothing happened now
         self.when = None
         self.callback()

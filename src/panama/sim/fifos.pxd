@@ -48,6 +48,12 @@ cdef inline Py_ssize_t _slot(Py_ssize_t head, Py_ssize_t k, Py_ssize_t cap) noex
         i -= cap
     return i
 
+# The pipe's error paths, out of line (fifos.pyx): with them inline, pop_packet grew past
+# what the C compiler inlines into the arrival loops once ``schedule_event`` was inlined
+# there too (docs/performance.md, tenth round).
+cdef int _empty_pipe() except -1
+cdef int _not_a_packet(object pkt) except -1
+
 @cython.final
 cdef class DelayLine:
     cdef _Held* _q
@@ -179,7 +185,7 @@ cdef class PacketPipe:
     cpdef inline object pop_head(self):
         cdef PyObject* p
         if not self._n:
-            raise IndexError("pop from an empty PacketPipe")
+            _empty_pipe()
         p = self._q[self._head].pkt
         self._head += 1
         if self._head == self._cap:
@@ -194,5 +200,5 @@ cdef class PacketPipe:
         the caller's conversion of pop_head's object was an out-of-line call per hop."""
         cdef object pkt = self.pop_head()
         if type(pkt) is not SimPacket:
-            raise TypeError(f"PacketPipe.pop_packet: not a SimPacket: {type(pkt).__name__}")
+            _not_a_packet(pkt)
         return <SimPacket>pkt

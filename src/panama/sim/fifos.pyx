@@ -147,6 +147,14 @@ cdef class ReleaseRings:
         return r.q[_slot(r.head, r.n, r.cap)].in_idx
 
 
+cdef int _empty_pipe() except -1:
+    raise IndexError("pop from an empty PacketPipe")
+
+
+cdef int _not_a_packet(object pkt) except -1:
+    raise TypeError(f"PacketPipe.pop_packet: not a SimPacket: {type(pkt).__name__}")
+
+
 cdef class PacketPipe:
     """See fifos.py. A C ring of ``(arrive_ps, packet)``; each entry owns a reference."""
 

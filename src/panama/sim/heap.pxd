@@ -7,9 +7,24 @@ from cpython.ref cimport PyObject
 cdef extern from *:
     ctypedef unsigned long long _u128 "unsigned __int128"
 
-# A heap key: (t, seq, slot) as one unsigned 128-bit integer (heap.pyx, _key).
+# A heap key: (t, seq, slot) as one unsigned 128-bit integer: ``t`` biased by 2**63 in the
+# high half, ``seq`` (below 2**40) and ``slot`` (below 2**24) in the low half (heap.pyx).
 ctypedef struct _Key:
     _u128 k
+
+cdef enum:
+    _SLOT_BITS = 24
+    _SEQ_BITS = 40
+
+cdef inline _u128 _key(long long t, long long seq, Py_ssize_t slot) noexcept:
+    return (((<_u128>(<unsigned long long>t ^ 0x8000000000000000ULL)) << 64)
+            | ((<unsigned long long>seq) << _SLOT_BITS) | <unsigned long long>slot)
+
+cdef inline long long _key_t(_u128 k) noexcept:
+    return <long long>(<unsigned long long>(k >> 64) ^ 0x8000000000000000ULL)
+
+cdef inline Py_ssize_t _key_slot(_u128 k) noexcept:
+    return <Py_ssize_t>(<unsigned long long>k & ((1ULL << _SLOT_BITS) - 1))
 
 # A 4-ary heap of keys in a C array (heap.pyx): ``n`` keys from ``keys``, room for ``cap``;
 # ``raw`` is the allocation ``keys`` lies in.
@@ -52,3 +67,23 @@ cdef class EventQueue:
     cpdef push(self, long long time_ps, object callback)
     cpdef schedule(self, long long time_ps, Event ev)
     cpdef long long run_due(self, long long limit) except? -1
+
+# ``EventQueue.schedule``'s body (see heap.py's ``schedule_event``): here, so that every
+# compiled module that cimports it gets its own inline copy; the ports' arrival handlers
+# and sends call it per packet hop, where a call through the method table and its
+# override check cost about 20 instructions (docs/performance.md, tenth round).
+cpdef inline int schedule_event(EventQueue q, long long time_ps, Event ev) except -1:
+    cdef long long seq = q.seq + 1
+    q.seq = seq
+    ev.t = time_ps
+    ev.seq = seq
+    if <PyObject*>ev == q._firing and not q._refired:
+        # The firing event scheduled itself: _settle_fired re-keys it where it is.
+        if seq >> _SEQ_BITS:
+            raise OverflowError("engine: more than 2**40 events scheduled in one run")
+        q._refired = True
+        q._refire_t = time_ps
+        q._refire_key = _key(time_ps, seq, _key_slot(q._near.keys[0].k))
+        return 0
+    q._heap_push(ev)
+    return 0

@@ -18,7 +18,8 @@ with every push (ties run in the order they were scheduled); :meth:`EventQueue.r
 pops and runs entries up to a time limit and returns how many it ran. A callback that
 did nothing (a superseded or cancelled timer entry) returns :data:`STALE`: ``now`` then
 stays at the previous real event's time. :class:`StopRun` raised by a callback ends the
-loop after that callback. :class:`panama.sim.engine.Engine` builds the scheduling API
+loop after that callback. ``schedule_event(q, t, ev)`` is ``q.schedule(t, ev)``, the name the
+simulator's components call (compiled, the method's body inline in each of them). :class:`panama.sim.engine.Engine` builds the scheduling API
 (``at``, ``after``, timers) on this class.
 """
 
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any
 
-__all__ = ["Event", "EventQueue", "StopRun", "STALE", "IMPLEMENTATION"]
+__all__ = ["Event", "EventQueue", "StopRun", "STALE", "IMPLEMENTATION", "schedule_event"]
 
 IMPLEMENTATION = "python"  # "C" in heap.pyx
 
@@ -111,3 +112,9 @@ class EventQueue:
         except StopRun:
             pass
         return n
+
+
+# ``schedule_event(q, t, ev)`` is ``q.schedule(t, ev)``. The simulator's components call
+# this name: compiled, each has the method's body inline (heap.pxd); interpreted, it is the
+# method itself, called as a function (no extra call).
+schedule_event = EventQueue.schedule

@@ -53,10 +53,6 @@ IMPLEMENTATION = "C"
 # Larger than any key (an event of time 2**63 - 1, seq 2**40 - 1): no far key.
 cdef _u128 _NO_KEY = ~(<_u128>0)
 
-cdef enum:
-    _SLOT_BITS = 24
-    _SEQ_BITS = 40
-
 # Entries due this far after now or later (retransmission timers, mostly) wait in a second
 # heap, out of the way of the near events' sifts (about 17 us).
 cdef long long _FAR_PS = 1LL << 24
@@ -70,17 +66,6 @@ class StopRun(Exception):
     """Raised inside a callback (or via ``Engine.stop``) to end the run now."""
 
 
-cdef inline _u128 _key(long long t, long long seq, Py_ssize_t slot) noexcept:
-    return (((<_u128>(<unsigned long long>t ^ 0x8000000000000000ULL)) << 64)
-            | ((<unsigned long long>seq) << _SLOT_BITS) | <unsigned long long>slot)
-
-
-cdef inline long long _key_t(_u128 k) noexcept:
-    return <long long>(<unsigned long long>(k >> 64) ^ 0x8000000000000000ULL)
-
-
-cdef inline Py_ssize_t _key_slot(_u128 k) noexcept:
-    return <Py_ssize_t>(<unsigned long long>k & ((1ULL << _SLOT_BITS) - 1))
 
 
 
@@ -316,19 +301,9 @@ cdef class EventQueue:
 
     cpdef schedule(self, long long time_ps, Event ev):
         """Fire ``ev`` at ``time_ps`` (>= now, unchecked); ``ev`` must not be pending
-        (the event firing now may schedule itself: it keeps its slot)."""
-        cdef long long seq = self.seq + 1
-        self.seq = seq
-        ev.t = time_ps
-        ev.seq = seq
-        if <PyObject*>ev == self._firing and not self._refired:
-            if seq >> _SEQ_BITS:
-                raise OverflowError("engine: more than 2**40 events scheduled in one run")
-            self._refired = True
-            self._refire_t = time_ps
-            self._refire_key = _key(time_ps, seq, _key_slot(self._near.keys[0].k))
-            return
-        self._heap_push(ev)
+        (the event firing now may schedule itself: it keeps its slot). The body is
+        ``schedule_event`` (heap.pxd), which compiled callers have inline."""
+        schedule_event(self, time_ps, ev)
 
     def pending(self):
         """Pending entries (including stale timer entries). While an event fires, its root

@@ -1,6 +1,7 @@
 # Types of panama/sim/lossless.py for the compiled fast path (setup.py); the .py is the source.
 cimport cython
 
+from panama.sim.heap cimport schedule_event
 from panama.sim.nodes cimport Host, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index

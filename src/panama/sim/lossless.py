@@ -20,6 +20,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from panama.core.packet import CE
+from panama.sim.heap import schedule_event
 from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, FLAG_TRACKED, NUM_KINDS, SimPacket
 from panama.sim.ports import Port
 from panama.sim.routing import ecmp_index
@@ -97,7 +98,7 @@ class LosslessPort(Port):
             if t < 0:
                 break
             if t > now:
-                self._eng.schedule(t, self)
+                schedule_event(self._eng, t, self)
                 return
             pkt = pipe.pop_packet()
             d = pkt.deliver
@@ -121,7 +122,7 @@ class LosslessPort(Port):
             if t < 0:
                 break
             if t > now:
-                self._eng.schedule(t, self)
+                schedule_event(self._eng, t, self)
                 return
             pkt = pipe.pop_packet()
             kind = pkt.kind
@@ -204,7 +205,7 @@ class LosslessPort(Port):
                 sw.note_release(end)
         if not self.armed:
             self.armed = True
-            self._eng.schedule(arrive, self)
+            schedule_event(self._eng, arrive, self)
 
     def _send_paused(self, pkt: SimPacket, in_idx: int, tx: int) -> bool:
         now = self._eng.now

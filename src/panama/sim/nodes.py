@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from panama.core.errors import FieldError
 from panama.sim.fifos import DelayLine, ReleaseRings
-from panama.sim.heap import Event
+from panama.sim.heap import Event, schedule_event
 from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_HANDLER, DROP_NO_ROUTE, NUM_KINDS, SimPacket
 from panama.sim.routing import ecmp_index
 
@@ -362,7 +362,7 @@ class Switch(Node):
         self._delayline.put(t, out, in_idx)
         if not self._dl_armed:
             self._dl_armed = True
-            self._eng.schedule(t, self._dl_ev)
+            schedule_event(self._eng, t, self._dl_ev)
 
     def _drain_delayline(self) -> None:
         now = self._eng.now
@@ -370,7 +370,7 @@ class Switch(Node):
         t = dl.head_time()
         while t >= 0:
             if t > now:
-                self._eng.schedule(t, self._dl_ev)
+                schedule_event(self._eng, t, self._dl_ev)
                 return
             in_idx = dl.head_in_idx()
             self._emit(dl.pop_head(), in_idx)

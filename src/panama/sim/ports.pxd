@@ -3,7 +3,7 @@ cimport cython
 
 from panama.sim.engine cimport Engine
 from panama.sim.fifos cimport PacketPipe, ReleaseRings
-from panama.sim.heap cimport Event
+from panama.sim.heap cimport Event, schedule_event
 from panama.sim.nodes cimport Host, Node, Switch
 from panama.sim.packet cimport SimPacket
 from panama.sim.routing cimport ecmp_index

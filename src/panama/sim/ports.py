@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from panama.core.packet import CE
 from panama.sim.fifos import PacketPipe, ReleaseRings
-from panama.sim.heap import Event
+from panama.sim.heap import Event, schedule_event
 from panama.sim.nodes import Host, Switch
 from panama.sim.packet import DROP_NO_ROUTE, DROP_QUEUE_FULL, FLAG_TRACKED, NUM_KINDS, SimPacket
 from panama.sim.routing import ecmp_index
@@ -238,7 +238,7 @@ class Port(Event):
             self.tally.ahead(self, pkt, now)
         if not self.armed:
             self.armed = True
-            self._eng.schedule(arrive, self)
+            schedule_event(self._eng, arrive, self)
         if self._trace is not None:
             self._trace_packet(now, "tx", pkt, backlog)
 
@@ -268,7 +268,7 @@ class Port(Event):
             self.armed = False
             return False
         if t > now:
-            self._eng.schedule(t, self)
+            schedule_event(self._eng, t, self)
             return False
         return True
 

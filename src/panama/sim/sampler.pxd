@@ -2,7 +2,7 @@
 cimport cython
 
 from panama.sim.engine cimport Engine
-from panama.sim.heap cimport Event
+from panama.sim.heap cimport Event, schedule_event
 from panama.sim.ports cimport Port
 
 @cython.final

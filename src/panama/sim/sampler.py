@@ -9,7 +9,7 @@ import numpy as np
 
 from panama.core.errors import FieldError
 from panama.sim.engine import Engine
-from panama.sim.heap import Event
+from panama.sim.heap import Event, schedule_event
 
 if TYPE_CHECKING:
     from panama.sim.ports import Port
@@ -52,7 +52,7 @@ class QueueSampler(Event):
         t = engine.now if start_ps is None else start_ps
         if t < engine.now:  # as Engine.at
             raise ValueError(f"cannot schedule at {t} ps, before now={engine.now} ps")
-        engine.schedule(t, self)
+        schedule_event(engine, t, self)
 
     def _record(self) -> np.ndarray:
         """The samples so far as a read-only ``(len(times_ps), len(ports))`` view of the record.
@@ -89,7 +89,7 @@ class QueueSampler(Event):
             view[k] = ((b if b > 0 else 0) + p.waiting_ps) // p.ps_per_byte
             k += 1
         if eng.pending():
-            eng.schedule(now + self.interval_ps, self)
+            schedule_event(eng, now + self.interval_ps, self)
 
     def _grow(self, need: int) -> None:
         """Room for ``need`` entries at least (doubling), the view taken again."""
