@@ -18,9 +18,10 @@ with every push (ties run in the order they were scheduled); :meth:`EventQueue.r
 pops and runs entries up to a time limit and returns how many it ran. A callback that
 did nothing (a superseded or cancelled timer entry) returns :data:`STALE`: ``now`` then
 stays at the previous real event's time. :class:`StopRun` raised by a callback ends the
-loop after that callback. ``schedule_event(q, t, ev)`` is ``q.schedule(t, ev)``, the name the
-simulator's components call (compiled, the method's body inline in each of them). :class:`panama.sim.engine.Engine` builds the scheduling API
-(``at``, ``after``, timers) on this class.
+loop after that callback. ``schedule_event(q, t, ev)`` is ``q.schedule(t, ev)``, the name
+the simulator's components call (compiled, the method's body inline in each of them).
+:class:`panama.sim.engine.Engine` builds the scheduling API (``at``, ``after``, timers) on
+this class.
 """
 
 from __future__ import annotations
