@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{tree} is not a source tree (no src/panama)")
     if args.pairs < 2:
         ap.error("--pairs must be 2 or more (the interval needs two differences)")
+    if not args.ms > 0 or not args.timeout > 0:
+        ap.error(f"--ms and --timeout must be > 0, got {args.ms!r} and {args.timeout!r}")
     runs: dict[str, list[dict]] = {"A": [], "B": []}
     trees = {"A": args.tree_a, "B": args.tree_b}
     for i in range(args.pairs):

@@ -57,10 +57,13 @@ def test_a_faster_tree_is_reported_with_its_interval(tmp_path, monkeypatch, caps
     assert summary["a_median_ns_per_hop"] == pytest.approx(100.0)
 
 
-def test_not_a_source_tree_is_a_usage_error(tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--ms", "0"], ["--pairs", "1"], ["--timeout", "-1"]])
+def test_bad_arguments_are_usage_errors(tmp_path, extra, capsys):
+    trees = [str(tmp_path), str(tmp_path)] if not extra else list(_trees(tmp_path))
     with pytest.raises(SystemExit) as exc:
-        ab_trees.main([str(tmp_path), str(tmp_path)])
+        ab_trees.main([*trees, *extra])
     assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
 
 
 def test_this_tree_against_itself_gives_identical_results():

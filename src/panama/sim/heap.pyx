@@ -66,10 +66,6 @@ class StopRun(Exception):
     """Raised inside a callback (or via ``Engine.stop``) to end the run now."""
 
 
-
-
-
-
 cdef int _keys_grow(_Keys* h) except -1:
     """Double the key array of ``h``. The keys start 3 entries past a 64-byte boundary, so
     that every group of siblings (from entry 1 on) fills a line."""
