@@ -467,9 +467,14 @@ def test_two_tiers_spines_send_each_result_once_to_both_leaves(io):
     xs = _inputs(6)
     calls = 2
     with LocalCluster(leaves=2, spines=2, hosts_per_leaf=2, log_level="WARNING") as lc:
+        # Rank 0 reads the counters once every rank has its results: a leaf counts a group
+        # datagram before relaying it, so the other leaf's count is complete only then (read
+        # as soon as rank 0 finished, it lagged by the datagrams still in flight: CI, 35 of 38).
+        all_done = threading.Barrier(W)
 
         def body(comm, rank):
             outs = [comm.allreduce(xs[rank]) for _ in range(calls)]
+            all_done.wait(timeout=60)
             stats = lc.switch_stats() if rank == 0 else None  # the job is still installed
             return outs, stats
 
