@@ -49,7 +49,7 @@ SCHEMES = ("panama", "panama-or", "ina-single", "ina-fixed", "ring")
 OPTIONS: dict[str, tuple[float, tuple, tuple]] = {
     "network.pfc": (0.4, (False,), (False,)),
     "network.queue_limit_bytes": (0.3, (30_000, 60_000, 100_000), (8_000, 15_000, 30_000)),
-    "network.switch_buffer_bytes": (0.2, (200_000, 400_000), (100_000, 200_000)),
+    "network.switch_buffer_bytes": (0.2, (600_000, 1_000_000), (400_000, 600_000)),
     "panama.num_trees": (0.3, (1, 2, 4), (1, 2, 4)),
     "panama.cc": (0.3, ("dctcp-path", "dctcp-or"), ("dctcp-path", "dctcp-or")),
     "panama.min_pto_us": (0.3, (20.0, 100.0), (20.0, 100.0)),
