@@ -18,9 +18,10 @@ and ``jobs.csv`` byte for byte.
     python bench/identity_fuzz.py --cases 30 --seed 11 --json fuzz.json
 
 One line per case (the overrides, the packet hops, the drops, "identical" or the keys that
-differ); exit status 1 if any case differs or fails on one side only. A case refused by
-both paths with the same message (an override the scenario rejects, e.g. a switch buffer
-smaller than its PFC headroom) is reported and counted apart, not as a difference.
+differ); exit status 1 if any case differs or fails on one side only, 2 where the compiled
+modules are not built (nothing to compare). A case refused by both paths with the same
+message (an override the scenario rejects, e.g. a switch buffer smaller than its PFC
+headroom) is reported and counted apart, not as a difference.
 """
 
 from __future__ import annotations
