@@ -84,10 +84,12 @@ def draw_case(rng: random.Random, stress: bool) -> tuple[str, list[str]]:
 
 def simulate(base: str, sets: list[str], out: Path, pure: bool, timeout_s: float) -> dict[str, Any]:
     """One ``panama simulate`` in a child process: ``{"summary": ...}`` or ``{"error": ...}``."""
+    from panama import _ext
+
     env = dict(os.environ)
-    env.pop("PANAMA_NO_EXTENSIONS", None)
+    env.pop(_ext.ENV_VAR, None)
     if pure:
-        env["PANAMA_NO_EXTENSIONS"] = "1"
+        env[_ext.ENV_VAR] = "1"
     args = [sys.executable, "-m", "panama", "simulate", str(BASES[base][0]), "--out", str(out), "--no-plots", "-q"]
     for s in sets:
         args += ["--set", s]
@@ -160,10 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             base, sets = draw_case(rng, args.stress)
             row = run_case(base, sets, Path(tmp) / str(i), args.timeout, pool)
             rows.append(row)
-            detail = {
-                "identical": lambda r: f"{r['hops']:,} hops, {r['drops']:,} drops",
-                "differs": lambda r: "differ: " + ", ".join(r["differ"][:8]),
-            }.get(row["verdict"], lambda r: r["error"])(row)
+            if row["verdict"] == "identical":
+                detail = f"{row['hops']:,} hops, {row['drops']:,} drops"
+            elif row["verdict"] == "differs":
+                detail = "differ: " + ", ".join(row["differ"][:8])
+            else:
+                detail = row["error"]
             print(f"{i + 1:3d}/{args.cases} {row['verdict']:9s} {base:8s} {' '.join(sets)}  ({detail})", flush=True)
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("identical", "differs", "failed", "refused")}
     print(", ".join(f"{n} {v}" for v, n in counts.items()))
