@@ -25,13 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 from scipy import stats
+
+from panama import _ext
 
 # One run in a child process: the scenario of `panama bench sim`, one slice, CPU seconds.
 _CHILD = r"""
@@ -54,11 +55,7 @@ print(json.dumps({"cpu_s": cpu, "hops": hops, "events": run.engine.events,
 
 def run_once(tree: Path, scenario: str, ms: float, pure: bool, timeout_s: float) -> dict:
     """One run of ``scenario`` with ``tree``'s sources (and its in-place build)."""
-    env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-    if pure:
-        env["PANAMA_NO_EXTENSIONS"] = "1"
-    else:
-        env.pop("PANAMA_NO_EXTENSIONS", None)
+    env = _ext.child_env(pure, PYTHONPATH=str(tree / "src"))
     try:
         out = subprocess.run(
             [sys.executable, "-c", _CHILD, scenario, repr(ms)],

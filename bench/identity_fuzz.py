@@ -11,8 +11,9 @@ latencies, 100 Gb/s links. This draws ``--cases`` scenarios from a seeded genera
 random overrides (``--stress`` picks the harsher values: small queues and switch
 buffers, 16-64 accelerator slots, more lossy fabrics). Each case runs ``panama simulate``
 twice in child processes, compiled and with ``PANAMA_NO_EXTENSIONS=1`` (the two at once on
-two cores), and compares ``summary.json`` (less wall time and ``compiled``), ``flows.csv``
-and ``jobs.csv`` byte for byte.
+two cores), and compares their outputs as the identity test does
+(``panama.sim.outputs.differences``: ``summary.json`` less wall time and ``compiled``,
+``flows.csv`` and ``jobs.csv`` byte for byte).
 
     python bench/identity_fuzz.py --cases 40 --seed 23 --stress
     python bench/identity_fuzz.py --cases 30 --seed 11 --json fuzz.json
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
@@ -86,35 +86,17 @@ def simulate(base: str, sets: list[str], out: Path, pure: bool, timeout_s: float
     """One ``panama simulate`` in a child process: ``{"summary": ...}`` or ``{"error": ...}``."""
     from panama import _ext
 
-    env = dict(os.environ)
-    env.pop(_ext.ENV_VAR, None)
-    if pure:
-        env[_ext.ENV_VAR] = "1"
     args = [sys.executable, "-m", "panama", "simulate", str(BASES[base][0]), "--out", str(out), "--no-plots", "-q"]
     for s in sets:
         args += ["--set", s]
     try:
-        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout_s)
+        done = subprocess.run(args, env=_ext.child_env(pure), capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"error": f"no result within {timeout_s:.0f} s ({'pure' if pure else 'compiled'})"}
     if done.returncode:
         lines = done.stderr.strip().splitlines()
         return {"error": lines[-1] if lines else f"exit status {done.returncode}"}
     return {"summary": json.loads((out / "summary.json").read_text())}
-
-
-def differences(fast_dir: Path, fast: dict, pure_dir: Path, pure: dict) -> list[str]:
-    """What differs between the two runs: summary keys (less the nondeterministic ones),
-    then ``flows.csv`` / ``jobs.csv`` (present on one side only, or other bytes)."""
-    from panama.sim.outputs import NONDETERMINISTIC_KEYS
-
-    keys = sorted((set(fast) | set(pure)) - set(NONDETERMINISTIC_KEYS))
-    diff = [k for k in keys if fast.get(k) != pure.get(k)]
-    for name in ("flows.csv", "jobs.csv"):
-        a, b = fast_dir / name, pure_dir / name
-        if a.exists() != b.exists() or (a.exists() and a.read_bytes() != b.read_bytes()):
-            diff.append(name)
-    return diff
 
 
 def run_case(base: str, sets: list[str], work: Path, timeout_s: float, pool: ThreadPoolExecutor) -> dict[str, Any]:
@@ -133,7 +115,9 @@ def run_case(base: str, sets: list[str], work: Path, timeout_s: float, pool: Thr
     if a.get("compiled") is not True or b.get("compiled") is not False:
         row.update(verdict="failed", error=f"compiled: {a.get('compiled')} and {b.get('compiled')}, not true and false")
         return row
-    diff = differences(fast_dir, a, pure_dir, b)
+    from panama.sim.outputs import differences
+
+    diff = differences(fast_dir, pure_dir)
     row.update(verdict="differs" if diff else "identical", differ=diff, hops=a.get("packet_hops"), drops=a.get("drops"))
     return row
 

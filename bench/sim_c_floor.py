@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import pyximport
 
-from panama._ext import ENV_VAR, compiled
+from panama._ext import child_env, compiled
 from panama.benchmarks.sim import (
     ACK_BYTES,
     DATA_BYTES,
@@ -108,7 +107,7 @@ def main() -> None:
             f"heapq loop, {N_FLOWS * WINDOW} entries": heapq_ns(hops),
             "simulator, compiled": sim_ns,
         }
-        env = dict(os.environ, **{ENV_VAR: "1"})
+        env = child_env(True)
         out = subprocess.run(
             [sys.executable, __file__, "--pure-child", "--duration-ms", str(args.duration_ms)],
             env=env,

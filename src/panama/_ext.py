@@ -58,6 +58,7 @@ __all__ = [
     "COMPILED_MODULES",
     "COMPONENTS",
     "ENV_VAR",
+    "child_env",
     "source_of",
     "no_extensions",
     "bad_cython",
@@ -124,6 +125,17 @@ def source_of(name: str) -> str:
 def no_extensions() -> bool:
     """True when ``PANAMA_NO_EXTENSIONS`` asks for the pure-Python path."""
     return os.environ.get(ENV_VAR, "") not in ("", "0")
+
+
+def child_env(pure: bool, **extra: str) -> dict[str, str]:
+    """The environment for a child Python process that runs the pure-Python path
+    (``pure``: ``PANAMA_NO_EXTENSIONS=1``) or the compiled one where it is built (the
+    variable removed, whatever this process was given); ``extra`` variables added."""
+    env = dict(os.environ, **extra)
+    env.pop(ENV_VAR, None)
+    if pure:
+        env[ENV_VAR] = "1"
+    return env
 
 
 def _fix(version: str) -> str:

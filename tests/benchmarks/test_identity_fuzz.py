@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from panama import _ext
-from panama.sim.outputs import NONDETERMINISTIC_KEYS
 from panama.sim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,25 +34,6 @@ def test_every_draw_is_a_scenario_the_loader_accepts_and_a_seed_repeats_it(stres
     slots = {s for _, sets in draws for s in sets if s.startswith("pswitch.packet_memory_slots=")}
     harsh = {f"pswitch.packet_memory_slots={v}" for v in identity_fuzz.OPTIONS["pswitch.packet_memory_slots"][2]}
     assert slots and (slots <= harsh) == stress
-
-
-def _outputs(tmp_path, name, summary, flows="a,b\n1,2\n"):
-    d = tmp_path / name
-    d.mkdir()
-    (d / "flows.csv").write_text(flows)
-    (d / "jobs.csv").write_text("job\n1\n")
-    return d, summary
-
-
-def test_differences_names_summary_keys_and_files_and_ignores_wall_time(tmp_path):
-    nondeterministic = sorted(NONDETERMINISTIC_KEYS)[0]
-    a = _outputs(tmp_path, "a", {"packet_hops": 10, "drops": 1, nondeterministic: 1.0})
-    b = _outputs(tmp_path, "b", {"packet_hops": 10, "drops": 1, nondeterministic: 2.0})
-    assert identity_fuzz.differences(*a, *b) == []
-    c = _outputs(tmp_path, "c", {"packet_hops": 11, "drops": 1}, flows="a,b\n1,3\n")
-    assert identity_fuzz.differences(*a, *c) == ["packet_hops", "flows.csv"]
-    (c[0] / "jobs.csv").unlink()
-    assert identity_fuzz.differences(*a, *c)[-1] == "jobs.csv"
 
 
 @pytest.mark.parametrize(
@@ -82,7 +62,10 @@ def test_differences_names_summary_keys_and_files_and_ignores_wall_time(tmp_path
 def test_the_verdict_of_a_case(monkeypatch, tmp_path, fast, pure, verdict):
     def simulate(base, sets, out, is_pure, timeout_s):
         out.mkdir(parents=True)
-        return pure if is_pure else fast
+        result = pure if is_pure else fast
+        if "summary" in result:
+            (out / "summary.json").write_text(json.dumps(result["summary"]))
+        return result
 
     monkeypatch.setattr(identity_fuzz, "simulate", simulate)
     with identity_fuzz.ThreadPoolExecutor(2) as pool:

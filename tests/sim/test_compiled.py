@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,23 +22,17 @@ import pytest
 import panama
 from panama import _ext
 from panama.core.packet import CE, ECT0, FLAG_RESULT, Packet, new_packet
-from panama.sim.outputs import NONDETERMINISTIC_KEYS
+from panama.sim.outputs import differences
 from panama.sim.packet import KIND_PANAMA, PANAMA_OVERHEAD_BYTES, SimPacket, panama_sim_packet
 
 GOLDEN = Path(__file__).parent / "golden_sim" / "tiny.toml"
 HEAVY = Path(panama.__file__).parent / "data" / "scenarios" / "panama_heavy.toml"
 
 
-def _env(pure: bool) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop(_ext.ENV_VAR, None)
-    if pure:
-        env[_ext.ENV_VAR] = "1"
-    return env
-
-
 def _python(code: str, pure: bool) -> str:
-    out = subprocess.run([sys.executable, "-c", code], env=_env(pure), capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=_ext.child_env(pure), capture_output=True, text=True, check=True
+    )
     return out.stdout.strip()
 
 
@@ -47,7 +40,7 @@ def _simulate(scenario: Path, out: Path, pure: bool, sets: list[str]) -> dict:
     args = [sys.executable, "-m", "panama", "simulate", str(scenario), "--out", str(out), "--no-plots", "-q"]
     for s in sets:
         args += ["--set", s]
-    subprocess.run(args, env=_env(pure), check=True, capture_output=True, text=True)
+    subprocess.run(args, env=_ext.child_env(pure), check=True, capture_output=True, text=True)
     return json.loads((out / "summary.json").read_text())
 
 
@@ -58,6 +51,15 @@ def test_switch_forces_the_pure_path():
     compiled, kinds = _python(code, pure=False).split(" ", 1)
     assert kinds in ("[False]", "[True]") and (compiled == "True") == (kinds == "[True]")
     assert (compiled == "True") == _ext.extensions_built()
+
+
+def test_child_env_sets_or_removes_the_switch(monkeypatch):
+    monkeypatch.setenv(_ext.ENV_VAR, "1")
+    assert _ext.ENV_VAR not in _ext.child_env(False)  # compiled where built, whatever this process has
+    env = _ext.child_env(True, PYTHONPATH="elsewhere")
+    assert env[_ext.ENV_VAR] == "1" and env["PYTHONPATH"] == "elsewhere"
+    monkeypatch.delenv(_ext.ENV_VAR)
+    assert _ext.child_env(True)[_ext.ENV_VAR] == "1"
 
 
 CASES = {
@@ -96,13 +98,10 @@ def test_compiled_and_pure_give_identical_outputs(case, tmp_path):
     fast = _simulate(scenario, tmp_path / "compiled", False, sets)
     pure = _simulate(scenario, tmp_path / "pure", True, sets)
     assert fast["compiled"] is True and pure["compiled"] is False
-    strip = lambda s: {k: v for k, v in s.items() if k not in NONDETERMINISTIC_KEYS}  # noqa: E731
-    assert strip(fast) == strip(pure)
+    assert differences(tmp_path / "compiled", tmp_path / "pure") == []
     assert fast["packet_hops"] > 0
     if case.endswith("-pfc"):
         assert fast["pfc_pauses"] > 0
-    for name in ("flows.csv", "jobs.csv"):
-        assert (tmp_path / "compiled" / name).read_bytes() == (tmp_path / "pure" / name).read_bytes(), name
 
 
 def test_stale_extensions_force_the_pure_path_with_one_warning_line(monkeypatch, capsys):

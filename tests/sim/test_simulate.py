@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from panama.cli import main
+from panama.sim.outputs import NONDETERMINISTIC_KEYS, differences
 
 TINY = [
     "--set",
@@ -180,3 +181,26 @@ def test_topology_overrides_change_link_rates_and_delays():
         assert rate == (25e9 if topo.is_host(a) or topo.is_host(b) else 100e9)
     plain = build_topology(load_scenario(None))
     assert {r for *_, r, _ in plain.links()} == {10e9}
+
+
+def _outputs(tmp_path, name, summary, flows="a,b\n1,2\n"):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "summary.json").write_text(json.dumps(summary))
+    (d / "flows.csv").write_text(flows)
+    (d / "jobs.csv").write_text("job\n1\n")
+    return d
+
+
+def test_differences_names_summary_keys_and_files_and_ignores_wall_time(tmp_path):
+    nondeterministic = sorted(NONDETERMINISTIC_KEYS)[0]
+    a = _outputs(tmp_path, "a", {"packet_hops": 10, "drops": 1, nondeterministic: 1.0})
+    b = _outputs(tmp_path, "b", {"packet_hops": 10, "drops": 1, nondeterministic: 2.0})
+    assert differences(a, b) == []
+    c = _outputs(tmp_path, "c", {"packet_hops": 11, "drops": 1}, flows="a,b\n1,3\n")
+    assert differences(a, c) == ["packet_hops", "flows.csv"]
+    (c / "jobs.csv").unlink()
+    assert differences(a, c)[-1] == "jobs.csv"
+    # A key on one side only differs, even where the other side's value would read as None.
+    d = _outputs(tmp_path, "d", {"packet_hops": 10, "drops": 1, "p99_us": None})
+    assert differences(a, d) == ["p99_us"]

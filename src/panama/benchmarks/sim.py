@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from panama._ext import ENV_VAR, compiled
+from panama._ext import child_env, compiled
 from panama.benchmarks.settings import SimBenchConfig
 from panama.core.errors import FieldError
 from panama.core.units import PS_PER_S, ms, us
@@ -357,15 +356,13 @@ def _pure_child() -> None:
 def _compare_once(scenario: str, duration_ps: int, seed: int, slices: int, copies: int) -> dict[str, Any]:
     """One repetition of :func:`compare_pure`: ``copies`` compiled runs here and one pure
     run in a child process, slice by slice in turn."""
-    env = dict(os.environ)
-    env[ENV_VAR] = "1"
     code = "import sys; from panama.benchmarks.sim import _pure_child; _pure_child()"
     child = subprocess.Popen(
         [sys.executable, "-c", code, scenario, str(duration_ps), str(seed), str(slices)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env=env,
+        env=child_env(True),
     )
     try:
         assert json.loads(child.stdout.readline())["compiled"] is False

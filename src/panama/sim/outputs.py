@@ -289,6 +289,26 @@ def write(result: SimResult, out_dir: Path, *, plots: bool = True) -> list[Path]
     return files
 
 
+# The files two runs of one scenario must give byte for byte (beside summary.json).
+COMPARED_FILES = ("flows.csv", "jobs.csv")
+
+
+def differences(dir_a: Path, dir_b: Path) -> list[str]:
+    """What differs between two ``panama simulate`` output folders: ``summary.json``'s
+    keys (present on one side only, or other values; less :data:`NONDETERMINISTIC_KEYS`),
+    then each of :data:`COMPARED_FILES` that is present on one side only or holds other
+    bytes. Empty when the runs are identical (the compiled-vs-pure identity's test)."""
+    a = json.loads((Path(dir_a) / "summary.json").read_text())
+    b = json.loads((Path(dir_b) / "summary.json").read_text())
+    keys = sorted((set(a) | set(b)) - set(NONDETERMINISTIC_KEYS))
+    diff = [k for k in keys if k not in a or k not in b or a[k] != b[k]]
+    for name in COMPARED_FILES:
+        fa, fb = Path(dir_a) / name, Path(dir_b) / name
+        if fa.exists() != fb.exists() or (fa.exists() and fa.read_bytes() != fb.read_bytes()):
+            diff.append(name)
+    return diff
+
+
 def _write_csv(path: Path, columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> Path:
     with path.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(columns), extrasaction="ignore")
