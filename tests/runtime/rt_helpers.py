@@ -1,8 +1,9 @@
-"""Shared helpers of the runtime tests: run several ranks in threads, check sums."""
+"""Shared helpers of the runtime tests: run several ranks in threads, check sums, wait for a state."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -54,6 +55,18 @@ def run_ranks(
         t.join(timeout=120)
         assert not t.is_alive(), "a rank thread did not finish within 120 s"
     return results, errors
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 30.0, poll_s: float = 0.05) -> Any:
+    """Poll ``predicate()`` until it returns a true value (returned); fail naming ``what``
+    after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
+        time.sleep(poll_s)
 
 
 def random_arrays(rng: np.random.Generator, world_size: int, shape: tuple[int, ...]) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from rt_helpers import assert_close_to_reference, random_arrays, run_ranks
+from rt_helpers import assert_close_to_reference, random_arrays, run_ranks, wait_for
 
 from panama.runtime.cluster import LocalCluster
 from panama.runtime.control.client import request_json
@@ -47,16 +47,6 @@ def _call(addr, method, path, body=None, token=TOKEN, raw: bytes | None = None, 
         return resp.status, json.loads(out)
     except ValueError:
         return resp.status, out.decode("utf-8", "replace")
-
-
-def _wait_for(predicate, what: str, timeout_s: float = 30.0, poll_s: float = 0.05):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
-        time.sleep(poll_s)
 
 
 def _metric(cluster, name):
@@ -198,7 +188,7 @@ def test_a_refused_registration_changes_nothing(cluster):
         target=_register, args=(cluster, job, {**base, "rank": 0, "udp": "127.0.0.1:6000"}, results, 0)
     )
     t0.start()
-    _wait_for(lambda: _job(cluster, job).get("registered") == [0], "rank 0 registered")
+    wait_for(lambda: _job(cluster, job).get("registered") == [0], "rank 0 registered")
     before = _job(cluster, job)
     conflicts = [
         ({**base, "rank": 0, "udp": "127.0.0.1:6009", "payload_elems": 1, "size_bytes": 10**12, "trees": None}, "rank"),
@@ -244,9 +234,9 @@ def test_a_waiting_rank_is_taken_over_only_by_its_own_run_once_its_call_hung_up(
         target=_register, args=(cluster, job, {**base, "rank": 0, "udp": "127.0.0.1:6100"}, results, "r0")
     )
     r0.start()
-    _wait_for(lambda: _job(cluster, job).get("registered") == [0], "rank 0 registered")
+    wait_for(lambda: _job(cluster, job).get("registered") == [0], "rank 0 registered")
     old = _open_registration(cluster, job, {**base, "rank": 1, "udp": "127.0.0.1:6101", "incarnation": "a1"})
-    _wait_for(lambda: _job(cluster, job).get("registered") == [0, 1], "rank 1 registered")
+    wait_for(lambda: _job(cluster, job).get("registered") == [0, 1], "rank 1 registered")
     before = _job(cluster, job)
     again = {**base, "rank": 1, "udp": "127.0.0.1:6102", "incarnation": "b2"}
     status, reply = _call(cluster.controller_addr, "POST", f"/v1/jobs/{job}/register", again)
@@ -258,7 +248,7 @@ def test_a_waiting_rank_is_taken_over_only_by_its_own_run_once_its_call_hung_up(
     old.close()  # rank 1's process died at the barrier
     new = threading.Thread(target=_register, args=(cluster, job, again, results, "new"))
     new.start()
-    _wait_for(lambda: "127.0.0.1:6102" in json.dumps(_job(cluster, job).get("hosts")) or True, "rank 1 again")
+    wait_for(lambda: "127.0.0.1:6102" in json.dumps(_job(cluster, job).get("hosts")) or True, "rank 1 again")
     _register(cluster, job, {**base, "rank": 2, "udp": "127.0.0.1:6103"}, results, "r2")
     for t in (r0, new):
         t.join(timeout=60)
@@ -293,16 +283,16 @@ def test_a_rank_that_crashed_at_the_registration_barrier_rejoins(cluster):
 
     first = threading.Thread(target=rank, args=(0,), daemon=True)
     first.start()
-    _wait_for(lambda: _job(cluster, job).get("registered") == [0], "rank 0 registered", timeout_s=60)
+    wait_for(lambda: _job(cluster, job).get("registered") == [0], "rank 0 registered", timeout_s=60)
     env = dict(os.environ, PANAMA_JOB_TOKEN=process_job_token())  # one run with the threads' ranks
     proc = subprocess.Popen([sys.executable, "-c", CRASHING_RANK, cluster.controller, job], env=env)
     try:
-        _wait_for(lambda: _job(cluster, job).get("registered") == [0, 1], "the doomed rank 1 registered", timeout_s=60)
+        wait_for(lambda: _job(cluster, job).get("registered") == [0, 1], "the doomed rank 1 registered", timeout_s=60)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     # The dead rank's provisional registration is dropped (its register call hung up) ...
-    _wait_for(lambda: _job(cluster, job).get("registered") == [0], "the dead registration dropped", timeout_s=30)
+    wait_for(lambda: _job(cluster, job).get("registered") == [0], "the dead registration dropped", timeout_s=30)
     # ... and the restarted rank 1 joins rank 0 and rank 2 in a working job.
     rest = [threading.Thread(target=rank, args=(r,), daemon=True) for r in (1, 2)]
     for t in rest:
@@ -449,7 +439,7 @@ def test_a_controller_restart_keeps_a_running_job_running(rack, sig):
     first_done.wait()
     job_id = _job(rack, name)["job_id"]
     rack.restart_controller(sig)
-    info = _wait_for(lambda: _job(rack, name), "the restarted controller", timeout_s=60)
+    info = wait_for(lambda: _job(rack, name), "the restarted controller", timeout_s=60)
     restarted.set()
     assert info["state"] == "running" and info["recovered"] and info["job_id"] == job_id, info
     runner.join(timeout=120)

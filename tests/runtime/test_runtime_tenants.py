@@ -9,22 +9,14 @@ was tried on still get correct sums.
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
-from rt_helpers import run_ranks
+from rt_helpers import run_ranks, wait_for
 
 from panama.runtime.control.client import request_json
 from panama.runtime.control.tokens import new_token
 from panama.runtime.worker.communicator import Communicator, CommunicatorError
-
-
-def _wait_for(predicate, what: str, timeout_s: float = 30.0):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout_s:g} s waiting for {what}"
-        time.sleep(0.05)
 
 
 def _job(cluster, name: str) -> dict:
@@ -52,7 +44,7 @@ def test_a_second_run_with_the_same_name_is_refused_never_merged(cluster):
 
     a0 = threading.Thread(target=rank, args=("A0", 0, 100.0, run_a), daemon=True)
     a0.start()
-    _wait_for(lambda: _job(cluster, job).get("registered") == [0], "run A's rank 0 registered")
+    wait_for(lambda: _job(cluster, job).get("registered") == [0], "run A's rank 0 registered")
     run = _job(cluster, job)["run"]
     rank("B0", 0, 1000.0, run_b)  # refused at once: the name is held by run A
     rank("A1", 1, 101.0, run_a)
@@ -83,7 +75,7 @@ def registering_job(cluster):
 
     t = threading.Thread(target=rank0, daemon=True)
     t.start()
-    _wait_for(lambda: _job(cluster, job).get("registered") == [0], "victim's rank 0 registered")
+    wait_for(lambda: _job(cluster, job).get("registered") == [0], "victim's rank 0 registered")
     yield job, token, out
     t.join(timeout=60)
 
@@ -102,7 +94,7 @@ def test_a_tenant_cannot_register_into_another_job(cluster, registering_job):
     assert _job(cluster, job) == before  # nothing changed
     with Communicator(cluster.controller, job, 1, 2, timeout_s=30, job_token=token, connect=True) as comm:
         mine = comm.allreduce(np.full(2_000, 2.0, np.float32))
-    _wait_for(lambda: 0 in out, "victim's rank 0 done")
+    wait_for(lambda: 0 in out, "victim's rank 0 done")
     assert np.all(mine == 3.0) and np.all(out[0] == 3.0), out
 
 
@@ -138,7 +130,7 @@ def test_a_tenant_cannot_leave_heartbeat_read_or_delete_another_job(cluster):
             daemon=True,
         )
         tenant_a.start()
-        _wait_for(lambda: _job(cluster, "tenant-a").get("registered") == [0], "tenant A's rank 0 registered")
+        wait_for(lambda: _job(cluster, "tenant-a").get("registered") == [0], "tenant A's rank 0 registered")
         for token, who in ((cluster.token, "the cluster token"), (a_token, "another job's token")):
             for method, path, body_ in (
                 ("POST", "/v1/jobs/tenant-b/leave", {"rank": 0}),
