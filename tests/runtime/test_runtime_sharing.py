@@ -62,6 +62,7 @@ def test_job_b_runs_while_job_a_sleeps_between_calls(rack):
     for first, second, _ in a_out:
         np.testing.assert_array_equal(first, expect_a)
         np.testing.assert_array_equal(second, expect_a)  # A comes back under the new share, exact
+
     # Every rank's closing ack of each of the three calls reaches the leaf (the last ones may
     # still be on their way when the ranks return: the rank sends it after its last result).
     def acks_in() -> int:
