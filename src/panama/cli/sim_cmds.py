@@ -77,7 +77,8 @@ def bench_sim(as_json: bool, **options) -> None:
     in-network jobs and background flows on a k=8 fat-tree. paper-100g: the first 10 ms of
     the shared-cluster 'paper' preset at 100 Gb/s (128 hosts, eight jobs, web-search
     background at load 0.3), scheme panama: the first allreduce starts at about 6.5 ms
-    (pure Python takes about 75 s per repetition, three repetitions). panama and
+    (pure Python takes one to two minutes per repetition, three repetitions: 6.5 min in
+    all on the 2-core development machine, 2026-11-29). panama and
     paper-100g also report engine events per packet hop. When the compiled fast path
     is installed, the pure-Python path runs the same scenario in a child process
     (PANAMA_NO_EXTENSIONS=1), in turn slice by slice; its rate, the speed-up and whether
