@@ -26,6 +26,14 @@ def test_background_hops_are_the_drawn_flows_packets_over_the_mean_path_with_ack
     assert e.job_hops == 0 and e.tree_hops == 0 and e.hops == e.background_hops
 
 
+def test_background_on_some_hosts_and_at_no_load():
+    sc = _scenario(duration_ms=10.0, jobs=[])
+    half = sc.model_copy(update={"background": sc.background.model_copy(update={"hosts": ["h0", "h1"]})})
+    # Two source hosts draw half the flows (the mean path is the topology's either way).
+    assert est.estimate_hops(half).background_hops == pytest.approx(est.estimate_hops(sc).background_hops / 2)
+    assert est.estimate_hops(sc.with_overrides(["background.load=0"])).background_hops == 0
+
+
 def test_truncated_flows_offer_only_the_packets_they_send():
     sc = _scenario(duration_ms=10.0, jobs=[])
     short = sc.with_overrides(["background.max_flow_bytes=100000"])
