@@ -42,6 +42,7 @@ __all__ = [
     "COMPILED_TREE_HOPS_PER_CPU_S",
     "PURE_TREE_HOPS_PER_CPU_S",
     "RunEstimate",
+    "packets_per_flow",
     "estimate_hops",
     "estimate_cpu_s",
     "describe_runs",
