@@ -32,6 +32,12 @@ def test_background_on_some_hosts_and_at_no_load():
     # Two source hosts draw half the flows (the mean path is the topology's either way).
     assert est.estimate_hops(half).background_hops == pytest.approx(est.estimate_hops(sc).background_hops / 2)
     assert est.estimate_hops(sc.with_overrides(["background.load=0"])).background_hops == 0
+    # A name that is no host of the topology is left to the run to refuse: the estimate
+    # counts the others and does not fail first.
+    odd = sc.model_copy(
+        update={"background": sc.background.model_copy(update={"hosts": ["h0", "h1", "nowhere", "leaf0"]})}
+    )
+    assert est.estimate_hops(odd).background_hops == pytest.approx(est.estimate_hops(half).background_hops)
 
 
 def test_truncated_flows_offer_only_the_packets_they_send():

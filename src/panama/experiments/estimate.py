@@ -110,7 +110,10 @@ def estimate_hops(sc, scheme: str | None = None, *, with_jobs: bool = True) -> R
     bg = sc.background
     stop_ms = sc.duration_ms if bg.stop_ms is None else min(bg.stop_ms, sc.duration_ms)
     seconds = max(0.0, stop_ms - bg.start_ms) / 1e3
-    hosts = list(bg.hosts) if bg.hosts is not None else list(topo.hosts)
+    hosts = list(topo.hosts)
+    if bg.hosts is not None:
+        # Names that are not hosts here are the run's to refuse, with its own message.
+        hosts = [h for h in bg.hosts if h in topo and topo.is_host(h)]
     background = 0.0
     if hosts and bg.load > 0:
         # As the runner draws them: one Poisson process per host at the slowest host link's rate.
