@@ -136,12 +136,18 @@ def estimate_hops(sc, scheme: str | None = None, *, with_jobs: bool = True) -> R
     return RunEstimate(background, jobs + tree, links, tree)
 
 
+def _rates(compiled: bool) -> tuple[float, float]:
+    """Hops per CPU second of one path: TCP and fabric hops, in-network aggregation's."""
+    if compiled:
+        return COMPILED_HOPS_PER_CPU_S, COMPILED_TREE_HOPS_PER_CPU_S
+    return PURE_HOPS_PER_CPU_S, PURE_TREE_HOPS_PER_CPU_S
+
+
 def estimate_cpu_s(hops: float, *, compiled: bool, tree_hops: float = 0.0) -> float:
     """CPU seconds to simulate ``hops`` packet hops, ``tree_hops`` of them in-network
     aggregation's (see the module docstring)."""
-    if compiled:
-        return (hops - tree_hops) / COMPILED_HOPS_PER_CPU_S + tree_hops / COMPILED_TREE_HOPS_PER_CPU_S
-    return (hops - tree_hops) / PURE_HOPS_PER_CPU_S + tree_hops / PURE_TREE_HOPS_PER_CPU_S
+    tcp, tree = _rates(compiled)
+    return (hops - tree_hops) / tcp + tree_hops / tree
 
 
 def _duration(seconds: float) -> str:
@@ -164,11 +170,7 @@ def describe_runs(runs: list[tuple[object, str, bool]], processes: int, *, compi
     procs = max(1, min(processes, len(runs)))
     wall = max(sum(cpu) / procs, max(cpu))
     path = "compiled" if compiled else "pure Python"
-    tcp, tree = (
-        (COMPILED_HOPS_PER_CPU_S, COMPILED_TREE_HOPS_PER_CPU_S)
-        if compiled
-        else (PURE_HOPS_PER_CPU_S, PURE_TREE_HOPS_PER_CPU_S)
-    )
+    tcp, tree = _rates(compiled)
     return (
         f"{what}: {len(runs)} runs, {procs} at a time: about {_duration(wall)} "
         f"({_duration(sum(cpu))} of CPU; estimate from the offered traffic at "
