@@ -37,6 +37,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from panama import _ext
+from panama.sim.outputs import differences
+
 ROOT = Path(__file__).resolve().parents[1]
 # Base scenario -> its duration in ms (None: the file's own).
 BASES: dict[str, tuple[Path, float | None]] = {
@@ -84,8 +87,6 @@ def draw_case(rng: random.Random, stress: bool) -> tuple[str, list[str]]:
 
 def simulate(base: str, sets: list[str], out: Path, pure: bool, timeout_s: float) -> dict[str, Any]:
     """One ``panama simulate`` in a child process: ``{"summary": ...}`` or ``{"error": ...}``."""
-    from panama import _ext
-
     args = [sys.executable, "-m", "panama", "simulate", str(BASES[base][0]), "--out", str(out), "--no-plots", "-q"]
     for s in sets:
         args += ["--set", s]
@@ -115,8 +116,6 @@ def run_case(base: str, sets: list[str], work: Path, timeout_s: float, pool: Thr
     if a.get("compiled") is not True or b.get("compiled") is not False:
         row.update(verdict="failed", error=f"compiled: {a.get('compiled')} and {b.get('compiled')}, not true and false")
         return row
-    from panama.sim.outputs import differences
-
     diff = differences(fast_dir, pure_dir)
     row.update(verdict="differs" if diff else "identical", differ=diff, hops=a.get("packet_hops"), drops=a.get("drops"))
     return row
@@ -134,8 +133,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--cases must be at least 1")
     if args.timeout <= 0:
         ap.error("--timeout must be positive")
-    from panama import _ext
-
     if not _ext.extensions_built():
         print("identity_fuzz: the compiled extensions are not built here: nothing to compare", file=sys.stderr)
         return 2
