@@ -245,10 +245,16 @@ def test_a_waiting_rank_is_taken_over_only_by_its_own_run_once_its_call_hung_up(
     status, reply = _call(cluster.controller_addr, "POST", f"/v1/jobs/{job}/register", intruder)
     assert status == 409 and "held by another run" in reply["error"] and before["run"] in reply["error"], reply
     assert _job(cluster, job) == before  # nothing changed
+    replaced = _metric(cluster, "panama_controller_jobs_replaced_ranks_total")
     old.close()  # rank 1's process died at the barrier
     new = threading.Thread(target=_register, args=(cluster, job, again, results, "new"))
     new.start()
-    wait_for(lambda: "127.0.0.1:6102" in json.dumps(_job(cluster, job).get("hosts")) or True, "rank 1 again")
+    # The new incarnation holds rank 1 before rank 2 completes the barrier (else the job
+    # could be admitted with the dead rank's address, or admission could race the takeover).
+    wait_for(
+        lambda: _metric(cluster, "panama_controller_jobs_replaced_ranks_total") == replaced + 1,
+        "the new incarnation of rank 1 to replace the one that hung up",
+    )
     _register(cluster, job, {**base, "rank": 2, "udp": "127.0.0.1:6103"}, results, "r2")
     for t in (r0, new):
         t.join(timeout=60)
