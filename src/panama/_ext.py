@@ -5,9 +5,9 @@ modules that the import system prefers to the ``.py`` beside them:
 
 * components with two implementations of one contract (:data:`COMPONENTS`): a pure-Python
   ``name.py`` and a C ``name.pyx`` (declarations in ``name.pxd``): the simulator's event
-  queue, :mod:`panama.sim.heap`, and its switch FIFOs (a lossless port's release ring, a
-  switch's hook delay line), :mod:`panama.sim.fifos`. The ``.py`` twin never runs
-  compiled.
+  queue, :mod:`panama.sim.heap`, its switch FIFOs (a lossless port's release ring, a
+  switch's hook delay line), :mod:`panama.sim.fifos`, and where its packets sit in
+  memory, :mod:`panama.sim.placement`. The ``.py`` twin never runs compiled.
 * the other modules of :data:`COMPILED_MODULES`, the simulator's hot modules and the core
   modules it drives, compiled from their own ``.py`` with the C types declared in the
   ``.pxd`` beside them: extension types with C fields, ``cpdef``/``cdef`` functions and
@@ -74,13 +74,14 @@ __all__ = [
 ]
 
 # Components with a pure-Python .py and a C .pyx (see the module docstring).
-COMPONENTS: tuple[str, ...] = ("panama.sim.heap", "panama.sim.fifos")
+COMPONENTS: tuple[str, ...] = ("panama.sim.heap", "panama.sim.fifos", "panama.sim.placement")
 
 # Modules compiled by setup.py: the simulator's hot path and the core modules it drives
 # (the components included). All or none of them run compiled.
 COMPILED_MODULES: tuple[str, ...] = (
     "panama.sim.heap",
     "panama.sim.fifos",
+    "panama.sim.placement",
     "panama.sim.engine",
     "panama.sim.packet",
     "panama.sim.nodes",

@@ -9,19 +9,19 @@ from panama.core.packet cimport Packet
 # packet and the flow's bound callback, never references a SimPacket.
 @cython.final
 cdef class SimPacket:
-    # Fields in the order of use on the hot path: a packet's hops read the first eight
-    # (with the refcount), the transports the rest. Allocated by pymalloc, the object
-    # starts 48 bytes into a 64-byte line (its pool header is 48 bytes and every block 128),
-    # so bytes 16-79, the first eight fields, share one line and a hop touches two lines,
-    # not three (``flags`` was the last field: its own line, a miss in every _transmit).
+    # Fields in the order of use on the hot path. Compiled, every SimPacket starts on a
+    # 64-byte line (panama.sim.placement; CPython's allocator started it 48 bytes into
+    # one), so its header and the next seven fields, which every hop reads (kind, ecn and
+    # flags in C ints: small codes and bits), share one line: a hop touches one line of
+    # its packet, not two. ``deliver`` (read at the destination) opens the second line.
     cdef public long long arrive_ps
-    cdef public long long kind
-    cdef public long long dst
-    cdef public long long size_bytes
-    cdef public long long ecn
-    cdef public long long flags
     # A splitmix64 output (panama.sim.routing.flow_hash): ECMP reads it without a Python int.
     cdef public unsigned long long flow_hash
+    cdef public long long dst
+    cdef public long long size_bytes
+    cdef public int kind
+    cdef public int ecn
+    cdef public int flags
     cdef public object deliver
     cdef public object inner
     cdef public long long src
