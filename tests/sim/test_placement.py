@@ -30,6 +30,13 @@ def test_every_packet_starts_on_a_line_and_keeps_its_fields():
 
 
 @compiled_only
+def test_every_pipe_starts_on_a_line():
+    from panama.sim.fifos import PacketPipe
+
+    assert {id(PacketPipe()) % 64 for _ in range(100)} == {0}
+
+
+@compiled_only
 def test_freed_packets_make_room_for_the_next_ones():
     pkts = _packets(20_000)
     first = {id(p) for p in pkts}

@@ -193,3 +193,10 @@ cdef class PacketPipe:
         cdef object pkt = <object>self._q[_slot(self._head, self._n, self._cap)].pkt
         Py_DECREF(pkt)
         return pkt
+
+
+# Every pipe on a line of its own (panama.sim.placement), before any pipe exists: its header
+# and ring fields (56 bytes), which a hop reads at both ends of a link, in one line, not two.
+from panama.sim.placement import on_cache_lines
+
+on_cache_lines(PacketPipe)
