@@ -12,6 +12,7 @@ from panama.core.units import us
 from panama.sim.engine import Engine, TraceRecorder
 from panama.sim.network import (
     DROP_NO_HANDLER,
+    DROP_NO_ROUTE,
     DROP_QUEUE_FULL,
     KIND_OTHER,
     KIND_PANAMA,
@@ -298,3 +299,16 @@ def test_hooked_kinds_only_go_to_the_hook_and_a_removed_hook_lets_its_kind_be_ro
     net.send("h0", SimPacket(KIND_OTHER + 1, 0, 1, 100, seq=4))
     eng.run()
     assert seen == [1] and sorted(s for _, s, _ in got) == [0, 2, 3, 4]
+
+
+@pytest.mark.parametrize("lossless", [False, True])
+def test_a_packet_without_a_destination_and_no_hook_is_dropped_as_no_route(lossless):
+    """dst -1 (a hop-by-hop packet, here where no switch hooks its kind) matches the tables'
+    "no route" entry: dropped at the first switch and counted, on both arrival handlers."""
+    eng, net = make(star(2), NetworkConfig(lossless=lossless))
+    got = collect(net, "h1")
+    net.send("h0", SimPacket(KIND_PANAMA, 0, -1, 100))
+    net.send("h0", SimPacket(KIND_OTHER, 0, 1, 100, seq=7))
+    eng.run()
+    assert net.counters()["drops"][DROP_NO_ROUTE] == 1
+    assert [s for _, s, _ in got] == [7]

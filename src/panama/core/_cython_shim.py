@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["cclass", "freelist", "no_gc"]
+__all__ = ["cclass", "freelist", "no_gc", "wraparound"]
 
 _C = TypeVar("_C", bound=type)
 
@@ -34,3 +34,13 @@ def no_gc(cls: _C) -> _C:
 def cclass(cls: _C) -> _C:
     """``@cython.cclass``: an extension type (compiled; its fields are in the ``.pxd``)."""
     return cls
+
+
+def wraparound(flag: bool) -> Callable[[_C], _C]:
+    """``@cython.wraparound(False)``: the function indexes with non-negative indices only, so
+    the compiled code reads no length for negative ones (interpreted: nothing changes)."""
+
+    def keep(fn: _C) -> _C:
+        return fn
+
+    return keep

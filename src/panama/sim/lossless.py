@@ -19,6 +19,11 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+try:
+    import cython  # the compiled build's directive below (a no-op interpreted)
+except ImportError:  # interpreted, without Cython installed
+    from panama.core import _cython_shim as cython
+
 from panama.core.packet import CE
 from panama.sim.heap import schedule_event
 from panama.sim.packet import DROP_LOSSLESS_OVERFLOW, DROP_NO_ROUTE, FLAG_TRACKED, NUM_KINDS, SimPacket
@@ -109,6 +114,9 @@ class LosslessPort(Port):
                 host.receive_unbound(pkt)
         self.armed = False
 
+    # Every index here is non-negative (dst -1 is taken aside first): compiled, an item of
+    # the forwarding tuples is read without their length, one cache line per table, not two.
+    @cython.wraparound(False)
     def _deliver_switch_lossless(self) -> None:
         """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
         sw = self.peer_switch
@@ -130,9 +138,12 @@ class LosslessPort(Port):
                 sw._run_hook(pkt, idx, sw.hooked[kind])
                 continue
             dst = pkt.dst
+            if dst < 0:  # hop by hop and no hook here: the tables' "no route" entry
+                self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
+                continue
             out = sw.fib1[dst]
             if out is None:
-                ports = sw.fib[dst]  # a tuple (Network._build_routes): C length and item
+                ports = sw.fib[dst]  # a tuple of tuples (Network._build_routes): C length and item
                 n = len(ports)
                 if not n:
                     self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)

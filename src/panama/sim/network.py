@@ -208,12 +208,14 @@ class Network:
 
     def _build_routes(self, graph: nx.Graph, rng: np.random.Generator) -> None:
         """ECMP salts and every node's forwarding table (``fib``: next-hop ports per
-        destination host, plus one trailing "no route" entry; ``fib1``: the one port, if one)."""
+        destination host, plus one trailing "no route" entry; ``fib1``: the one port, if one).
+        Tuples, built once: compiled, an entry is one load from the table's own memory."""
         salts = rng.integers(0, 2**63 - 1, size=len(self.switches) + len(self.hosts), dtype=np.int64)
         for node, salt in zip(self.switches + self.hosts, salts.tolist(), strict=True):
             node.salt = int(salt)
         attach = {h.name: h.ports[0].peer.name for h in self.hosts if len(h.ports) == 1}
         host_group, roots, table = group_next_hops(graph, self.host_names, attach)
+        fibs: dict[str, list[tuple[Port, ...]]] = {}
         for node in self.nodes.values():
             pbn = node.port_by_name
             cache: dict[tuple, tuple[Port, ...]] = {}
@@ -225,14 +227,15 @@ class Network:
                 per_group.append(t)
             # One trailing "no route" entry, so that dst == -1 (hop-by-hop packets at a
             # switch without a hook) finds no port without a bounds check.
-            node.fib = [per_group[g] for g in host_group] + [()]
+            fibs[node.name] = [per_group[g] for g in host_group] + [()]
         for i, (h, g) in enumerate(zip(self.hosts, host_group)):
             root = self.nodes[roots[g]]
             if root is not h:
-                root.fib[i] = (root.port_by_name[h.name],)
-            h.fib[i] = ()
+                fibs[root.name][i] = (root.port_by_name[h.name],)
+            fibs[h.name][i] = ()
         for node in self.nodes.values():
-            node.fib1 = [t[0] if len(t) == 1 else None for t in node.fib]
+            node.fib = tuple(fibs[node.name])
+            node.fib1 = tuple(t[0] if len(t) == 1 else None for t in node.fib)
 
     def _set_lossless(self, cfg: NetworkConfig) -> None:
         """Lossless switches: shared buffer, PFC headroom and thresholds, release queues."""

@@ -19,8 +19,8 @@ cdef class HookObject:
 cdef class Node:
     # The forwarding table first: a switch's arrival handler reads it with the object's
     # header (refcount, type), in the same cache line (see Switch).
-    cdef public list fib1
-    cdef public list fib
+    cdef public tuple fib1
+    cdef public tuple fib
     cdef public unsigned long long salt
     cdef public Engine _eng
     cdef public object tally

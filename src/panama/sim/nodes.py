@@ -48,8 +48,8 @@ class Node:
         self.kind = kind
         self.ports: list[Port] = []
         self.port_by_name: dict[str, Port] = {}
-        self.fib: list[tuple[Port, ...]] = []
-        self.fib1: list[Port | None] = []  # the port where fib[dst] has exactly one
+        self.fib: tuple[tuple[Port, ...], ...] = ()
+        self.fib1: tuple[Port | None, ...] = ()  # the port where fib[dst] has exactly one
         self.salt = 0
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:  # pragma: no cover - abstract

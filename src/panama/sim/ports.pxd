@@ -82,7 +82,7 @@ cdef class Port(Event):
     @cython.locals(sw=Switch, pkt=SimPacket, pipe=PacketPipe, out=Port, now=cython.longlong,
                    mask=cython.longlong, kind=cython.longlong,
                    dst=cython.longlong, n=cython.Py_ssize_t, size=cython.longlong, tx=cython.longlong,
-                   bu=cython.longlong, backlog=cython.longlong, end=cython.longlong, fib1=list)
+                   bu=cython.longlong, backlog=cython.longlong, end=cython.longlong, fib1=tuple)
     cpdef _deliver_switch(self)
 
     cpdef _deliver_host_checked(self)
