@@ -1,6 +1,7 @@
-"""The few ``cython`` decorators the packet classes use, as no-ops, for an interpreted
-install without Cython (the compiled build reads the real ones at compile time: they
-change how an extension type allocates, never what the code does).
+"""The few ``cython`` decorators the packet classes and the lossless arrival handler use,
+as no-ops, for an interpreted install without Cython (the compiled build reads the real
+ones at compile time: they change how an extension type allocates or how an index is
+read, never what the code does).
 
 ``panama.core.packet`` and ``panama.sim.packet`` put ``Packet`` and ``SimPacket`` on a free
 list and outside the cyclic garbage collector (``freelist``, ``no_gc``, which Cython takes
