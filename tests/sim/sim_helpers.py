@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import networkx as nx
 
+from panama import _ext
 from panama.core.units import us
 
 
@@ -15,3 +19,12 @@ def star(n_hosts: int, rate_bps=10e9, delay_ps=us(1), rates: dict | None = None)
         g.add_node(f"h{i}", kind="host")
         g.add_edge(f"h{i}", "tor0", rate_bps=(rates or {}).get(i, rate_bps), delay_ps=delay_ps)
     return g
+
+
+def python_child(code: str, pure: bool) -> str:
+    """The stripped stdout of ``python -c code`` in a child on one path (pure: the ``.py``
+    files, else the compiled modules where built)."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=_ext.child_env(pure), capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sim_helpers import python_child
 
 import panama
 from panama import _ext
@@ -27,13 +28,6 @@ from panama.sim.packet import KIND_PANAMA, PANAMA_OVERHEAD_BYTES, SimPacket, pan
 
 GOLDEN = Path(__file__).parent / "golden_sim" / "tiny.toml"
 HEAVY = Path(panama.__file__).parent / "data" / "scenarios" / "panama_heavy.toml"
-
-
-def _python(code: str, pure: bool) -> str:
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=_ext.child_env(pure), capture_output=True, text=True, check=True
-    )
-    return out.stdout.strip()
 
 
 def _simulate(scenario: Path, out: Path, pure: bool, sets: list[str]) -> dict:
@@ -46,9 +40,9 @@ def _simulate(scenario: Path, out: Path, pure: bool, sets: list[str]) -> dict:
 
 def test_switch_forces_the_pure_path():
     code = "from panama import _ext; print(_ext.compiled(), sorted(set(_ext.compiled_modules().values())))"
-    assert _python(code, pure=True) == "False [False]"
+    assert python_child(code, pure=True) == "False [False]"
     # Without the switch every module of the fast path is compiled, or none is.
-    compiled, kinds = _python(code, pure=False).split(" ", 1)
+    compiled, kinds = python_child(code, pure=False).split(" ", 1)
     assert kinds in ("[False]", "[True]") and (compiled == "True") == (kinds == "[True]")
     assert (compiled == "True") == _ext.extensions_built()
 
@@ -124,9 +118,9 @@ def test_each_component_has_a_python_and_a_c_implementation():
             assert base.with_suffix(ext).exists(), f"{name}: no {ext}"
         assert _ext.source_of(name) == str(base.with_suffix(".pyx"))
     code = f"import {_ext.COMPONENTS[0]} as m; print(m.IMPLEMENTATION)"
-    assert _python(code, pure=True) == "python"
+    assert python_child(code, pure=True) == "python"
     if _ext.extensions_built():
-        assert _python(code, pure=False) == "C"
+        assert python_child(code, pure=False) == "C"
 
 
 def test_generated_c_goes_under_build_never_into_src():

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import re
 
 import pytest
+from sim_helpers import python_child
 
-from panama import _ext
 from panama.sim import placement
 from panama.sim.packet import SimPacket
 from panama.sim.ports import Port
@@ -60,7 +59,7 @@ def test_freed_packets_make_room_for_the_next_ones():
     ],
 )
 def test_a_type_that_cannot_be_placed_is_refused_by_name(cls, why):
-    with pytest.raises(TypeError, match="^on_cache_lines: " + why.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(TypeError, match="^on_cache_lines: " + re.escape(why)):
         placement.on_cache_lines(cls)
 
 
@@ -69,7 +68,4 @@ def test_the_python_twin_places_nothing():
         "from panama.sim import placement as p; from panama.sim.packet import SimPacket; "
         "print(p.IMPLEMENTATION, p.on_cache_lines(SimPacket) is SimPacket, p.reserved_bytes())"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=_ext.child_env(True), capture_output=True, text=True, check=True
-    )
-    assert out.stdout.split() == ["python", "True", "0"]
+    assert python_child(code, pure=True).split() == ["python", "True", "0"]

@@ -5,6 +5,8 @@ structs that grow by doubling. Contract and choice of implementation: ``fifos.py
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.string cimport memcpy
 
+from panama.sim.placement import on_cache_lines
+
 IMPLEMENTATION = "C"
 
 cdef long long _NEVER_C = (<long long>1) << _NEVER_SHIFT  # later than any simulated time (panama.sim.engine)
@@ -197,6 +199,4 @@ cdef class PacketPipe:
 
 # Every pipe on a line of its own (panama.sim.placement), before any pipe exists: its header
 # and ring fields (56 bytes), which a hop reads at both ends of a link, in one line, not two.
-from panama.sim.placement import on_cache_lines
-
 on_cache_lines(PacketPipe)
