@@ -303,8 +303,8 @@ def test_hooked_kinds_only_go_to_the_hook_and_a_removed_hook_lets_its_kind_be_ro
 
 @pytest.mark.parametrize("lossless", [False, True])
 def test_a_packet_without_a_destination_and_no_hook_is_dropped_as_no_route(lossless):
-    """dst -1 (a hop-by-hop packet, here where no switch hooks its kind) matches the tables'
-    "no route" entry: dropped at the first switch and counted, on both arrival handlers."""
+    """dst -1 (a hop-by-hop packet, here where no switch hooks its kind) has no route:
+    dropped at the first switch and counted, on both arrival handlers."""
     eng, net = make(star(2), NetworkConfig(lossless=lossless))
     got = collect(net, "h1")
     net.send("h0", SimPacket(KIND_PANAMA, 0, -1, 100))
@@ -312,3 +312,22 @@ def test_a_packet_without_a_destination_and_no_hook_is_dropped_as_no_route(lossl
     eng.run()
     assert net.counters()["drops"][DROP_NO_ROUTE] == 1
     assert [s for _, s, _ in got] == [7]
+
+
+@pytest.mark.parametrize("lossless", [False, True])
+@pytest.mark.parametrize("dst", [2, 1 << 40, -2])
+def test_a_destination_outside_the_tables_is_an_error_naming_the_switch(lossless, dst):
+    """A hand-made packet whose dst is no host index (nor -1) stops the run with an
+    IndexError from the switch that met it, on every forwarding path (both arrival handlers,
+    the generic receive, a host's route): no path reads past its tables or routes by a
+    negative index."""
+    eng, net = make(star(2), NetworkConfig(lossless=lossless))
+    net.send("h0", SimPacket(KIND_OTHER, 0, dst, 100))
+    with pytest.raises(IndexError, match=rf"tor0: packet destination {dst} is not a host index \(0\.\.1\) or -1"):
+        eng.run()
+    tor = net.switch("tor0")
+    with pytest.raises(IndexError, match="tor0: packet destination"):
+        tor.receive(SimPacket(KIND_OTHER, 0, dst, 100), 0)
+    with pytest.raises(IndexError, match="tor0: packet destination"):
+        tor.route(SimPacket(KIND_OTHER, 0, dst, 100))
+    assert tor.route(SimPacket(KIND_OTHER, 0, -1, 100)) is None

@@ -1,4 +1,4 @@
-"""The few ``cython`` decorators the packet classes and the lossless arrival handler use,
+"""The few ``cython`` decorators the packet classes and the switches' arrival handlers use,
 as no-ops, for an interpreted install without Cython (the compiled build reads the real
 ones at compile time: they change how an extension type allocates or how an index is
 read, never what the code does).

@@ -114,8 +114,9 @@ class LosslessPort(Port):
                 host.receive_unbound(pkt)
         self.armed = False
 
-    # Every index here is non-negative (dst -1 is taken aside first): compiled, an item of
-    # the forwarding tuples is read without their length, one cache line per table, not two.
+    # Every index here is in range (dst is checked against the tables' length, a field of
+    # the switch): compiled, an item of the forwarding tuples is read without their length,
+    # one cache line per table, not two.
     @cython.wraparound(False)
     def _deliver_switch_lossless(self) -> None:
         """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
@@ -138,8 +139,10 @@ class LosslessPort(Port):
                 sw._run_hook(pkt, idx, sw.hooked[kind])
                 continue
             dst = pkt.dst
-            if dst < 0:  # hop by hop and no hook here: the tables' "no route" entry
-                self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
+            if not 0 <= dst < sw.host_count:
+                if dst != -1:
+                    raise sw.bad_destination(pkt)
+                self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)  # hop by hop, no hook here
                 continue
             out = sw.fib1[dst]
             if out is None:

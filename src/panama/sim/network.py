@@ -208,7 +208,7 @@ class Network:
 
     def _build_routes(self, graph: nx.Graph, rng: np.random.Generator) -> None:
         """ECMP salts and every node's forwarding table (``fib``: next-hop ports per
-        destination host, plus one trailing "no route" entry; ``fib1``: the one port, if one).
+        destination host; ``fib1``: the one port, if one; ``host_count``: their length).
         Tuples, built once: compiled, an entry is one load from the table's own memory."""
         salts = rng.integers(0, 2**63 - 1, size=len(self.switches) + len(self.hosts), dtype=np.int64)
         for node, salt in zip(self.switches + self.hosts, salts.tolist(), strict=True):
@@ -225,9 +225,7 @@ class Network:
                 if t is None:
                     t = cache[hops] = tuple(pbn[x] for x in hops)
                 per_group.append(t)
-            # One trailing "no route" entry, so that dst == -1 (hop-by-hop packets at a
-            # switch without a hook) finds no port without a bounds check.
-            fibs[node.name] = [per_group[g] for g in host_group] + [()]
+            fibs[node.name] = [per_group[g] for g in host_group]
         for i, (h, g) in enumerate(zip(self.hosts, host_group)):
             root = self.nodes[roots[g]]
             if root is not h:
@@ -236,6 +234,7 @@ class Network:
         for node in self.nodes.values():
             node.fib = tuple(fibs[node.name])
             node.fib1 = tuple(t[0] if len(t) == 1 else None for t in node.fib)
+            node.host_count = len(self.hosts)
 
     def _set_lossless(self, cfg: NetworkConfig) -> None:
         """Lossless switches: shared buffer, PFC headroom and thresholds, release queues."""

@@ -21,6 +21,7 @@ cdef class Node:
     # header (refcount, type), in the same cache line (see Switch).
     cdef public tuple fib1
     cdef public tuple fib
+    cdef public long long host_count
     cdef public unsigned long long salt
     cdef public Engine _eng
     cdef public object tally

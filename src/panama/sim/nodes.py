@@ -38,7 +38,7 @@ _NEVER = 1 << 62  # later than any simulated time (as panama.sim.engine)
 class Node:
     """Common part of hosts and switches: name, ports, forwarding table."""
 
-    __slots__ = ("net", "tally", "_eng", "name", "kind", "ports", "port_by_name", "fib", "fib1", "salt")
+    __slots__ = ("net", "tally", "_eng", "name", "kind", "ports", "port_by_name", "fib", "fib1", "host_count", "salt")
 
     def __init__(self, net: Network, name: str, kind: str):
         self.net = net
@@ -50,6 +50,7 @@ class Node:
         self.port_by_name: dict[str, Port] = {}
         self.fib: tuple[tuple[Port, ...], ...] = ()
         self.fib1: tuple[Port | None, ...] = ()  # the port where fib[dst] has exactly one
+        self.host_count = 0  # the tables' length: a routed packet's dst is in range(host_count)
         self.salt = 0
 
     def receive(self, pkt: SimPacket, in_idx: int) -> None:  # pragma: no cover - abstract
@@ -62,11 +63,21 @@ class Node:
         except KeyError:
             raise KeyError(f"{self.name} has no link to {neighbour!r}") from None
 
+    def bad_destination(self, pkt: SimPacket) -> IndexError:
+        """The error for a packet whose ``dst`` is neither a host index nor -1 (hop by hop):
+        raised by every forwarding path, so that no path reads past its tables."""
+        return IndexError(
+            f"{self.name}: packet destination {pkt.dst} is not a host index (0..{self.host_count - 1}) or -1"
+        )
+
     def route(self, pkt: SimPacket) -> Port | None:
-        """The ECMP choice of output port for a routed packet (None: no route)."""
+        """The ECMP choice of output port for a routed packet (None: no route, also for
+        ``dst`` -1; :meth:`bad_destination` raised for any other ``dst`` outside the tables)."""
         dst = pkt.dst
-        if dst < 0 or dst >= len(self.fib) - 1:
-            return None
+        if not 0 <= dst < self.host_count:
+            if dst == -1:
+                return None
+            raise self.bad_destination(pkt)
         ports = self.fib[dst]
         n = len(ports)
         if n == 1:
@@ -273,10 +284,12 @@ class Switch(Node):
             self._run_hook(pkt, in_idx, hook)
             return
         dst = pkt.dst
-        fib = self.fib
-        if dst < -1 or dst >= len(fib) - 1:
-            raise IndexError(f"{self.name}: packet destination {dst} is not a host index (or -1)")
-        ports = fib[dst]
+        if not 0 <= dst < self.host_count:
+            if dst != -1:
+                raise self.bad_destination(pkt)
+            self.tally.drop(None, pkt, DROP_NO_ROUTE, node=self)  # hop by hop, no hook here
+            return
+        ports = self.fib[dst]
         n = len(ports)
         if n == 1:
             port = ports[0]

@@ -20,6 +20,11 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+try:
+    import cython  # the compiled build's directive below (a no-op interpreted)
+except ImportError:  # interpreted, without Cython installed
+    from panama.core import _cython_shim as cython
+
 from panama.core.packet import CE
 from panama.sim.fifos import PacketPipe, ReleaseRings
 from panama.sim.heap import Event, schedule_event
@@ -299,6 +304,8 @@ class Port(Event):
             if not self._head_due(self._eng.now):
                 return
 
+    # Every index here is in range (dst is checked against the tables' length first).
+    @cython.wraparound(False)
     def _deliver_switch(self) -> None:
         """Arrival at a lossy switch: ECMP forwarding and the next port's :meth:`send`
         inlined (the hot path of the simulator); hooked kinds go to their hook."""
@@ -319,14 +326,20 @@ class Port(Event):
                     return
                 continue
             dst = pkt.dst
-            out = fib1[dst]  # dst == -1 hits the trailing "no route" entries
-            if out is None:
-                ports = sw.fib[dst]
-                n = len(ports)
-                if n:
-                    out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
-                else:
-                    self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
+            if 0 <= dst < sw.host_count:
+                out = fib1[dst]
+                if out is None:
+                    ports = sw.fib[dst]
+                    n = len(ports)
+                    if n:
+                        out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
+                    else:
+                        self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
+            elif dst == -1:  # hop by hop and no hook here
+                out = None
+                self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
+            else:
+                raise sw.bad_destination(pkt)
             if out is not None:
                 # --- Port.send(out, pkt), inlined but for its tail (_transmit) ---
                 size = pkt.size_bytes
