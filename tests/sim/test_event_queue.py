@@ -171,3 +171,25 @@ def test_small_and_ragged_heaps_re_key_their_root_in_order(n):
     assert len(m.fired) >= n
     assert m.fired == sorted(m.fired)
     assert not m.pending and eng.pending() == 0
+
+
+def test_an_entry_pushed_behind_the_latest_stale_one_still_comes_first():
+    """A stale entry (it returns STALE) does not move ``now``, though the C queue's wheel
+    moves past it: an entry pushed afterwards between ``now`` and the stale entry's time
+    (here between two ``run_due`` calls) fires before every later one, in (time, seq)
+    order, on both implementations."""
+    from panama.sim.heap import STALE
+
+    eng = Engine()
+    seen = []
+    eng.at(100, lambda: seen.append(100))
+    eng.at(12_000, lambda: STALE)  # a cancelled timer's entry, say
+    for t in (50_000, 50_000, 3 * _FAR):
+        eng.at(t, lambda t=t: seen.append(t))
+    assert eng.run_due(20_000) == 2 and eng.now == 100
+    for t in (500, 12_000, 50_000):
+        eng.at(t, lambda t=t: seen.append(-t))  # behind the stale entry, then among the rest
+    assert eng.pending() == 6 and eng.next_time() == 500
+    eng.run()
+    assert seen == [100, -500, -12_000, 50_000, 50_000, -50_000, 3 * _FAR]
+    assert eng.pending() == 0 and eng.next_time() is None

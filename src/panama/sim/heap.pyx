@@ -4,29 +4,37 @@
 The contract, and how this file and its pure-Python twin ``heap.py`` are chosen, are in
 ``heap.py``'s docstring; both run entries in the same ``(time, seq)`` order.
 
-Here the pending entries are ``(t, seq, slot)`` keys, 16 bytes each, in two 4-ary heaps
-in C arrays (``_Keys``: the children of entry ``i`` are ``4i+1 .. 4i+4``, and the array is
-placed so that each group of four siblings fills one 64-byte cache line: a pop reads one
-line per level, half the levels of a binary heap): ``t`` biased by 2**63 in the high half,
-``seq`` (below 2**40) and ``slot`` (below 2**24) in the low half, so the keys compare as
-``(t, seq)`` do (seq numbers are unique). ``slot`` is the event's position in ``heap``, a
-list that only owns the pending events (visible to the garbage collector) and whose free
-positions are reused (``_vacant``, ``_nfree`` of them). Sifting moves keys in contiguous
-memory and never touches the events themselves; the loop calls each event's ``fire()``
-as a C method.
+Here the pending entries are ``(t, seq, slot)`` keys, 16 bytes each: ``t`` biased by
+2**63 in the high half, ``seq`` (below 2**40) and ``slot`` (below 2**24) in the low half,
+so the keys compare as ``(t, seq)`` do (seq numbers are unique). ``slot`` is the event's
+position in ``heap``, a list that only owns the pending events (visible to the garbage
+collector) and whose free positions are reused (``_vacant``, ``_nfree`` of them). The loop
+calls each event's ``fire()`` as a C method.
 
-The near heap (``_near``) holds the entries due less than ``_FAR_PS`` after ``now`` when
-they were pushed; the far heap (``_far``) the others: on a fat tree, about 40 % of the
-pending entries are retransmission timers 100 us or more ahead, which would otherwise
-deepen every sift of the near events (ports' next arrivals) that make most of the pops.
-Events fire from the near heap's root; the far heap's root moves there (``_bring_far``)
-once it is the earliest key (``_far_min``), so the order is exactly the keys' order.
+The near keys, those due less than 2**24 ps (about 17 us) after the wheel's base, are in
+a wheel of 8,192 buckets of 2,048 ps: bucket ``(t >> 11) mod 8192``, each a list of slots
+linked through their entries (``_went``, by slot) in ascending key order, a bit per non-empty bucket in
+``_wbits``, the smallest key and its bucket kept. Every wheel key lies in
+``[_wbase, _wbase + 2**24)`` (``_wbase`` aligned to a bucket), so the buckets from the
+smallest key's, in ring order, are in time order: a pop unlinks the head of that bucket
+and, if it is left empty, finds the next set bit (one or two 64-bit words on a busy
+fabric); a push walks its bucket (about two keys at 100 Gb/s). The base moves up to each
+popped key's bucket. The far heap (``_far``, a 4-ary heap of keys in a C array: the
+children of entry ``i`` are ``4i+1 .. 4i+4``, each group of four siblings one 64-byte
+line) holds the other keys: retransmission timers 100 us or more ahead, mostly, and a key
+pushed below the base (a push between runs, after a stale entry let ``now`` fall back).
+Its root moves to the wheel (``_bring_far``) once it is the earliest key (``_far_min``);
+one below the base first moves the wheel's keys to the far heap (``_drain_wheel``, rare).
+So the order is exactly the keys' order. An event leaves the wheel when it fires; if it
+schedules itself meanwhile, ``schedule`` notes its new key and it goes back in its slot.
+(The wheel replaced a 4-ary heap for the near keys too, whose sift was a fifth of a
+100 Gb/s hop's instructions: docs/performance.md, fourteenth round.)
 """
 
 from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 cdef extern from *:
     # GCC/Clang: a hint to load a cache line early.
@@ -53,9 +61,15 @@ IMPLEMENTATION = "C"
 # Larger than any key (an event of time 2**63 - 1, seq 2**40 - 1): no far key.
 cdef _u128 _NO_KEY = ~(<_u128>0)
 
-# Entries due this far after now or later (retransmission timers, mostly) wait in a second
-# heap, out of the way of the near events' sifts (about 17 us).
-cdef long long _FAR_PS = 1LL << 24
+# The wheel: its buckets, the words of its bitmap, its span in ps (keys due this far after
+# its base or later wait in the far heap).
+cdef enum:
+    _NB = 1 << _WHEEL_BITS
+    _NWORDS = _NB >> 6
+cdef long long _SPAN_PS = (<long long>_NB) << _BUCKET_SHIFT
+
+cdef extern from *:
+    int _ctz "__builtin_ctzll"(unsigned long long x) noexcept nogil
 
 # Returned by an event callback that did nothing (see heap.py).
 STALE = object()
@@ -111,10 +125,10 @@ cdef inline void _sift_root(_Key* keys, _u128 k, Py_ssize_t n) noexcept:
     A full group of four siblings (all but the last one) takes the smaller of each pair,
     then the smaller of the two, with pointer arithmetic on the compares' results and a
     select rather than branches: which child wins is a coin toss a branch predictor cannot
-    learn. (On the paper's fat tree the new key of a re-fired port ends at a leaf on 9
-    sifts in 10; going down to a leaf without comparing with ``k`` and sifting ``k`` up
-    from there, Floyd's way, measured no fewer instructions: the compare with ``k`` shares
-    the loop's branch.)"""
+    learn. (When the near keys were in such a heap too, a re-fired port's new key ended at
+    a leaf on 9 sifts in 10; going down to a leaf without comparing with ``k`` and sifting
+    ``k`` up from there, Floyd's way, measured no fewer instructions: the compare with ``k``
+    shares the loop's branch.)"""
     cdef _Key* hole = keys
     cdef _Key* end = keys + n
     # The group at g is full if g < full_end (no pointer before keys: n is 1 or more).
@@ -204,67 +218,162 @@ cdef class _Call(Event):
         return self.fn()
 
 
-cdef inline int _add(EventQueue q, long long t, _u128 k) except -1:
-    """Put key ``k`` (of time ``t``) in the near heap of ``q``, or in the far one if ``t``
-    is ``_FAR_PS`` or more after now."""
-    if t - q.now < _FAR_PS:
-        return _keys_push(&q._near, k)
+cdef inline Py_ssize_t _bucket(_u128 k) noexcept:
+    """The wheel bucket of key ``k``."""
+    return <Py_ssize_t>((<unsigned long long>_key_t(k) >> _BUCKET_SHIFT) & (_NB - 1))
+
+
+cdef inline long long _bucket_start(_u128 k) noexcept:
+    """The time the bucket of key ``k`` starts at (times are >= 0)."""
+    return (_key_t(k) >> _BUCKET_SHIFT) << _BUCKET_SHIFT
+
+
+cdef inline void _wheel_insert(EventQueue q, _u128 k, Py_ssize_t slot) noexcept:
+    """Put key ``k`` of ``slot`` in its bucket, in ascending order (``k`` is in the span)."""
+    cdef Py_ssize_t b = _bucket(k)
+    cdef int* link = &q._whead[b]
+    cdef int s = link[0]
+    cdef _Entry* went = q._went
+    while s >= 0 and went[s].k < k:
+        link = &went[s].next
+        s = link[0]
+    went[slot].next = s
+    went[slot].k = k
+    link[0] = <int>slot
+    q._wbits[b >> 6] |= 1ULL << (b & 63)
+    q._wn += 1
+    if k < q._wmin:
+        q._wmin = k
+        q._wmin_bucket = b
+
+
+cdef inline void _wheel_pop_min(EventQueue q) noexcept:
+    """Remove the wheel's smallest key (the wheel is not empty); its bucket becomes the
+    base. The next smallest is the head of the same bucket or of the next non-empty one."""
+    cdef Py_ssize_t b = q._wmin_bucket
+    cdef Py_ssize_t w
+    cdef unsigned long long word
+    cdef int s = q._went[q._whead[b]].next
+    q._whead[b] = s
+    q._wn -= 1
+    q._wbase = _bucket_start(q._wmin)
+    if s >= 0:
+        q._wmin = q._went[s].k
+        return
+    w = b >> 6
+    word = q._wbits[w] & ~(1ULL << (b & 63))
+    q._wbits[w] = word
+    if not q._wn:
+        q._wmin = _NO_KEY
+        return
+    word &= ~0ULL << (b & 63)  # the buckets after b in its word
+    while not word:  # a set bit exists (wn > 0): at worst b's word again, whole
+        w = (w + 1) & (_NWORDS - 1)
+        word = q._wbits[w]
+    b = (w << 6) | _ctz(word)
+    q._wmin_bucket = b
+    q._wmin = q._went[q._whead[b]].k
+
+
+cdef inline int _add(EventQueue q, _u128 k) except -1:
+    """Put key ``k`` in the wheel if it falls in the wheel's span (an empty wheel's span
+    starts at now's bucket), else in the far heap."""
+    cdef long long t = _key_t(k)
+    if not q._wn:
+        q._wbase = (q.now >> _BUCKET_SHIFT) << _BUCKET_SHIFT
+    if <unsigned long long>(t - q._wbase) < <unsigned long long>_SPAN_PS:
+        _wheel_insert(q, k, _key_slot(k))
+        return 0
     _keys_push(&q._far, k)
     q._far_min = q._far.keys[0].k
     return 0
 
 
-cdef inline int _settle_fired(EventQueue q) except -1:
-    """After the near root's event fired: if it scheduled itself again (``schedule``
-    noted its new key), the new key replaces the root's, keeping its slot, or goes to the
-    far heap; else the root is removed and its slot freed. Inline in the run loop (one
-    call and its register saves fewer per event)."""
-    cdef Py_ssize_t slot
+cdef inline int _settle_fired(EventQueue q, Py_ssize_t slot) except -1:
+    """After the event in ``slot`` fired (its key left the wheel first): if it scheduled
+    itself again (``schedule`` noted its new key), the key goes back, with the same slot;
+    else the slot is freed. Inline in the run loop (one call and its register saves fewer
+    per event)."""
     if q._refired:
         q._refired = False
-        if q._refire_t - q.now < _FAR_PS:
-            _sift_root(q._near.keys, q._refire_key, q._near.n)
-        else:
-            _keys_drop_root(&q._near)
-            _keys_push(&q._far, q._refire_key)
-            q._far_min = q._far.keys[0].k
+        _add(q, q._refire_key)
     else:
-        slot = _key_slot(q._near.keys[0].k)
         _put(q.heap, slot, None)
         q._vacant[q._nfree] = slot
         q._nfree += 1
-        _keys_drop_root(&q._near)
-    if q._near.n:
-        _prefetch_event(q, _key_slot(q._near.keys[0].k))
+    if q._wn:
+        _prefetch_event(q, _key_slot(q._wmin))
     return 0
 
 
 cdef class EventQueue:
     """See heap.py."""
 
+    def __cinit__(self):
+        self._whead = <int*>PyMem_Malloc(_NB * sizeof(int))
+        self._wbits = <unsigned long long*>PyMem_Malloc(_NWORDS * sizeof(unsigned long long))
+        if self._whead == NULL or self._wbits == NULL:
+            raise MemoryError()
+        memset(self._whead, 0xFF, _NB * sizeof(int))  # -1: every bucket empty
+        memset(self._wbits, 0, _NWORDS * sizeof(unsigned long long))
+        self._wmin = _NO_KEY
+        self._far_min = _NO_KEY
+
     def __init__(self):
         self.now = 0
         self.heap = []
         self.seq = 0
         self.events = 0
-        self._far_min = _NO_KEY
 
     def __dealloc__(self):
-        PyMem_Free(self._near.raw)
+        PyMem_Free(self._whead)
+        PyMem_Free(self._wbits)
+        PyMem_Free(self._went_raw)
         PyMem_Free(self._far.raw)
         PyMem_Free(self._vacant)
 
+    cdef int _drain_wheel(self) except -1:
+        """Move every wheel key to the far heap (before the base moves down)."""
+        cdef Py_ssize_t w, b
+        cdef unsigned long long word
+        cdef int s
+        for w in range(_NWORDS):
+            word = self._wbits[w]
+            while word:
+                b = (w << 6) | _ctz(word)
+                word &= word - 1
+                s = self._whead[b]
+                while s >= 0:
+                    _keys_push(&self._far, self._went[s].k)
+                    s = self._went[s].next
+                self._whead[b] = -1
+            self._wbits[w] = 0
+        self._wn = 0
+        self._wmin = _NO_KEY
+        self._far_min = self._far.keys[0].k if self._far.n else _NO_KEY
+        return 0
+
     cdef int _bring_far(self) except -1:
-        """Move the far heap's root (smaller than every near key) to the near heap."""
+        """Move the far heap's root (smaller than every wheel key) to the wheel: the span
+        starts at its bucket if the wheel is empty or it is below the base (the wheel's
+        keys go to the far heap first); else it is in the span already (below the wheel's
+        smallest key)."""
         cdef _u128 k = self._far_min
         _keys_drop_root(&self._far)
         self._far_min = self._far.keys[0].k if self._far.n else _NO_KEY
-        return _keys_push(&self._near, k)
+        if self._wn and _key_t(k) < self._wbase:
+            self._drain_wheel()
+        if not self._wn:
+            self._wbase = _bucket_start(k)
+        _wheel_insert(self, k, _key_slot(k))
+        return 0
 
     cdef int _heap_push(self, Event ev) except -1:
         """Push ``ev`` with key ``(ev.t, ev.seq)`` in a free slot of ``heap``."""
         cdef Py_ssize_t slot, cap
         cdef Py_ssize_t* vacant
+        cdef void* raw
+        cdef _Entry* went
         cdef list heap = self.heap
         if ev.seq >> _SEQ_BITS:
             raise OverflowError("engine: more than 2**40 events scheduled in one run")
@@ -276,15 +385,24 @@ cdef class EventQueue:
             slot = len(heap)
             if slot >> _SLOT_BITS:
                 raise OverflowError("engine: more than 2**24 events pending")
-            if slot >= self._vcap:  # room to free every slot
+            if slot >= self._vcap:  # room to free every slot, and each slot's wheel entry
                 cap = self._vcap * 2 if self._vcap else 1024
                 vacant = <Py_ssize_t*>PyMem_Realloc(self._vacant, cap * sizeof(Py_ssize_t))
                 if vacant == NULL:
                     raise MemoryError()
                 self._vacant = vacant
+                raw = PyMem_Malloc(cap * sizeof(_Entry) + 64)
+                if raw == NULL:
+                    raise MemoryError()
+                went = <_Entry*>((<size_t>raw + 63) & ~(<size_t>63))  # two entries a line
+                if self._vcap:
+                    memcpy(went, self._went, self._vcap * sizeof(_Entry))
+                PyMem_Free(self._went_raw)
+                self._went_raw = raw
+                self._went = went
                 self._vcap = cap
             heap.append(ev)
-        return _add(self, ev.t, _key(ev.t, ev.seq, slot))
+        return _add(self, _key(ev.t, ev.seq, slot))
 
     cpdef push(self, long long time_ps, object callback):
         """Run ``callback()`` at ``time_ps`` (>= now, unchecked)."""
@@ -302,53 +420,51 @@ cdef class EventQueue:
         schedule_event(self, time_ps, ev)
 
     def pending(self):
-        """Pending entries (including stale timer entries). While an event fires, its root
-        entry counts only if it scheduled itself again."""
-        cdef Py_ssize_t n = self._near.n + self._far.n
-        if self._firing != NULL and not self._refired:
-            return n - 1
+        """Pending entries (including stale timer entries). While an event fires, it
+        counts only if it scheduled itself again."""
+        cdef Py_ssize_t n = self._wn + self._far.n
+        if self._firing != NULL and self._refired:
+            return n + 1
         return n
 
     def next_time(self):
         """Time of the earliest pending entry, or None (while an event fires: of the
         others, and of its own next firing if it scheduled itself again)."""
-        cdef Py_ssize_t c
         cdef _u128 best = self._far_min  # all ones (no key) if the far heap is empty
-        if self._firing == NULL:
-            if self._near.n and self._near.keys[0].k < best:
-                best = self._near.keys[0].k
-        else:
-            if self._refired and self._refire_key < best:
-                best = self._refire_key
-            for c in range(1, min(5, self._near.n)):  # the root's children: the next smallest
-                if self._near.keys[c].k < best:
-                    best = self._near.keys[c].k
+        if self._wmin < best:
+            best = self._wmin
+        if self._firing != NULL and self._refired and self._refire_key < best:
+            best = self._refire_key
         return _key_t(best) if best != _NO_KEY else None
 
     cpdef long long run_due(self, long long limit) except? -1:
         """See heap.py."""
         cdef long long t, n = 0
         cdef long long last = self.now
+        cdef Py_ssize_t slot
         cdef Event ev
         cdef object r
         try:
             while True:
-                # The far heap's root goes to the near heap once it is the earliest key.
-                if self._near.n:
-                    if self._far_min < self._near.keys[0].k:
+                # The far heap's root goes to the wheel once it is the earliest key.
+                if self._wn:
+                    if self._far_min < self._wmin:
                         self._bring_far()
                 elif self._far.n:
                     self._bring_far()
                 else:
                     break
-                t = _key_t(self._near.keys[0].k)
+                t = _key_t(self._wmin)
                 if t > limit:
                     break
-                # The event stays at the root while it fires (every key pushed meanwhile
-                # is larger: later, or as late with a larger seq); _settle_fired then
-                # removes it or, if it scheduled itself, re-keys it.
-                ev = <Event>_event_at(self, _key_slot(self._near.keys[0].k))
+                # The event's key leaves the wheel before it fires (every key pushed
+                # meanwhile is larger: later, or as late with a larger seq); _settle_fired
+                # then frees its slot or, if it scheduled itself, puts its new key back.
+                slot = _key_slot(self._wmin)
+                ev = <Event>_event_at(self, slot)
+                _wheel_pop_min(self)
                 self._firing = <PyObject*>ev
+                self._firing_slot = slot
                 self._refired = False
                 self.now = t
                 n += 1
@@ -356,7 +472,7 @@ cdef class EventQueue:
                     r = ev.fire()
                 finally:
                     self._firing = NULL
-                    _settle_fired(self)
+                    _settle_fired(self, slot)
                 if r is _STALE:
                     self.now = last
                 else:
