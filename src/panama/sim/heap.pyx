@@ -13,13 +13,13 @@ calls each event's ``fire()`` as a C method.
 
 The near keys, those due less than 2**24 ps (about 17 us) after the wheel's base, are in
 a wheel of 8,192 buckets of 2,048 ps: bucket ``(t >> 11) mod 8192``, each a list of slots
-linked through their entries (``_went``, by slot) in ascending key order, a bit per non-empty bucket in
-``_wbits``, the smallest key and its bucket kept. Every wheel key lies in
-``[_wbase, _wbase + 2**24)`` (``_wbase`` aligned to a bucket), so the buckets from the
-smallest key's, in ring order, are in time order: a pop unlinks the head of that bucket
-and, if it is left empty, finds the next set bit (one or two 64-bit words on a busy
-fabric); a push walks its bucket (past about one key at 100 Gb/s). The base moves up to each
-popped key's bucket. The far heap (``_far``, a 4-ary heap of keys in a C array: the
+linked through their entries (``_went``, by slot) in ascending key order, a bit per
+non-empty bucket in ``_wbits``, the smallest key and its bucket kept. Every wheel key
+lies in ``[_wbase, _wbase + 2**24)`` (``_wbase`` aligned to a bucket), so the buckets
+from the smallest key's, in ring order, are in time order: a pop unlinks the head of that
+bucket and, if it is left empty, finds the next set bit (one or two 64-bit words on a
+busy fabric); a push walks its bucket (past about one key at 100 Gb/s). The base moves up
+to each popped key's bucket. The far heap (``_far``, a 4-ary heap of keys in a C array: the
 children of entry ``i`` are ``4i+1 .. 4i+4``, each group of four siblings one 64-byte
 line) holds the other keys: retransmission timers 100 us or more ahead, mostly, and a key
 pushed below the base (a push between runs, after a stale entry let ``now`` fall back).
