@@ -120,6 +120,8 @@ class LosslessPort(Port):
     @cython.wraparound(False)
     def _deliver_switch_lossless(self) -> None:
         """Arrival at a lossless switch: ECMP, buffer admission and PFC check inlined."""
+        # Long: one function for the same reason as Port._deliver_switch (every local stays
+        # in C across a burst of arrivals; a call per step cost the hot loop).
         sw = self.peer_switch
         pipe = self.pipe
         now = self._eng.now
