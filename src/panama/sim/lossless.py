@@ -142,9 +142,7 @@ class LosslessPort(Port):
                 continue
             dst = pkt.dst
             if not 0 <= dst < sw.host_count:
-                if dst != -1:
-                    raise sw.bad_destination(pkt)
-                self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)  # hop by hop, no hook here
+                sw.drop_unroutable(pkt)
                 continue
             out = sw.fib1[dst]
             if out is None:

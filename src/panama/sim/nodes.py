@@ -70,6 +70,15 @@ class Node:
             f"{self.name}: packet destination {pkt.dst} is not a host index (0..{self.host_count - 1}) or -1"
         )
 
+    def drop_unroutable(self, pkt: SimPacket) -> None:
+        """A packet whose ``dst`` is outside the tables, met here: ``dst`` -1 (hop by hop,
+        and no hook took it) is dropped as "no route"; anything else raises
+        :meth:`bad_destination`. The one rare branch of every arrival path (the check
+        itself, ``0 <= dst < host_count``, stays inline in each)."""
+        if pkt.dst != -1:
+            raise self.bad_destination(pkt)
+        self.tally.drop(None, pkt, DROP_NO_ROUTE, node=self)
+
     def route(self, pkt: SimPacket) -> Port | None:
         """The ECMP choice of output port for a routed packet (None: no route, also for
         ``dst`` -1; :meth:`bad_destination` raised for any other ``dst`` outside the tables)."""
@@ -285,9 +294,7 @@ class Switch(Node):
             return
         dst = pkt.dst
         if not 0 <= dst < self.host_count:
-            if dst != -1:
-                raise self.bad_destination(pkt)
-            self.tally.drop(None, pkt, DROP_NO_ROUTE, node=self)  # hop by hop, no hook here
+            self.drop_unroutable(pkt)
             return
         ports = self.fib[dst]
         n = len(ports)

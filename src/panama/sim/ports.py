@@ -335,11 +335,9 @@ class Port(Event):
                         out = ports[ecmp_index(pkt.flow_hash, sw.salt, n)]
                     else:
                         self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
-            elif dst == -1:  # hop by hop and no hook here
-                out = None
-                self.tally.drop(None, pkt, DROP_NO_ROUTE, node=sw)
             else:
-                raise sw.bad_destination(pkt)
+                out = None
+                sw.drop_unroutable(pkt)
             if out is not None:
                 # --- Port.send(out, pkt), inlined but for its tail (_transmit) ---
                 size = pkt.size_bytes
